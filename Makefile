@@ -1,0 +1,140 @@
+# taskmill - native task worker daemon.
+
+VERSION := 0.1.0
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR = $(PREFIX)/bin
+LIBDIR = $(PREFIX)/lib
+INCDIR = $(PREFIX)/include
+PLUGINDIR = $(LIBDIR)/taskmill/plugins
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+PKGCONFIGDIR = $(LIBDIR)/pkgconfig
+
+BUILD ?= build
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+USE_WERROR ?= 1
+SANITIZER ?=
+
+WARNINGS = -Wall -Wextra -Wformat=2 -Wstrict-prototypes -Wwrite-strings \
+	-Wmissing-prototypes -Wshadow -Wvla
+ifeq ($(USE_WERROR),1)
+WARNINGS += -Werror
+endif
+
+OPTIMIZATION ?= -O2
+DEBUG ?= -g
+REAL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPTIMIZATION) $(DEBUG) $(WARNINGS) \
+	-pthread -DTM_VERSION='"$(VERSION)"' $(CFLAGS)
+REAL_LDFLAGS = -pthread $(LDFLAGS)
+
+ifneq ($(SANITIZER),)
+ifeq ($(SANITIZER),address)
+SAN_FLAGS = -fsanitize=address,undefined
+else ifeq ($(SANITIZER),undefined)
+SAN_FLAGS = -fsanitize=undefined
+else ifeq ($(SANITIZER),thread)
+SAN_FLAGS = -fsanitize=thread
+else
+$(error SANITIZER must be address, undefined or thread, not '$(SANITIZER)')
+endif
+REAL_CFLAGS += $(SAN_FLAGS) -fno-sanitize-recover=all -fno-omit-frame-pointer
+REAL_LDFLAGS += $(SAN_FLAGS)
+endif
+
+DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd
+DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
+DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
+CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
+CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
+
+CORE_SRCS = $(filter-out src/main.c,$(wildcard src/*.c))
+CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o)
+PLUGINS = noop add sleep fail journal
+PLUGIN_SOS = $(PLUGINS:%=$(BUILD)/plugins/%.so)
+TEST_PLUGIN_SRCS = $(wildcard tests/plugins/*.c)
+TEST_PLUGIN_SOS = $(TEST_PLUGIN_SRCS:tests/plugins/%.c=$(BUILD)/test-plugins/%.so)
+UNIT_SRCS = $(wildcard tests/unit/test_*.c)
+UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps check check-unit check-integration check-asan demo bench \
+	install clean plugins test-plugins unit-bins
+
+all: $(BUILD)/taskmill $(PLUGIN_SOS)
+
+plugins: $(PLUGIN_SOS)
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | $(BUILD)/obj
+	$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Isrc -c -o $@ $<
+
+$(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
+	$(CC) $(REAL_LDFLAGS) -rdynamic -o $@ $^ $(DEP_LIBS) -ldl -lm
+
+$(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
+	$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $(filter %.c,$^)
+	@chmod go-w $@
+
+$(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
+	$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $<
+	@chmod go-w $@
+
+test-plugins: $(TEST_PLUGIN_SOS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
+	$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) -Isrc -o $@ $< \
+		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
+
+unit-bins: $(UNIT_BINS)
+
+$(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests:
+	@mkdir -p $@ && chmod go-w $@ $(BUILD)
+
+# Unit tests: each binary is a check suite; they find the build through
+# TM_BUILD (plugins, test plugins) and the sources through TM_SRCDIR.
+check-unit: all test-plugins unit-bins
+	@set -e; for t in $(UNIT_BINS); do \
+		echo "== $$t"; TM_BUILD=$(abspath $(BUILD)) TM_SRCDIR=$(CURDIR) \
+		CK_FORK=yes $$t; done
+
+# Integration tests: real redis-server (and later rabbitmq-server) started
+# by the harness on loopback ports in a scratch directory.
+check-integration: all test-plugins
+	@TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh
+
+# The sanitizer pass: the same suites against an ASan+UBSan build.
+check-asan:
+	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZER=address \
+		OPTIMIZATION=-O1 check-unit check-integration
+
+check: deps
+	@$(MAKE) --no-print-directory check-unit
+	@$(MAKE) --no-print-directory check-integration
+	@$(MAKE) --no-print-directory check-asan
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh $(abspath $(BUILD))
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/bench.sh $(abspath $(BUILD))
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(PLUGINDIR) \
+		$(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/taskmill $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(BUILD)/taskmill $(DESTDIR)$(BINDIR)/taskmill
+	install -m 0755 $(PLUGIN_SOS) $(DESTDIR)$(PLUGINDIR)/
+	install -m 0644 src/taskmill.h $(DESTDIR)$(INCDIR)/taskmill.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		scripts/taskmill.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/taskmill.pc
+	install -m 0644 conf/taskmill.yaml \
+		$(DESTDIR)$(SYSCONFDIR)/taskmill/taskmill.yaml.example
+	install -m 0644 systemd/taskmill.service $(DESTDIR)$(UNITDIR)/
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,116 @@
+/* broker.h - the broker interface: one vtable, one file per adapter. */
+#ifndef TASKMILL_BROKER_H
+#define TASKMILL_BROKER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "msg.h"
+
+struct tm_broker;
+
+/* struct tm_dlq_entry is one dead-letter entry, as `dlq list/show` see it.
+ * Every string is owned by the entry. */
+struct tm_dlq_entry {
+    char *id;          /* id in the dead-letter queue */
+    char *origin_id;   /* original message id */
+    char *task;
+    char *error;
+    char *body;
+    long attempts;
+    int64_t failed_at; /* epoch ms */
+};
+
+/*
+ * struct tm_broker_ops is filled by each adapter (broker_redis.c, ...).
+ *
+ * Threading contract: fetch(b, i, ...) is called only by the intake thread
+ * of task i; settle() only by the settle thread; both may run at the same
+ * time, and the adapter keeps them apart (separate connections, or its own
+ * queue). The CLI functions (publish, dlq_*) are used by a process that
+ * runs no intake.
+ *
+ * Errors: functions return 0 (or a count) on success and -1 on failure,
+ * with tm_broker_set_error() called to describe it.
+ */
+struct tm_broker_ops {
+    const char *kind; /* "redis", "amqp" */
+
+    /* create allocates the adapter for cfg (borrowed; it outlives the
+     * broker). No I/O. */
+    struct tm_broker *(*create)(const struct tm_cfg *cfg);
+
+    /* connect opens the connections and prepares every task's queue
+     * (consumer group, dead-letter queue). -1 when the broker cannot be
+     * reached or refuses; the caller retries with backoff. */
+    int (*connect)(struct tm_broker *b);
+
+    /* fetch blocks up to timeout_ms for at most max deliveries of task i.
+     * Returns the count (0 on timeout) with *out set to a batch when
+     * count > 0; -1 on a connection error (broker marked down; the next
+     * call reconnects). */
+    int (*fetch)(struct tm_broker *b, size_t task_index, size_t max,
+                 int timeout_ms, struct tm_batch **out);
+
+    /* settle applies each listed message's m->settle (ack, retry,
+     * dead-letter), batching commands. Messages whose settlement failed
+     * for a connection error are left in *failed (linked by next) for the
+     * caller to retry after reconnecting; the rest are released by the
+     * caller. Returns 0, or -1 when some failed. */
+    int (*settle)(struct tm_broker *b, struct tm_msg *list,
+                  struct tm_msg **failed);
+
+    /* wake makes blocked fetch calls return soon (shutdown). */
+    void (*wake)(struct tm_broker *b);
+
+    /* publish adds one message to the task's queue; the new message id is
+     * written to id (size idlen). priority < 0 means the task default. */
+    int (*publish)(struct tm_broker *b, const struct tm_cfg_task *t,
+                   const char *body, size_t len, int priority,
+                   char *id, size_t idlen);
+
+    /* dlq_list returns up to max entries, newest first, in a new array of
+     * *n entries (free with tm_dlq_entries_free). */
+    int (*dlq_list)(struct tm_broker *b, const struct tm_cfg_task *t,
+                    size_t max, struct tm_dlq_entry **out, size_t *n);
+    /* dlq_replay moves one entry (id) or all (id NULL) back to the task's
+     * queue; dlq_purge deletes one or all. Both return the count moved. */
+    long (*dlq_replay)(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const char *id);
+    long (*dlq_purge)(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *id);
+
+    /* destroy closes everything and frees the adapter; NULL accepted. */
+    void (*destroy)(struct tm_broker *b);
+};
+
+/* struct tm_broker is the common head of every adapter's state. */
+struct tm_broker {
+    const struct tm_broker_ops *ops;
+    const struct tm_cfg *cfg;
+    atomic_int up;                  /* 1 while connected */
+    atomic_ulong reconnects;        /* successful reconnects after a loss */
+    int err;                        /* 0, or an errno-like code */
+    char errstr[256];
+};
+
+/* tm_broker_ops_for returns the adapter for a URL kind, or NULL when this
+ * build has none. */
+const struct tm_broker_ops *tm_broker_ops_for(enum tm_broker_kind kind);
+
+/* tm_broker_new creates the adapter for cfg->url; NULL with a message in
+ * err when the kind is not built in. */
+struct tm_broker *tm_broker_new(const struct tm_cfg *cfg, char *err,
+                                size_t errlen);
+
+/* tm_broker_set_error records the last error in b->err / b->errstr. */
+void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n);
+
+extern const struct tm_broker_ops tm_broker_redis_ops;
+
+#endif /* TASKMILL_BROKER_H */

@@ -1,0 +1,117 @@
+/* config.h - the YAML configuration, loaded and validated. */
+#ifndef TASKMILL_CONFIG_H
+#define TASKMILL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum tm_pool_kind { TM_POOL_THREAD = 1, TM_POOL_FORK = 2 };
+enum tm_on_error { TM_ON_ERROR_REQUEUE = 1, TM_ON_ERROR_REJECT = 2 };
+enum tm_log_format { TM_LOG_TEXT = 1, TM_LOG_JSON = 2 };
+enum tm_broker_kind { TM_BROKER_REDIS = 1, TM_BROKER_AMQP = 2 };
+
+/* struct tm_mark is a position in the config file, 1-based. */
+struct tm_mark {
+    int line;
+    int col;
+};
+
+/* struct tm_url is a parsed broker URL. Every string is owned by it. */
+struct tm_url {
+    enum tm_broker_kind kind;
+    bool tls;           /* amqps:// (rediss:// is refused) */
+    char *scheme;       /* "redis", "amqp", "amqps" */
+    char *user;         /* NULL when absent; percent-decoded */
+    char *password;     /* NULL when absent; percent-decoded */
+    char *host;         /* never NULL; default 127.0.0.1 */
+    int port;           /* default 6379 / 5672 / 5671 */
+    int db;             /* redis database number from the path; 0 */
+    char *vhost;        /* amqp vhost, percent-decoded; default "/" */
+    char *redacted;     /* the URL without credentials, for logs/status */
+};
+
+struct tm_cfg_task {
+    char *name;
+    char *plugin;            /* as written, e.g. "add.so" */
+    char *plugin_path;       /* resolved against plugin_dir */
+    char *queue;             /* default: "taskmill.<name>" */
+    char *group;             /* default: "taskmill" */
+    unsigned prefetch;       /* default 16, 1..65535 */
+    int64_t timeout_ms;      /* default 30000; 0 = none */
+    int64_t claim_idle_ms;   /* default 60000; > 0 */
+    int64_t maxlen;          /* default 0 = no cap */
+    enum tm_on_error on_error; /* default requeue */
+    int max_retries;         /* default 3; -1 = unlimited */
+    int64_t backoff_ms;      /* default 1000 */
+    int64_t max_backoff_ms;  /* default 300000; >= backoff_ms */
+    char *dead_letter;       /* default "<queue>.dlq" */
+    size_t max_payload;      /* default 1 MiB */
+    int max_priority;        /* default 0 = none; 0..255 */
+    int priority;            /* default 0; 0..max_priority */
+    bool has_priority;       /* key given */
+    bool has_max_priority;   /* key given */
+    char *config_json;       /* `config:` mapping as JSON, default "{}" */
+    struct tm_mark at;       /* the task's name key */
+    struct tm_mark plugin_at; /* the plugin: value, for plugin refusals */
+};
+
+struct tm_cfg {
+    char *path;              /* the config file as given */
+    char *dir;               /* its directory, for relative paths */
+    char *broker_url;        /* after ${VAR} expansion */
+    struct tm_url url;       /* parsed broker_url; password from
+                                password_file when given */
+    char *password_file;     /* resolved path, or NULL */
+    enum tm_pool_kind pool_kind;  /* default thread */
+    unsigned pool_size;      /* default: online CPUs; 1..1024 */
+    unsigned max_tasks_per_child; /* default 0 = never */
+    char *plugin_dir;        /* resolved; default "<dir>/plugins" */
+    bool plugin_watch;       /* default false */
+    char *instance;          /* default "<hostname>-<pid>" */
+    char *http_listen;       /* NULL = HTTP disabled; "host:port" */
+    char *http_token;        /* NULL = no token */
+    int64_t shutdown_timeout_ms; /* default 30000 */
+    int log_level;           /* enum tm_log_level, default TM_LOG_INFO */
+    enum tm_log_format log_format; /* default text */
+    struct tm_cfg_task *tasks;
+    size_t ntasks;
+};
+
+/*
+ * tm_cfg_load reads and validates the YAML file at path. On success returns
+ * a config the caller frees with tm_cfg_free(). On failure returns NULL and
+ * writes one line "FILE:LINE:COL: message" (no trailing newline) into err.
+ */
+struct tm_cfg *tm_cfg_load(const char *path, char *err, size_t errlen);
+
+/* tm_cfg_free releases a config; NULL is accepted. */
+void tm_cfg_free(struct tm_cfg *cfg);
+
+/* tm_cfg_find_task returns the task named name, or NULL. */
+const struct tm_cfg_task *tm_cfg_find_task(const struct tm_cfg *cfg,
+                                           const char *name);
+
+/*
+ * tm_url_parse parses a broker URL into *url (zeroed first). Returns 0, or
+ * -1 with a reason in err. Free with tm_url_clear().
+ */
+int tm_url_parse(const char *s, struct tm_url *url, char *err, size_t errlen);
+void tm_url_clear(struct tm_url *url);
+
+/*
+ * tm_parse_duration parses "250ms", "30s", "5m", "1h" or a bare "0" into
+ * milliseconds. tm_parse_size parses "512B", "64KiB", "1MiB" or a bare
+ * number of bytes. Both return 0, or -1 when s is malformed or overflows.
+ */
+int tm_parse_duration(const char *s, int64_t *ms);
+int tm_parse_size(const char *s, size_t *bytes);
+
+/*
+ * tm_expand_env expands ${VAR} and ${VAR:-default} in s. Returns a new
+ * string the caller frees, or NULL with a reason in err (an unset VAR
+ * without default is an error naming VAR).
+ */
+char *tm_expand_env(const char *s, char *err, size_t errlen);
+
+#endif /* TASKMILL_CONFIG_H */

@@ -1,0 +1,70 @@
+/* core.h - the running daemon: tasks, stats, intake and settlement. */
+#ifndef TASKMILL_CORE_H
+#define TASKMILL_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker.h"
+#include "config.h"
+#include "msg.h"
+#include "plugin.h"
+#include "pool.h"
+
+/* Upper bounds of the duration histogram, in seconds: 100 us to 10 min. */
+#define TM_HIST_BOUNDS(X) \
+    X(0.0001) X(0.00025) X(0.0005) X(0.001) X(0.0025) X(0.005) X(0.01) \
+    X(0.025) X(0.05) X(0.1) X(0.25) X(0.5) X(1) X(2.5) X(5) X(10) X(30) \
+    X(60) X(120) X(300) X(600)
+#define TM_HIST_COUNT(b) +1
+#define TM_HIST_N (0 TM_HIST_BOUNDS(TM_HIST_COUNT))
+
+/*
+ * struct tm_task_stats holds a task's counters. The settle thread is the
+ * only writer (relaxed atomic stores of its own increments); HTTP reads
+ * them without locks.
+ */
+struct tm_task_stats {
+    atomic_ullong outcomes[TM_OUT_COUNT];
+    atomic_ullong retries;
+    atomic_ullong dead_lettered;
+    atomic_ullong hist[TM_HIST_N + 1];  /* last bucket: +Inf */
+    atomic_ullong dur_sum_us;
+    atomic_llong inflight;              /* read, not yet settled */
+};
+
+/* struct tm_task is one configured task at run time. */
+struct tm_task {
+    const struct tm_cfg_task *cfg;
+    size_t index;
+    struct tm_plugin *plugin;
+    struct tm_task_stats stats;
+    atomic_int subscribed;              /* consumer group/queue ready */
+    pthread_t intake;
+    int intake_started;
+};
+
+/* tm_policy_settle decides m->settle (and m->retry_delay_ms) from the
+ * outcome and the task's on_error, max_retries and backoff. Pure. */
+void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t);
+
+/* tm_retry_delay_ms returns the delay before attempt (attempt + 1) after
+ * a failed attempt: min(backoff * 2^(attempt-1), max_backoff) plus up to
+ * 20% jitter drawn from r (0 <= r < 1). */
+int64_t tm_retry_delay_ms(const struct tm_cfg_task *t, unsigned attempt,
+                          double r);
+
+/* tm_exec_host returns the host service table given to plugins. */
+const struct tm_host *tm_exec_host(void);
+
+/*
+ * tm_exec_run runs one message through its task's plugin in the calling
+ * thread: validates the body (present, within max_payload, UTF-8, a JSON
+ * object), calls cb_run with the worker's data, and fills m->outcome,
+ * m->error, m->result and the timings. Never fails.
+ */
+void tm_exec_run(struct tm_msg *m, void *worker_data);
+
+#endif /* TASKMILL_CORE_H */

@@ -1,0 +1,97 @@
+/* msg.h - one delivery, its batch, its outcome and settlement. */
+#ifndef TASKMILL_MSG_H
+#define TASKMILL_MSG_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* TM_OUTCOMES lists how one attempt can end, with its metric label. The
+ * order is the order of the enum and of every per-outcome array. */
+#define TM_OUTCOMES(X)             \
+    X(SUCCESS, "success")          \
+    X(ERROR, "error")              \
+    X(REJECTED, "rejected")        \
+    X(TIMEOUT, "timeout")          \
+    X(CRASHED, "crashed")          \
+    X(INVALID, "invalid")
+
+enum tm_outcome {
+    TM_OUT_NONE = 0, /* not run (abandoned at shutdown) */
+#define TM_OUT_ENUM(name, label) TM_OUT_##name,
+    TM_OUTCOMES(TM_OUT_ENUM)
+#undef TM_OUT_ENUM
+    TM_OUT_COUNT
+};
+
+/* tm_outcome_label returns the metric label of an outcome ("none" for
+ * TM_OUT_NONE). */
+const char *tm_outcome_label(enum tm_outcome o);
+
+/* What the broker must do with a finished message. */
+enum tm_settle {
+    TM_SETTLE_NONE = 0,  /* leave unacknowledged (redelivered later) */
+    TM_SETTLE_ACK = 1,   /* done */
+    TM_SETTLE_RETRY = 2, /* run again after retry_delay_ms */
+    TM_SETTLE_DEAD = 3   /* dead-letter with error, then ack */
+};
+
+struct tm_task;
+struct tm_batch;
+
+/*
+ * struct tm_msg is one delivery. id and body point into storage owned by
+ * the message's batch and stay valid until the batch is released; body is
+ * NUL-terminated at body[body_len]. Fields below "result" are written by
+ * the worker that ran the message, then read by the settle thread.
+ */
+struct tm_msg {
+    struct tm_msg *next;        /* intrusive link: queues and lists */
+    struct tm_task *task;       /* runtime task, set at intake */
+    struct tm_batch *batch;     /* owner of id/body storage */
+    size_t task_index;          /* index in cfg->tasks */
+    const char *id;
+    size_t id_len;
+    const char *body;           /* NULL when the entry had no body */
+    size_t body_len;
+    const char *invalid;        /* static reason the broker found the
+                                   delivery malformed, or NULL */
+    unsigned attempt;           /* 1-based number of this run */
+    uint64_t tag;               /* broker's delivery handle */
+    void *bctx;                 /* broker per-delivery context */
+    int64_t t_recv_ns;          /* monotonic: read from the broker */
+    int64_t t_start_ns;         /* monotonic: run started */
+    int64_t t_end_ns;           /* monotonic: run ended */
+    enum tm_outcome outcome;
+    enum tm_settle settle;
+    int64_t retry_delay_ms;     /* with TM_SETTLE_RETRY */
+    char *error;                /* owned reason, or NULL */
+    char *result;               /* owned JSON result text, or NULL */
+    size_t result_len;
+};
+
+/*
+ * struct tm_batch owns the storage of n messages read in one broker call.
+ * refs counts messages not yet released; the last tm_msg_release() calls
+ * release(), which the broker sets to free its storage (and the batch).
+ */
+struct tm_batch {
+    atomic_uint refs;
+    void (*release)(struct tm_batch *b);
+    void *owner;                /* broker storage, e.g. a redisReply */
+    size_t n;
+    struct tm_msg msgs[];
+};
+
+/* tm_batch_new allocates a batch of n zeroed messages with refs = n. */
+struct tm_batch *tm_batch_new(size_t n);
+
+/* tm_msg_release frees the message's error and result and drops its
+ * reference on the batch (releasing the batch with the last one). */
+void tm_msg_release(struct tm_msg *m);
+
+/* tm_msg_set_error replaces m->error with a copy of the formatted text. */
+void tm_msg_set_error(struct tm_msg *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif /* TASKMILL_MSG_H */

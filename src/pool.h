@@ -1,0 +1,72 @@
+/* pool.h - the worker pool interface: one vtable, one file per kind. */
+#ifndef TASKMILL_POOL_H
+#define TASKMILL_POOL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "msg.h"
+
+struct tm_pool;
+struct tm_task;
+
+/* tm_pool_done_fn receives finished messages (a list linked by next) from
+ * whichever thread finished them; it must be cheap and thread-safe. */
+typedef void (*tm_pool_done_fn)(void *ctx, struct tm_msg *list);
+
+/*
+ * struct tm_pool_ops is filled by each pool kind (pool_thread.c, ...).
+ * submit is called by intake threads (several at once); drain and destroy
+ * by the main thread.
+ */
+struct tm_pool_ops {
+    const char *kind; /* "thread", "fork" */
+
+    /* create allocates a pool of size workers for the tasks (borrowed;
+     * they outlive the pool). No worker starts yet. */
+    struct tm_pool *(*create)(unsigned size, struct tm_task **tasks,
+                              size_t ntasks, tm_pool_done_fn done,
+                              void *done_ctx);
+
+    /* start starts the workers; each runs every task's cb_worker_init.
+     * Returns 0, or -1 (nothing left running). */
+    int (*start)(struct tm_pool *p);
+
+    /* submit hands n messages to the workers. It blocks while the pool is
+     * full (backpressure), and returns how many it accepted: n, or fewer
+     * once the pool is draining (the caller leaves the rest
+     * unacknowledged). */
+    size_t (*submit)(struct tm_pool *p, struct tm_msg **msgs, size_t n);
+
+    /* drain stops intake, lets running messages finish until deadline_ns
+     * (monotonic) and passes queued, never-started messages to done with
+     * outcome TM_OUT_NONE. Returns 0 when everything finished in time, -1
+     * when runs were abandoned at the deadline. */
+    int (*drain)(struct tm_pool *p, int64_t deadline_ns);
+
+    /* busy returns how many workers are running a message now. */
+    unsigned (*busy)(struct tm_pool *p);
+
+    /* destroy stops the workers (after drain) and frees the pool. */
+    void (*destroy)(struct tm_pool *p);
+};
+
+/* struct tm_pool is the common head of every pool kind's state. */
+struct tm_pool {
+    const struct tm_pool_ops *ops;
+    unsigned size;
+    struct tm_task **tasks;
+    size_t ntasks;
+    tm_pool_done_fn done;
+    void *done_ctx;
+    atomic_ulong restarts;          /* workers replaced */
+};
+
+/* tm_pool_ops_for returns the pool kind's operations, or NULL. */
+const struct tm_pool_ops *tm_pool_ops_for(enum tm_pool_kind kind);
+
+extern const struct tm_pool_ops tm_pool_thread_ops;
+
+#endif /* TASKMILL_POOL_H */

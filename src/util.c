@@ -1,0 +1,193 @@
+/* util.c - allocation wrappers, clocks and small string helpers. */
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void oom(size_t size)
+{
+    char line[96];
+    int n = snprintf(line, sizeof line,
+                     "taskmill: out of memory allocating %zu bytes\n", size);
+    if (n > 0 && write(STDERR_FILENO, line, (size_t)n) < 0) {
+        /* nothing more can be done */
+    }
+    abort();
+}
+
+void *tm_malloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    if (p == NULL)
+        oom(size);
+    return p;
+}
+
+void *tm_calloc(size_t n, size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size)
+        oom(SIZE_MAX);
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL)
+        oom(n * size);
+    return p;
+}
+
+void *tm_realloc(void *p, size_t size)
+{
+    void *q = realloc(p, size ? size : 1);
+    if (q == NULL)
+        oom(size);
+    return q;
+}
+
+char *tm_strdup(const char *s)
+{
+    return tm_strndup(s, strlen(s));
+}
+
+char *tm_strndup(const char *s, size_t n)
+{
+    size_t len = strnlen(s, n);
+    char *d = tm_malloc(len + 1);
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+void tm_free(void *p)
+{
+    free(p);
+}
+
+char *tm_asprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    char *s = tm_malloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+size_t tm_snprintf(char *buf, size_t size, const char *fmt, ...)
+{
+    if (size == 0)
+        return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        buf[0] = '\0';
+        return 0;
+    }
+    if ((size_t)n >= size)
+        return size - 1;
+    return (size_t)n;
+}
+
+const char *tm_strerror(int errnum, char *buf, size_t size)
+{
+    /* _GNU_SOURCE strerror_r may return a static string instead. */
+    const char *s = strerror_r(errnum, buf, size);
+    if (s != buf)
+        tm_snprintf(buf, size, "%s", s);
+    return buf;
+}
+
+int64_t tm_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t tm_now_ms(void)
+{
+    return tm_now_ns() / 1000000LL;
+}
+
+int64_t tm_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000LL;
+}
+
+void tm_sleep_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {.tv_sec = ms / 1000,
+                          .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+int tm_utf8_valid(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        unsigned min;
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+            min = 0x80;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            min = 0x800;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            min = 0x10000;
+        } else {
+            return 0;
+        }
+        if (len - i <= need)
+            return 0;
+        unsigned cp = c & (0x3Fu >> need);
+        for (size_t k = 1; k <= need; k++) {
+            unsigned cc = s[i + k];
+            if ((cc & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+uint64_t tm_rand64(void)
+{
+    static _Thread_local uint64_t state;
+    if (state == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        state = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
+                ((uint64_t)(uintptr_t)&state) ^ (uint64_t)getpid();
+        if (state == 0)
+            state = 0x9E3779B97F4A7C15ULL;
+    }
+    /* xorshift64* */
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return state * 0x2545F4914F6CDD1DULL;
+}

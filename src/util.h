@@ -1,0 +1,49 @@
+/* util.h - allocation wrappers, clocks and small string helpers. */
+#ifndef TASKMILL_UTIL_H
+#define TASKMILL_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* tm_malloc/tm_calloc/tm_realloc/tm_strdup abort the process with a log
+ * line when memory is exhausted: the daemon cannot settle messages safely
+ * without memory, and the broker redelivers what was unacknowledged.
+ * tm_calloc checks n * size for overflow. tm_free accepts NULL. */
+void *tm_malloc(size_t size);
+void *tm_calloc(size_t n, size_t size);
+void *tm_realloc(void *p, size_t size);
+char *tm_strdup(const char *s);
+char *tm_strndup(const char *s, size_t n);
+void tm_free(void *p);
+
+/* tm_asprintf returns a newly allocated formatted string. */
+char *tm_asprintf(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/* tm_snprintf is snprintf that never returns more than size - 1 and
+ * always terminates (size > 0). Returns the length written. */
+size_t tm_snprintf(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* tm_strerror is a thread-safe strerror into buf; returns buf. */
+const char *tm_strerror(int errnum, char *buf, size_t size);
+
+/* Clocks: CLOCK_MONOTONIC in ns and ms; CLOCK_REALTIME in ms. */
+int64_t tm_now_ns(void);
+int64_t tm_now_ms(void);
+int64_t tm_wall_ms(void);
+
+/* tm_sleep_ms sleeps, restarting after signals until ms elapsed. */
+void tm_sleep_ms(int64_t ms);
+
+/* tm_utf8_valid returns 1 when s[0..len) is valid UTF-8 (no overlongs, no
+ * surrogates), else 0. */
+int tm_utf8_valid(const char *s, size_t len);
+
+/* tm_rand64 returns a fast thread-local pseudo-random number (jitter). */
+uint64_t tm_rand64(void);
+
+#define TM_STRERRNO_BUF 128
+
+#endif /* TASKMILL_UTIL_H */
