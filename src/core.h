@@ -35,13 +35,17 @@ struct tm_task_stats {
     atomic_llong inflight;              /* read, not yet settled */
 };
 
+struct tm_daemon;
+
 /* struct tm_task is one configured task at run time. */
 struct tm_task {
+    struct tm_daemon *daemon;
     const struct tm_cfg_task *cfg;
     size_t index;
     struct tm_plugin *plugin;
     struct tm_task_stats stats;
     atomic_int subscribed;              /* consumer group/queue ready */
+    atomic_int waiting_room;            /* intake waits for prefetch room */
     pthread_t intake;
     int intake_started;
 };
@@ -55,6 +59,10 @@ void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t);
  * 20% jitter drawn from r (0 <= r < 1). */
 int64_t tm_retry_delay_ms(const struct tm_cfg_task *t, unsigned attempt,
                           double r);
+
+/* tm_exec_abandon, once set, makes the host's should_stop() answer yes in
+ * every run: the daemon is giving up on running work. */
+extern atomic_int tm_exec_abandon;
 
 /* tm_exec_host returns the host service table given to plugins. */
 const struct tm_host *tm_exec_host(void);

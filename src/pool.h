@@ -34,11 +34,12 @@ struct tm_pool_ops {
      * Returns 0, or -1 (nothing left running). */
     int (*start)(struct tm_pool *p);
 
-    /* submit hands n messages to the workers. It blocks while the pool is
-     * full (backpressure), and returns how many it accepted: n, or fewer
-     * once the pool is draining (the caller leaves the rest
+    /* submit hands the n messages of the array msgs (usually a batch's
+     * msgs[]) to the workers. It blocks while the pool is full
+     * (backpressure), and returns how many it accepted, in array order: n,
+     * or fewer once the pool is draining (the caller leaves the rest
      * unacknowledged). */
-    size_t (*submit)(struct tm_pool *p, struct tm_msg **msgs, size_t n);
+    size_t (*submit)(struct tm_pool *p, struct tm_msg *msgs, size_t n);
 
     /* drain stops intake, lets running messages finish until deadline_ns
      * (monotonic) and passes queued, never-started messages to done with

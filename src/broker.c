@@ -1,0 +1,57 @@
+/* broker.c - choosing a broker adapter; shared broker helpers. */
+#include "broker.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "util.h"
+
+const struct tm_broker_ops *tm_broker_ops_for(enum tm_broker_kind kind)
+{
+    switch (kind) {
+    case TM_BROKER_REDIS:
+        return &tm_broker_redis_ops;
+    case TM_BROKER_AMQP:
+        return NULL;
+    }
+    return NULL;
+}
+
+struct tm_broker *tm_broker_new(const struct tm_cfg *cfg, char *err,
+                                size_t errlen)
+{
+    const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
+    if (ops == NULL) {
+        tm_snprintf(err, errlen, "%s: broker '%s' is not supported by this "
+                    "build", cfg->url.redacted, cfg->url.scheme);
+        return NULL;
+    }
+    struct tm_broker *b = ops->create(cfg);
+    if (b == NULL)
+        tm_snprintf(err, errlen, "%s: cannot create the broker adapter",
+                    cfg->url.redacted);
+    return b;
+}
+
+void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errstr, sizeof b->errstr, fmt, ap);
+    va_end(ap);
+    b->err = err;
+}
+
+void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n)
+{
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        tm_free(e[i].id);
+        tm_free(e[i].origin_id);
+        tm_free(e[i].task);
+        tm_free(e[i].error);
+        tm_free(e[i].body);
+    }
+    tm_free(e);
+}

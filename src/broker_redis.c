@@ -1,0 +1,974 @@
+/* broker_redis.c - the Redis Streams adapter, on hiredis. */
+#include "broker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SRC "broker:redis"
+
+/* Connect timeout, and the timeout of ordinary commands. */
+#define RB_CONNECT_TIMEOUT_MS 5000
+#define RB_COMMAND_TIMEOUT_MS 10000
+/* A blocking read gets this much on top of its BLOCK time. */
+#define RB_BLOCK_SLACK_MS 5000
+/* Longest Redis stream id: two 20-digit numbers and a dash. */
+#define RB_ID_MAX 48
+/* Entries per XACK command and per dlq page. */
+#define RB_ACK_CHUNK 1024
+#define RB_PAGE 100
+
+/* Dead-letter one entry atomically: XADD to the dead-letter stream, then
+ * XACK the original. If XADD fails the script stops before XACK, so the
+ * entry stays pending rather than being lost; if the daemon dies after
+ * the script, nothing is duplicated.
+ * KEYS: stream, dlq. ARGV: group, id, then field/value pairs. */
+static const char dead_script[] =
+    "local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))\n"
+    "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
+    "return id\n";
+
+/* Replay one dead-letter entry: XADD the body to the stream, XDEL it
+ * from the dead-letter stream. KEYS: stream, dlq. ARGV: dlq id, body. */
+static const char replay_script[] =
+    "local id = redis.call('XADD', KEYS[1], '*', 'body', ARGV[2])\n"
+    "redis.call('XDEL', KEYS[2], ARGV[1])\n"
+    "return id\n";
+
+/* struct rb_retry is an entry kept pending on this consumer until its
+ * retry time, then claimed again (XCLAIM) and run with attempt. */
+struct rb_retry {
+    int64_t due_ms;
+    unsigned attempt;
+    char id[RB_ID_MAX];
+};
+
+struct rb_task {
+    const struct tm_cfg_task *cfg;
+    redisContext *rc;          /* intake connection: blocking reads */
+    int group_ready;
+    int history_done;          /* own pending entries read again */
+    char history_from[RB_ID_MAX]; /* next history read starts after it */
+    int was_up;
+    pthread_mutex_t mu;        /* guards the retry heap */
+    struct rb_retry *heap;     /* min-heap by due_ms */
+    size_t nheap, capheap;
+    char errstr[256];
+};
+
+struct rb_broker {
+    struct tm_broker base;
+    redisContext *wc;          /* settle connection: acks, dead letters */
+    struct rb_task *tasks;
+    size_t ntasks;
+    const char *consumer;
+    int ever_up;
+    int wc_was_up;
+    /* settle scratch (settle thread only) */
+    const char **argv;
+    size_t *argvlen;
+    size_t argcap;
+    struct tm_msg **msgs;
+    size_t msgcap;
+};
+
+/* ---- connections ---------------------------------------------------- */
+
+static struct timeval tv_ms(int64_t ms)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000),
+                         .tv_usec = (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+/* reply_error describes a failed command: the reply's error text, or the
+ * context's I/O error. Returns 1 when the connection is unusable. */
+static int reply_error(redisContext *c, redisReply *r, char *buf,
+                       size_t size)
+{
+    if (r == NULL) {
+        tm_snprintf(buf, size, "%s",
+                    c != NULL && c->err ? c->errstr : "connection lost");
+        if (buf[0] == '\0')
+            tm_snprintf(buf, size, "connection lost");
+        return 1;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        tm_snprintf(buf, size, "%s", r->str);
+        return 0;
+    }
+    tm_snprintf(buf, size, "unexpected reply type %d", r->type);
+    return 0;
+}
+
+/* rb_command runs one command given as argv and returns its reply, or
+ * NULL with the reason in buf (and *dead = 1 when the connection is
+ * unusable). An error reply is returned as NULL too. */
+static redisReply *rb_command(redisContext *c, int argc, const char **argv,
+                              const size_t *lens, char *buf, size_t size,
+                              int *dead)
+{
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    *dead = 0;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        *dead = reply_error(c, r, buf, size);
+        if (r != NULL)
+            freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static redisContext *rb_connect(struct rb_broker *rb, int64_t timeout_ms,
+                                char *buf, size_t size)
+{
+    const struct tm_url *u = &rb->base.cfg->url;
+    redisContext *c = redisConnectWithTimeout(
+        u->host, u->port, tv_ms(RB_CONNECT_TIMEOUT_MS));
+    if (c == NULL) {
+        tm_snprintf(buf, size, "cannot connect to %s: out of memory",
+                    u->redacted);
+        return NULL;
+    }
+    if (c->err) {
+        tm_snprintf(buf, size, "cannot connect to %s: %s", u->redacted,
+                    c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv_ms(timeout_ms));
+    redisEnableKeepAlive(c);
+    char eb[200];
+    int dead;
+    if (u->password != NULL) {
+        const char *argv[3] = {"AUTH", NULL, NULL};
+        int argc = 1;
+        if (u->user != NULL && u->user[0] != '\0')
+            argv[argc++] = u->user;
+        argv[argc++] = u->password;
+        redisReply *r = rb_command(c, argc, argv, NULL, eb, sizeof eb, &dead);
+        if (r == NULL) {
+            tm_snprintf(buf, size, "%s: AUTH failed: %s", u->redacted, eb);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    if (u->db != 0) {
+        char db[16];
+        tm_snprintf(db, sizeof db, "%d", u->db);
+        const char *argv[2] = {"SELECT", db};
+        redisReply *r = rb_command(c, 2, argv, NULL, eb, sizeof eb, &dead);
+        if (r == NULL) {
+            tm_snprintf(buf, size, "%s: SELECT %d failed: %s", u->redacted,
+                        u->db, eb);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+static void mark_up(struct rb_broker *rb)
+{
+    if (atomic_exchange(&rb->base.up, 1) == 0 && rb->ever_up)
+        atomic_fetch_add(&rb->base.reconnects, 1);
+    rb->ever_up = 1;
+}
+
+static void mark_down(struct rb_broker *rb)
+{
+    atomic_store(&rb->base.up, 0);
+}
+
+/* ensure_group creates the task's consumer group at the start of the
+ * stream (creating the stream too); an existing group is used as is. */
+static int ensure_group(redisContext *c, const struct tm_cfg_task *t,
+                        char *buf, size_t size, int *dead)
+{
+    const char *argv[] = {"XGROUP", "CREATE", t->queue, t->group, "0",
+                          "MKSTREAM"};
+    redisReply *r = redisCommandArgv(c, 6, argv, NULL);
+    *dead = 0;
+    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "BUSYGROUP", 9) == 0) {
+        freeReplyObject(r);
+        return 0;
+    }
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        *dead = reply_error(c, r, buf, size);
+        if (r != NULL)
+            freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* ---- retry heap (settle thread pushes, intake thread pops) ----------- */
+
+static void heap_push(struct rb_task *rt, const struct rb_retry *e)
+{
+    pthread_mutex_lock(&rt->mu);
+    if (rt->nheap == rt->capheap) {
+        rt->capheap = rt->capheap ? rt->capheap * 2 : 16;
+        rt->heap = tm_realloc(rt->heap, rt->capheap * sizeof *rt->heap);
+    }
+    size_t i = rt->nheap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (rt->heap[parent].due_ms <= e->due_ms)
+            break;
+        rt->heap[i] = rt->heap[parent];
+        i = parent;
+    }
+    rt->heap[i] = *e;
+    pthread_mutex_unlock(&rt->mu);
+}
+
+/* heap_pop_due moves up to max due entries into out; returns the count,
+ * and the due time of the next entry in *next_ms (0 when none). */
+static size_t heap_pop_due(struct rb_task *rt, int64_t now, size_t max,
+                           struct rb_retry *out, int64_t *next_ms)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&rt->mu);
+    while (n < max && rt->nheap > 0 && rt->heap[0].due_ms <= now) {
+        out[n++] = rt->heap[0];
+        struct rb_retry last = rt->heap[--rt->nheap];
+        size_t i = 0;
+        for (;;) {
+            size_t l = 2 * i + 1, s = i;
+            if (l >= rt->nheap)
+                break;
+            s = l;
+            if (l + 1 < rt->nheap &&
+                rt->heap[l + 1].due_ms < rt->heap[l].due_ms)
+                s = l + 1;
+            if (last.due_ms <= rt->heap[s].due_ms)
+                break;
+            rt->heap[i] = rt->heap[s];
+            i = s;
+        }
+        if (rt->nheap > 0)
+            rt->heap[i] = last;
+    }
+    *next_ms = rt->nheap > 0 ? rt->heap[0].due_ms : 0;
+    pthread_mutex_unlock(&rt->mu);
+    return n;
+}
+
+/* ---- intake --------------------------------------------------------- */
+
+static void cb_release_reply(struct tm_batch *b)
+{
+    freeReplyObject(b->owner);
+    tm_free(b);
+}
+
+/* fill_msg points m at one stream entry [id, [field, value, ...]]. */
+static int fill_msg(struct tm_msg *m, const redisReply *e)
+{
+    if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING)
+        return -1;
+    m->id = e->element[0]->str;
+    m->id_len = e->element[0]->len;
+    const redisReply *f = e->element[1];
+    if (f->type != REDIS_REPLY_ARRAY) {
+        m->invalid = "entry has no fields";
+        return 0;
+    }
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && k->len == 4 &&
+            memcmp(k->str, "body", 4) == 0 && v->type == REDIS_REPLY_STRING) {
+            m->body = v->str;
+            m->body_len = v->len;
+            return 0;
+        }
+    }
+    m->invalid = "entry has no body field";
+    return 0;
+}
+
+/* entries_batch makes a batch of the entries array, owning reply. Entries
+ * that are not well-formed are skipped. attempts, when given, holds the
+ * attempt of each entry by id. Returns NULL (reply freed) when empty. */
+static struct tm_batch *entries_batch(redisReply *reply,
+                                      const redisReply *entries,
+                                      size_t task_index,
+                                      const struct rb_retry *retries,
+                                      size_t nretries)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < entries->elements; i++)
+        if (entries->element[i]->type == REDIS_REPLY_ARRAY)
+            n++;
+    if (n == 0) {
+        freeReplyObject(reply);
+        return NULL;
+    }
+    struct tm_batch *b = tm_batch_new(n);
+    b->owner = reply;
+    b->release = cb_release_reply;
+    size_t k = 0;
+    int64_t now = tm_now_ns();
+    for (size_t i = 0; i < entries->elements && k < n; i++) {
+        struct tm_msg *m = &b->msgs[k];
+        if (fill_msg(m, entries->element[i]) != 0)
+            continue;
+        m->task_index = task_index;
+        m->attempt = 1;
+        m->t_recv_ns = now;
+        for (size_t r = 0; r < nretries; r++) {
+            if (strcmp(retries[r].id, m->id) == 0) {
+                m->attempt = retries[r].attempt;
+                break;
+            }
+        }
+        k++;
+    }
+    if (k < n) {
+        /* malformed entries were skipped: shrink the count */
+        atomic_store(&b->refs, (unsigned)k);
+        b->n = k;
+        if (k == 0) {
+            cb_release_reply(b);
+            return NULL;
+        }
+    }
+    return b;
+}
+
+static void intake_failed(struct rb_broker *rb, struct rb_task *rt,
+                          const char *what)
+{
+    if (rt->was_up || atomic_load(&rb->base.up))
+        tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, NULL,
+                     "%s: %s; reconnecting", what, rt->errstr);
+    rt->was_up = 0;
+    mark_down(rb);
+    if (rt->rc != NULL) {
+        redisFree(rt->rc);
+        rt->rc = NULL;
+    }
+}
+
+static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
+                    int timeout_ms, struct tm_batch **out)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    struct rb_task *rt = &rb->tasks[ti];
+    const struct tm_cfg_task *t = rt->cfg;
+    int dead = 0;
+    *out = NULL;
+    if (max == 0)
+        return 0;
+    if (max > RB_ACK_CHUNK)
+        max = RB_ACK_CHUNK;
+
+    if (rt->rc == NULL) {
+        rt->rc = rb_connect(rb, (int64_t)timeout_ms + RB_BLOCK_SLACK_MS,
+                            rt->errstr, sizeof rt->errstr);
+        if (rt->rc == NULL) {
+            intake_failed(rb, rt, "connect");
+            return -1;
+        }
+        rt->group_ready = 0;
+    }
+    if (!rt->group_ready) {
+        if (ensure_group(rt->rc, t, rt->errstr, sizeof rt->errstr,
+                         &dead) != 0) {
+            intake_failed(rb, rt, "XGROUP CREATE");
+            return -1;
+        }
+        rt->group_ready = 1;
+        if (!rt->was_up)
+            tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
+                         "consuming stream '%s' as %s/%s", t->queue,
+                         t->group, rb->consumer);
+        rt->was_up = 1;
+        mark_up(rb);
+    }
+
+    /* 1. retries that are due: claim them back (delivery count + 1) */
+    struct rb_retry due[64];
+    int64_t next_ms = 0;
+    size_t nd = heap_pop_due(rt, tm_now_ms(), max < 64 ? max : 64, due,
+                             &next_ms);
+    if (nd > 0) {
+        const char *argv[5 + 64];
+        argv[0] = "XCLAIM";
+        argv[1] = t->queue;
+        argv[2] = t->group;
+        argv[3] = rb->consumer;
+        argv[4] = "0";
+        for (size_t i = 0; i < nd; i++)
+            argv[5 + i] = due[i].id;
+        redisReply *r = redisCommandArgv(rt->rc, (int)(5 + nd), argv, NULL);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+            dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+            if (r != NULL)
+                freeReplyObject(r);
+            /* keep the retries for after the reconnect */
+            for (size_t i = 0; i < nd; i++)
+                heap_push(rt, &due[i]);
+            if (dead) {
+                intake_failed(rb, rt, "XCLAIM");
+                return -1;
+            }
+            tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
+                         "XCLAIM: %s", rt->errstr);
+            return 0;
+        }
+        struct tm_batch *batch = entries_batch(r, r, ti, due, nd);
+        if (batch == NULL)
+            return 0;
+        *out = batch;
+        return (int)batch->n;
+    }
+
+    /* 2. this consumer's own pending entries, once after start */
+    const char *start = rt->history_done ? ">" : "0";
+    char count[24], block[24];
+    tm_snprintf(count, sizeof count, "%zu", max);
+    int64_t bl = timeout_ms > 0 ? timeout_ms : 1;
+    if (next_ms > 0) {
+        int64_t until = next_ms - tm_now_ms();
+        if (until < bl)
+            bl = until > 1 ? until : 1;
+    }
+    tm_snprintf(block, sizeof block, "%lld", (long long)bl);
+    const char *argv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
+                          "COUNT", count, "BLOCK", block, "STREAMS",
+                          t->queue, start};
+    int argc = 11;
+    if (!rt->history_done) {
+        /* history reads do not block */
+        const char *hargv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
+                               "COUNT", count, "STREAMS", t->queue,
+                               rt->history_from[0] ? rt->history_from : "0"};
+        redisReply *r = redisCommandArgv(rt->rc, 9, hargv, NULL);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+            if (r != NULL)
+                freeReplyObject(r);
+            if (!dead && strncmp(rt->errstr, "NOGROUP", 7) == 0) {
+                rt->group_ready = 0;
+                return 0;
+            }
+            intake_failed(rb, rt, "XREADGROUP");
+            return -1;
+        }
+        const redisReply *entries = NULL;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+            r->element[0]->type == REDIS_REPLY_ARRAY &&
+            r->element[0]->elements == 2)
+            entries = r->element[0]->element[1];
+        if (entries == NULL || entries->type != REDIS_REPLY_ARRAY ||
+            entries->elements == 0) {
+            freeReplyObject(r);
+            rt->history_done = 1;
+            return 0;
+        }
+        /* entries deleted while pending come back without fields: ack
+         * them, there is nothing left to run */
+        for (size_t i = 0; i < entries->elements; i++) {
+            const redisReply *e = entries->element[i];
+            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 &&
+                e->element[1]->type != REDIS_REPLY_ARRAY) {
+                const char *aargv[] = {"XACK", t->queue, t->group,
+                                       e->element[0]->str};
+                redisReply *a = redisCommandArgv(rt->rc, 4, aargv, NULL);
+                if (a != NULL)
+                    freeReplyObject(a);
+            }
+        }
+        const redisReply *last = entries->element[entries->elements - 1];
+        if (last->type == REDIS_REPLY_ARRAY && last->elements >= 1 &&
+            last->element[0]->type == REDIS_REPLY_STRING)
+            tm_snprintf(rt->history_from, sizeof rt->history_from, "%s",
+                        last->element[0]->str);
+        if (entries->elements < max)
+            rt->history_done = 1;
+        struct tm_batch *batch = entries_batch(r, entries, ti, NULL, 0);
+        if (batch == NULL) {
+            rt->history_done = 1;
+            return 0;
+        }
+        /* a restarted consumer runs its pending entries again */
+        for (size_t i = 0; i < batch->n; i++)
+            batch->msgs[i].attempt = 2;
+        *out = batch;
+        return (int)batch->n;
+    }
+
+    redisReply *r = redisCommandArgv(rt->rc, argc, argv, NULL);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        if (!dead && strncmp(rt->errstr, "NOGROUP", 7) == 0) {
+            /* the stream or group was deleted: create it again */
+            tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
+                         "group '%s' is gone from '%s'; creating it again",
+                         t->group, t->queue);
+            rt->group_ready = 0;
+            return 0;
+        }
+        intake_failed(rb, rt, "XREADGROUP");
+        return -1;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
+        r->element[0]->type != REDIS_REPLY_ARRAY ||
+        r->element[0]->elements != 2 ||
+        r->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r); /* nil: the block timed out */
+        return 0;
+    }
+    struct tm_batch *batch =
+        entries_batch(r, r->element[0]->element[1], ti, NULL, 0);
+    if (batch == NULL)
+        return 0;
+    *out = batch;
+    return (int)batch->n;
+}
+
+/* ---- settlement ----------------------------------------------------- */
+
+static void argv_reserve(struct rb_broker *rb, size_t n)
+{
+    if (n <= rb->argcap)
+        return;
+    size_t cap = rb->argcap ? rb->argcap : 64;
+    while (cap < n)
+        cap *= 2;
+    rb->argv = tm_realloc(rb->argv, cap * sizeof *rb->argv);
+    rb->argvlen = tm_realloc(rb->argvlen, cap * sizeof *rb->argvlen);
+    rb->argcap = cap;
+}
+
+static int wc_ready(struct rb_broker *rb, char *buf, size_t size)
+{
+    if (rb->wc != NULL)
+        return 0;
+    rb->wc = rb_connect(rb, RB_COMMAND_TIMEOUT_MS, buf, size);
+    if (rb->wc == NULL) {
+        mark_down(rb);
+        return -1;
+    }
+    return 0;
+}
+
+static void wc_lost(struct rb_broker *rb, const char *what, const char *why)
+{
+    if (rb->wc_was_up)
+        tm_log_warn(SRC, "%s: %s; reconnecting", what, why);
+    rb->wc_was_up = 0;
+    mark_down(rb);
+    if (rb->wc != NULL) {
+        redisFree(rb->wc);
+        rb->wc = NULL;
+    }
+}
+
+/* append_dead queues the dead-letter script for m. */
+static void append_dead(struct rb_broker *rb, struct tm_msg *m)
+{
+    const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
+    char attempts[24], failed_at[24];
+    tm_snprintf(attempts, sizeof attempts, "%u",
+                m->outcome == TM_OUT_INVALID ? 0u : m->attempt);
+    tm_snprintf(failed_at, sizeof failed_at, "%lld",
+                (long long)tm_wall_ms());
+    const char *err = m->error != NULL ? m->error : "";
+    const char *argv[] = {"EVAL", dead_script, "2", t->queue, t->dead_letter,
+                          t->group, m->id,
+                          "body", m->body != NULL ? m->body : "",
+                          "task", t->name,
+                          "error", err,
+                          "attempts", attempts,
+                          "failed_at", failed_at,
+                          "origin_id", m->id};
+    size_t lens[sizeof argv / sizeof argv[0]];
+    for (size_t i = 0; i < sizeof argv / sizeof argv[0]; i++)
+        lens[i] = strlen(argv[i]);
+    lens[8] = m->body != NULL ? m->body_len : 0;
+    redisAppendCommandArgv(rb->wc, (int)(sizeof argv / sizeof argv[0]),
+                           argv, lens);
+}
+
+static int rb_settle(struct tm_broker *b, struct tm_msg *list,
+                     struct tm_msg **failed)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    char eb[256];
+    *failed = NULL;
+
+    /* take the list into an array: replies are matched by position */
+    size_t n = 0;
+    for (struct tm_msg *m = list; m != NULL; m = m->next)
+        n++;
+    if (n > rb->msgcap) {
+        rb->msgcap = n * 2;
+        rb->msgs = tm_realloc(rb->msgs, rb->msgcap * sizeof *rb->msgs);
+    }
+    n = 0;
+    for (struct tm_msg *m = list; m != NULL; m = m->next)
+        rb->msgs[n++] = m;
+
+    /* retries need no command: the entry stays pending on this consumer
+     * and is claimed again when due (see rb_fetch) */
+    size_t work = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct tm_msg *m = rb->msgs[i];
+        if (m->settle == TM_SETTLE_RETRY) {
+            struct rb_retry e = {.due_ms = tm_now_ms() + m->retry_delay_ms,
+                                 .attempt = m->attempt + 1};
+            tm_snprintf(e.id, sizeof e.id, "%s", m->id);
+            heap_push(&rb->tasks[m->task_index], &e);
+        } else if (m->settle == TM_SETTLE_ACK ||
+                   m->settle == TM_SETTLE_DEAD) {
+            rb->msgs[work++] = m;
+        }
+    }
+    if (work == 0)
+        return 0;
+    if (wc_ready(rb, eb, sizeof eb) != 0)
+        goto lost;
+
+    /* one pipeline: dead letters, then one XACK per task per chunk */
+    size_t ncmds = 0;
+    for (size_t i = 0; i < work; i++) {
+        if (rb->msgs[i]->settle == TM_SETTLE_DEAD) {
+            append_dead(rb, rb->msgs[i]);
+            ncmds++;
+        }
+    }
+    size_t ndead = ncmds;
+    for (size_t ti = 0; ti < rb->ntasks; ti++) {
+        const struct tm_cfg_task *t = rb->tasks[ti].cfg;
+        size_t argc = 0;
+        argv_reserve(rb, 3 + RB_ACK_CHUNK);
+        for (size_t i = 0; i <= work; i++) {
+            int flush = i == work || argc == 3 + RB_ACK_CHUNK;
+            if (flush && argc > 3) {
+                redisAppendCommandArgv(rb->wc, (int)argc, rb->argv,
+                                       rb->argvlen);
+                ncmds++;
+                argc = 0;
+            }
+            if (i == work)
+                break;
+            struct tm_msg *m = rb->msgs[i];
+            if (m->task_index != ti || m->settle != TM_SETTLE_ACK)
+                continue;
+            if (argc == 0) {
+                rb->argv[0] = "XACK";
+                rb->argvlen[0] = 4;
+                rb->argv[1] = t->queue;
+                rb->argvlen[1] = strlen(t->queue);
+                rb->argv[2] = t->group;
+                rb->argvlen[2] = strlen(t->group);
+                argc = 3;
+            }
+            rb->argv[argc] = m->id;
+            rb->argvlen[argc] = m->id_len;
+            argc++;
+        }
+    }
+
+    /* replies come in the order of the commands: the dead letters first,
+     * in the order of rb->msgs, then the acks */
+    size_t next_dead = 0;
+    for (size_t c = 0; c < ncmds; c++) {
+        void *vr = NULL;
+        if (redisGetReply(rb->wc, &vr) != REDIS_OK) {
+            tm_snprintf(eb, sizeof eb, "%s", rb->wc->errstr);
+            goto lost;
+        }
+        redisReply *r = vr;
+        struct tm_msg *m = NULL;
+        if (c < ndead) {
+            while (rb->msgs[next_dead]->settle != TM_SETTLE_DEAD)
+                next_dead++;
+            m = rb->msgs[next_dead++];
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            /* a dead letter the broker refused stays pending, to be
+             * claimed again; an XACK error is only logged */
+            tm_log_write(TM_LOG_ERR, SRC,
+                         m != NULL ? rb->tasks[m->task_index].cfg->name
+                                   : NULL,
+                         m != NULL ? m->id : NULL, "%s failed: %s",
+                         m != NULL ? "dead-letter" : "XACK", r->str);
+        }
+        freeReplyObject(r);
+    }
+    if (!rb->wc_was_up) {
+        rb->wc_was_up = 1;
+        mark_up(rb);
+    }
+    return 0;
+
+lost:
+    wc_lost(rb, "settle", eb);
+    {
+        struct tm_msg *head = NULL, **tail = &head;
+        for (size_t i = 0; i < work; i++) {
+            rb->msgs[i]->next = NULL;
+            *tail = rb->msgs[i];
+            tail = &rb->msgs[i]->next;
+        }
+        *failed = head;
+    }
+    return -1;
+}
+
+/* ---- lifecycle ------------------------------------------------------ */
+
+static struct tm_broker *rb_create(const struct tm_cfg *cfg)
+{
+    struct rb_broker *rb = tm_calloc(1, sizeof *rb);
+    rb->base.ops = &tm_broker_redis_ops;
+    rb->base.cfg = cfg;
+    rb->ntasks = cfg->ntasks;
+    rb->consumer = cfg->instance;
+    rb->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *rb->tasks);
+    for (size_t i = 0; i < cfg->ntasks; i++) {
+        rb->tasks[i].cfg = &cfg->tasks[i];
+        pthread_mutex_init(&rb->tasks[i].mu, NULL);
+    }
+    return &rb->base;
+}
+
+static int rb_connect_all(struct tm_broker *b)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    char eb[256];
+    int dead;
+    if (wc_ready(rb, eb, sizeof eb) != 0) {
+        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
+        return -1;
+    }
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        if (ensure_group(rb->wc, rb->tasks[i].cfg, eb, sizeof eb,
+                         &dead) != 0) {
+            tm_broker_set_error(b, EIO, "task '%s': XGROUP CREATE %s %s: %s",
+                                rb->tasks[i].cfg->name,
+                                rb->tasks[i].cfg->queue,
+                                rb->tasks[i].cfg->group, eb);
+            if (dead)
+                wc_lost(rb, "connect", eb);
+            return -1;
+        }
+    }
+    rb->wc_was_up = 1;
+    mark_up(rb);
+    return 0;
+}
+
+static void rb_wake(struct tm_broker *b)
+{
+    (void)b; /* blocking reads use short BLOCK times */
+}
+
+static void rb_destroy(struct tm_broker *b)
+{
+    if (b == NULL)
+        return;
+    struct rb_broker *rb = (struct rb_broker *)b;
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        if (rb->tasks[i].rc != NULL)
+            redisFree(rb->tasks[i].rc);
+        pthread_mutex_destroy(&rb->tasks[i].mu);
+        tm_free(rb->tasks[i].heap);
+    }
+    if (rb->wc != NULL)
+        redisFree(rb->wc);
+    tm_free(rb->tasks);
+    tm_free(rb->argv);
+    tm_free(rb->argvlen);
+    tm_free(rb->msgs);
+    tm_free(rb);
+}
+
+/* ---- CLI: publish and dead letters ------------------------------------ */
+
+static redisReply *cli_command(struct rb_broker *rb, int argc,
+                               const char **argv, const size_t *lens)
+{
+    char eb[256];
+    if (wc_ready(rb, eb, sizeof eb) != 0) {
+        tm_broker_set_error(&rb->base, ECONNREFUSED, "%s", eb);
+        return NULL;
+    }
+    int dead;
+    redisReply *r = rb_command(rb->wc, argc, argv, lens, eb, sizeof eb,
+                               &dead);
+    if (r == NULL)
+        tm_broker_set_error(&rb->base, dead ? EIO : EINVAL, "%s %s: %s",
+                            argv[0], argc > 1 ? argv[1] : "", eb);
+    return r;
+}
+
+static int rb_publish(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *body, size_t len, int priority, char *id,
+                      size_t idlen)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    (void)priority; /* refused by the config loader on Redis */
+    const char *argv[] = {"XADD", t->queue, "*", "body", body};
+    size_t lens[] = {4, strlen(t->queue), 1, 4, len};
+    redisReply *r = cli_command(rb, 5, argv, lens);
+    if (r == NULL)
+        return -1;
+    tm_snprintf(id, idlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return 0;
+}
+
+static char *field_dup(const redisReply *f, const char *key)
+{
+    if (f == NULL || f->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        if (f->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(f->element[i]->str, key) == 0 &&
+            f->element[i + 1]->type == REDIS_REPLY_STRING)
+            return tm_strndup(f->element[i + 1]->str,
+                              f->element[i + 1]->len);
+    }
+    return NULL;
+}
+
+static void entry_to_dlq(const redisReply *e, struct tm_dlq_entry *d)
+{
+    d->id = tm_strdup(e->element[0]->str);
+    const redisReply *f = e->element[1];
+    d->origin_id = field_dup(f, "origin_id");
+    d->task = field_dup(f, "task");
+    d->error = field_dup(f, "error");
+    d->body = field_dup(f, "body");
+    char *s = field_dup(f, "attempts");
+    d->attempts = s != NULL ? strtol(s, NULL, 10) : 0;
+    tm_free(s);
+    s = field_dup(f, "failed_at");
+    d->failed_at = s != NULL ? strtoll(s, NULL, 10) : 0;
+    tm_free(s);
+}
+
+static int rb_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                       size_t max, struct tm_dlq_entry **out, size_t *n)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    char count[24];
+    tm_snprintf(count, sizeof count, "%zu", max);
+    const char *argv[] = {"XREVRANGE", t->dead_letter, "+", "-", "COUNT",
+                          count};
+    redisReply *r = cli_command(rb, 6, argv, NULL);
+    *out = NULL;
+    *n = 0;
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+        struct tm_dlq_entry *e = tm_calloc(r->elements, sizeof *e);
+        size_t k = 0;
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *x = r->element[i];
+            if (x->type == REDIS_REPLY_ARRAY && x->elements == 2)
+                entry_to_dlq(x, &e[k++]);
+        }
+        *out = e;
+        *n = k;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static long rb_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *id)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    long moved = 0;
+    for (;;) {
+        const char *argv[] = {"XRANGE", t->dead_letter, id ? id : "-",
+                              id ? id : "+", "COUNT", "100"};
+        redisReply *r = cli_command(rb, 6, argv, NULL);
+        if (r == NULL)
+            return -1;
+        size_t got = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+        for (size_t i = 0; i < got; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2)
+                continue;
+            char *body = field_dup(e->element[1], "body");
+            const char *sargv[] = {"EVAL", replay_script, "2", t->queue,
+                                   t->dead_letter, e->element[0]->str,
+                                   body != NULL ? body : ""};
+            redisReply *x = cli_command(rb, 7, sargv, NULL);
+            tm_free(body);
+            if (x == NULL) {
+                freeReplyObject(r);
+                return -1;
+            }
+            freeReplyObject(x);
+            moved++;
+        }
+        freeReplyObject(r);
+        if (id != NULL || got == 0)
+            break;
+    }
+    return moved;
+}
+
+static long rb_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
+                         const char *id)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    if (id != NULL) {
+        const char *argv[] = {"XDEL", t->dead_letter, id};
+        redisReply *r = cli_command(rb, 3, argv, NULL);
+        if (r == NULL)
+            return -1;
+        long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
+        freeReplyObject(r);
+        return n;
+    }
+    const char *largv[] = {"XLEN", t->dead_letter};
+    redisReply *r = cli_command(rb, 2, largv, NULL);
+    if (r == NULL)
+        return -1;
+    long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
+    freeReplyObject(r);
+    const char *dargv[] = {"DEL", t->dead_letter};
+    r = cli_command(rb, 2, dargv, NULL);
+    if (r == NULL)
+        return -1;
+    freeReplyObject(r);
+    return n;
+}
+
+const struct tm_broker_ops tm_broker_redis_ops = {
+    .kind = "redis",
+    .create = rb_create,
+    .connect = rb_connect_all,
+    .fetch = rb_fetch,
+    .settle = rb_settle,
+    .wake = rb_wake,
+    .publish = rb_publish,
+    .dlq_list = rb_dlq_list,
+    .dlq_replay = rb_dlq_replay,
+    .dlq_purge = rb_dlq_purge,
+    .destroy = rb_destroy,
+};

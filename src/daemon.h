@@ -1,0 +1,84 @@
+/* daemon.h - the running daemon: lifecycle, intake and settle threads. */
+#ifndef TASKMILL_DAEMON_H
+#define TASKMILL_DAEMON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "core.h"
+
+enum tm_state {
+    TM_STATE_STARTING = 1,
+    TM_STATE_RUNNING = 2,
+    TM_STATE_STOPPING = 3
+};
+
+struct tm_http;
+
+struct tm_daemon {
+    struct tm_cfg *cfg;
+    struct tm_task *tasks;          /* cfg->ntasks of them */
+    struct tm_task **task_ptrs;
+    size_t ntasks;
+    struct tm_broker *broker;
+    struct tm_pool *pool;
+    struct tm_http *http;
+
+    atomic_int state;               /* enum tm_state */
+    atomic_int stopping;            /* intake stops */
+    atomic_llong main_tick_ms;      /* monotonic: main loop alive */
+    atomic_llong settle_tick_ms;    /* monotonic: settle loop alive */
+    int64_t start_wall_ms;
+    int64_t start_mono_ms;
+
+    /* finished messages: a lock-free stack pushed by workers, taken whole
+     * by the settle thread */
+    _Atomic(struct tm_msg *) done_head;
+    int done_fd;                    /* eventfd: stack became non-empty */
+    pthread_t settle_thread;
+    atomic_int settle_stop;
+    int64_t settle_deadline_ns;
+    struct tm_msg **scratch;        /* settle thread only */
+    size_t scratch_cap;
+    struct tm_msg *unsettled;       /* settlement failed; retried */
+
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cv;         /* signals and room for intake */
+    atomic_int signals;             /* termination signals received */
+};
+
+/*
+ * tm_tasks_load loads and initialises every task's plugin. Returns 0, or
+ * -1 with one line "FILE:LINE:COL: message" at the task's plugin: key in
+ * err. Loaded plugins are stored in tasks[i].plugin; free them with
+ * tm_tasks_unload() also on failure.
+ */
+int tm_tasks_load(const struct tm_cfg *cfg, struct tm_task *tasks,
+                  char *err, size_t errlen);
+void tm_tasks_unload(struct tm_task *tasks, size_t n);
+
+/* tm_daemon_run runs the daemon until a termination signal; returns the
+ * process exit status (0 clean stop, 1 runtime failure or abandoned work,
+ * 2 configuration error). Takes ownership of cfg. */
+int tm_daemon_run(struct tm_cfg *cfg);
+
+/* tm_daemon_ready returns 1 when /ping should answer 200; otherwise 0
+ * with a reason in why. */
+int tm_daemon_ready(struct tm_daemon *d, char *why, size_t size);
+
+/* tm_daemon_alive returns 1 while the daemon's own loops tick. */
+int tm_daemon_alive(struct tm_daemon *d);
+
+/* tm_metrics_render returns the Prometheus text exposition of d in a new
+ * buffer (caller frees) of *len bytes. */
+char *tm_metrics_render(struct tm_daemon *d, size_t *len);
+
+/* tm_http_start serves d's endpoints on cfg->http_listen. Returns NULL
+ * with a reason in err when the address cannot be bound. */
+struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen);
+void tm_http_stop(struct tm_http *h);
+
+#endif /* TASKMILL_DAEMON_H */

@@ -1,0 +1,206 @@
+/* exec.c - running one message through its plugin; the plugins' host. */
+#include "core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "log.h"
+#include "util.h"
+
+/* Largest result a plugin may set: results travel in replies and logs. */
+#define TM_RESULT_MAX (16u * 1024u * 1024u)
+
+/* tm_exec_abandon is set when the daemon gives up on running work (second
+ * signal, shutdown timeout); should_stop() then answers yes. */
+atomic_int tm_exec_abandon;
+
+/* struct tm_run is a call plus what the host needs to file its result. */
+struct tm_run {
+    struct tm_call call;
+    struct tm_msg *m;
+};
+
+static struct tm_run *run_of(const struct tm_call *call)
+{
+    /* call is the first member of struct tm_run */
+    return (struct tm_run *)(void *)(uintptr_t)call;
+}
+
+static void cb_host_log(const void *ctx, int kind, int level,
+                        const char *fmt, ...)
+{
+    const char *task = NULL, *id = NULL;
+    if (kind == 1) {
+        const struct tm_run *r = run_of(ctx);
+        task = r->m->task != NULL ? r->m->task->cfg->name : NULL;
+        id = r->m->id;
+    } else if (ctx != NULL) {
+        task = ((const struct tm_task_env *)ctx)->task;
+    }
+    if (level < TM_LOG_ERR)
+        level = TM_LOG_ERR;
+    if (level > TM_LOG_DEBUG)
+        level = TM_LOG_DEBUG;
+    va_list ap;
+    va_start(ap, fmt);
+    tm_log_vwrite(level, "task", task, id, fmt, ap);
+    va_end(ap);
+}
+
+static int cb_host_set_result(struct tm_call *call, const char *json,
+                              size_t len)
+{
+    if (json == NULL || len > TM_RESULT_MAX)
+        return -1;
+    struct tm_msg *m = run_of(call)->m;
+    char *copy = tm_malloc(len + 1);
+    memcpy(copy, json, len);
+    copy[len] = '\0';
+    tm_free(m->result);
+    m->result = copy;
+    m->result_len = len;
+    return 0;
+}
+
+static void cb_host_set_error(struct tm_call *call, const char *msg)
+{
+    struct tm_msg *m = run_of(call)->m;
+    tm_msg_set_error(m, "%s", msg != NULL ? msg : "");
+    /* one line, whatever the plugin wrote */
+    for (char *p = m->error; *p != '\0'; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+}
+
+static int64_t cb_host_now_ms(void)
+{
+    return tm_now_ms();
+}
+
+static int cb_host_should_stop(const struct tm_call *call)
+{
+    if (atomic_load_explicit(&tm_exec_abandon, memory_order_relaxed))
+        return 1;
+    return call->deadline_ms > 0 && tm_now_ms() >= call->deadline_ms;
+}
+
+static const struct tm_host host = {
+    .struct_size = sizeof(struct tm_host),
+    .log = cb_host_log,
+    .set_result = cb_host_set_result,
+    .set_error = cb_host_set_error,
+    .now_ms = cb_host_now_ms,
+    .should_stop = cb_host_should_stop,
+};
+
+const struct tm_host *tm_exec_host(void)
+{
+    return &host;
+}
+
+/* validate_body returns 0 when the body is a UTF-8 JSON object within the
+ * payload limit, else -1 with the reason in m->error. */
+static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
+{
+    if (m->invalid != NULL) {
+        tm_msg_set_error(m, "invalid message: %s", m->invalid);
+        return -1;
+    }
+    if (m->body == NULL) {
+        tm_msg_set_error(m, "invalid message: no body field");
+        return -1;
+    }
+    if (m->body_len > t->max_payload) {
+        tm_msg_set_error(m, "invalid body: %zu bytes exceeds max_payload "
+                         "of %zu", m->body_len, t->max_payload);
+        return -1;
+    }
+    if (memchr(m->body, '\0', m->body_len) != NULL) {
+        tm_msg_set_error(m, "invalid body: contains a NUL byte");
+        return -1;
+    }
+    if (!tm_utf8_valid(m->body, m->body_len)) {
+        tm_msg_set_error(m, "invalid body: not valid UTF-8");
+        return -1;
+    }
+    /* body[body_len] is NUL, so the length with it lets cJSON check that
+     * nothing but white space follows the value. */
+    cJSON *j = cJSON_ParseWithLengthOpts(m->body, m->body_len + 1, NULL,
+                                         /* require_null_terminated = */ 1);
+    if (j == NULL) {
+        tm_msg_set_error(m, "invalid body: not valid JSON");
+        return -1;
+    }
+    int is_obj = cJSON_IsObject(j);
+    cJSON_Delete(j);
+    if (!is_obj) {
+        tm_msg_set_error(m, "invalid body: not a JSON object");
+        return -1;
+    }
+    return 0;
+}
+
+void tm_exec_run(struct tm_msg *m, void *worker_data)
+{
+    struct tm_task *task = m->task;
+    const struct tm_cfg_task *t = task->cfg;
+    m->t_start_ns = tm_now_ns();
+    if (validate_body(m, t) != 0) {
+        m->outcome = TM_OUT_INVALID;
+        m->t_end_ns = tm_now_ns();
+        return;
+    }
+    struct tm_run r = {
+        .call = {
+            .struct_size = sizeof(struct tm_call),
+            .body = m->body,
+            .body_len = m->body_len,
+            .id = m->id,
+            .attempt = m->attempt,
+            .deadline_ms = t->timeout_ms > 0
+                               ? m->t_start_ns / 1000000LL + t->timeout_ms
+                               : 0,
+            .task_data = task->plugin->task_data,
+            .worker_data = worker_data,
+            .host = &host,
+        },
+        .m = m,
+    };
+    int rc = task->plugin->desc.cb_run(&r.call);
+    m->t_end_ns = tm_now_ns();
+    if (r.call.deadline_ms > 0 && m->t_end_ns / 1000000LL > r.call.deadline_ms) {
+        /* cooperative timeout (thread pool): a late result is discarded */
+        m->outcome = TM_OUT_TIMEOUT;
+        tm_free(m->result);
+        m->result = NULL;
+        m->result_len = 0;
+        tm_msg_set_error(m, "timeout: ran %lld ms, limit %lld ms",
+                         (long long)((m->t_end_ns - m->t_start_ns) / 1000000),
+                         (long long)t->timeout_ms);
+        return;
+    }
+    switch (rc) {
+    case TM_TASK_OK:
+        m->outcome = TM_OUT_SUCCESS;
+        tm_free(m->error);
+        m->error = NULL;
+        break;
+    case TM_TASK_ERROR:
+        m->outcome = TM_OUT_ERROR;
+        if (m->error == NULL)
+            tm_msg_set_error(m, "task returned an error");
+        break;
+    case TM_TASK_REJECT:
+        m->outcome = TM_OUT_REJECTED;
+        if (m->error == NULL)
+            tm_msg_set_error(m, "task rejected the message");
+        break;
+    default:
+        m->outcome = TM_OUT_ERROR;
+        tm_msg_set_error(m, "task returned %d, not a tm_task_result", rc);
+        break;
+    }
+}

@@ -1,0 +1,199 @@
+/* metrics.c - the Prometheus text exposition (format 0.0.4). */
+#include "daemon.h"
+
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+struct mbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void mb_printf(struct mbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void mb_printf(struct mbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = (b->cap + (size_t)n + 1) * 2;
+        b->p = tm_realloc(b->p, b->cap);
+    }
+}
+
+/* label escapes a label value: backslash, double quote and newline. */
+static const char *label(const char *s, char *buf, size_t size)
+{
+    size_t k = 0;
+    for (; *s != '\0' && k + 3 < size; s++) {
+        if (*s == '\\' || *s == '"') {
+            buf[k++] = '\\';
+            buf[k++] = *s;
+        } else if (*s == '\n') {
+            buf[k++] = '\\';
+            buf[k++] = 'n';
+        } else {
+            buf[k++] = *s;
+        }
+    }
+    buf[k] = '\0';
+    return buf;
+}
+
+static void family(struct mbuf *b, const char *name, const char *type,
+                   const char *help)
+{
+    mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void process_metrics(struct tm_daemon *d, struct mbuf *b)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    long ticks = sysconf(_SC_CLK_TCK);
+    unsigned long long rss_pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL) {
+        unsigned long long size;
+        if (fscanf(f, "%llu %llu", &size, &rss_pages) != 2)
+            rss_pages = 0;
+        fclose(f);
+    }
+    double cpu = 0;
+    f = fopen("/proc/self/stat", "r");
+    if (f != NULL) {
+        char line[1024];
+        if (fgets(line, sizeof line, f) != NULL) {
+            /* fields after the command name, which is in parentheses */
+            char *p = strrchr(line, ')');
+            unsigned long ut = 0, st = 0;
+            if (p != NULL &&
+                sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                              "%lu %lu", &ut, &st) == 2 && ticks > 0)
+                cpu = (double)(ut + st) / (double)ticks;
+        }
+        fclose(f);
+    }
+    long fds = 0;
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir != NULL) {
+        struct dirent *e;
+        while ((e = readdir(dir)) != NULL)
+            if (e->d_name[0] != '.')
+                fds++;
+        closedir(dir);
+        fds--; /* the directory stream's own descriptor */
+    }
+    family(b, "process_resident_memory_bytes", "gauge",
+           "Resident memory size in bytes.");
+    mb_printf(b, "process_resident_memory_bytes %llu\n",
+              rss_pages * (unsigned long long)page);
+    family(b, "process_cpu_seconds_total", "counter",
+           "Total user and system CPU time spent in seconds.");
+    mb_printf(b, "process_cpu_seconds_total %.2f\n", cpu);
+    family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
+    mb_printf(b, "process_open_fds %ld\n", fds);
+    family(b, "process_start_time_seconds", "gauge",
+           "Start time of the process since unix epoch in seconds.");
+    mb_printf(b, "process_start_time_seconds %.3f\n",
+              (double)d->start_wall_ms / 1000.0);
+}
+
+char *tm_metrics_render(struct tm_daemon *d, size_t *len)
+{
+    struct mbuf b = {.cap = 8192};
+    b.p = tm_malloc(b.cap);
+    char lb[256];
+    static const double bounds[] = {
+#define TM_HIST_VALUE(v) v,
+        TM_HIST_BOUNDS(TM_HIST_VALUE)
+#undef TM_HIST_VALUE
+    };
+
+    family(&b, "taskmill_build_info", "gauge",
+           "Build information; the value is always 1.");
+    mb_printf(&b, "taskmill_build_info{version=\"%s\"} 1\n", TM_VERSION);
+
+    family(&b, "taskmill_tasks_total", "counter",
+           "Task attempts by how they ended.");
+    for (size_t i = 0; i < d->ntasks; i++) {
+        const struct tm_task *t = &d->tasks[i];
+        label(t->cfg->name, lb, sizeof lb);
+        for (int o = 1; o < TM_OUT_COUNT; o++)
+            mb_printf(&b, "taskmill_tasks_total{task=\"%s\",outcome=\"%s\"} "
+                      "%llu\n", lb, tm_outcome_label((enum tm_outcome)o),
+                      atomic_load_explicit(&t->stats.outcomes[o],
+                                           memory_order_relaxed));
+    }
+    family(&b, "taskmill_retries_total", "counter",
+           "Attempts scheduled for retry.");
+    for (size_t i = 0; i < d->ntasks; i++)
+        mb_printf(&b, "taskmill_retries_total{task=\"%s\"} %llu\n",
+                  label(d->tasks[i].cfg->name, lb, sizeof lb),
+                  atomic_load(&d->tasks[i].stats.retries));
+    family(&b, "taskmill_dead_letter_total", "counter",
+           "Messages dead-lettered.");
+    for (size_t i = 0; i < d->ntasks; i++)
+        mb_printf(&b, "taskmill_dead_letter_total{task=\"%s\"} %llu\n",
+                  label(d->tasks[i].cfg->name, lb, sizeof lb),
+                  atomic_load(&d->tasks[i].stats.dead_lettered));
+    family(&b, "taskmill_tasks_inflight", "gauge",
+           "Messages received and not yet settled.");
+    for (size_t i = 0; i < d->ntasks; i++)
+        mb_printf(&b, "taskmill_tasks_inflight{task=\"%s\"} %lld\n",
+                  label(d->tasks[i].cfg->name, lb, sizeof lb),
+                  atomic_load(&d->tasks[i].stats.inflight));
+    family(&b, "taskmill_task_duration_seconds", "histogram",
+           "Time spent running a task.");
+    for (size_t i = 0; i < d->ntasks; i++) {
+        const struct tm_task_stats *s = &d->tasks[i].stats;
+        label(d->tasks[i].cfg->name, lb, sizeof lb);
+        unsigned long long cum = 0;
+        for (size_t k = 0; k < TM_HIST_N; k++) {
+            cum += atomic_load_explicit(&s->hist[k], memory_order_relaxed);
+            mb_printf(&b, "taskmill_task_duration_seconds_bucket{task=\"%s\","
+                      "le=\"%g\"} %llu\n", lb, bounds[k], cum);
+        }
+        cum += atomic_load_explicit(&s->hist[TM_HIST_N],
+                                    memory_order_relaxed);
+        mb_printf(&b, "taskmill_task_duration_seconds_bucket{task=\"%s\","
+                  "le=\"+Inf\"} %llu\n", lb, cum);
+        mb_printf(&b, "taskmill_task_duration_seconds_sum{task=\"%s\"} "
+                  "%.6f\n", lb,
+                  (double)atomic_load(&s->dur_sum_us) / 1e6);
+        mb_printf(&b, "taskmill_task_duration_seconds_count{task=\"%s\"} "
+                  "%llu\n", lb, cum);
+    }
+    family(&b, "taskmill_pool_size", "gauge", "Workers in the pool.");
+    mb_printf(&b, "taskmill_pool_size %u\n", d->pool->size);
+    family(&b, "taskmill_pool_busy", "gauge",
+           "Workers running a task now.");
+    mb_printf(&b, "taskmill_pool_busy %u\n", d->pool->ops->busy(d->pool));
+    family(&b, "taskmill_worker_restarts_total", "counter",
+           "Workers replaced after a crash, timeout or recycling.");
+    mb_printf(&b, "taskmill_worker_restarts_total %lu\n",
+              atomic_load(&d->pool->restarts));
+    family(&b, "taskmill_broker_up", "gauge",
+           "1 while the broker connection is up.");
+    mb_printf(&b, "taskmill_broker_up %d\n", atomic_load(&d->broker->up));
+    family(&b, "taskmill_broker_reconnects_total", "counter",
+           "Reconnections to the broker after a loss.");
+    mb_printf(&b, "taskmill_broker_reconnects_total %lu\n",
+              atomic_load(&d->broker->reconnects));
+    process_metrics(d, &b);
+    *len = b.len;
+    return b.p;
+}

@@ -1,0 +1,294 @@
+/* pool_thread.c - the pthread pool: fixed workers, bounded hand-off. */
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core.h"
+#include "log.h"
+#include "util.h"
+
+/* Queue slots per worker: enough to keep workers fed between intake
+ * batches; per-task prefetch bounds what is unacknowledged anyway. */
+#define TP_SLOTS_PER_WORKER 64
+/* Most messages a worker takes per lock acquisition. */
+#define TP_CHUNK_MAX 16
+
+struct tp_worker {
+    struct tpool *pool;
+    pthread_t thread;
+    unsigned index;
+    int started;
+    void **wdata;             /* per task: cb_worker_init's data */
+};
+
+struct tpool {
+    struct tm_pool base;
+    pthread_mutex_t mu;
+    pthread_cond_t not_empty; /* workers wait here */
+    pthread_cond_t not_full;  /* submitters wait here */
+    pthread_cond_t idle;      /* drain waits here */
+    struct tm_msg **ring;
+    size_t cap, head, count;
+    unsigned running;         /* workers inside cb_run (under mu) */
+    atomic_uint busy;         /* same, for lock-free readers */
+    int draining;             /* no more submissions */
+    int stop;                 /* workers exit when the queue is empty */
+    struct tp_worker *workers;
+};
+
+static void worker_fini(struct tp_worker *w)
+{
+    struct tm_pool *p = &w->pool->base;
+    for (size_t i = 0; i < p->ntasks; i++) {
+        const struct tm_task_plugin *d = &p->tasks[i]->plugin->desc;
+        if (d->cb_worker_fini != NULL)
+            d->cb_worker_fini(p->tasks[i]->plugin->task_data, w->wdata[i]);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct tp_worker *w = arg;
+    struct tpool *tp = w->pool;
+    struct tm_pool *p = &tp->base;
+
+    for (;;) {
+        struct tm_msg *chunk[TP_CHUNK_MAX];
+        size_t k = 0;
+        pthread_mutex_lock(&tp->mu);
+        while (tp->count == 0 && !tp->stop)
+            pthread_cond_wait(&tp->not_empty, &tp->mu);
+        if (tp->count == 0 && tp->stop) {
+            pthread_mutex_unlock(&tp->mu);
+            break;
+        }
+        /* take a fair share: small when the queue is short, so one worker
+         * does not hoard messages the others could run */
+        size_t share = tp->count / (p->size * 2);
+        if (share < 1)
+            share = 1;
+        if (share > TP_CHUNK_MAX)
+            share = TP_CHUNK_MAX;
+        while (k < share && tp->count > 0) {
+            chunk[k++] = tp->ring[tp->head];
+            tp->head = (tp->head + 1) % tp->cap;
+            tp->count--;
+        }
+        tp->running++;
+        atomic_store_explicit(&tp->busy, tp->running, memory_order_relaxed);
+        pthread_cond_signal(&tp->not_full);
+        if (tp->count > 0)
+            pthread_cond_signal(&tp->not_empty);
+        pthread_mutex_unlock(&tp->mu);
+
+        struct tm_msg *head = NULL, **tail = &head;
+        for (size_t i = 0; i < k; i++) {
+            struct tm_msg *m = chunk[i];
+            tm_exec_run(m, w->wdata[m->task_index]);
+            m->next = NULL;
+            *tail = m;
+            tail = &m->next;
+        }
+        p->done(p->done_ctx, head);
+
+        pthread_mutex_lock(&tp->mu);
+        tp->running--;
+        atomic_store_explicit(&tp->busy, tp->running, memory_order_relaxed);
+        if (tp->running == 0)
+            pthread_cond_broadcast(&tp->idle);
+        pthread_mutex_unlock(&tp->mu);
+    }
+    worker_fini(w);
+    return NULL;
+}
+
+static struct tm_pool *tp_create(unsigned size, struct tm_task **tasks,
+                                 size_t ntasks, tm_pool_done_fn done,
+                                 void *done_ctx)
+{
+    struct tpool *tp = tm_calloc(1, sizeof *tp);
+    tp->base.ops = &tm_pool_thread_ops;
+    tp->base.size = size;
+    tp->base.tasks = tasks;
+    tp->base.ntasks = ntasks;
+    tp->base.done = done;
+    tp->base.done_ctx = done_ctx;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->not_empty, NULL);
+    pthread_cond_init(&tp->not_full, NULL);
+    pthread_cond_init(&tp->idle, NULL);
+    tp->cap = (size_t)size * TP_SLOTS_PER_WORKER;
+    tp->ring = tm_calloc(tp->cap, sizeof *tp->ring);
+    tp->workers = tm_calloc(size, sizeof *tp->workers);
+    return &tp->base;
+}
+
+static int tp_start(struct tm_pool *p)
+{
+    struct tpool *tp = (struct tpool *)p;
+    for (unsigned i = 0; i < p->size; i++) {
+        struct tp_worker *w = &tp->workers[i];
+        w->pool = tp;
+        w->index = i;
+        w->wdata = tm_calloc(p->ntasks ? p->ntasks : 1, sizeof(void *));
+        /* cb_worker_init runs here, before the thread starts, so a refusal
+         * is reported synchronously; the data is then only used by it */
+        for (size_t t = 0; t < p->ntasks; t++) {
+            const struct tm_task_plugin *d = &p->tasks[t]->plugin->desc;
+            if (d->cb_worker_init != NULL &&
+                d->cb_worker_init(p->tasks[t]->plugin->task_data,
+                                  &w->wdata[t]) != 0) {
+                tm_log_err("pool:thread", "worker %u: task '%s' refused "
+                           "its worker init", i, p->tasks[t]->cfg->name);
+                for (size_t u = 0; u < t; u++) {
+                    const struct tm_task_plugin *du =
+                        &p->tasks[u]->plugin->desc;
+                    if (du->cb_worker_fini != NULL)
+                        du->cb_worker_fini(p->tasks[u]->plugin->task_data,
+                                           w->wdata[u]);
+                }
+                goto fail;
+            }
+        }
+        int rc = pthread_create(&w->thread, NULL, worker_main, w);
+        if (rc != 0) {
+            char eb[TM_STRERRNO_BUF];
+            tm_log_err("pool:thread", "cannot start worker %u: %s", i,
+                       tm_strerror(rc, eb, sizeof eb));
+            worker_fini(w);
+            goto fail;
+        }
+        w->started = 1;
+    }
+    return 0;
+fail:
+    pthread_mutex_lock(&tp->mu);
+    tp->stop = 1;
+    tp->draining = 1;
+    pthread_cond_broadcast(&tp->not_empty);
+    pthread_mutex_unlock(&tp->mu);
+    for (unsigned i = 0; i < p->size; i++) {
+        if (tp->workers[i].started) {
+            pthread_join(tp->workers[i].thread, NULL);
+            tp->workers[i].started = 0;
+        }
+    }
+    return -1;
+}
+
+static size_t tp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
+{
+    struct tpool *tp = (struct tpool *)p;
+    size_t done = 0;
+    pthread_mutex_lock(&tp->mu);
+    while (done < n) {
+        while (tp->count == tp->cap && !tp->draining)
+            pthread_cond_wait(&tp->not_full, &tp->mu);
+        if (tp->draining)
+            break;
+        size_t before = tp->count;
+        while (done < n && tp->count < tp->cap) {
+            tp->ring[(tp->head + tp->count) % tp->cap] = &msgs[done++];
+            tp->count++;
+        }
+        if (tp->count - before > 1)
+            pthread_cond_broadcast(&tp->not_empty);
+        else
+            pthread_cond_signal(&tp->not_empty);
+    }
+    pthread_mutex_unlock(&tp->mu);
+    return done;
+}
+
+static int tp_drain(struct tm_pool *p, int64_t deadline_ns)
+{
+    struct tpool *tp = (struct tpool *)p;
+    struct tm_msg *head = NULL, **tail = &head;
+    pthread_mutex_lock(&tp->mu);
+    tp->draining = 1;
+    pthread_cond_broadcast(&tp->not_full);
+    /* never-started messages go back unsettled */
+    while (tp->count > 0) {
+        struct tm_msg *m = tp->ring[tp->head];
+        tp->head = (tp->head + 1) % tp->cap;
+        tp->count--;
+        m->outcome = TM_OUT_NONE;
+        m->next = NULL;
+        *tail = m;
+        tail = &m->next;
+    }
+    int rc = 0;
+    while (tp->running > 0) {
+        int64_t now = tm_now_ns();
+        if (now >= deadline_ns) {
+            rc = -1;
+            break;
+        }
+        int64_t wait = deadline_ns - now;
+        if (wait > 100000000LL)
+            wait = 100000000LL;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += (time_t)(wait / 1000000000LL);
+        ts.tv_nsec += (long)(wait % 1000000000LL);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&tp->idle, &tp->mu, &ts);
+    }
+    tp->stop = 1;
+    pthread_cond_broadcast(&tp->not_empty);
+    pthread_mutex_unlock(&tp->mu);
+    if (head != NULL)
+        p->done(p->done_ctx, head);
+    return rc;
+}
+
+static unsigned tp_busy(struct tm_pool *p)
+{
+    struct tpool *tp = (struct tpool *)p;
+    return atomic_load_explicit(&tp->busy, memory_order_relaxed);
+}
+
+static void tp_destroy(struct tm_pool *p)
+{
+    if (p == NULL)
+        return;
+    struct tpool *tp = (struct tpool *)p;
+    pthread_mutex_lock(&tp->mu);
+    tp->stop = 1;
+    tp->draining = 1;
+    int abandoned = tp->running > 0;
+    pthread_cond_broadcast(&tp->not_empty);
+    pthread_mutex_unlock(&tp->mu);
+    if (abandoned) {
+        /* workers still run task code past the deadline; the process is
+         * about to exit, and joining would wait for them */
+        return;
+    }
+    for (unsigned i = 0; i < p->size; i++) {
+        if (tp->workers[i].started)
+            pthread_join(tp->workers[i].thread, NULL);
+        tm_free(tp->workers[i].wdata);
+    }
+    pthread_mutex_destroy(&tp->mu);
+    pthread_cond_destroy(&tp->not_empty);
+    pthread_cond_destroy(&tp->not_full);
+    pthread_cond_destroy(&tp->idle);
+    tm_free(tp->workers);
+    tm_free(tp->ring);
+    tm_free(tp);
+}
+
+const struct tm_pool_ops tm_pool_thread_ops = {
+    .kind = "thread",
+    .create = tp_create,
+    .start = tp_start,
+    .submit = tp_submit,
+    .drain = tp_drain,
+    .busy = tp_busy,
+    .destroy = tp_destroy,
+};
