@@ -285,7 +285,7 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
     m->id_len = e->element[0]->len;
     const redisReply *f = e->element[1];
     if (f->type != REDIS_REPLY_ARRAY) {
-        m->invalid = "entry has no fields";
+        m->invalid = "the entry has no fields";
         return 0;
     }
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
@@ -297,7 +297,7 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
             return 0;
         }
     }
-    m->invalid = "entry has no body field";
+    m->invalid = "the entry has no body field";
     return 0;
 }
 

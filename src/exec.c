@@ -171,7 +171,8 @@ void tm_exec_run(struct tm_msg *m, void *worker_data)
     };
     int rc = task->plugin->desc.cb_run(&r.call);
     m->t_end_ns = tm_now_ns();
-    if (r.call.deadline_ms > 0 && m->t_end_ns / 1000000LL > r.call.deadline_ms) {
+    if (r.call.deadline_ms > 0 &&
+        m->t_end_ns / 1000000LL >= r.call.deadline_ms) {
         /* cooperative timeout (thread pool): a late result is discarded */
         m->outcome = TM_OUT_TIMEOUT;
         tm_free(m->result);

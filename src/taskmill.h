@@ -183,9 +183,20 @@ struct tm_task_plugin {
 #define TM_TASK_EXPORT
 #endif
 
+/* TM_TASK_LINKAGE gives the descriptor C linkage in a C++ plugin, where
+ * the macro expands outside the header's extern "C" block; without it the
+ * name is mangled and the loader finds no TM_TASK_SYMBOL. */
+#ifdef __cplusplus
+#define TM_TASK_LINKAGE extern "C"
+#else
+#define TM_TASK_LINKAGE
+#endif
+
 #define TM_TASK_DECLARE(...)                                               \
-    TM_TASK_EXPORT const struct tm_task_plugin *tm_task_descriptor(void);  \
-    TM_TASK_EXPORT const struct tm_task_plugin *tm_task_descriptor(void)   \
+    TM_TASK_LINKAGE TM_TASK_EXPORT const struct tm_task_plugin *           \
+    tm_task_descriptor(void);                                              \
+    TM_TASK_LINKAGE TM_TASK_EXPORT const struct tm_task_plugin *           \
+    tm_task_descriptor(void)                                               \
     {                                                                      \
         static const struct tm_task_plugin desc = {                        \
             .struct_size = (uint32_t)sizeof(struct tm_task_plugin),        \

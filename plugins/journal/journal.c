@@ -1,0 +1,405 @@
+/* journal.c - example task: appends "<message id> <body>" to a file. */
+/* Feature-test macro first: O_CLOEXEC and strerror_r() are POSIX.1-2008,
+ * hidden by -std=c11. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <taskmill.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * Config: {"path": "/var/log/journal.log"} (required). The file is opened
+ * once in cb_init with O_APPEND and each run appends its line with a
+ * single write(2), so lines from several threads or forked workers never
+ * interleave.
+ */
+
+struct journal {
+    int fd;
+};
+
+/*
+ * A plugin builds against taskmill.h alone, so this file carries a tiny
+ * JSON scanner of its own instead of linking a JSON library. It only finds
+ * a top-level key of an object and decodes a string value; the daemon
+ * hands over the config as a valid JSON object.
+ */
+
+/* JSON_MAX_DEPTH bounds nesting while skipping values, so a hostile body
+ * cannot exhaust the stack. */
+#define JSON_MAX_DEPTH 64
+
+static const char *json_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* json_skip_string skips the string starting at the '"' at p. Returns the
+ * character after the closing quote, or NULL when malformed. */
+static const char *json_skip_string(const char *p)
+{
+    p++;
+    while (*p != '"') {
+        if (*p == '\0' || (unsigned char)*p < 0x20)
+            return NULL;
+        if (*p == '\\') {
+            p++;
+            if (*p == '\0')
+                return NULL;
+        }
+        p++;
+    }
+    return p + 1;
+}
+
+/* json_skip_value skips one value at p (after whitespace). Returns the
+ * character after it, or NULL when malformed. */
+static const char *json_skip_value(const char *p, int depth)
+{
+    p = json_ws(p);
+    if (*p == '"')
+        return json_skip_string(p);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        if (depth >= JSON_MAX_DEPTH)
+            return NULL;
+        p = json_ws(p + 1);
+        if (*p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (*p != '"')
+                    return NULL;
+                p = json_skip_string(p);
+                if (p == NULL)
+                    return NULL;
+                p = json_ws(p);
+                if (*p != ':')
+                    return NULL;
+                p++;
+            }
+            p = json_skip_value(p, depth + 1);
+            if (p == NULL)
+                return NULL;
+            p = json_ws(p);
+            if (*p == ',') {
+                p = json_ws(p + 1);
+                continue;
+            }
+            if (*p == close)
+                return p + 1;
+            return NULL;
+        }
+    }
+    /* A number or a literal: the daemon validated it, skip its bytes. */
+    const char *start = p;
+    while (*p != '\0' && strchr("+-.0123456789eEtrufalsn", *p) != NULL)
+        p++;
+    return p > start ? p : NULL;
+}
+
+/*
+ * json_find looks for key among the top-level members of the object text
+ * obj. Returns 1 with *val at the value, 0 when the key is absent, -1 when
+ * obj is not an object or names the key twice. Keys are compared as
+ * written, so an escaped spelling of the key does not match.
+ */
+static int json_find(const char *obj, const char *key, const char **val)
+{
+    size_t klen = strlen(key);
+    int found = 0;
+    const char *p = json_ws(obj);
+
+    if (*p != '{')
+        return -1;
+    p = json_ws(p + 1);
+    if (*p == '}')
+        return 0;
+    for (;;) {
+        if (*p != '"')
+            return -1;
+        const char *k = p + 1;
+        p = json_skip_string(p);
+        if (p == NULL)
+            return -1;
+        int match = (size_t)(p - 1 - k) == klen &&
+                    memcmp(k, key, klen) == 0;
+        p = json_ws(p);
+        if (*p != ':')
+            return -1;
+        p = json_ws(p + 1);
+        if (match) {
+            if (found)
+                return -1;
+            found = 1;
+            *val = p;
+        }
+        p = json_skip_value(p, 1);
+        if (p == NULL)
+            return -1;
+        p = json_ws(p);
+        if (*p == '}')
+            return found;
+        if (*p != ',')
+            return -1;
+        p = json_ws(p + 1);
+    }
+}
+
+/* hex4 reads four hex digits at p. Returns the value, or -1. */
+static long hex4(const char *p)
+{
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* put_utf8 encodes code point cp at out; returns the bytes written. */
+static size_t put_utf8(char *out, unsigned long cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/*
+ * json_strdup decodes the JSON string at p into a new NUL-terminated
+ * string the caller frees. Returns NULL when p is not a string, is
+ * malformed, contains \u0000 (which a C string cannot hold), or memory
+ * is short.
+ */
+static char *json_strdup(const char *p)
+{
+    if (*p != '"')
+        return NULL;
+    const char *end = json_skip_string(p);
+    if (end == NULL)
+        return NULL;
+    /* Decoding never grows the text: \uXXXX (6 bytes) yields at most 3,
+     * a surrogate pair (12 bytes) 4. */
+    char *out = malloc((size_t)(end - p));
+    if (out == NULL)
+        return NULL;
+    size_t n = 0;
+    for (p++; *p != '"'; p++) {
+        if (*p != '\\') {
+            out[n++] = *p;
+            continue;
+        }
+        p++;
+        switch (*p) {
+        case '"':
+        case '\\':
+        case '/':
+            out[n++] = *p;
+            break;
+        case 'b':
+            out[n++] = '\b';
+            break;
+        case 'f':
+            out[n++] = '\f';
+            break;
+        case 'n':
+            out[n++] = '\n';
+            break;
+        case 'r':
+            out[n++] = '\r';
+            break;
+        case 't':
+            out[n++] = '\t';
+            break;
+        case 'u': {
+            long cp = hex4(p + 1);
+            if (cp <= 0)
+                goto fail;
+            p += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF)
+                goto fail;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (p[1] != '\\' || p[2] != 'u')
+                    goto fail;
+                long lo = hex4(p + 3);
+                if (lo < 0xDC00 || lo > 0xDFFF)
+                    goto fail;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            }
+            n += put_utf8(out + n, (unsigned long)cp);
+            break;
+        }
+        default:
+            goto fail;
+        }
+    }
+    out[n] = '\0';
+    return out;
+fail:
+    free(out);
+    return NULL;
+}
+
+/* errtext describes errno value e in buf, whichever strerror_r the C
+ * library declares (GNU returns a string, POSIX fills buf). */
+static const char *errtext(int e, char *buf, size_t size)
+{
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+    return strerror_r(e, buf, size);
+#else
+    if (strerror_r(e, buf, size) != 0)
+        snprintf(buf, size, "error %d", e);
+    return buf;
+#endif
+}
+
+static int cb_init(const struct tm_task_env *env, void **task_data)
+{
+    char ebuf[128];
+    const char *val = NULL;
+
+    const char *config = env->config_json != NULL ? env->config_json : "{}";
+    int found = json_find(config, "path", &val);
+    if (found < 0) {
+        tm_env_log(env, TM_LOG_ERR, "config is not a mapping with unique "
+                                    "keys");
+        return -1;
+    }
+    if (found == 0) {
+        tm_env_log(env, TM_LOG_ERR, "config key 'path' is required: the "
+                                    "file to append to");
+        return -1;
+    }
+    char *path = json_strdup(val);
+    if (path == NULL || path[0] == '\0') {
+        tm_env_log(env, TM_LOG_ERR, "config key 'path' must be a "
+                                    "non-empty string");
+        free(path);
+        return -1;
+    }
+    struct journal *j = malloc(sizeof *j);
+    if (j == NULL) {
+        tm_env_log(env, TM_LOG_ERR, "out of memory");
+        free(path);
+        return -1;
+    }
+    j->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (j->fd < 0) {
+        int e = errno;
+        tm_env_log(env, TM_LOG_ERR, "cannot open %s: %s", path,
+                   errtext(e, ebuf, sizeof ebuf));
+        free(j);
+        free(path);
+        return -1;
+    }
+    tm_env_log(env, TM_LOG_INFO, "appending to %s", path);
+    free(path);
+    *task_data = j;
+    return 0;
+}
+
+static void cb_fini(void *task_data)
+{
+    struct journal *j = task_data;
+    if (j == NULL)
+        return;
+    close(j->fd);
+    free(j);
+}
+
+/* copy_line copies n bytes from s to out with line breaks made spaces, so
+ * one message stays one line. */
+static void copy_line(char *out, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = s[i] == '\n' || s[i] == '\r' ? ' ' : s[i];
+}
+
+static int cb_run(struct tm_call *call)
+{
+    struct journal *j = call->task_data;
+    const char *id = call->id != NULL ? call->id : "-";
+    size_t id_len = strlen(id);
+    size_t len = id_len + 1 + call->body_len + 1;
+
+    if (call->body_len > SIZE_MAX - id_len - 2) {
+        tm_error(call, "message too large");
+        return TM_TASK_ERROR;
+    }
+    char *line = malloc(len);
+    if (line == NULL) {
+        tm_error(call, "out of memory");
+        return TM_TASK_ERROR;
+    }
+    copy_line(line, id, id_len);
+    line[id_len] = ' ';
+    copy_line(line + id_len + 1, call->body, call->body_len);
+    line[len - 1] = '\n';
+
+    ssize_t w;
+    do {
+        w = write(j->fd, line, len);
+    } while (w < 0 && errno == EINTR);
+    int e = errno;
+    free(line);
+    if (w < 0) {
+        char ebuf[128];
+        char msg[160];
+        snprintf(msg, sizeof msg, "write failed: %s",
+                 errtext(e, ebuf, sizeof ebuf));
+        tm_error(call, msg);
+        return TM_TASK_ERROR;
+    }
+    if ((size_t)w != len) {
+        tm_error(call, "short write: journal line truncated");
+        return TM_TASK_ERROR;
+    }
+    return TM_TASK_OK;
+}
+
+TM_TASK_DECLARE(
+    .name = "journal",
+    .version = "1.0.0",
+    .description = "Appends one line \"<message id> <body>\" per message "
+                   "to the file named by its config key 'path'.",
+    .cb_init = cb_init,
+    .cb_fini = cb_fini,
+    .cb_run = cb_run,
+)

@@ -1,0 +1,303 @@
+/* plugin.c - loading task plugins: dlopen, ABI checks, init and fini. */
+#include "plugin.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "util.h"
+
+/* TM_DESC_MIN_SIZE is the smallest descriptor the loader accepts: every
+ * field up to and including cb_run, the last one ABI 1.0 requires. */
+#define TM_DESC_MIN_SIZE \
+    (offsetof(struct tm_task_plugin, cb_run) + \
+     sizeof(((struct tm_task_plugin *)0)->cb_run))
+
+/* set_err writes one line into err: newlines (dlerror() text may hold
+ * some) become spaces so the reason stays a single line. */
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        err[0] = '\0';
+    for (char *c = err; *c != '\0'; c++) {
+        if (*c == '\n' || *c == '\r')
+            *c = ' ';
+    }
+}
+
+/* dir_of returns a newly allocated copy of the directory part of path:
+ * "." when it has none, "/" for a file in the root. */
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return tm_strdup(".");
+    while (slash > path && slash[-1] == '/')
+        slash--;
+    if (slash == path)
+        return tm_strdup("/");
+    return tm_strndup(path, (size_t)(slash - path));
+}
+
+/* check_dir refuses a directory writable by group or others: whoever can
+ * write there can swap the plugin for their own code. Returns 0 or -1. */
+static int check_dir(const char *path, const char *dir, char *err,
+                     size_t errlen)
+{
+    struct stat st;
+    char ebuf[TM_STRERRNO_BUF];
+
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        set_err(err, errlen, "%s: cannot open directory %s: %s", path, dir,
+                tm_strerror(e, ebuf, sizeof ebuf));
+        return -1;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        set_err(err, errlen,
+                "%s: refused: directory %s is writable by group or others "
+                "(mode %04o); run chmod go-w %s",
+                path, dir, (unsigned)(st.st_mode & 07777), dir);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * check_file checks that path names a regular file that neither it nor
+ * its directory is writable by group or others. For a symbolic link the
+ * directory of the link and that of its target are both checked. Returns
+ * 0, or -1 with the reason in err.
+ */
+static int check_file(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    char ebuf[TM_STRERRNO_BUF];
+    char *dir = NULL;
+    char *real = NULL;
+    char *real_dir = NULL;
+    int rc = -1;
+
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        set_err(err, errlen, "%s: cannot open: %s", path,
+                tm_strerror(e, ebuf, sizeof ebuf));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: refused: not a regular file", path);
+        goto out;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        set_err(err, errlen,
+                "%s: refused: file is writable by group or others "
+                "(mode %04o); run chmod go-w %s",
+                path, (unsigned)(st.st_mode & 07777), path);
+        goto out;
+    }
+    dir = dir_of(path);
+    if (check_dir(path, dir, err, errlen) != 0)
+        goto out;
+
+    /* The file may be reached through symbolic links; the directory that
+     * really holds it must be safe too. */
+    real = realpath(path, NULL);
+    if (real == NULL) {
+        int e = errno;
+        set_err(err, errlen, "%s: cannot resolve: %s", path,
+                tm_strerror(e, ebuf, sizeof ebuf));
+        goto out;
+    }
+    real_dir = dir_of(real);
+    if (strcmp(real_dir, dir) != 0 &&
+        check_dir(path, real_dir, err, errlen) != 0)
+        goto out;
+    rc = 0;
+out:
+    tm_free(dir);
+    free(real); /* from realpath(3): plain malloc */
+    tm_free(real_dir);
+    return rc;
+}
+
+/* dl_reason returns dlerror()'s text without the leading "<path>: " that
+ * glibc adds, since the caller's line already starts with the path. */
+static const char *dl_reason(const char *path)
+{
+    const char *e = dlerror();
+    if (e == NULL)
+        return "unknown dynamic loader error";
+    size_t n = strlen(path);
+    if (strncmp(e, path, n) == 0 && e[n] == ':' && e[n + 1] == ' ')
+        return e + n + 2;
+    return e;
+}
+
+/*
+ * check_desc checks the descriptor fields in the order that makes each
+ * read safe: size first (so the rest may be read), then magic, ABI major,
+ * build signature, and the required fields. Returns 0 or -1 with err.
+ */
+static int check_desc(const char *path, const struct tm_task_plugin *d,
+                      char *err, size_t errlen)
+{
+    if (d == NULL) {
+        set_err(err, errlen, "%s: refused: %s() returned NULL", path,
+                TM_TASK_SYMBOL);
+        return -1;
+    }
+    if (d->struct_size < TM_DESC_MIN_SIZE) {
+        set_err(err, errlen,
+                "%s: refused: descriptor size %u, expected at least %zu "
+                "(rebuild against this taskmill.h)",
+                path, (unsigned)d->struct_size, TM_DESC_MIN_SIZE);
+        return -1;
+    }
+    if (d->magic != TM_TASK_MAGIC) {
+        set_err(err, errlen,
+                "%s: refused: bad descriptor magic 0x%08x instead of "
+                "0x%08x (not built with TM_TASK_DECLARE)",
+                path, (unsigned)d->magic, (unsigned)TM_TASK_MAGIC);
+        return -1;
+    }
+    if (d->abi_major != TM_TASK_ABI_MAJOR) {
+        set_err(err, errlen,
+                "%s: refused: ABI version %u.%u instead of %u.%u "
+                "(rebuild against this taskmill.h)",
+                path, (unsigned)d->abi_major, (unsigned)d->abi_minor,
+                (unsigned)TM_TASK_ABI_MAJOR, (unsigned)TM_TASK_ABI_MINOR);
+        return -1;
+    }
+    if (d->signature != (uint32_t)TM_TASK_SIGNATURE) {
+        set_err(err, errlen,
+                "%s: refused: not binary compatible (signature 0x%04x "
+                "instead of 0x%04x)",
+                path, (unsigned)d->signature, (unsigned)TM_TASK_SIGNATURE);
+        return -1;
+    }
+    if (d->name == NULL || d->name[0] == '\0') {
+        set_err(err, errlen, "%s: refused: descriptor has no name", path);
+        return -1;
+    }
+    if (d->version == NULL || d->version[0] == '\0') {
+        set_err(err, errlen, "%s: refused: plugin '%s' has no version",
+                path, d->name);
+        return -1;
+    }
+    if (d->cb_run == NULL) {
+        set_err(err, errlen, "%s: refused: plugin '%s' has no cb_run",
+                path, d->name);
+        return -1;
+    }
+    return 0;
+}
+
+struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
+{
+    typedef const struct tm_task_plugin *(*descriptor_fn)(void);
+    void *dl = NULL;
+
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (check_file(path, err, errlen) != 0)
+        return NULL;
+
+    /* A name without a slash would make dlopen search the library path
+     * instead of loading the file just checked. */
+    char *load_path = strchr(path, '/') != NULL ? tm_strdup(path)
+                                                : tm_asprintf("./%s", path);
+    dl = dlopen(load_path, RTLD_NOW | RTLD_LOCAL);
+    if (dl == NULL) {
+        set_err(err, errlen,
+                "%s: cannot load: %s; check its dependencies with ldd(1)",
+                path, dl_reason(load_path));
+        tm_free(load_path);
+        return NULL;
+    }
+    tm_free(load_path);
+
+    dlerror(); /* clear any earlier error */
+    void *sym = dlsym(dl, TM_TASK_SYMBOL);
+    if (sym == NULL) {
+        set_err(err, errlen,
+                "%s: not a taskmill plugin: no %s symbol", path,
+                TM_TASK_SYMBOL);
+        goto fail;
+    }
+    /* POSIX guarantees a dlsym() result converts to a function pointer;
+     * memcpy says so without an ISO C object/function pointer cast. */
+    descriptor_fn fn;
+    memcpy(&fn, &sym, sizeof fn);
+
+    const struct tm_task_plugin *d = fn();
+    if (check_desc(path, d, err, errlen) != 0)
+        goto fail;
+
+    struct tm_plugin *p = tm_calloc(1, sizeof *p);
+    p->path = tm_strdup(path);
+    p->dl = dl;
+    /* A plugin built against an older minor has a shorter descriptor:
+     * copy what it has, the rest stays zero. */
+    size_t n = d->struct_size < sizeof p->desc ? d->struct_size
+                                               : sizeof p->desc;
+    memcpy(&p->desc, d, n);
+    tm_log_debug("plugin", "loaded %s: %s %s (ABI %u.%u)", path,
+                 p->desc.name, p->desc.version, (unsigned)d->abi_major,
+                 (unsigned)d->abi_minor);
+    return p;
+
+fail:
+    dlclose(dl);
+    return NULL;
+}
+
+int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
+                   char *err, size_t errlen)
+{
+    const char *task = env != NULL && env->task != NULL ? env->task : "?";
+
+    if (p->inited) {
+        set_err(err, errlen, "%s: task '%s': plugin already initialised",
+                p->path, task);
+        return -1;
+    }
+    if (p->desc.cb_init != NULL) {
+        void *data = NULL;
+        if (p->desc.cb_init(env, &data) != 0) {
+            /* The plugin logged its own reason through env->host->log. */
+            set_err(err, errlen, "%s: init failed for task '%s'", p->path,
+                    task);
+            return -1;
+        }
+        p->task_data = data;
+    }
+    p->inited = 1;
+    return 0;
+}
+
+void tm_plugin_free(struct tm_plugin *p)
+{
+    if (p == NULL)
+        return;
+    if (p->inited && p->desc.cb_fini != NULL)
+        p->desc.cb_fini(p->task_data);
+    if (p->dl != NULL)
+        dlclose(p->dl);
+    tm_free(p->path);
+    tm_free(p);
+}
