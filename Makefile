@@ -12,6 +12,12 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 PKGCONFIGDIR = $(LIBDIR)/pkgconfig
 
 BUILD ?= build
+# make V=1 shows the full commands
+ifeq ($(V),1)
+Q =
+else
+Q = @
+endif
 CC ?= cc
 PKG_CONFIG ?= pkg-config
 USE_WERROR ?= 1
@@ -69,23 +75,28 @@ deps:
 	@scripts/install-deps.sh
 
 $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | $(BUILD)/obj
-	$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Isrc -c -o $@ $<
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Isrc -c -o $@ $<
 
 $(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
-	$(CC) $(REAL_LDFLAGS) -rdynamic -o $@ $^ $(DEP_LIBS) -ldl -lm
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(REAL_LDFLAGS) -rdynamic -o $@ $^ $(DEP_LIBS) -ldl -lm
 
 $(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
-	$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $(filter %.c,$^)
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $(filter %.c,$^)
 	@chmod go-w $@
 
 $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
-	$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $<
+	@$(if $(Q),echo "  PLUGIN  $@")
+	$(Q)$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $<
 	@chmod go-w $@
 
 test-plugins: $(TEST_PLUGIN_SOS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
-	$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) -Isrc -o $@ $< \
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) -Isrc -o $@ $< \
 		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
 
 unit-bins: $(UNIT_BINS)

@@ -58,6 +58,9 @@ struct rb_task {
     int history_done;          /* own pending entries read again */
     char history_from[RB_ID_MAX]; /* next history read starts after it */
     int was_up;
+    int64_t next_maint_ms;     /* next refresh / reclaim / trim round */
+    unsigned maint_rounds;
+    char claim_cursor[RB_ID_MAX]; /* XAUTOCLAIM scan position */
     pthread_mutex_t mu;        /* guards the retry heap */
     struct rb_retry *heap;     /* min-heap by due_ms */
     size_t nheap, capheap;
@@ -70,7 +73,7 @@ struct rb_broker {
     struct rb_task *tasks;
     size_t ntasks;
     const char *consumer;
-    int ever_up;
+    atomic_int ever_up;
     int wc_was_up;
     /* settle scratch (settle thread only) */
     const char **argv;
@@ -180,9 +183,9 @@ static redisContext *rb_connect(struct rb_broker *rb, int64_t timeout_ms,
 
 static void mark_up(struct rb_broker *rb)
 {
-    if (atomic_exchange(&rb->base.up, 1) == 0 && rb->ever_up)
+    if (atomic_exchange(&rb->base.up, 1) == 0 && atomic_load(&rb->ever_up))
         atomic_fetch_add(&rb->base.reconnects, 1);
-    rb->ever_up = 1;
+    atomic_store(&rb->ever_up, 1);
 }
 
 static void mark_down(struct rb_broker *rb)
@@ -350,6 +353,334 @@ static struct tm_batch *entries_batch(redisReply *reply,
     return b;
 }
 
+/* id_cmp orders two stream ids "ms-seq" numerically. */
+static int id_cmp(const char *a, const char *b)
+{
+    unsigned long long ams = strtoull(a, (char **)&a, 10);
+    unsigned long long bms = strtoull(b, (char **)&b, 10);
+    if (ams != bms)
+        return ams < bms ? -1 : 1;
+    unsigned long long aseq = *a == '-' ? strtoull(a + 1, NULL, 10) : 0;
+    unsigned long long bseq = *b == '-' ? strtoull(b + 1, NULL, 10) : 0;
+    return aseq < bseq ? -1 : aseq > bseq ? 1 : 0;
+}
+
+/* id_next writes the id right after id (seq + 1) into buf. */
+static void id_next(const char *id, char *buf, size_t size)
+{
+    char *end;
+    unsigned long long ms = strtoull(id, &end, 10);
+    unsigned long long seq = *end == '-' ? strtoull(end + 1, NULL, 10) : 0;
+    tm_snprintf(buf, size, "%llu-%llu", ms, seq + 1);
+}
+
+/* set_attempts sets each message's attempt to its delivery count, read
+ * with one XPENDING over the batch's id range. Redis counts every
+ * delivery (XREADGROUP, history reads, XCLAIM, XAUTOCLAIM; not JUSTID
+ * claims), so the count is the number of this run, across crashes and
+ * consumers. Returns 1 when the connection failed, else 0. */
+static int set_attempts(struct rb_broker *rb, struct rb_task *rt,
+                        struct tm_batch *b)
+{
+    if (b == NULL || b->n == 0)
+        return 0;
+    char count[24];
+    tm_snprintf(count, sizeof count, "%zu", (size_t)RB_ACK_CHUNK * 4);
+    const char *argv[] = {"XPENDING", rt->cfg->queue, rt->cfg->group,
+                          b->msgs[0].id, b->msgs[b->n - 1].id, count,
+                          rb->consumer};
+    redisReply *r = redisCommandArgv(rt->rc, 7, argv, NULL);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        int dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return dead;
+    }
+    size_t j = 0;
+    for (size_t i = 0; i < r->elements && j < b->n; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 4 ||
+            e->element[0]->type != REDIS_REPLY_STRING)
+            continue;
+        while (j < b->n && id_cmp(b->msgs[j].id, e->element[0]->str) < 0)
+            j++;
+        if (j < b->n && strcmp(b->msgs[j].id, e->element[0]->str) == 0 &&
+            e->element[3]->type == REDIS_REPLY_INTEGER)
+            b->msgs[j].attempt = (unsigned)e->element[3]->integer;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* refresh_own resets the idle time of this consumer's entries that have
+ * been pending for half the claim time (running long, queued, or waiting
+ * for a retry), so that no other consumer reclaims live work. XCLAIM with
+ * JUSTID does not count as a delivery. Returns 1 on connection loss. */
+static int refresh_own(struct rb_broker *rb, struct rb_task *rt)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    char idle[24], count[24];
+    tm_snprintf(idle, sizeof idle, "%lld", (long long)(t->claim_idle_ms / 2));
+    tm_snprintf(count, sizeof count, "%d", RB_ACK_CHUNK);
+    const char *argv[] = {"XPENDING", t->queue, t->group, "IDLE", idle,
+                          "-", "+", count, rb->consumer};
+    redisReply *r = redisCommandArgv(rt->rc, 9, argv, NULL);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        int dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return dead;
+    }
+    if (r->elements == 0) {
+        freeReplyObject(r);
+        return 0;
+    }
+    const char **cargv = tm_calloc(r->elements + 6, sizeof *cargv);
+    size_t argc = 0;
+    cargv[argc++] = "XCLAIM";
+    cargv[argc++] = t->queue;
+    cargv[argc++] = t->group;
+    cargv[argc++] = rb->consumer;
+    cargv[argc++] = "0";
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
+            e->element[0]->type == REDIS_REPLY_STRING)
+            cargv[argc++] = e->element[0]->str;
+    }
+    cargv[argc++] = "JUSTID";
+    redisReply *c = redisCommandArgv(rt->rc, (int)argc, cargv, NULL);
+    int dead = 0;
+    if (c == NULL || c->type == REDIS_REPLY_ERROR)
+        dead = reply_error(rt->rc, c, rt->errstr, sizeof rt->errstr);
+    else
+        tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
+                     "kept %zu long-pending entries from being reclaimed",
+                     argc - 6);
+    if (c != NULL)
+        freeReplyObject(c);
+    tm_free(cargv);
+    freeReplyObject(r);
+    return dead;
+}
+
+/* reclaim claims entries idle past claim_idle on other (dead) consumers
+ * with XAUTOCLAIM, continuing its scan where the last round stopped. */
+static int reclaim(struct rb_broker *rb, struct rb_task *rt, size_t ti,
+                   size_t max, struct tm_batch **out)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    char idle[24], count[24];
+    tm_snprintf(idle, sizeof idle, "%lld", (long long)t->claim_idle_ms);
+    tm_snprintf(count, sizeof count, "%zu", max);
+    if (rt->claim_cursor[0] == '\0')
+        tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "0-0");
+    const char *argv[] = {"XAUTOCLAIM", t->queue, t->group, rb->consumer,
+                          idle, rt->claim_cursor, "COUNT", count};
+    redisReply *r = redisCommandArgv(rt->rc, 8, argv, NULL);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+        int dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return dead;
+    }
+    tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "%s",
+                r->element[0]->str);
+    struct tm_batch *b = entries_batch(r, r->element[1], ti, NULL, 0);
+    if (b == NULL)
+        return 0;
+    tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
+                 "reclaimed %zu entries pending over %lld ms on other "
+                 "consumers", b->n, (long long)t->claim_idle_ms);
+    if (set_attempts(rb, rt, b) != 0) {
+        /* they are ours now; they will come back by the history read */
+        for (size_t i = 0; i < b->n; i++)
+            tm_msg_release(&b->msgs[i]);
+        return 1;
+    }
+    *out = b;
+    return 0;
+}
+
+/* reply_field finds key in a flat [key, value, ...] array. */
+static const redisReply *reply_field(const redisReply *a, const char *key)
+{
+    if (a == NULL || a->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < a->elements; i += 2)
+        if (a->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(a->element[i]->str, key) == 0)
+            return a->element[i + 1];
+    return NULL;
+}
+
+/* trim caps the stream at maxlen entries, but never removes an entry that
+ * some group has not yet read or acknowledged: it trims (XTRIM MINID) up
+ * to the oldest such entry at most. Work per round is bounded. */
+static int trim(struct rb_broker *rb, struct rb_task *rt)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    int dead = 0;
+    (void)rb;
+    redisReply *len = redisCommand(rt->rc, "XLEN %s", t->queue);
+    if (len == NULL || len->type != REDIS_REPLY_INTEGER) {
+        dead = reply_error(rt->rc, len, rt->errstr, sizeof rt->errstr);
+        goto out_len;
+    }
+    long long excess = len->integer - t->maxlen;
+    if (excess <= 0)
+        goto out_len;
+    /* the oldest entry any group still needs */
+    char safe[RB_ID_MAX] = "";
+    redisReply *groups = redisCommand(rt->rc, "XINFO GROUPS %s", t->queue);
+    if (groups == NULL || groups->type != REDIS_REPLY_ARRAY) {
+        dead = reply_error(rt->rc, groups, rt->errstr, sizeof rt->errstr);
+        goto out_groups;
+    }
+    for (size_t i = 0; i < groups->elements; i++) {
+        const redisReply *g = groups->element[i];
+        const redisReply *name = reply_field(g, "name");
+        const redisReply *pend = reply_field(g, "pending");
+        const redisReply *last = reply_field(g, "last-delivered-id");
+        if (name == NULL || pend == NULL || last == NULL)
+            continue;
+        char cand[RB_ID_MAX];
+        if (pend->integer > 0) {
+            redisReply *p = redisCommand(rt->rc, "XPENDING %s %s", t->queue,
+                                         name->str);
+            if (p == NULL) {
+                dead = reply_error(rt->rc, p, rt->errstr, sizeof rt->errstr);
+                goto out_groups;
+            }
+            if (p->type != REDIS_REPLY_ARRAY || p->elements < 2 ||
+                p->element[1]->type != REDIS_REPLY_STRING) {
+                freeReplyObject(p);
+                continue;
+            }
+            tm_snprintf(cand, sizeof cand, "%s", p->element[1]->str);
+            freeReplyObject(p);
+        } else {
+            id_next(last->str, cand, sizeof cand);
+        }
+        if (safe[0] == '\0' || id_cmp(cand, safe) < 0)
+            tm_snprintf(safe, sizeof safe, "%s", cand);
+    }
+    if (safe[0] == '\0')
+        goto out_groups;
+    /* the newest entry over the cap, looking at 10000 at most */
+    long long k = excess < 10000 ? excess : 10000;
+    redisReply *range = redisCommand(rt->rc, "XRANGE %s - + COUNT %lld",
+                                     t->queue, k);
+    if (range == NULL || range->type != REDIS_REPLY_ARRAY ||
+        range->elements == 0) {
+        dead = range == NULL ? reply_error(rt->rc, range, rt->errstr,
+                                           sizeof rt->errstr)
+                             : 0;
+        goto out_range;
+    }
+    const redisReply *lastover = range->element[range->elements - 1];
+    char minid[RB_ID_MAX];
+    id_next(lastover->element[0]->str, minid, sizeof minid);
+    if (id_cmp(safe, minid) < 0)
+        tm_snprintf(minid, sizeof minid, "%s", safe);
+    redisReply *x = redisCommand(rt->rc, "XTRIM %s MINID %s", t->queue,
+                                 minid);
+    if (x == NULL || x->type == REDIS_REPLY_ERROR)
+        dead = reply_error(rt->rc, x, rt->errstr, sizeof rt->errstr);
+    else if (x->type == REDIS_REPLY_INTEGER && x->integer > 0)
+        tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
+                     "trimmed %lld entries (maxlen %lld)", x->integer,
+                     (long long)t->maxlen);
+    if (x != NULL)
+        freeReplyObject(x);
+out_range:
+    if (range != NULL)
+        freeReplyObject(range);
+out_groups:
+    if (groups != NULL)
+        freeReplyObject(groups);
+out_len:
+    if (len != NULL)
+        freeReplyObject(len);
+    return dead;
+}
+
+/* sweep_consumers removes consumers of the group that hold nothing and
+ * have been idle long (daemons that stopped), so that groups do not fill
+ * with dead names. Redis 7.0 counts idle time from the last delivery, so
+ * a live consumer on a quiet stream looks idle too: the limit is long
+ * (an hour at least), and one removed anyway is created again by its
+ * next read, having nothing pending to lose. */
+static int sweep_consumers(struct rb_broker *rb, struct rb_task *rt)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    long long limit = t->claim_idle_ms * 10;
+    if (limit < 3600000)
+        limit = 3600000;
+    redisReply *r = redisCommand(rt->rc, "XINFO CONSUMERS %s %s", t->queue,
+                                 t->group);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        int dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return dead;
+    }
+    int dead = 0;
+    for (size_t i = 0; i < r->elements && !dead; i++) {
+        const redisReply *c = r->element[i];
+        const redisReply *name = reply_field(c, "name");
+        const redisReply *pend = reply_field(c, "pending");
+        const redisReply *idle = reply_field(c, "idle");
+        if (name == NULL || pend == NULL || idle == NULL ||
+            name->type != REDIS_REPLY_STRING ||
+            strcmp(name->str, rb->consumer) == 0 || pend->integer != 0 ||
+            idle->integer < limit)
+            continue;
+        redisReply *d = redisCommand(rt->rc, "XGROUP DELCONSUMER %s %s %s",
+                                     t->queue, t->group, name->str);
+        if (d == NULL) {
+            dead = reply_error(rt->rc, d, rt->errstr, sizeof rt->errstr);
+        } else {
+            if (d->type == REDIS_REPLY_INTEGER)
+                tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
+                             "removed consumer '%s' (idle %lld s, nothing "
+                             "pending)", name->str, idle->integer / 1000);
+            freeReplyObject(d);
+        }
+    }
+    freeReplyObject(r);
+    return dead;
+}
+
+/* maintain runs the periodic work of a task's intake: refresh, reclaim,
+ * trim, sweep. A reclaimed batch is returned in *out. Returns -1 when the
+ * connection was lost. */
+static int maintain(struct rb_broker *rb, struct rb_task *rt, size_t ti,
+                    size_t max, struct tm_batch **out)
+{
+    int64_t now = tm_now_ms();
+    if (now < rt->next_maint_ms)
+        return 0;
+    int64_t period = rt->cfg->claim_idle_ms / 4;
+    if (period < 50)
+        period = 50;
+    if (period > 5000)
+        period = 5000;
+    rt->next_maint_ms = now + period;
+    rt->maint_rounds++;
+    if (refresh_own(rb, rt) != 0)
+        return -1;
+    if (reclaim(rb, rt, ti, max, out) != 0)
+        return -1;
+    if (rt->cfg->maxlen > 0 && trim(rb, rt) != 0)
+        return -1;
+    if (rt->maint_rounds % 20 == 1 && sweep_consumers(rb, rt) != 0)
+        return -1;
+    return 0;
+}
+
 static void intake_failed(struct rb_broker *rb, struct rb_task *rt,
                           const char *what)
 {
@@ -438,7 +769,20 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
         return (int)batch->n;
     }
 
-    /* 2. this consumer's own pending entries, once after start */
+    /* 2. periodic work: keep own entries, reclaim dead consumers' */
+    if (rt->history_done) {
+        struct tm_batch *rec = NULL;
+        if (maintain(rb, rt, ti, max, &rec) != 0) {
+            intake_failed(rb, rt, "maintenance");
+            return -1;
+        }
+        if (rec != NULL) {
+            *out = rec;
+            return (int)rec->n;
+        }
+    }
+
+    /* 3. this consumer's own pending entries, once after start */
     const char *start = rt->history_done ? ">" : "0";
     char count[24], block[24];
     tm_snprintf(count, sizeof count, "%zu", max);
@@ -506,9 +850,14 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
             rt->history_done = 1;
             return 0;
         }
-        /* a restarted consumer runs its pending entries again */
-        for (size_t i = 0; i < batch->n; i++)
-            batch->msgs[i].attempt = 2;
+        /* a restarted consumer runs its pending entries again; the
+         * history read counted as one more delivery */
+        if (set_attempts(rb, rt, batch) != 0) {
+            for (size_t i = 0; i < batch->n; i++)
+                tm_msg_release(&batch->msgs[i]);
+            intake_failed(rb, rt, "XPENDING");
+            return -1;
+        }
         *out = batch;
         return (int)batch->n;
     }

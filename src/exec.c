@@ -153,6 +153,16 @@ void tm_exec_run(struct tm_msg *m, void *worker_data)
         m->t_end_ns = tm_now_ns();
         return;
     }
+    if (t->max_retries >= 0 && m->attempt > (unsigned)t->max_retries + 1) {
+        /* redelivered past the limit without being settled: the consumers
+         * that ran it died (a crash, kill -9); do not run it again */
+        m->outcome = TM_OUT_CRASHED;
+        tm_msg_set_error(m, "delivery %u exceeds max_retries %d: earlier "
+                         "runs failed or their consumer died; not run "
+                         "again", m->attempt, t->max_retries);
+        m->t_end_ns = tm_now_ns();
+        return;
+    }
     struct tm_run r = {
         .call = {
             .struct_size = sizeof(struct tm_call),
