@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Make sure the Debian 12 packages needed to build and test taskmill are
+# installed. Idempotent: when everything is present it prints one line and
+# touches nothing. Otherwise it runs `apt-get update` once and installs only
+# what is missing, as root or through sudo.
+#
+# The Debian redis-server and rabbitmq-server packages start system services
+# on the default ports when installed. The tests start their own servers on
+# free loopback ports, so after an install those services are stopped and
+# disabled (best effort: containers often have no systemd).
+set -euo pipefail
+
+PACKAGES=(
+	build-essential
+	pkg-config
+	libhiredis-dev
+	librabbitmq-dev
+	libcjson-dev
+	libyaml-dev
+	libmicrohttpd-dev
+	libsystemd-dev
+	check
+	redis-server
+	redis-tools
+	rabbitmq-server
+	curl
+	netcat-openbsd
+)
+SERVICES=(redis-server rabbitmq-server)
+
+is_installed() {
+	local status
+	status=$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) || return 1
+	[[ $status == installed ]]
+}
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+	echo "deps: dpkg-query not found; this script supports Debian 12 only" >&2
+	exit 1
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+	is_installed "$pkg" || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+	echo "deps: all present"
+	exit 0
+fi
+
+if ((EUID == 0)); then
+	SUDO=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+	SUDO=(sudo -n)
+else
+	echo "deps: missing packages: ${missing[*]}" >&2
+	echo "deps: need root or password-less sudo to install them; run as root:" >&2
+	echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+	exit 1
+fi
+
+echo "deps: installing: ${missing[*]}"
+
+# Keep the packages' maintainer scripts from starting services while they are
+# installed, where no policy is set already (policy-rc.d exit 101 = "action
+# forbidden", honoured by invoke-rc.d and deb-systemd-invoke). Services are
+# also stopped afterwards, for systems that ignore the policy.
+POLICY=/usr/sbin/policy-rc.d
+policy_added=0
+remove_policy() {
+	if ((policy_added)); then
+		"${SUDO[@]}" rm -f "$POLICY" || true
+	fi
+}
+trap remove_policy EXIT
+if [[ ! -e $POLICY ]]; then
+	if printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$POLICY" >/dev/null &&
+		"${SUDO[@]}" chmod 0755 "$POLICY"; then
+		policy_added=1
+	fi
+fi
+
+"${SUDO[@]}" apt-get update -q
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+remove_policy
+policy_added=0
+
+# Stop and disable the system services of the servers just installed; the
+# tests never use them. Every step may fail harmlessly (no systemd, no init).
+for svc in "${SERVICES[@]}"; do
+	installed_now=0
+	for pkg in "${missing[@]}"; do
+		[[ $pkg == "$svc" ]] && installed_now=1
+	done
+	((installed_now)) || continue
+	if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
+		"${SUDO[@]}" systemctl stop "$svc" >/dev/null 2>&1 || true
+		"${SUDO[@]}" systemctl disable "$svc" >/dev/null 2>&1 || true
+	elif command -v service >/dev/null 2>&1; then
+		"${SUDO[@]}" service "$svc" stop >/dev/null 2>&1 || true
+		if command -v update-rc.d >/dev/null 2>&1; then
+			"${SUDO[@]}" update-rc.d "$svc" disable >/dev/null 2>&1 || true
+		fi
+	fi
+done
+
+still=()
+for pkg in "${PACKAGES[@]}"; do
+	is_installed "$pkg" || still+=("$pkg")
+done
+if ((${#still[@]})); then
+	echo "deps: still missing after install: ${still[*]}" >&2
+	exit 1
+fi
+echo "deps: installed ${#missing[@]} package(s)"

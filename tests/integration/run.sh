@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Integration tests: the real taskmill binary against a real redis-server.
+#
+#   TM_BUILD=/abs/build tests/integration/run.sh [NAME...]
+#
+# Starts one redis-server on a free loopback port in a scratch dir for the
+# whole run (or uses TM_TEST_REDIS_PORT, a redis already running on
+# 127.0.0.1), then runs every tests/integration/test_*.sh (or only those
+# named: "happy_path", "test_cli.sh", ...) each in its own bash process with
+# lib.sh sourced, its own scratch dir, a FLUSHALL before it and a watchdog
+# timeout (TM_TEST_TIMEOUT, default 120 s). Prints "ok - NAME" or
+# "not ok - NAME" per test and one closing "N passed, N failed" line; exits 1
+# if any test failed. A test that calls `skip` counts as skipped, or as failed
+# when CI=true or TM_SKIPS_AS_FAILS=1.
+#
+# When TM_BUILD ends in build-asan, sanitizer reports in any log of a test
+# (daemon or CLI stderr) fail that test.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TM_SRCDIR=${TM_SRCDIR:-$(cd "$HERE/../.." && pwd)}
+: "${TM_BUILD:?set TM_BUILD to the absolute build directory}"
+TM_BUILD=$(cd "$TM_BUILD" && pwd) || exit 1
+export TM_BUILD TM_SRCDIR
+TEST_TIMEOUT=${TM_TEST_TIMEOUT:-120}
+SKIPS_AS_FAILS=${TM_SKIPS_AS_FAILS:-0}
+[[ ${CI:-} == true ]] && SKIPS_AS_FAILS=1
+
+if [[ ! -x $TM_BUILD/taskmill ]]; then
+	echo "run.sh: $TM_BUILD/taskmill not found; build it first (make)" >&2
+	exit 1
+fi
+for tool in redis-server redis-cli curl timeout; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		echo "run.sh: '$tool' not found; run scripts/install-deps.sh" >&2
+		exit 1
+	fi
+done
+
+SANITIZED=0
+if [[ $TM_BUILD == *build-asan ]]; then
+	SANITIZED=1
+	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
+SAN_PATTERN='ERROR: AddressSanitizer|runtime error:|LeakSanitizer'
+
+# The tests to run: all of them, or those named on the command line.
+tests=()
+if (($#)); then
+	for name in "$@"; do
+		name=${name##*/}
+		name=${name%.sh}
+		name=${name#test_}
+		if [[ ! -f $HERE/test_$name.sh ]]; then
+			echo "run.sh: no test named $name" >&2
+			exit 1
+		fi
+		tests+=("$HERE/test_$name.sh")
+	done
+else
+	for t in "$HERE"/test_*.sh; do
+		[[ -f $t ]] && tests+=("$t")
+	done
+fi
+
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/taskmill-it.XXXXXX")
+REDIS_PID=
+CURRENT_TEST_DIR=
+
+# Kill whatever a test left behind: daemons it recorded.
+kill_test_daemons() {
+	local dir=$1 pid
+	[[ -n $dir && -f $dir/daemon.pids ]] || return 0
+	while read -r pid; do
+		kill -KILL "$pid" 2>/dev/null || true
+	done <"$dir/daemon.pids"
+}
+
+cleanup() {
+	kill_test_daemons "$CURRENT_TEST_DIR"
+	if [[ -n $REDIS_PID ]]; then
+		kill -TERM "$REDIS_PID" 2>/dev/null || true
+		local i
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$REDIS_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+	fi
+	if [[ ${TM_KEEP_SCRATCH:-0} == 1 ]]; then
+		echo "# scratch kept in $SCRATCH"
+	else
+		rm -rf "$SCRATCH"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port_is_free() {
+	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+redis_ping() {
+	[[ $(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) == PONG ]]
+}
+
+# start_redis: start a private redis-server on a free port; sets REDIS_PORT.
+start_redis() {
+	local attempt port i
+	for ((attempt = 0; attempt < 10; attempt++)); do
+		port=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
+		port_is_free "$port" || continue
+		redis-server --bind 127.0.0.1 --port "$port" --dir "$SCRATCH" \
+			--save '' --appendonly no --daemonize no \
+			--logfile "$SCRATCH/redis.log" &
+		REDIS_PID=$!
+		for ((i = 0; i < 100; i++)); do
+			if redis_ping "$port"; then
+				REDIS_PORT=$port
+				return 0
+			fi
+			kill -0 "$REDIS_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		# Lost a race for the port, or a slow start: try another port.
+		kill -KILL "$REDIS_PID" 2>/dev/null || true
+		wait "$REDIS_PID" 2>/dev/null || true
+		REDIS_PID=
+	done
+	echo "run.sh: could not start redis-server; its log:" >&2
+	tail -n 20 "$SCRATCH/redis.log" >&2 2>/dev/null
+	return 1
+}
+
+if [[ -n ${TM_TEST_REDIS_PORT:-} ]]; then
+	REDIS_PORT=$TM_TEST_REDIS_PORT
+	if ! redis_ping "$REDIS_PORT"; then
+		echo "run.sh: no redis answers on 127.0.0.1:$REDIS_PORT (TM_TEST_REDIS_PORT)" >&2
+		exit 1
+	fi
+	echo "# using the redis already running on 127.0.0.1:$REDIS_PORT (it is flushed before each test)"
+else
+	start_redis || exit 1
+	echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$REDIS_PORT"
+fi
+export REDIS_PORT
+echo "# binary: $TM_BUILD/taskmill$( ((SANITIZED)) && echo ' (ASan+UBSan)')"
+
+# show_logs DIR: the end of every log a failed test left.
+show_logs() {
+	local f
+	for f in "$1"/test.log "$1"/daemon.*.log "$1"/cli.log; do
+		[[ -s $f ]] || continue
+		echo "#   --- ${f##*/} (last 40 lines)"
+		tail -n 40 "$f" | sed 's/^/#   /'
+	done
+}
+
+passed=0
+failed=0
+skipped=0
+for t in "${tests[@]}"; do
+	name=$(basename "$t" .sh)
+	name=${name#test_}
+	dir=$SCRATCH/$name
+	mkdir -p "$dir"
+	CURRENT_TEST_DIR=$dir
+
+	if [[ $(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" FLUSHALL 2>&1) != OK ]]; then
+		echo "not ok - $name # FLUSHALL failed"
+		failed=$((failed + 1))
+		continue
+	fi
+
+	start=$(date +%s%N)
+	rc=0
+	TEST_DIR=$dir timeout -k 5 "$TEST_TIMEOUT" bash -c '
+		set -eEuo pipefail
+		trap '\''echo "ERROR: line $LINENO: $BASH_COMMAND (status $?)" >&2'\'' ERR
+		cd "$TEST_DIR"
+		source "$1"
+		source "$2"
+	' "test_$name" "$HERE/lib.sh" "$t" >"$dir/test.log" 2>&1 </dev/null || rc=$?
+	kill_test_daemons "$dir"
+	CURRENT_TEST_DIR=
+	elapsed=$((($(date +%s%N) - start) / 1000000))
+
+	why=
+	if ((rc == 124 || rc == 137)); then
+		why="timed out after ${TEST_TIMEOUT}s"
+	elif ((rc == 77)); then
+		why=skip
+	elif ((rc != 0)); then
+		why="exit status $rc"
+	fi
+	if ((SANITIZED)) && [[ $why != skip ]] &&
+		grep -Eqs "$SAN_PATTERN" "$dir"/*.log; then
+		why="${why:+$why; }sanitizer report"
+		{
+			echo "#   --- sanitizer report"
+			grep -Eh -A 12 "$SAN_PATTERN" "$dir"/*.log | head -n 60 | sed 's/^/#   /'
+		} >"$dir/sanitizer.txt"
+	fi
+
+	if [[ -z $why ]]; then
+		echo "ok - $name (${elapsed} ms)"
+		passed=$((passed + 1))
+	elif [[ $why == skip ]]; then
+		reason=$(sed -n 's/^SKIP: //p' "$dir/test.log" | tail -n 1)
+		if ((SKIPS_AS_FAILS)); then
+			echo "not ok - $name # SKIP counted as failure: $reason"
+			failed=$((failed + 1))
+		else
+			echo "ok - $name # SKIP $reason"
+			skipped=$((skipped + 1))
+		fi
+	else
+		echo "not ok - $name ($why, ${elapsed} ms)"
+		grep -E '^(FAIL|ERROR): ' "$dir/test.log" | head -n 5 | sed 's/^/#   /'
+		[[ -f $dir/sanitizer.txt ]] && cat "$dir/sanitizer.txt"
+		show_logs "$dir"
+		failed=$((failed + 1))
+	fi
+done
+
+if ((skipped)); then
+	echo "$passed passed, $failed failed, $skipped skipped"
+else
+	echo "$passed passed, $failed failed"
+fi
+((failed == 0))
