@@ -853,10 +853,15 @@ static int get_duration(struct ctx *c, const yaml_node_t *k,
     if (s == NULL)
         return -1;
     int64_t ms;
-    if (tm_parse_duration(s, &ms) < 0) {
-        int64_t bare;
-        if (parse_i64(s, &bare) == 0 || strspn(s, "-0123456789.") ==
-            strlen(s))
+    size_t digits = strspn(s, "0123456789.");
+    if (tm_parse_duration(s, &ms) < 0 && digits > 0 &&
+        (strcmp(s + digits, "ms") == 0 || strcmp(s + digits, "s") == 0 ||
+         strcmp(s + digits, "m") == 0 || strcmp(s + digits, "h") == 0) &&
+        strchr(s, '.') == strrchr(s, '.') && s[0] != '.' &&
+        s[digits - 1] != '.') {
+        ms = CFG_MAX_DURATION_MS + 1; /* well-formed, but overflows */
+    } else if (tm_parse_duration(s, &ms) < 0) {
+        if (strspn(s, "-0123456789.") == strlen(s))
             cfg_fail(c, mark_of(v), "%s: expected " DURATION_HINT
                      ", got '%s' (a bare number is ambiguous: add a unit)",
                      path, clip(s, shown, sizeof shown));

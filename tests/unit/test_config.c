@@ -1,0 +1,1166 @@
+/* test_config.c - unit tests for the YAML configuration (src/config.c). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* mkdtemp, setenv */
+#endif
+
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <cjson/cJSON.h>
+
+#include "taskmill.h"
+#include "util.h"
+
+/* The scratch directory every test writes its YAML files into. */
+static char g_dir[64];
+
+/* write_file writes text to g_dir/name; returns the path (static). */
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[PATH_MAX];
+    tm_snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+    return path;
+}
+
+static struct tm_cfg *load_text(const char *text, char *err, size_t errlen)
+{
+    return tm_cfg_load(write_file("c.yaml", text), err, errlen);
+}
+
+/* expect_error loads yaml and checks the error is one line starting with
+ * "FILE:POS: " and containing msg. */
+static void expect_error(const char *yaml, const char *pos, const char *msg)
+{
+    char err[1024], prefix[PATH_MAX + 32];
+    const char *path = write_file("bad.yaml", yaml);
+    memset(err, 'x', sizeof err);
+    struct tm_cfg *cfg = tm_cfg_load(path, err, sizeof err);
+    ck_assert_msg(cfg == NULL, "loaded, but expected '%s' at %s:\n%s", msg,
+                  pos, yaml);
+    if (getenv("TM_TEST_SHOW_ERRORS") != NULL)
+        fprintf(stderr, "%s\n", err);
+    tm_snprintf(prefix, sizeof prefix, "%s:%s: ", path, pos);
+    ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0,
+                  "error '%s' does not start with '%s'", err, prefix);
+    ck_assert_msg(strstr(err, msg) != NULL,
+                  "error '%s' does not contain '%s'", err, msg);
+    ck_assert_msg(strchr(err, '\n') == NULL, "error '%s' has a newline",
+                  err);
+}
+
+#define TASK "tasks:\n  add:\n    plugin: add.so\n"
+
+/* ------------------------------------------------------------ full */
+
+/* DESIGN.md's example, with an AMQP broker (priorities are refused on
+ * Redis) and the password file made to exist. */
+static const char design_example[] =
+    "broker:\n"
+    "  url: amqp://user:pa%40ss@mq.example:5673/prod  # or redis\n"
+    "  password_file: secret   # optional; ${ENV_VAR} expanded\n"
+    "pool:\n"
+    "  kind: fork\n"
+    "  size: 4\n"
+    "  max_tasks_per_child: 100\n"
+    "plugin_dir: plugins\n"
+    "plugin_watch: true\n"
+    "instance: worker-1\n"
+    "http:\n"
+    "  listen: 127.0.0.1:9999\n"
+    "  token: ${TM_TEST_TOKEN}\n"
+    "shutdown_timeout: 45s\n"
+    "log: { level: debug, format: json }\n"
+    "tasks:\n"
+    "  add:\n"
+    "    plugin: add.so\n"
+    "    queue: taskmill.add\n"
+    "    group: workers\n"
+    "    prefetch: 32\n"
+    "    timeout: 1.5s\n"
+    "    claim_idle: 2m\n"
+    "    maxlen: 100000\n"
+    "    on_error: reject\n"
+    "    max_retries: -1\n"
+    "    backoff: 250ms\n"
+    "    max_backoff: 1h\n"
+    "    dead_letter: taskmill.add.dead\n"
+    "    max_payload: 64KiB\n"
+    "    max_priority: 5\n"
+    "    priority: 2\n"
+    "    config: { any: mapping, n: 3, f: 1.5, ok: true, none: ~,\n"
+    "              s: \"42\", list: [1, two], env: \"${TM_TEST_TOKEN}\" }\n"
+    "  sleep:\n"
+    "    plugin: /opt/sleep.so\n";
+
+START_TEST(test_design_example)
+{
+    char err[512] = "";
+    char expect[PATH_MAX];
+    setenv("TM_TEST_TOKEN", "s3cret", 1);
+    write_file("secret", "from-file\n\n");
+    struct tm_cfg *cfg = load_text(design_example, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+
+    ck_assert_str_eq(cfg->broker_url,
+                     "amqp://user:pa%40ss@mq.example:5673/prod");
+    ck_assert_int_eq(cfg->url.kind, TM_BROKER_AMQP);
+    ck_assert_str_eq(cfg->url.user, "user");
+    ck_assert_str_eq(cfg->url.password, "from-file");
+    ck_assert_str_eq(cfg->url.host, "mq.example");
+    ck_assert_int_eq(cfg->url.port, 5673);
+    ck_assert_str_eq(cfg->url.vhost, "prod");
+    ck_assert_str_eq(cfg->url.redacted, "amqp://mq.example:5673/prod");
+    tm_snprintf(expect, sizeof expect, "%s/secret", g_dir);
+    ck_assert_str_eq(cfg->password_file, expect);
+    ck_assert_int_eq(cfg->pool_kind, TM_POOL_FORK);
+    ck_assert_uint_eq(cfg->pool_size, 4);
+    ck_assert_uint_eq(cfg->max_tasks_per_child, 100);
+    tm_snprintf(expect, sizeof expect, "%s/plugins", g_dir);
+    ck_assert_str_eq(cfg->plugin_dir, expect);
+    ck_assert_str_eq(cfg->dir, g_dir);
+    ck_assert(cfg->plugin_watch);
+    ck_assert_str_eq(cfg->instance, "worker-1");
+    ck_assert_str_eq(cfg->http_listen, "127.0.0.1:9999");
+    ck_assert_str_eq(cfg->http_token, "s3cret");
+    ck_assert_int_eq(cfg->shutdown_timeout_ms, 45000);
+    ck_assert_int_eq(cfg->log_level, TM_LOG_DEBUG);
+    ck_assert_int_eq(cfg->log_format, TM_LOG_JSON);
+
+    ck_assert_uint_eq(cfg->ntasks, 2);
+    const struct tm_cfg_task *t = tm_cfg_find_task(cfg, "add");
+    ck_assert_ptr_eq(t, &cfg->tasks[0]);
+    ck_assert_str_eq(t->name, "add");
+    ck_assert_str_eq(t->plugin, "add.so");
+    tm_snprintf(expect, sizeof expect, "%s/plugins/add.so", g_dir);
+    ck_assert_str_eq(t->plugin_path, expect);
+    ck_assert_str_eq(t->queue, "taskmill.add");
+    ck_assert_str_eq(t->group, "workers");
+    ck_assert_uint_eq(t->prefetch, 32);
+    ck_assert_int_eq(t->timeout_ms, 1500);
+    ck_assert_int_eq(t->claim_idle_ms, 120000);
+    ck_assert_int_eq(t->maxlen, 100000);
+    ck_assert_int_eq(t->on_error, TM_ON_ERROR_REJECT);
+    ck_assert_int_eq(t->max_retries, -1);
+    ck_assert_int_eq(t->backoff_ms, 250);
+    ck_assert_int_eq(t->max_backoff_ms, 3600000);
+    ck_assert_str_eq(t->dead_letter, "taskmill.add.dead");
+    ck_assert_uint_eq(t->max_payload, 65536);
+    ck_assert_int_eq(t->max_priority, 5);
+    ck_assert_int_eq(t->priority, 2);
+    ck_assert(t->has_priority);
+    ck_assert(t->has_max_priority);
+    ck_assert_int_eq(t->at.line, 17);
+    ck_assert_int_eq(t->at.col, 3);
+    ck_assert_int_eq(t->plugin_at.line, 18);
+    ck_assert_int_eq(t->plugin_at.col, 13);
+    ck_assert_str_eq(t->config_json,
+                     "{\"any\":\"mapping\",\"n\":3,\"f\":1.5,\"ok\":true,"
+                     "\"none\":null,\"s\":\"42\",\"list\":[1,\"two\"],"
+                     "\"env\":\"s3cret\"}");
+
+    t = tm_cfg_find_task(cfg, "sleep");
+    ck_assert_ptr_eq(t, &cfg->tasks[1]);
+    ck_assert_str_eq(t->plugin_path, "/opt/sleep.so");
+    ck_assert_str_eq(t->queue, "taskmill.sleep");
+    ck_assert_str_eq(t->dead_letter, "taskmill.sleep.dlq");
+    ck_assert_str_eq(t->config_json, "{}");
+    ck_assert(!t->has_priority);
+    ck_assert_ptr_null(tm_cfg_find_task(cfg, "nope"));
+    ck_assert_ptr_null(tm_cfg_find_task(cfg, "ad"));
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+/* The example exactly as DESIGN.md prints it sets priorities with a Redis
+ * URL, which the same document makes an error. */
+START_TEST(test_design_example_redis_priority)
+{
+    char err[512] = "";
+    char *yaml = tm_strdup(design_example);
+    char *url = strstr(yaml, "amqp://user:pa%40ss@mq.example:5673/prod");
+    ck_assert_ptr_nonnull(url);
+    memset(url, ' ', 40);
+    memcpy(url, "redis://mq.example:6379/0", 25);
+    write_file("secret", "x\n");
+    setenv("TM_TEST_TOKEN", "t", 1);
+    ck_assert_ptr_null(load_text(yaml, err, sizeof err));
+    ck_assert_msg(strstr(err, ":31:5: tasks.add.max_priority: priorities "
+                         "are not supported on Redis streams") != NULL,
+                  "%s", err);
+    tm_free(yaml);
+}
+END_TEST
+
+START_TEST(test_defaults)
+{
+    char err[512] = "", host[256], expect[PATH_MAX];
+    unsetenv("TM_TEST_TOKEN");
+    struct tm_cfg *cfg = load_text(TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    tm_snprintf(expect, sizeof expect, "%s/c.yaml", g_dir);
+    ck_assert_str_eq(cfg->path, expect);
+    ck_assert_str_eq(cfg->broker_url, "redis://127.0.0.1:6379/0");
+    ck_assert_int_eq(cfg->url.kind, TM_BROKER_REDIS);
+    ck_assert_str_eq(cfg->url.host, "127.0.0.1");
+    ck_assert_int_eq(cfg->url.port, 6379);
+    ck_assert_int_eq(cfg->url.db, 0);
+    ck_assert_ptr_null(cfg->url.password);
+    ck_assert_ptr_null(cfg->password_file);
+    ck_assert_int_eq(cfg->pool_kind, TM_POOL_THREAD);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    ck_assert_uint_eq(cfg->pool_size, ncpu > 1024 ? 1024 :
+                      ncpu < 1 ? 1 : (unsigned)ncpu);
+    ck_assert_uint_eq(cfg->max_tasks_per_child, 0);
+    tm_snprintf(expect, sizeof expect, "%s/plugins", g_dir);
+    ck_assert_str_eq(cfg->plugin_dir, expect);
+    ck_assert(!cfg->plugin_watch);
+    ck_assert_int_eq(gethostname(host, sizeof host), 0);
+    host[sizeof host - 1] = '\0';
+    tm_snprintf(expect, sizeof expect, "%s-%ld", host, (long)getpid());
+    ck_assert_str_eq(cfg->instance, expect);
+    ck_assert_ptr_null(cfg->http_listen);
+    ck_assert_ptr_null(cfg->http_token);
+    ck_assert_int_eq(cfg->shutdown_timeout_ms, 30000);
+    ck_assert_int_eq(cfg->log_level, TM_LOG_INFO);
+    ck_assert_int_eq(cfg->log_format, TM_LOG_TEXT);
+    ck_assert_uint_eq(cfg->ntasks, 1);
+    const struct tm_cfg_task *t = &cfg->tasks[0];
+    ck_assert_str_eq(t->plugin, "add.so");
+    tm_snprintf(expect, sizeof expect, "%s/plugins/add.so", g_dir);
+    ck_assert_str_eq(t->plugin_path, expect);
+    ck_assert_str_eq(t->queue, "taskmill.add");
+    ck_assert_str_eq(t->group, "taskmill");
+    ck_assert_uint_eq(t->prefetch, 16);
+    ck_assert_int_eq(t->timeout_ms, 30000);
+    ck_assert_int_eq(t->claim_idle_ms, 60000);
+    ck_assert_int_eq(t->maxlen, 0);
+    ck_assert_int_eq(t->on_error, TM_ON_ERROR_REQUEUE);
+    ck_assert_int_eq(t->max_retries, 3);
+    ck_assert_int_eq(t->backoff_ms, 1000);
+    ck_assert_int_eq(t->max_backoff_ms, 300000);
+    ck_assert_str_eq(t->dead_letter, "taskmill.add.dlq");
+    ck_assert_uint_eq(t->max_payload, 1024 * 1024);
+    ck_assert_int_eq(t->max_priority, 0);
+    ck_assert_int_eq(t->priority, 0);
+    ck_assert(!t->has_priority && !t->has_max_priority);
+    ck_assert_str_eq(t->config_json, "{}");
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+/* Smaller defaults that follow from other keys. */
+START_TEST(test_derived_defaults)
+{
+    char err[512] = "";
+    struct tm_cfg *cfg = load_text(
+        "plugin_dir: ./lib/plugins/\n"
+        "instance: ''\n"
+        "http: { listen: '[::1]:0', token: '' }\n"
+        "log: { level: warn }\n"
+        "tasks:\n"
+        "  a.b-c_1:\n"
+        "    plugin: sub/x.so\n"
+        "    queue: jobs\n"
+        "    backoff: 10m\n"
+        "    config:\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    char expect[PATH_MAX];
+    tm_snprintf(expect, sizeof expect, "%s/lib/plugins", g_dir);
+    ck_assert_str_eq(cfg->plugin_dir, expect);
+    tm_snprintf(expect, sizeof expect, "%s/lib/plugins/sub/x.so", g_dir);
+    ck_assert_str_eq(cfg->tasks[0].plugin_path, expect);
+    ck_assert_ptr_nonnull(cfg->instance);
+    ck_assert(cfg->instance[0] != '\0');
+    ck_assert_str_eq(cfg->http_listen, "[::1]:0");
+    ck_assert_ptr_null(cfg->http_token);
+    ck_assert_int_eq(cfg->log_level, TM_LOG_WARNING);
+    ck_assert_int_eq(cfg->log_format, TM_LOG_TEXT);
+    const struct tm_cfg_task *t = tm_cfg_find_task(cfg, "a.b-c_1");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_str_eq(t->queue, "jobs");
+    ck_assert_str_eq(t->dead_letter, "jobs.dlq");
+    /* max_backoff follows a backoff above its default. */
+    ck_assert_int_eq(t->backoff_ms, 600000);
+    ck_assert_int_eq(t->max_backoff_ms, 600000);
+    ck_assert_str_eq(t->config_json, "{}");
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+START_TEST(test_http_without_listen)
+{
+    char err[512] = "";
+    setenv("TM_TEST_TOKEN", "", 1);
+    struct tm_cfg *cfg = load_text(
+        "http:\n  token: ${TM_TEST_TOKEN}\n" TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_ptr_null(cfg->http_listen);
+    ck_assert_ptr_null(cfg->http_token);
+    tm_cfg_free(cfg);
+
+    cfg = load_text("http:\n" TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_ptr_null(cfg->http_listen);
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+START_TEST(test_env_in_config)
+{
+    char err[512] = "";
+    setenv("TM_TEST_URL", "redis://:pw@10.0.0.7:7000/3", 1);
+    setenv("TM_TEST_EMPTY", "", 1);
+    unsetenv("TM_TEST_UNSET");
+    struct tm_cfg *cfg = load_text(
+        "broker: { url: \"${TM_TEST_URL}\" }\n"
+        "pool: { size: '${TM_TEST_UNSET:-${TM_TEST_EMPTY:-7}}' }\n"
+        "instance: cost-$5-$$-$${HOME}\n"
+        "shutdown_timeout: ${TM_TEST_UNSET:-2s}\n"
+        "tasks:\n"
+        "  add:\n"
+        "    plugin: ${TM_TEST_UNSET:-add}.so\n"
+        "    config:\n"
+        "      port: ${TM_TEST_UNSET:-8080}\n"
+        "      e: x${TM_TEST_EMPTY}\n"
+        "      blank: ${TM_TEST_EMPTY}\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->broker_url, "redis://:pw@10.0.0.7:7000/3");
+    ck_assert_ptr_null(cfg->url.user);
+    ck_assert_str_eq(cfg->url.password, "pw");
+    ck_assert_str_eq(cfg->url.host, "10.0.0.7");
+    ck_assert_int_eq(cfg->url.port, 7000);
+    ck_assert_int_eq(cfg->url.db, 3);
+    ck_assert_str_eq(cfg->url.redacted, "redis://10.0.0.7:7000/3");
+    ck_assert_uint_eq(cfg->pool_size, 7);
+    ck_assert_str_eq(cfg->instance, "cost-$5-$$-${HOME}");
+    ck_assert_int_eq(cfg->shutdown_timeout_ms, 2000);
+    ck_assert_str_eq(cfg->tasks[0].plugin, "add.so");
+    ck_assert_str_eq(cfg->tasks[0].config_json,
+                     "{\"port\":8080,\"e\":\"x\",\"blank\":\"\"}");
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+START_TEST(test_password_file)
+{
+    char err[512] = "";
+    write_file("pw", "p@ss word\r\n");
+    struct tm_cfg *cfg = load_text(
+        "broker:\n"
+        "  password_file: pw\n"
+        "  url: redis://:inurl@h/1\n" TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->url.password, "p@ss word");
+    ck_assert_str_eq(cfg->url.host, "h");
+    ck_assert_int_eq(cfg->url.db, 1);
+    /* The secret never reaches the redacted URL. */
+    ck_assert_ptr_null(strstr(cfg->url.redacted, "p@ss"));
+    tm_cfg_free(cfg);
+
+    /* An absolute path, and the default URL when url is absent. */
+    char yaml[PATH_MAX + 128];
+    tm_snprintf(yaml, sizeof yaml, "broker: { password_file: '%s/pw' }\n"
+                TASK, g_dir);
+    cfg = load_text(yaml, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->url.password, "p@ss word");
+    ck_assert_str_eq(cfg->url.host, "127.0.0.1");
+    tm_cfg_free(cfg);
+
+    write_file("empty", "\n");
+    expect_error("broker:\n  password_file: empty\n" TASK, "2:18",
+                 "broker.password_file: '");
+    expect_error("broker:\n  password_file: empty\n" TASK, "2:18",
+                 "is empty");
+}
+END_TEST
+
+START_TEST(test_missing_file)
+{
+    char err[512] = "", path[PATH_MAX + 32], expect[PATH_MAX + 64];
+    tm_snprintf(path, sizeof path, "%s/does-not-exist.yaml", g_dir);
+    ck_assert_ptr_null(tm_cfg_load(path, err, sizeof err));
+    tm_snprintf(expect, sizeof expect,
+                "%s:0:0: cannot open: No such file or directory", path);
+    ck_assert_str_eq(err, expect);
+
+    ck_assert_ptr_null(tm_cfg_load(g_dir, err, sizeof err));
+    ck_assert_msg(strstr(err, ":0:0: cannot read: Is a directory") != NULL,
+                  "%s", err);
+}
+END_TEST
+
+/* A tiny error buffer is filled, terminated and not overrun. */
+START_TEST(test_small_err_buffer)
+{
+    char err[16];
+    memset(err, 'x', sizeof err);
+    write_file("tiny.yaml", "tasks: 5\n");
+    char path[PATH_MAX];
+    tm_snprintf(path, sizeof path, "%s/tiny.yaml", g_dir);
+    ck_assert_ptr_null(tm_cfg_load(path, err, 8));
+    ck_assert_uint_eq(strlen(err), 7);
+    ck_assert_int_eq(err[8], 'x');
+    ck_assert_ptr_null(tm_cfg_load(path, NULL, 0));
+}
+END_TEST
+
+/* The shipped conf/taskmill.yaml loads and shows every key. */
+START_TEST(test_shipped_config)
+{
+    const char *src = getenv("TM_SRCDIR");
+    char path[PATH_MAX], err[512] = "", expect[PATH_MAX];
+    tm_snprintf(path, sizeof path, "%s/conf/taskmill.yaml",
+                src != NULL ? src : ".");
+    unsetenv("TASKMILL_HTTP_TOKEN");
+    unsetenv("TASKMILL_BROKER_URL");
+    unsetenv("TASKMILL_INSTANCE");
+    struct tm_cfg *cfg = tm_cfg_load(path, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->url.kind, TM_BROKER_REDIS);
+    ck_assert_str_eq(cfg->http_listen, "127.0.0.1:9999");
+    ck_assert_ptr_null(cfg->http_token);
+    ck_assert_ptr_null(cfg->password_file);
+    ck_assert_ptr_nonnull(strstr(cfg->plugin_dir, "/conf/../build/plugins"));
+    tm_snprintf(expect, sizeof expect, "%s/add.so", cfg->plugin_dir);
+    ck_assert_ptr_nonnull(tm_cfg_find_task(cfg, "add"));
+    ck_assert_str_eq(tm_cfg_find_task(cfg, "add")->plugin_path, expect);
+    ck_assert_ptr_nonnull(tm_cfg_find_task(cfg, "noop"));
+    ck_assert_ptr_nonnull(tm_cfg_find_task(cfg, "sleep"));
+    tm_cfg_free(cfg);
+
+    /* Each documented key is present (or shown commented out). */
+    static const char *const keys[] = {
+        "url:", "password_file:", "kind:", "size:", "max_tasks_per_child:",
+        "plugin_dir:", "plugin_watch:", "instance:", "listen:", "token:",
+        "shutdown_timeout:", "level:", "format:", "plugin:", "queue:",
+        "group:", "prefetch:", "timeout:", "claim_idle:", "maxlen:",
+        "on_error:", "max_retries:", "backoff:", "max_backoff:",
+        "dead_letter:", "max_payload:", "max_priority:", "priority:",
+        "config:"
+    };
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        ck_assert_msg(strstr(text, keys[i]) != NULL, "no %s", keys[i]);
+
+    /* With a RabbitMQ URL from the environment it loads too. */
+    setenv("TASKMILL_BROKER_URL", "amqps://u:p@rabbit/%2f", 1);
+    setenv("TASKMILL_HTTP_TOKEN", "tok", 1);
+    cfg = tm_cfg_load(path, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->url.kind, TM_BROKER_AMQP);
+    ck_assert(cfg->url.tls);
+    ck_assert_int_eq(cfg->url.port, 5671);
+    ck_assert_str_eq(cfg->url.vhost, "/");
+    ck_assert_str_eq(cfg->http_token, "tok");
+    tm_cfg_free(cfg);
+    unsetenv("TASKMILL_BROKER_URL");
+    unsetenv("TASKMILL_HTTP_TOKEN");
+}
+END_TEST
+
+START_TEST(test_free_null)
+{
+    tm_cfg_free(NULL);
+    tm_url_clear(NULL);
+    ck_assert_ptr_null(tm_cfg_find_task(NULL, "x"));
+}
+END_TEST
+
+/* ------------------------------------------------------------- errors */
+
+struct bad {
+    const char *yaml;
+    const char *pos;
+    const char *msg;
+};
+
+static const struct bad bad_configs[] = {
+    /* YAML syntax */
+    { "tasks: add: x\n", "1:11",
+      "mapping values are not allowed in this context" },
+    { "tasks:\n\tadd: {plugin: a.so}\n", "2:1",
+      "found character that cannot start any token (while scanning for the "
+      "next token at line 2, column 1); indent with spaces, not tabs" },
+    { "tasks:\n  add:\n    plugin add.so\n    queue: q\n", "4:10",
+      "mapping values are not allowed in this context; is a ':' missing on "
+      "a line above" },
+    { "pool: {}\nplugin_dir\ntasks: {}\n", "3:1",
+      "could not find expected ':' (while scanning a simple key at line 2, "
+      "column 1); is a ':' missing after a key?" },
+    { "tasks: [a, b\n", "2:1", "did not find expected ',' or ']'" },
+    { "tasks: *nope\n", "1:8", "found undefined alias" },
+    { "tasks:\n  add: {plugin: \xff}\n", "2:17", "invalid leading UTF-8" },
+    { "", "1:1", "the config is empty" },
+    { "# nothing\n", "1:1", "the config is empty" },
+    { TASK "---\n" TASK, "4:1", "only one YAML document is allowed" },
+    /* shape */
+    { "- a\n- b\n", "1:1", "expected a mapping at the top level, got a "
+      "sequence" },
+    { "tasks: 5\n", "1:8", "tasks: expected a mapping, got a scalar" },
+    { "tasks:\n  - add\n", "2:3", "tasks: expected a mapping, got a "
+      "sequence" },
+    { "tasks:\n", "1:1", "tasks: missing value" },
+    { "tasks: {}\n", "1:8", "tasks: expected at least one task" },
+    { "pool: {kind: thread}\n", "1:1", "missing required key 'tasks'" },
+    { "pool: [thread]\n" TASK, "1:7", "pool: expected a mapping, got a "
+      "sequence" },
+    { "log: info\n" TASK, "1:6", "log: expected a mapping, got a scalar" },
+    { "broker: redis://x\n" TASK, "1:9", "broker: expected a mapping" },
+    { "http: [1]\n" TASK, "1:7", "http: expected a mapping" },
+    { "tasks:\n  add: plugin.so\n", "2:8", "tasks.add: expected a mapping, "
+      "got a scalar" },
+    { "tasks:\n  add:\n    plugin: [a.so]\n", "3:13", "tasks.add.plugin: "
+      "expected a scalar value, got a sequence" },
+    { "tasks:\n  add:\n    plugin: a.so\n    [x]: 1\n", "4:5",
+      "expected a key name in tasks.add, got a sequence" },
+    { "tasks:\n  [x]: {plugin: a.so}\n", "2:3", "tasks: expected a task "
+      "name, got a sequence" },
+    { "tasks:\n  add:\n    plugin: a.so\n    queue:\n", "4:5",
+      "tasks.add.queue: missing value" },
+    { "tasks:\n  add:\n    plugin: a.so\n    queue: \"\"\n", "4:12",
+      "tasks.add.queue: must not be empty" },
+    { "tasks:\n  add:\n    plugin:\n", "3:5", "tasks.add.plugin: missing "
+      "value" },
+    /* unknown and duplicate keys */
+    { TASK "foo: 1\n", "4:1", "unknown key 'foo'; expected one of: broker, "
+      "pool, plugin_dir, plugin_watch, instance, http, shutdown_timeout, "
+      "log, tasks" },
+    { "pool:\n  kind: thread\n  sise: 4\n" TASK, "3:3",
+      "unknown key 'sise' in pool; expected one of: kind, size, "
+      "max_tasks_per_child" },
+    { "broker: { uri: redis://h }\n" TASK, "1:11",
+      "unknown key 'uri' in broker; expected one of: url, password_file" },
+    { "http: { port: 80 }\n" TASK, "1:9",
+      "unknown key 'port' in http; expected one of: listen, token" },
+    { "log: { level: info, colour: no }\n" TASK, "1:21",
+      "unknown key 'colour' in log; expected one of: level, format" },
+    { TASK "    prefech: 4\n", "4:5", "unknown key 'prefech' in tasks.add; "
+      "expected one of: plugin, queue, group, prefetch, timeout, "
+      "claim_idle, maxlen, on_error, max_retries, backoff, max_backoff, "
+      "dead_letter, max_payload, max_priority, priority, config" },
+    { "tasks:\n  add:\n    queue: a\n    plugin: a.so\n    queue: b\n",
+      "5:5", "duplicate key 'queue' in tasks.add" },
+    { "tasks:\n  a: {plugin: a.so}\ntasks:\n  b: {plugin: b.so}\n", "3:1",
+      "duplicate key 'tasks'" },
+    { "tasks:\n  a: {plugin: a.so}\n  a: {plugin: b.so}\n", "3:3",
+      "duplicate key 'a' in tasks" },
+    { "log: { level: info, level: debug }\n" TASK, "1:21",
+      "duplicate key 'level' in log" },
+    { TASK "    config: { a: 1, b: { c: 2, c: 3 } }\n", "4:32",
+      "duplicate key 'c' in tasks.add.config.b" },
+    /* required keys and names */
+    { "tasks:\n  add:\n    queue: q\n", "2:3",
+      "tasks.add: missing required key 'plugin'" },
+    { "tasks:\n  add:\n", "2:3", "tasks.add: missing required key "
+      "'plugin'" },
+    { "tasks:\n  'a b': {plugin: a.so}\n", "2:3",
+      "tasks: invalid task name 'a b'; use letters, digits, '_', '.' and "
+      "'-'" },
+    { "tasks:\n  add{x}: {plugin: a.so}\n", "2:3", "invalid task name" },
+    { "tasks:\n  '': {plugin: a.so}\n", "2:3", "invalid task name ''" },
+    /* integers */
+    { TASK "    prefetch: abc\n", "4:15", "tasks.add.prefetch: expected an "
+      "integer from 1 to 65535, got 'abc'" },
+    { TASK "    prefetch: 0\n", "4:15", "expected an integer from 1 to "
+      "65535, got '0'" },
+    { TASK "    prefetch: 65536\n", "4:15", "from 1 to 65535, got '65536'" },
+    { TASK "    prefetch: 16x\n", "4:15", "got '16x'" },
+    { TASK "    prefetch: +16\n", "4:15", "got '+16'" },
+    { TASK "    prefetch: 1.5\n", "4:15", "got '1.5'" },
+    { "pool: { size: 0 }\n" TASK, "1:15", "pool.size: expected an integer "
+      "from 1 to 1024, got '0'" },
+    { "pool: { size: 1025 }\n" TASK, "1:15", "pool.size: expected an "
+      "integer from 1 to 1024" },
+    { "pool: { max_tasks_per_child: -1 }\n" TASK, "1:30",
+      "pool.max_tasks_per_child: expected an integer >= 0, got '-1'" },
+    { "pool: { max_tasks_per_child: 99999999999 }\n" TASK, "1:30",
+      "pool.max_tasks_per_child: expected an integer >= 0" },
+    { TASK "    max_retries: -2\n", "4:18", "tasks.add.max_retries: "
+      "expected an integer >= -1, got '-2'" },
+    { TASK "    max_retries: 99999999999999999999\n", "4:18",
+      "tasks.add.max_retries: expected an integer >= -1" },
+    { TASK "    maxlen: -1\n", "4:13", "tasks.add.maxlen: expected an "
+      "integer >= 0, got '-1'" },
+    { TASK "    maxlen: 1e6\n", "4:13", "tasks.add.maxlen: expected an "
+      "integer >= 0, got '1e6'" },
+    /* durations */
+    { TASK "    timeout: 30\n", "4:14", "tasks.add.timeout: expected a "
+      "duration like 250ms, 30s, 5m, 1h, got '30' (a bare number is "
+      "ambiguous" },
+    { TASK "    timeout: -1s\n", "4:14", "tasks.add.timeout: expected a "
+      "duration like 250ms, 30s, 5m, 1h, got '-1s'" },
+    { TASK "    timeout: 30 s\n", "4:14", "got '30 s'" },
+    { TASK "    timeout: 1d\n", "4:14", "got '1d'" },
+    { TASK "    claim_idle: 0\n", "4:17", "tasks.add.claim_idle: must be "
+      "greater than 0, got '0'" },
+    { TASK "    claim_idle: 0ms\n", "4:17", "tasks.add.claim_idle: must be "
+      "greater than 0" },
+    { TASK "    backoff: 0s\n", "4:14", "tasks.add.backoff: must be greater "
+      "than 0" },
+    { TASK "    backoff: 10s\n    max_backoff: 5s\n", "5:18",
+      "tasks.add.max_backoff: must be at least backoff (10s), got 5s" },
+    { TASK "    max_backoff: 500ms\n", "4:18", "tasks.add.max_backoff: "
+      "must be at least backoff (1s), got 500ms" },
+    { "shutdown_timeout: soon\n" TASK, "1:19", "shutdown_timeout: expected "
+      "a duration like 250ms, 30s, 5m, 1h, got 'soon'" },
+    { "shutdown_timeout: 99999999999999h\n" TASK, "1:19",
+      "shutdown_timeout: duration '99999999999999h' is too long" },
+    { "shutdown_timeout: 300000000h\n" TASK, "1:19",
+      "shutdown_timeout: duration '300000000h' is too long" },
+    /* sizes */
+    { TASK "    max_payload: 1MB\n", "4:18", "tasks.add.max_payload: "
+      "expected a size like 512B, 64KiB, 1MiB, got '1MB'" },
+    { TASK "    max_payload: 0\n", "4:18", "tasks.add.max_payload: expected "
+      "a size from 1B to 512MiB, got '0'" },
+    { TASK "    max_payload: 513MiB\n", "4:18", "expected a size from 1B "
+      "to 512MiB, got '513MiB'" },
+    { TASK "    max_payload: -1\n", "4:18", "expected a size like" },
+    /* enums and booleans */
+    { "pool:\n  kind: forks\n" TASK, "2:9", "pool.kind: unknown value "
+      "'forks'; expected one of: thread, fork" },
+    { TASK "    on_error: retry\n", "4:15", "tasks.add.on_error: unknown "
+      "value 'retry'; expected one of: requeue, reject" },
+    { "log: { level: verbose, format: text }\n" TASK, "1:15",
+      "log.level: unknown value 'verbose'; expected one of: error, "
+      "warning, info, debug" },
+    { "log: { format: xml }\n" TASK, "1:16", "log.format: unknown value "
+      "'xml'; expected one of: text, json" },
+    { "plugin_watch: maybe\n" TASK, "1:15", "plugin_watch: expected true "
+      "or false, got 'maybe'" },
+    { "plugin_watch: [true]\n" TASK, "1:15", "plugin_watch: expected a "
+      "scalar value, got a sequence" },
+    /* environment */
+    { "instance: ${TM_TEST_UNSET}\n" TASK, "1:11",
+      "instance: environment variable 'TM_TEST_UNSET' is not set (use "
+      "${TM_TEST_UNSET:-default} for a default)" },
+    { TASK "    queue: 'q-${TM_TEST_UNSET:-${TM_TEST_UNSET2}}'\n", "4:12",
+      "environment variable 'TM_TEST_UNSET2' is not set" },
+    { TASK "    config: { deep: [ x, \"${TM_TEST_UNSET}\" ] }\n", "4:26",
+      "tasks.add.config.deep[1]: environment variable 'TM_TEST_UNSET' is "
+      "not set" },
+    { "instance: ${1X}\n" TASK, "1:11", "instance: invalid variable "
+      "reference '${1X}'; expected ${NAME} or ${NAME:-default}" },
+    { "instance: abc${HOME\n" TASK, "1:11", "instance: unterminated "
+      "'${HOME'" },
+    { "instance: ${HOME:=x}\n" TASK, "1:11", "invalid variable reference" },
+    /* password_file */
+    { "broker:\n  password_file: no-such-secret\n" TASK, "2:18",
+      "broker.password_file: cannot read '" },
+    { "broker:\n  password_file: no-such-secret\n" TASK, "2:18",
+      "/no-such-secret': No such file or directory" },
+    /* priorities */
+    { TASK "    priority: 1\n", "4:5", "tasks.add.priority: priorities are "
+      "not supported on Redis streams (RabbitMQ only)" },
+    { TASK "    max_priority: 4\n    priority: 1\n"
+      "broker: { url: 'redis://h' }\n", "4:5", "tasks.add.max_priority: "
+      "priorities are not supported on Redis streams (RabbitMQ only)" },
+    { "tasks:\n  add:\n    priority: 1\n    plugin: a.so\n"
+      "    max_priority: 4\n", "3:5", "tasks.add.priority: priorities are "
+      "not supported on Redis streams" },
+    { "broker: {url: amqp://h}\n" TASK "    max_priority: 3\n"
+      "    priority: 4\n", "6:15", "tasks.add.priority: 4 is above "
+      "max_priority (3); expected an integer from 0 to 3" },
+    { TASK "    priority: 2\nbroker: {url: amqp://h}\n", "4:15",
+      "tasks.add.priority: 2 is above max_priority (0)" },
+    { "broker: {url: amqp://h}\n" TASK "    max_priority: 256\n", "5:19",
+      "tasks.add.max_priority: expected an integer from 0 to 255, got "
+      "'256'" },
+    { "broker: {url: amqp://h}\n" TASK "    priority: -1\n", "5:15",
+      "tasks.add.priority: expected an integer from 0 to 255, got '-1'" },
+    /* broker URL */
+    { "broker:\n  url: http://x\n" TASK, "2:8", "broker.url: unknown scheme "
+      "'http'; expected one of: redis, amqp, amqps" },
+    { "broker:\n  url: rediss://x\n" TASK, "2:8", "broker.url: TLS for "
+      "Redis (rediss://) is not supported in this build" },
+    { "broker:\n  url: redis://h:99999/0\n" TASK, "2:8", "broker.url: "
+      "invalid port '99999'; expected 1 to 65535" },
+    { "broker:\n  url: redis://h/x\n" TASK, "2:8", "broker.url: invalid "
+      "database number 'x'" },
+    { "broker:\n  url: localhost:6379\n" TASK, "2:8", "broker.url: "
+      "expected a URL like redis://host:6379/0" },
+    { "broker:\n  url: ''\n" TASK, "2:8", "broker.url: must not be empty" },
+    /* other values */
+    { "http:\n  listen: 9999\n" TASK, "2:11", "http.listen: expected "
+      "host:port like 127.0.0.1:9999, got '9999'" },
+    { "http:\n  listen: 'localhost:http'\n" TASK, "2:11",
+      "http.listen: expected host:port" },
+    { "plugin_dir: ''\n" TASK, "1:13", "plugin_dir: must not be empty" },
+    { TASK "    config: [1, 2]\n", "4:13", "tasks.add.config: expected a "
+      "mapping, got a sequence" },
+    { TASK "    config: '{\"a\": 1}'\n", "4:13", "tasks.add.config: "
+      "expected a mapping, got a scalar" },
+    { TASK "    queue: q\n    dead_letter: q\n", "5:18",
+      "tasks.add.dead_letter: must differ from the queue 'q'" },
+    { TASK "    queue: \"a\\0b\"\n", "4:12", "tasks.add.queue: contains a "
+      "NUL character" },
+    { TASK "    config: &a { x: *a }\n", "4:13", ".x.x.x.x: nested more "
+      "than 64 levels deep" },
+};
+
+START_TEST(test_bad_config)
+{
+    const struct bad *b = &bad_configs[_i];
+    unsetenv("TM_TEST_UNSET");
+    unsetenv("TM_TEST_UNSET2");
+    expect_error(b->yaml, b->pos, b->msg);
+}
+END_TEST
+
+/* The error names the key, never a secret from the URL. */
+START_TEST(test_url_error_hides_password)
+{
+    char err[512] = "";
+    ck_assert_ptr_null(load_text("broker: { url: 'redis://u:top/secret@h' }"
+                                 "\n" TASK, err, sizeof err));
+    ck_assert_ptr_null(strstr(err, "secret"));
+    ck_assert_ptr_nonnull(strstr(err, "broker.url: "));
+    ck_assert_ptr_null(load_text("broker: { url: 'ftp://u:secret@h' }\n"
+                                 TASK, err, sizeof err));
+    ck_assert_ptr_null(strstr(err, "secret"));
+}
+END_TEST
+
+/* Control characters in a key name never break the one-line error. */
+START_TEST(test_error_one_line)
+{
+    expect_error(TASK "    \"bad\\nkey\": 1\n", "4:5", "unknown key 'bad?key'");
+}
+END_TEST
+
+/* Alias bombs are bounded instead of expanded. */
+START_TEST(test_alias_bomb)
+{
+    static const char yaml[] =
+        TASK
+        "    config:\n"
+        "      a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        "      b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "      c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+        "      d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+        "      e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+        "      f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n";
+    char err[512] = "";
+    ck_assert_ptr_null(load_text(yaml, err, sizeof err));
+    ck_assert_msg(strstr(err, "more than 100000 values") != NULL, "%s", err);
+}
+END_TEST
+
+/* A small alias is fine and converts to JSON twice. */
+START_TEST(test_config_json_types)
+{
+    char err[512] = "";
+    struct tm_cfg *cfg = load_text(
+        TASK
+        "    config:\n"
+        "      base: &b { host: db, port: 5432 }\n"
+        "      copy: *b\n"
+        "      ints: [0, -7, +3, 007, 0x1f, 0o17, 9223372036854775807]\n"
+        "      big: [99999999999999999999, -00012, -0, +0]\n"
+        "      floats: [1.5, -2.5e3, .5]\n"
+        "      words: [yes, no, on, True, FALSE, Null, ~, nan, .inf, 0x]\n"
+        "      quoted: ['1', \"true\", 'null']\n"
+        "      block: |\n"
+        "        line one\n"
+        "        line two\n"
+        "      empty: {}\n"
+        "      \"sp ace\": ''\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    const char *j = cfg->tasks[0].config_json;
+    ck_assert_str_eq(j,
+        "{\"base\":{\"host\":\"db\",\"port\":5432},"
+        "\"copy\":{\"host\":\"db\",\"port\":5432},"
+        "\"ints\":[0,-7,3,7,31,15,9223372036854775807],"
+        "\"big\":[99999999999999999999,-12,0,0],"
+        "\"floats\":[1.5,-2500,0.5],"
+        "\"words\":[\"yes\",\"no\",\"on\",true,false,null,null,\"nan\","
+        "\".inf\",\"0x\"],"
+        "\"quoted\":[\"1\",\"true\",\"null\"],"
+        "\"block\":\"line one\\nline two\\n\","
+        "\"empty\":{},"
+        "\"sp ace\":\"\"}");
+    cJSON *parsed = cJSON_Parse(j);
+    ck_assert_ptr_nonnull(parsed);
+    cJSON_Delete(parsed);
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+/* -------------------------------------------------------------- URLs */
+
+START_TEST(test_url_parse)
+{
+    struct tm_url u;
+    char err[256];
+
+    ck_assert_int_eq(tm_url_parse("redis://127.0.0.1:6379/0", &u, err,
+                                  sizeof err), 0);
+    ck_assert_int_eq(u.kind, TM_BROKER_REDIS);
+    ck_assert(!u.tls);
+    ck_assert_str_eq(u.scheme, "redis");
+    ck_assert_ptr_null(u.user);
+    ck_assert_ptr_null(u.password);
+    ck_assert_str_eq(u.host, "127.0.0.1");
+    ck_assert_int_eq(u.port, 6379);
+    ck_assert_int_eq(u.db, 0);
+    ck_assert_str_eq(u.redacted, "redis://127.0.0.1:6379/0");
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("redis://", &u, err, sizeof err), 0);
+    ck_assert_str_eq(u.host, "127.0.0.1");
+    ck_assert_int_eq(u.port, 6379);
+    ck_assert_int_eq(u.db, 0);
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("REDIS://us%3Aer:p%40ss:w@cache.local/15",
+                                  &u, err, sizeof err), 0);
+    ck_assert_str_eq(u.scheme, "redis");
+    ck_assert_str_eq(u.user, "us:er");
+    ck_assert_str_eq(u.password, "p@ss:w");
+    ck_assert_str_eq(u.host, "cache.local");
+    ck_assert_int_eq(u.port, 6379);
+    ck_assert_int_eq(u.db, 15);
+    ck_assert_str_eq(u.redacted, "redis://cache.local:6379/15");
+    tm_url_clear(&u);
+
+    /* An unencoded '@' in the password: the last '@' ends the userinfo. */
+    ck_assert_int_eq(tm_url_parse("redis://:a@b@h:1/", &u, err, sizeof err),
+                     0);
+    ck_assert_ptr_null(u.user);
+    ck_assert_str_eq(u.password, "a@b");
+    ck_assert_str_eq(u.host, "h");
+    ck_assert_int_eq(u.port, 1);
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("redis://[::1]:7000/2", &u, err,
+                                  sizeof err), 0);
+    ck_assert_str_eq(u.host, "::1");
+    ck_assert_int_eq(u.port, 7000);
+    ck_assert_int_eq(u.db, 2);
+    ck_assert_str_eq(u.redacted, "redis://[::1]:7000/2");
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("amqp://guest:guest@rabbit", &u, err,
+                                  sizeof err), 0);
+    ck_assert_int_eq(u.kind, TM_BROKER_AMQP);
+    ck_assert(!u.tls);
+    ck_assert_str_eq(u.user, "guest");
+    ck_assert_str_eq(u.password, "guest");
+    ck_assert_int_eq(u.port, 5672);
+    ck_assert_str_eq(u.vhost, "/");
+    ck_assert_str_eq(u.redacted, "amqp://rabbit:5672/%2F");
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("amqp://h/", &u, err, sizeof err), 0);
+    ck_assert_str_eq(u.vhost, "/");
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("amqp://h/%2f", &u, err, sizeof err), 0);
+    ck_assert_str_eq(u.vhost, "/");
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("amqp://h/%2Fprod%20a", &u, err,
+                                  sizeof err), 0);
+    ck_assert_str_eq(u.vhost, "/prod a");
+    ck_assert_str_eq(u.redacted, "amqp://h:5672/%2Fprod%20a");
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("amqps://u@[fe80::1]:5000/v", &u, err,
+                                  sizeof err), 0);
+    ck_assert_int_eq(u.kind, TM_BROKER_AMQP);
+    ck_assert(u.tls);
+    ck_assert_str_eq(u.scheme, "amqps");
+    ck_assert_str_eq(u.user, "u");
+    ck_assert_ptr_null(u.password);
+    ck_assert_str_eq(u.host, "fe80::1");
+    ck_assert_int_eq(u.port, 5000);
+    ck_assert_str_eq(u.vhost, "v");
+    ck_assert_str_eq(u.redacted, "amqps://[fe80::1]:5000/v");
+    tm_url_clear(&u);
+
+    ck_assert_int_eq(tm_url_parse("amqps://h", &u, err, sizeof err), 0);
+    ck_assert_int_eq(u.port, 5671);
+    tm_url_clear(&u);
+}
+END_TEST
+
+struct bad_url {
+    const char *url;
+    const char *msg;
+};
+
+static const struct bad_url bad_urls[] = {
+    { "rediss://h", "TLS for Redis (rediss://) is not supported in this "
+      "build" },
+    { "http://h", "unknown scheme 'http'; expected one of: redis, amqp, "
+      "amqps" },
+    { "127.0.0.1:6379", "expected a URL like" },
+    { "", "expected a URL like" },
+    { "redis://h:0", "invalid port '0'" },
+    { "redis://h:65536", "invalid port '65536'" },
+    { "redis://h:", "invalid port ''" },
+    { "redis://h:12a", "invalid port '12a'" },
+    { "redis://h/-1", "invalid database number '-1'" },
+    { "redis://h/1x", "invalid database number '1x'" },
+    { "redis://h/1/2", "invalid database number '1/2'" },
+    { "redis://h/99999999999", "invalid database number" },
+    { "redis://::1/0", "an IPv6 host must be in brackets" },
+    { "redis://[::1/0", "unterminated '['" },
+    { "redis://[]:1/0", "invalid IPv6 address" },
+    { "redis://[::1]x/0", "unexpected text after ']'" },
+    { "redis://h o/0", "invalid host 'h o'" },
+    { "redis://u:p%zz@h", "invalid percent-encoding in the password" },
+    { "redis://u%4:p@h", "invalid percent-encoding in the user name" },
+    { "redis://u:p%00@h", "invalid percent-encoding in the password" },
+    { "amqp://h/a/b", "a '/' in the vhost must be written as %2f" },
+    { "amqp://h/%g1", "invalid percent-encoding in the vhost" },
+    { "amqp://h/v?heartbeat=5", "query strings and fragments are not "
+      "supported" },
+    { "redis://h/0#x", "query strings and fragments" },
+    { "redis://u:p/w@h/0", "percent-encode '/', '?' and '#'" },
+};
+
+START_TEST(test_url_bad)
+{
+    struct tm_url u;
+    char err[256] = "";
+    memset(&u, 0xff, sizeof u);
+    ck_assert_msg(tm_url_parse(bad_urls[_i].url, &u, err, sizeof err) == -1,
+                  "'%s' parsed", bad_urls[_i].url);
+    ck_assert_msg(strstr(err, bad_urls[_i].msg) != NULL,
+                  "'%s': '%s' lacks '%s'", bad_urls[_i].url, err,
+                  bad_urls[_i].msg);
+    /* Nothing is left allocated on failure. */
+    ck_assert_ptr_null(u.scheme);
+    ck_assert_ptr_null(u.host);
+    ck_assert_ptr_null(u.user);
+    ck_assert_ptr_null(u.password);
+    ck_assert_ptr_null(u.redacted);
+}
+END_TEST
+
+/* ------------------------------------------------- durations, sizes */
+
+START_TEST(test_duration)
+{
+    static const struct {
+        const char *s;
+        int64_t ms;
+    } good[] = {
+        { "0", 0 }, { "0ms", 0 }, { "0s", 0 }, { "250ms", 250 },
+        { "30s", 30000 }, { "5m", 300000 }, { "1h", 3600000 },
+        { "1.5s", 1500 }, { "0.25s", 250 }, { "1.5m", 90000 },
+        { "0.5h", 1800000 }, { "1.0005s", 1000 }, { "2.9ms", 2 },
+        { "007s", 7000 },
+        { "9223372036854775807ms", INT64_MAX },
+    };
+    static const char *const bad[] = {
+        "", "30", "1.5", "00", "-1s", "+1s", "1.s", ".5s", "1 s", " 1s",
+        "1s ", "1S", "1sec", "1d", "1us", "s", "ms", "1.5.5s", "1e3ms",
+        "9223372036854775808ms", "2562047788015216h", "99999999999999999999s",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t ms = -42;
+        ck_assert_msg(tm_parse_duration(good[i].s, &ms) == 0, "%s",
+                      good[i].s);
+        ck_assert_msg(ms == good[i].ms, "%s: %lld", good[i].s,
+                      (long long)ms);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t ms = -42;
+        ck_assert_msg(tm_parse_duration(bad[i], &ms) == -1, "'%s' parsed",
+                      bad[i]);
+        ck_assert_int_eq(ms, -42);
+    }
+}
+END_TEST
+
+START_TEST(test_size)
+{
+    static const struct {
+        const char *s;
+        size_t n;
+    } good[] = {
+        { "0", 0 }, { "1", 1 }, { "512B", 512 }, { "64KiB", 65536 },
+        { "1MiB", 1048576 }, { "512MiB", (size_t)512 << 20 },
+        { "2GiB", (size_t)2 << 30 }, { "4096", 4096 },
+    };
+    static const char *const bad[] = {
+        "", "B", "-1", "+1", "1.5MiB", "1MB", "1KB", "1k", "1 KiB", "1mib",
+        "1KiB ", "18446744073709551616", "18446744073709551615KiB",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        size_t n = 42;
+        ck_assert_msg(tm_parse_size(good[i].s, &n) == 0, "%s", good[i].s);
+        ck_assert_msg(n == good[i].n, "%s: %zu", good[i].s, n);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t n = 42;
+        ck_assert_msg(tm_parse_size(bad[i], &n) == -1, "'%s' parsed",
+                      bad[i]);
+        ck_assert_uint_eq(n, 42);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------- environment */
+
+START_TEST(test_expand_env)
+{
+    char err[256];
+    char *s;
+    setenv("TM_TEST_A", "alpha", 1);
+    setenv("TM_TEST_EMPTY", "", 1);
+    unsetenv("TM_TEST_UNSET");
+
+    static const struct {
+        const char *in;
+        const char *out;
+    } cases[] = {
+        { "", "" },
+        { "plain", "plain" },
+        { "${TM_TEST_A}", "alpha" },
+        { "x${TM_TEST_A}y${TM_TEST_A}", "xalphayalpha" },
+        { "${TM_TEST_EMPTY}", "" },
+        { "${TM_TEST_UNSET:-dflt}", "dflt" },
+        { "${TM_TEST_EMPTY:-dflt}", "dflt" },
+        { "${TM_TEST_A:-dflt}", "alpha" },
+        { "${TM_TEST_UNSET:-}", "" },
+        { "${TM_TEST_UNSET:-a:-b}", "a:-b" },
+        { "${TM_TEST_UNSET:-${TM_TEST_A}}", "alpha" },
+        { "${TM_TEST_UNSET:-<${TM_TEST_UNSET:-in}>}", "<in>" },
+        { "$", "$" },
+        { "a$b", "a$b" },
+        { "$$", "$$" },
+        { "100$", "100$" },
+        { "$${TM_TEST_A}", "${TM_TEST_A}" },
+        { "$TM_TEST_A", "$TM_TEST_A" },
+        { "}{", "}{" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        s = tm_expand_env(cases[i].in, err, sizeof err);
+        ck_assert_msg(s != NULL, "%s: %s", cases[i].in, err);
+        ck_assert_str_eq(s, cases[i].out);
+        tm_free(s);
+    }
+
+    /* The value of a variable is not expanded again. */
+    setenv("TM_TEST_REF", "${TM_TEST_UNSET}", 1);
+    s = tm_expand_env("${TM_TEST_REF}", err, sizeof err);
+    ck_assert_str_eq(s, "${TM_TEST_UNSET}");
+    tm_free(s);
+
+    static const struct {
+        const char *in;
+        const char *msg;
+    } bad[] = {
+        { "${TM_TEST_UNSET}", "environment variable 'TM_TEST_UNSET' is not "
+          "set (use ${TM_TEST_UNSET:-default} for a default)" },
+        { "a ${TM_TEST_A} ${TM_TEST_UNSET}", "'TM_TEST_UNSET' is not set" },
+        { "${TM_TEST_UNSET:-${TM_TEST_UNSET}}", "'TM_TEST_UNSET' is not "
+          "set" },
+        { "${", "unterminated '${'" },
+        { "${TM_TEST_A", "unterminated '${TM_TEST_A'" },
+        { "${TM_TEST_A:-x", "unterminated" },
+        { "${}", "invalid variable reference '${}'" },
+        { "${9A}", "invalid variable reference" },
+        { "${A-B}", "invalid variable reference" },
+        { "${A B}", "invalid variable reference" },
+        { "${TM_TEST_UNSET:-${a:-${a:-${a:-${a:-${a:-${a:-${a:-${a:-${a:-x}"
+          "}}}}}}}}}", "nested too deeply" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        s = tm_expand_env(bad[i].in, err, sizeof err);
+        ck_assert_msg(s == NULL, "'%s' expanded", bad[i].in);
+        ck_assert_msg(strstr(err, bad[i].msg) != NULL, "'%s': '%s'",
+                      bad[i].in, err);
+    }
+    ck_assert_ptr_null(tm_expand_env("${TM_TEST_UNSET}", NULL, 0));
+}
+END_TEST
+
+/* --------------------------------------------------------------- main */
+
+static Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("load");
+    tcase_add_test(tc, test_design_example);
+    tcase_add_test(tc, test_design_example_redis_priority);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_derived_defaults);
+    tcase_add_test(tc, test_http_without_listen);
+    tcase_add_test(tc, test_env_in_config);
+    tcase_add_test(tc, test_password_file);
+    tcase_add_test(tc, test_missing_file);
+    tcase_add_test(tc, test_small_err_buffer);
+    tcase_add_test(tc, test_shipped_config);
+    tcase_add_test(tc, test_free_null);
+    tcase_add_test(tc, test_config_json_types);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("errors");
+    tcase_add_loop_test(tc, test_bad_config, 0,
+                        (int)(sizeof bad_configs / sizeof bad_configs[0]));
+    tcase_add_test(tc, test_url_error_hides_password);
+    tcase_add_test(tc, test_error_one_line);
+    tcase_add_test(tc, test_alias_bomb);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("values");
+    tcase_add_test(tc, test_url_parse);
+    tcase_add_loop_test(tc, test_url_bad, 0,
+                        (int)(sizeof bad_urls / sizeof bad_urls[0]));
+    tcase_add_test(tc, test_duration);
+    tcase_add_test(tc, test_size);
+    tcase_add_test(tc, test_expand_env);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* remove_dir removes the scratch directory and the files in it. */
+static void remove_dir(void)
+{
+    static const char *const names[] = {
+        "c.yaml", "bad.yaml", "secret", "pw", "empty", "tiny.yaml",
+    };
+    char path[PATH_MAX];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        tm_snprintf(path, sizeof path, "%s/%s", g_dir, names[i]);
+        unlink(path);
+    }
+    rmdir(g_dir);
+}
+
+int main(void)
+{
+    tm_snprintf(g_dir, sizeof g_dir, "/tmp/tm-config-XXXXXX");
+    if (mkdtemp(g_dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    SRunner *sr = srunner_create(config_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    remove_dir();
+    return failed == 0 ? 0 : 1;
+}
