@@ -65,6 +65,11 @@ struct tm_broker_ops {
     /* wake makes blocked fetch calls return soon (shutdown). */
     void (*wake)(struct tm_broker *b);
 
+    /* tick runs periodic upkeep from the settle thread (never blocked by
+     * the pool), about every tick_ms() milliseconds. Both optional. */
+    void (*tick)(struct tm_broker *b);
+    int64_t (*tick_ms)(struct tm_broker *b);
+
     /* publish adds one message to the task's queue; the new message id is
      * written to id (size idlen). priority < 0 means the task default. */
     int (*publish)(struct tm_broker *b, const struct tm_cfg_task *t,

@@ -58,8 +58,9 @@ struct rb_task {
     int history_done;          /* own pending entries read again */
     char history_from[RB_ID_MAX]; /* next history read starts after it */
     int was_up;
-    int64_t next_maint_ms;     /* next refresh / reclaim / trim round */
-    unsigned maint_rounds;
+    int64_t next_maint_ms;     /* intake: next reclaim round */
+    int64_t next_tick_ms;      /* settle thread: next upkeep round */
+    unsigned tick_rounds;
     char claim_cursor[RB_ID_MAX]; /* XAUTOCLAIM scan position */
     pthread_mutex_t mu;        /* guards the retry heap */
     struct rb_retry *heap;     /* min-heap by due_ms */
@@ -412,11 +413,20 @@ static int set_attempts(struct rb_broker *rb, struct rb_task *rt,
     return 0;
 }
 
+/* claim_period is how often a task's entries are checked: a quarter of
+ * claim_idle, between 50 ms and 5 s. */
+static int64_t claim_period(const struct tm_cfg_task *t)
+{
+    int64_t p = t->claim_idle_ms / 4;
+    return p < 50 ? 50 : p > 5000 ? 5000 : p;
+}
+
 /* refresh_own resets the idle time of this consumer's entries that have
  * been pending for half the claim time (running long, queued, or waiting
  * for a retry), so that no other consumer reclaims live work. XCLAIM with
  * JUSTID does not count as a delivery. Returns 1 on connection loss. */
-static int refresh_own(struct rb_broker *rb, struct rb_task *rt)
+static int refresh_own(struct rb_broker *rb, struct rb_task *rt,
+                       redisContext *c, char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
     char idle[24], count[24];
@@ -424,9 +434,9 @@ static int refresh_own(struct rb_broker *rb, struct rb_task *rt)
     tm_snprintf(count, sizeof count, "%d", RB_ACK_CHUNK);
     const char *argv[] = {"XPENDING", t->queue, t->group, "IDLE", idle,
                           "-", "+", count, rb->consumer};
-    redisReply *r = redisCommandArgv(rt->rc, 9, argv, NULL);
+    redisReply *r = redisCommandArgv(c, 9, argv, NULL);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        int dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        int dead = reply_error(c, r, eb, ebsize);
         if (r != NULL)
             freeReplyObject(r);
         return dead;
@@ -449,16 +459,16 @@ static int refresh_own(struct rb_broker *rb, struct rb_task *rt)
             cargv[argc++] = e->element[0]->str;
     }
     cargv[argc++] = "JUSTID";
-    redisReply *c = redisCommandArgv(rt->rc, (int)argc, cargv, NULL);
+    redisReply *x = redisCommandArgv(c, (int)argc, cargv, NULL);
     int dead = 0;
-    if (c == NULL || c->type == REDIS_REPLY_ERROR)
-        dead = reply_error(rt->rc, c, rt->errstr, sizeof rt->errstr);
+    if (x == NULL || x->type == REDIS_REPLY_ERROR)
+        dead = reply_error(c, x, eb, ebsize);
     else
         tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
                      "kept %zu long-pending entries from being reclaimed",
                      argc - 6);
-    if (c != NULL)
-        freeReplyObject(c);
+    if (x != NULL)
+        freeReplyObject(x);
     tm_free(cargv);
     freeReplyObject(r);
     return dead;
@@ -519,14 +529,15 @@ static const redisReply *reply_field(const redisReply *a, const char *key)
 /* trim caps the stream at maxlen entries, but never removes an entry that
  * some group has not yet read or acknowledged: it trims (XTRIM MINID) up
  * to the oldest such entry at most. Work per round is bounded. */
-static int trim(struct rb_broker *rb, struct rb_task *rt)
+static int trim(struct rb_broker *rb, struct rb_task *rt, redisContext *c,
+                char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
     int dead = 0;
     (void)rb;
-    redisReply *len = redisCommand(rt->rc, "XLEN %s", t->queue);
+    redisReply *len = redisCommand(c, "XLEN %s", t->queue);
     if (len == NULL || len->type != REDIS_REPLY_INTEGER) {
-        dead = reply_error(rt->rc, len, rt->errstr, sizeof rt->errstr);
+        dead = reply_error(c, len, eb, ebsize);
         goto out_len;
     }
     long long excess = len->integer - t->maxlen;
@@ -534,9 +545,9 @@ static int trim(struct rb_broker *rb, struct rb_task *rt)
         goto out_len;
     /* the oldest entry any group still needs */
     char safe[RB_ID_MAX] = "";
-    redisReply *groups = redisCommand(rt->rc, "XINFO GROUPS %s", t->queue);
+    redisReply *groups = redisCommand(c, "XINFO GROUPS %s", t->queue);
     if (groups == NULL || groups->type != REDIS_REPLY_ARRAY) {
-        dead = reply_error(rt->rc, groups, rt->errstr, sizeof rt->errstr);
+        dead = reply_error(c, groups, eb, ebsize);
         goto out_groups;
     }
     for (size_t i = 0; i < groups->elements; i++) {
@@ -548,10 +559,10 @@ static int trim(struct rb_broker *rb, struct rb_task *rt)
             continue;
         char cand[RB_ID_MAX];
         if (pend->integer > 0) {
-            redisReply *p = redisCommand(rt->rc, "XPENDING %s %s", t->queue,
+            redisReply *p = redisCommand(c, "XPENDING %s %s", t->queue,
                                          name->str);
             if (p == NULL) {
-                dead = reply_error(rt->rc, p, rt->errstr, sizeof rt->errstr);
+                dead = reply_error(c, p, eb, ebsize);
                 goto out_groups;
             }
             if (p->type != REDIS_REPLY_ARRAY || p->elements < 2 ||
@@ -571,12 +582,12 @@ static int trim(struct rb_broker *rb, struct rb_task *rt)
         goto out_groups;
     /* the newest entry over the cap, looking at 10000 at most */
     long long k = excess < 10000 ? excess : 10000;
-    redisReply *range = redisCommand(rt->rc, "XRANGE %s - + COUNT %lld",
+    redisReply *range = redisCommand(c, "XRANGE %s - + COUNT %lld",
                                      t->queue, k);
     if (range == NULL || range->type != REDIS_REPLY_ARRAY ||
         range->elements == 0) {
-        dead = range == NULL ? reply_error(rt->rc, range, rt->errstr,
-                                           sizeof rt->errstr)
+        dead = range == NULL ? reply_error(c, range, eb,
+                                           ebsize)
                              : 0;
         goto out_range;
     }
@@ -585,10 +596,10 @@ static int trim(struct rb_broker *rb, struct rb_task *rt)
     id_next(lastover->element[0]->str, minid, sizeof minid);
     if (id_cmp(safe, minid) < 0)
         tm_snprintf(minid, sizeof minid, "%s", safe);
-    redisReply *x = redisCommand(rt->rc, "XTRIM %s MINID %s", t->queue,
+    redisReply *x = redisCommand(c, "XTRIM %s MINID %s", t->queue,
                                  minid);
     if (x == NULL || x->type == REDIS_REPLY_ERROR)
-        dead = reply_error(rt->rc, x, rt->errstr, sizeof rt->errstr);
+        dead = reply_error(c, x, eb, ebsize);
     else if (x->type == REDIS_REPLY_INTEGER && x->integer > 0)
         tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
                      "trimmed %lld entries (maxlen %lld)", x->integer,
@@ -613,35 +624,36 @@ out_len:
  * a live consumer on a quiet stream looks idle too: the limit is long
  * (an hour at least), and one removed anyway is created again by its
  * next read, having nothing pending to lose. */
-static int sweep_consumers(struct rb_broker *rb, struct rb_task *rt)
+static int sweep_consumers(struct rb_broker *rb, struct rb_task *rt,
+                           redisContext *c, char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
     long long limit = t->claim_idle_ms * 10;
     if (limit < 3600000)
         limit = 3600000;
-    redisReply *r = redisCommand(rt->rc, "XINFO CONSUMERS %s %s", t->queue,
+    redisReply *r = redisCommand(c, "XINFO CONSUMERS %s %s", t->queue,
                                  t->group);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        int dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        int dead = reply_error(c, r, eb, ebsize);
         if (r != NULL)
             freeReplyObject(r);
         return dead;
     }
     int dead = 0;
     for (size_t i = 0; i < r->elements && !dead; i++) {
-        const redisReply *c = r->element[i];
-        const redisReply *name = reply_field(c, "name");
-        const redisReply *pend = reply_field(c, "pending");
-        const redisReply *idle = reply_field(c, "idle");
+        const redisReply *e = r->element[i];
+        const redisReply *name = reply_field(e, "name");
+        const redisReply *pend = reply_field(e, "pending");
+        const redisReply *idle = reply_field(e, "idle");
         if (name == NULL || pend == NULL || idle == NULL ||
             name->type != REDIS_REPLY_STRING ||
             strcmp(name->str, rb->consumer) == 0 || pend->integer != 0 ||
             idle->integer < limit)
             continue;
-        redisReply *d = redisCommand(rt->rc, "XGROUP DELCONSUMER %s %s %s",
+        redisReply *d = redisCommand(c, "XGROUP DELCONSUMER %s %s %s",
                                      t->queue, t->group, name->str);
         if (d == NULL) {
-            dead = reply_error(rt->rc, d, rt->errstr, sizeof rt->errstr);
+            dead = reply_error(c, d, eb, ebsize);
         } else {
             if (d->type == REDIS_REPLY_INTEGER)
                 tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
@@ -654,31 +666,17 @@ static int sweep_consumers(struct rb_broker *rb, struct rb_task *rt)
     return dead;
 }
 
-/* maintain runs the periodic work of a task's intake: refresh, reclaim,
- * trim, sweep. A reclaimed batch is returned in *out. Returns -1 when the
- * connection was lost. */
+/* maintain reclaims, at most every quarter of claim_idle, entries of dead
+ * consumers for this task's intake; a reclaimed batch is returned in
+ * *out. Returns -1 when the connection was lost. */
 static int maintain(struct rb_broker *rb, struct rb_task *rt, size_t ti,
                     size_t max, struct tm_batch **out)
 {
     int64_t now = tm_now_ms();
     if (now < rt->next_maint_ms)
         return 0;
-    int64_t period = rt->cfg->claim_idle_ms / 4;
-    if (period < 50)
-        period = 50;
-    if (period > 5000)
-        period = 5000;
-    rt->next_maint_ms = now + period;
-    rt->maint_rounds++;
-    if (refresh_own(rb, rt) != 0)
-        return -1;
-    if (reclaim(rb, rt, ti, max, out) != 0)
-        return -1;
-    if (rt->cfg->maxlen > 0 && trim(rb, rt) != 0)
-        return -1;
-    if (rt->maint_rounds % 20 == 1 && sweep_consumers(rb, rt) != 0)
-        return -1;
-    return 0;
+    rt->next_maint_ms = now + claim_period(rt->cfg);
+    return reclaim(rb, rt, ti, max, out) != 0 ? -1 : 0;
 }
 
 static void intake_failed(struct rb_broker *rb, struct rb_task *rt,
@@ -1084,6 +1082,48 @@ lost:
     return -1;
 }
 
+/* rb_tick is the settle thread's periodic upkeep, on its own connection
+ * so that a busy intake (blocked on a full pool) cannot delay it: keep
+ * this consumer's long-pending entries from being reclaimed, trim capped
+ * streams, sweep dead consumers. */
+static void rb_tick(struct tm_broker *b)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    char eb[256];
+    int64_t now = tm_now_ms();
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        struct rb_task *rt = &rb->tasks[i];
+        if (now < rt->next_tick_ms)
+            continue;
+        if (wc_ready(rb, eb, sizeof eb) != 0)
+            return;
+        rt->next_tick_ms = now + claim_period(rt->cfg);
+        rt->tick_rounds++;
+        int dead = refresh_own(rb, rt, rb->wc, eb, sizeof eb);
+        if (!dead && rt->cfg->maxlen > 0 && rt->tick_rounds % 4 == 1)
+            dead = trim(rb, rt, rb->wc, eb, sizeof eb);
+        if (!dead && rt->tick_rounds % 64 == 1)
+            dead = sweep_consumers(rb, rt, rb->wc, eb, sizeof eb);
+        if (dead) {
+            wc_lost(rb, "upkeep", eb);
+            return;
+        }
+    }
+}
+
+/* rb_tick_ms is how often rb_tick wants to run. */
+static int64_t rb_tick_ms(struct tm_broker *b)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    int64_t ms = 1000;
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        int64_t p = claim_period(rb->tasks[i].cfg);
+        if (p < ms)
+            ms = p;
+    }
+    return ms;
+}
+
 /* ---- lifecycle ------------------------------------------------------ */
 
 static struct tm_broker *rb_create(const struct tm_cfg *cfg)
@@ -1315,6 +1355,8 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .fetch = rb_fetch,
     .settle = rb_settle,
     .wake = rb_wake,
+    .tick = rb_tick,
+    .tick_ms = rb_tick_ms,
     .publish = rb_publish,
     .dlq_list = rb_dlq_list,
     .dlq_replay = rb_dlq_replay,

@@ -274,11 +274,15 @@ static void settle_batch(struct tm_daemon *d, struct tm_msg *list)
 static void *settle_main(void *arg)
 {
     struct tm_daemon *d = arg;
-    int64_t last_resettle = 0;
+    struct tm_broker *b = d->broker;
+    int64_t last_resettle = 0, next_tick = 0;
+    int64_t tick_ms = b->ops->tick_ms != NULL ? b->ops->tick_ms(b) : 1000;
+    if (tick_ms > 1000)
+        tick_ms = 1000;
     for (;;) {
         atomic_store(&d->settle_tick_ms, tm_now_ms());
         struct pollfd pfd = {.fd = d->done_fd, .events = POLLIN};
-        int timeout = d->unsettled != NULL ? TM_RESETTLE_MS : 1000;
+        int timeout = d->unsettled != NULL ? TM_RESETTLE_MS : (int)tick_ms;
         if (atomic_load_explicit(&d->done_head, memory_order_acquire) ==
             NULL)
             poll(&pfd, 1, timeout);
@@ -291,6 +295,11 @@ static void *settle_main(void *arg)
         if (list != NULL)
             settle_batch(d, list);
         int64_t now = tm_now_ms();
+        if (b->ops->tick != NULL && now >= next_tick &&
+            atomic_load(&d->state) == TM_STATE_RUNNING) {
+            next_tick = now + tick_ms;
+            b->ops->tick(b);
+        }
         if (d->unsettled != NULL && now - last_resettle >= TM_RESETTLE_MS) {
             last_resettle = now;
             struct tm_msg *again = d->unsettled;
