@@ -5,6 +5,7 @@
 # stopped on exit and its temp dir removed.
 #
 #   scripts/demo.sh BUILD_DIR        (make demo does this)
+# shellcheck disable=SC2016  # single-quoted conditions are eval'ed later
 set -euo pipefail
 
 BUILD=${1:?usage: scripts/demo.sh BUILD_DIR}
@@ -91,6 +92,15 @@ rcli() {
 	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"
 }
 
+# dlq_field STREAM ID FIELD: one field of a dead-letter entry.
+dlq_field() {
+	rcli EVAL "local r = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+		if #r == 0 then return false end
+		local f = r[1][2]
+		for i = 1, #f, 2 do if f[i] == ARGV[2] then return f[i + 1] end end
+		return false" 1 "$1" "$2" "$3"
+}
+
 # Sum of taskmill_tasks_total over every task and outcome.
 tasks_done() {
 	curl -sf -m 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
@@ -122,7 +132,10 @@ tasks:
   journal: { plugin: journal.so, queue: demo.journal, config: { path: $DIR/journal.txt } }
 YAML
 cat "$DIR/taskmill.yaml"
-"$TM" check -c "$DIR/taskmill.yaml"
+if ! "$TM" check -c "$DIR/taskmill.yaml" 2>"$DIR/check.log"; then
+	cat "$DIR/check.log" >&2
+	exit 1
+fi
 echo "taskmill check: config valid"
 
 heading "daemon"
@@ -168,12 +181,21 @@ else
 	echo "(/status answered $code; skipped)"
 fi
 
-heading "GET /metrics (taskmill_tasks_total)"
-curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" | grep '^taskmill_tasks_total' || echo "(none)"
+heading "GET /metrics (taskmill_tasks_total, non-zero series)"
+curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" |
+	awk '/^taskmill_tasks_total[{ ]/ && $NF != 0' | grep . || echo "(none)"
 
 heading "dead-letter queues"
 for q in demo.add demo.fail; do
 	echo "$q.dlq: $(rcli XLEN "$q.dlq") entries"
+	for id in $(rcli EVAL "local o = {}
+		for i, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do o[i] = e[1] end
+		return o" 1 "$q.dlq"); do
+		printf '  %s  origin %s  attempts %s  error: %s\n' "$id" \
+			"$(dlq_field "$q.dlq" "$id" origin_id)" \
+			"$(dlq_field "$q.dlq" "$id" attempts)" \
+			"$(dlq_field "$q.dlq" "$id" error)"
+	done
 done
 echo "journal ($DIR/journal.txt):"
 sed 's/^/  /' "$DIR/journal.txt" 2>/dev/null || echo "  (not written)"

@@ -528,8 +528,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
         tm_log_err(SRC, "eventfd: %s", tm_strerror(errno, eb, sizeof eb));
         goto out_broker;
     }
-    d->pool = pops->create(cfg->pool_size, d->task_ptrs, d->ntasks,
-                           cb_pool_done, d);
+    d->pool = pops->create(cfg, d->task_ptrs, d->ntasks, cb_pool_done, d);
     pthread_t sig_thread;
     pthread_create(&sig_thread, NULL, signal_main, d);
     pthread_detach(sig_thread);
@@ -611,8 +610,10 @@ int tm_daemon_run(struct tm_cfg *cfg)
     if (status == 0)
         tm_log_info(SRC, "stopped cleanly");
     if (drained != 0) {
-        /* workers are still inside task code: do not unload it */
+        /* workers may still be inside task code: stop (or kill) the pool,
+         * but do not unload the plugins under running threads */
         tm_http_stop(d->http);
+        d->pool->ops->destroy(d->pool);
         return status;
     }
 out_pool_started:

@@ -188,7 +188,7 @@ void tm_exec_run(struct tm_msg *m, void *worker_data)
         tm_free(m->result);
         m->result = NULL;
         m->result_len = 0;
-        tm_msg_set_error(m, "timeout: ran %lld ms, limit %lld ms",
+        tm_msg_set_error(m, "ran %lld ms, past the limit of %lld ms",
                          (long long)((m->t_end_ns - m->t_start_ns) / 1000000),
                          (long long)t->timeout_ms);
         return;

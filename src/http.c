@@ -200,10 +200,10 @@ struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen)
         flags |= MHD_USE_IPv6;
     h->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, cb_request, h,
+        MHD_OPTION_EXTERNAL_LOGGER, cb_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)TM_HTTP_CONN_LIMIT,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TM_HTTP_TIMEOUT_S,
-        MHD_OPTION_EXTERNAL_LOGGER, cb_mhd_log, NULL,
         MHD_OPTION_END);
     if (h->mhd == NULL) {
         tm_snprintf(err, errlen, "cannot listen on %s (address in use, "

@@ -24,11 +24,12 @@ typedef void (*tm_pool_done_fn)(void *ctx, struct tm_msg *list);
 struct tm_pool_ops {
     const char *kind; /* "thread", "fork" */
 
-    /* create allocates a pool of size workers for the tasks (borrowed;
-     * they outlive the pool). No worker starts yet. */
-    struct tm_pool *(*create)(unsigned size, struct tm_task **tasks,
-                              size_t ntasks, tm_pool_done_fn done,
-                              void *done_ctx);
+    /* create allocates a pool of cfg->pool_size workers for the tasks
+     * (cfg and tasks are borrowed; they outlive the pool). No worker
+     * starts yet. */
+    struct tm_pool *(*create)(const struct tm_cfg *cfg,
+                              struct tm_task **tasks, size_t ntasks,
+                              tm_pool_done_fn done, void *done_ctx);
 
     /* start starts the workers; each runs every task's cb_worker_init.
      * Returns 0, or -1 (nothing left running). */
@@ -69,5 +70,6 @@ struct tm_pool {
 const struct tm_pool_ops *tm_pool_ops_for(enum tm_pool_kind kind);
 
 extern const struct tm_pool_ops tm_pool_thread_ops;
+extern const struct tm_pool_ops tm_pool_fork_ops;
 
 #endif /* TASKMILL_POOL_H */

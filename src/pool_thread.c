@@ -104,10 +104,11 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static struct tm_pool *tp_create(unsigned size, struct tm_task **tasks,
-                                 size_t ntasks, tm_pool_done_fn done,
-                                 void *done_ctx)
+static struct tm_pool *tp_create(const struct tm_cfg *cfg,
+                                 struct tm_task **tasks, size_t ntasks,
+                                 tm_pool_done_fn done, void *done_ctx)
 {
+    unsigned size = cfg->pool_size;
     struct tpool *tp = tm_calloc(1, sizeof *tp);
     tp->base.ops = &tm_pool_thread_ops;
     tp->base.size = size;

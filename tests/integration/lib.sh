@@ -13,6 +13,8 @@
 # failed assertion ends the test. Wait for conditions with wait_until /
 # wait_metric / wait_ping, never with a bare sleep.
 
+: "${TEST_DIR:?lib.sh is sourced by run.sh, which sets TEST_DIR}"
+: "${REDIS_PORT:?lib.sh is sourced by run.sh, which sets REDIS_PORT}"
 TM_BIN=${TM_BUILD:?TM_BUILD must be set}/taskmill
 TM_PLUGINS=$TM_BUILD/plugins
 HTTP_PORT=${HTTP_PORT:-}
@@ -83,6 +85,7 @@ now_ms() {
 wait_until() {
 	local cmd=$1 timeout=${2:-10}
 	local deadline=$(($(now_ms) + timeout * 1000))
+	note "waiting up to ${timeout}s for: $cmd"
 	while :; do
 		if eval "$cmd" >/dev/null 2>&1; then
 			return 0
@@ -431,6 +434,7 @@ metric() {
 wait_metric() {
 	local name=$1 labels=$2 want=$3 timeout=${4:-30} v=
 	local deadline=$(($(now_ms) + timeout * 1000))
+	note "waiting up to ${timeout}s for $name{$labels} == $want"
 	while :; do
 		v=$(metric "$name" "$labels") || v="(no /metrics)"
 		[[ $v == "$want" ]] && return 0

@@ -5,14 +5,16 @@
 #
 # Starts one redis-server on a free loopback port in a scratch dir for the
 # whole run (or uses TM_TEST_REDIS_PORT, a redis already running on
-# 127.0.0.1), then runs every tests/integration/test_*.sh (or only those
-# named: "happy_path", "test_cli.sh", ...) each in its own bash process with
-# lib.sh sourced, its own scratch dir, a FLUSHALL before it and a watchdog
+# 127.0.0.1, whose data every test flushes), then runs every
+# tests/integration/test_*.sh (or only those named: "happy_path",
+# "test_cli.sh", ...) each in its own bash process with lib.sh sourced, its
+# own scratch dir, a FLUSHALL before it and a watchdog
 # timeout (TM_TEST_TIMEOUT, default 120 s). Prints "ok - NAME" or
 # "not ok - NAME" per test and one closing "N passed, N failed" line; exits 1
 # if any test failed. A test that calls `skip` counts as skipped, or as failed
 # when CI=true or TM_SKIPS_AS_FAILS=1.
 #
+# TM_KEEP_SCRATCH=1 keeps the scratch dir (logs, configs) for inspection.
 # When TM_BUILD ends in build-asan, sanitizer reports in any log of a test
 # (daemon or CLI stderr) fail that test.
 set -uo pipefail
@@ -177,6 +179,7 @@ for t in "${tests[@]}"; do
 
 	start=$(date +%s%N)
 	rc=0
+	# shellcheck disable=SC2016  # expanded by the test's own bash
 	TEST_DIR=$dir timeout -k 5 "$TEST_TIMEOUT" bash -c '
 		set -eEuo pipefail
 		trap '\''echo "ERROR: line $LINENO: $BASH_COMMAND (status $?)" >&2'\'' ERR

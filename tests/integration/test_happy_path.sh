@@ -12,7 +12,7 @@ YAML
 start_daemon "$TEST_DIR/taskmill.yaml"
 wait_ping
 
-wait_metric taskmill_tasks_total 'task="noop",outcome="success"' "$N" 60
+wait_metric taskmill_tasks_total 'task="noop",outcome="success"' "$N" 30
 wait_until '[[ $(xpending q.noop) == 0 ]]' 10
 
 assert_eq 0 "$(xpending q.noop)" "XPENDING q.noop taskmill"

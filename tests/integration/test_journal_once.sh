@@ -34,7 +34,7 @@ for ((i = 1; i <= N_EMIT_AFTER; i++)); do
 done
 assert_eq "$N" "$(xlen q.journal)" "XLEN q.journal"
 
-wait_metric taskmill_tasks_total 'task="journal",outcome="success"' "$N" 60
+wait_metric taskmill_tasks_total 'task="journal",outcome="success"' "$N" 30
 wait_until '[[ $(xpending q.journal) == 0 ]]' 10
 rc=0
 stop_daemon || rc=$?

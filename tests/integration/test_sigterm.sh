@@ -17,24 +17,24 @@ xadd_bulk q.sleep "$N" "{\"ms\":$MS,\"n\":%d}"
 start_daemon "$CONF"
 wait_ping
 
-# Wait until the pool is full (the task's in-flight gauge says so), but no
-# longer than the first batch takes: then signal.
+# Wait until the pool is full (every worker busy: taskmill_pool_busy; the
+# task's in-flight gauge also counts prefetched deliveries), but no longer
+# than half the first batch takes: then signal.
 full=0
 deadline=$(($(now_ms) + MS / 2))
 while (($(now_ms) < deadline)); do
-	if [[ $(metric taskmill_tasks_inflight 'task="sleep"' || true) == "$POOL" ]]; then
+	if [[ $(metric taskmill_pool_busy || true) == "$POOL" ]]; then
 		full=1
 		break
 	fi
 	sleep 0.05
 done
+inflight=$(metric taskmill_tasks_inflight 'task="sleep"' || true)
 if ((full)); then
-	note "pool full ($POOL in flight), sending SIGTERM"
+	note "pool full ($POOL busy, $inflight in flight), sending SIGTERM"
 else
-	note "taskmill_tasks_inflight never showed $POOL; sending SIGTERM anyway"
+	note "taskmill_pool_busy never showed $POOL ($inflight in flight); sending SIGTERM anyway"
 fi
-busy=$(metric taskmill_pool_busy || true)
-note "taskmill_pool_busy=$busy"
 
 rc=0
 stop_daemon 15 || rc=$?
