@@ -52,6 +52,20 @@ endif
 DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
+# libsystemd (sd_notify): USE_SYSTEMD=yes|no|auto
+USE_SYSTEMD ?= auto
+HAVE_SYSTEMD := $(shell $(PKG_CONFIG) --exists libsystemd 2>/dev/null && echo yes)
+ifeq ($(USE_SYSTEMD),yes)
+ifneq ($(HAVE_SYSTEMD),yes)
+$(error USE_SYSTEMD=yes but pkg-config finds no libsystemd (apt-get install libsystemd-dev))
+endif
+endif
+ifneq ($(USE_SYSTEMD),no)
+ifeq ($(HAVE_SYSTEMD),yes)
+DEP_CFLAGS += -DTM_HAVE_SYSTEMD $(shell $(PKG_CONFIG) --cflags libsystemd)
+DEP_LIBS += $(shell $(PKG_CONFIG) --libs libsystemd)
+endif
+endif
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
@@ -134,18 +148,31 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/bench.sh $(abspath $(BUILD))
 
+DOCDIR = $(PREFIX)/share/doc/taskmill
+
+# install puts the binary, plugins, the public header, the pkg-config file,
+# the example config and the systemd unit under $(DESTDIR)$(PREFIX) (the
+# config under $(DESTDIR)$(SYSCONFDIR)); paths inside the unit and the
+# example config follow PREFIX.
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(PLUGINDIR) \
 		$(DESTDIR)$(INCDIR) $(DESTDIR)$(PKGCONFIGDIR) \
-		$(DESTDIR)$(SYSCONFDIR)/taskmill $(DESTDIR)$(UNITDIR)
+		$(DESTDIR)$(SYSCONFDIR)/taskmill $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BUILD)/taskmill $(DESTDIR)$(BINDIR)/taskmill
 	install -m 0755 $(PLUGIN_SOS) $(DESTDIR)$(PLUGINDIR)/
 	install -m 0644 src/taskmill.h $(DESTDIR)$(INCDIR)/taskmill.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		scripts/taskmill.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/taskmill.pc
-	install -m 0644 conf/taskmill.yaml \
-		$(DESTDIR)$(SYSCONFDIR)/taskmill/taskmill.yaml.example
-	install -m 0644 systemd/taskmill.service $(DESTDIR)$(UNITDIR)/
+	sed -e 's|^plugin_dir: .*|plugin_dir: $(PLUGINDIR)|' conf/taskmill.yaml \
+		> $(DESTDIR)$(SYSCONFDIR)/taskmill/taskmill.yaml.example
+	sed -e 's|/usr/local|$(PREFIX)|g' \
+		-e 's|/etc/taskmill|$(SYSCONFDIR)/taskmill|g' \
+		systemd/taskmill.service > $(DESTDIR)$(UNITDIR)/taskmill.service
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -d $(DESTDIR)$(DOCDIR)/plugin-template
+	install -m 0644 plugins/template/hello.c plugins/template/Makefile \
+		$(DESTDIR)$(DOCDIR)/plugin-template/
 
 clean:
 	rm -rf build build-asan

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "notify.h"
 #include "util.h"
 
 #define SRC "daemon"
@@ -450,6 +451,31 @@ static void *signal_main(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
+/* notify_status sends the service manager a one-line summary. */
+static void notify_status(struct tm_daemon *d)
+{
+    unsigned long long ok = 0, failed = 0;
+    long long inflight = 0;
+    for (size_t i = 0; i < d->ntasks; i++) {
+        const struct tm_task_stats *s = &d->tasks[i].stats;
+        for (int o = 1; o < TM_OUT_COUNT; o++) {
+            unsigned long long v = atomic_load_explicit(
+                &s->outcomes[o], memory_order_relaxed);
+            if (o == TM_OUT_SUCCESS)
+                ok += v;
+            else
+                failed += v;
+        }
+        inflight += atomic_load_explicit(&s->inflight, memory_order_relaxed);
+    }
+    char why[128] = "";
+    int up = tm_daemon_ready(d, why, sizeof why);
+    tm_notify_status("%s; %zu tasks, %llu succeeded, %llu failed, %lld in "
+                     "flight, %u/%u workers busy",
+                     up ? "running" : why, d->ntasks, ok, failed, inflight,
+                     d->pool->ops->busy(d->pool), d->pool->size);
+}
+
 static int stop_requested(struct tm_daemon *d)
 {
     return atomic_load(&d->signals) > 0;
@@ -574,8 +600,27 @@ int tm_daemon_run(struct tm_cfg *cfg)
                     "broker %s", TM_VERSION, d->ntasks, pops->kind,
                     cfg->pool_size, cfg->url.redacted);
     }
-    while (!stop_requested(d))
-        main_wait(d, 1000);
+    int64_t wd_ms = tm_notify_watchdog_ms();
+    int64_t period = wd_ms > 0 && wd_ms < 1000 ? wd_ms : 1000;
+    int ready = 0;
+    int64_t next_status = 0;
+    while (!stop_requested(d)) {
+        main_wait(d, period);
+        if (wd_ms > 0)
+            tm_notify("WATCHDOG=1");
+        char why[128];
+        if (!ready && tm_daemon_ready(d, why, sizeof why)) {
+            ready = 1;
+            tm_notify("READY=1");
+            tm_log_info(SRC, "ready: every task is subscribed");
+        }
+        int64_t now = tm_now_ms();
+        if (now >= next_status) {
+            next_status = now + 5000;
+            notify_status(d);
+        }
+    }
+    tm_notify("STOPPING=1");
 
     /* graceful stop: intake first, then running work, then settlement */
     atomic_store(&d->state, TM_STATE_STOPPING);

@@ -1,0 +1,57 @@
+# make install into a DESTDIR gives a working tree: the binary and plugins
+# run, taskmill.h + taskmill.pc build the out-of-tree plugin template, and
+# the systemd unit passes systemd-analyze verify where the tool exists.
+ROOT=$TEST_DIR/root
+make -s -C "$TM_SRCDIR" install BUILD="$TM_BUILD" PREFIX=/usr/local \
+	DESTDIR="$ROOT" >"$TEST_DIR/install.log" 2>&1 ||
+	fail "make install failed: $(tail -5 "$TEST_DIR/install.log")"
+for f in usr/local/bin/taskmill usr/local/include/taskmill.h \
+	usr/local/lib/pkgconfig/taskmill.pc usr/local/lib/taskmill/plugins/noop.so \
+	etc/taskmill/taskmill.yaml.example \
+	usr/local/lib/systemd/system/taskmill.service; do
+	[[ -e $ROOT/$f ]] || fail "make install did not install /$f"
+done
+assert_match '^taskmill [0-9]+\.[0-9]+\.[0-9]+$' \
+	"$("$ROOT/usr/local/bin/taskmill" --version)" "installed --version"
+grep -q '^plugin_dir: /usr/local/lib/taskmill/plugins$' \
+	"$ROOT/etc/taskmill/taskmill.yaml.example" ||
+	fail "installed example config does not point at the installed plugins"
+
+# The plugin template builds out of tree with pkg-config alone.
+cflags=$(PKG_CONFIG_PATH=$ROOT/usr/local/lib/pkgconfig \
+	PKG_CONFIG_SYSROOT_DIR=$ROOT pkg-config --cflags taskmill | xargs)
+assert_eq "-I$ROOT/usr/local/include" "$cflags" "pkg-config --cflags taskmill"
+PLUG=$TEST_DIR/plugins
+mkdir -p "$PLUG" && chmod 0755 "$PLUG"
+cp "$ROOT/usr/local/share/doc/taskmill/plugin-template/"* "$PLUG/"
+PKG_CONFIG_PATH=$ROOT/usr/local/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$ROOT \
+	make -s -C "$PLUG" >"$TEST_DIR/template.log" 2>&1 ||
+	fail "template plugin does not build: $(cat "$TEST_DIR/template.log")"
+
+CONF=$TEST_DIR/taskmill.yaml
+write_config "$CONF" <<YAML
+tasks:
+  hello: { plugin: $PLUG/hello.so, queue: q.hello, config: { loud: true } }
+YAML
+out=$("$ROOT/usr/local/bin/taskmill" invoke -c "$CONF" hello '{"name":"you"}')
+assert_match 'result: \{"greeting":"HELLO, you"\}' "$out" "template invoke"
+
+TM_BIN=$ROOT/usr/local/bin/taskmill start_daemon "$CONF"
+wait_ping
+id=$("$ROOT/usr/local/bin/taskmill" emit -c "$CONF" hello '{"name":"daemon"}')
+assert_match '^[0-9]+-[0-9]+$' "$id" "emitted id"
+wait_metric taskmill_tasks_total 'task="hello",outcome="success"' 1 10
+stop_daemon
+
+if command -v systemd-analyze >/dev/null 2>&1; then
+	UNIT=$TEST_DIR/taskmill.service
+	sed "s|/usr/local|$ROOT/usr/local|g" \
+		"$ROOT/usr/local/lib/systemd/system/taskmill.service" >"$UNIT"
+	systemd-analyze verify "$UNIT" >"$TEST_DIR/verify.log" 2>&1 ||
+		fail "systemd-analyze verify: $(cat "$TEST_DIR/verify.log")"
+	[[ -s $TEST_DIR/verify.log ]] &&
+		fail "systemd-analyze verify printed: $(cat "$TEST_DIR/verify.log")"
+else
+	note "systemd-analyze not installed: unit not verified"
+fi
+true
