@@ -89,7 +89,22 @@ struct tm_broker_ops {
 
     /* destroy closes everything and frees the adapter; NULL accepted. */
     void (*destroy)(struct tm_broker *b);
+
+    /* depth reads, for monitoring, task i's queue depth (messages not yet
+     * delivered), pending count (delivered, not acknowledged) and
+     * dead-letter depth; each is -1 when the broker cannot tell. It runs
+     * on a connection of its own, opened on first use, so it never waits
+     * behind intake or settlement, and one caller at a time is served.
+     * task_index TM_BROKER_DEPTH_CLOSE closes that connection (returns
+     * 0); call it before destroy. Returns 0, or -1 when the broker cannot
+     * be reached (b->errstr is left alone: other threads own it).
+     * Optional: NULL when the adapter has no such reads. */
+    int (*depth)(struct tm_broker *b, size_t task_index, long long *depth,
+                 long long *pending, long long *dlq_depth);
 };
+
+/* TM_BROKER_DEPTH_CLOSE, as depth()'s task_index, closes its connection. */
+#define TM_BROKER_DEPTH_CLOSE ((size_t)-1)
 
 /* struct tm_broker is the common head of every adapter's state. */
 struct tm_broker {
@@ -97,6 +112,11 @@ struct tm_broker {
     const struct tm_cfg *cfg;
     atomic_int up;                  /* 1 while connected */
     atomic_ulong reconnects;        /* successful reconnects after a loss */
+    int resumed;                    /* set before intake starts when this
+                                       broker takes over from an earlier
+                                       one of the same process (reload):
+                                       its pending entries are in flight
+                                       there, not to be read again */
     int err;                        /* 0, or an errno-like code */
     char errstr[256];
 };

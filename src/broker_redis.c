@@ -58,6 +58,7 @@ struct rb_task {
     int history_done;          /* own pending entries read again */
     char history_from[RB_ID_MAX]; /* next history read starts after it */
     int was_up;
+    atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
     int64_t next_maint_ms;     /* intake: next reclaim round */
     int64_t next_tick_ms;      /* settle thread: next upkeep round */
     unsigned tick_rounds;
@@ -687,6 +688,7 @@ static void intake_failed(struct rb_broker *rb, struct rb_task *rt,
                      "%s: %s; reconnecting", what, rt->errstr);
     rt->was_up = 0;
     mark_down(rb);
+    atomic_store(&rt->client_id, 0);
     if (rt->rc != NULL) {
         redisFree(rt->rc);
         rt->rc = NULL;
@@ -714,6 +716,14 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
             return -1;
         }
         rt->group_ready = 0;
+        /* remember the connection's id: wake() unblocks it by that */
+        redisReply *id = redisCommand(rt->rc, "CLIENT ID");
+        atomic_store(&rt->client_id, id != NULL &&
+                                         id->type == REDIS_REPLY_INTEGER
+                                     ? id->integer
+                                     : 0);
+        if (id != NULL)
+            freeReplyObject(id);
     }
     if (!rt->group_ready) {
         if (ensure_group(rt->rc, t, rt->errstr, sizeof rt->errstr,
@@ -780,7 +790,10 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
         }
     }
 
-    /* 3. this consumer's own pending entries, once after start */
+    /* 3. this consumer's own pending entries, once after start (not
+     * after a reload: the previous configuration is still running them) */
+    if (b->resumed)
+        rt->history_done = 1;
     const char *start = rt->history_done ? ">" : "0";
     char count[24], block[24];
     tm_snprintf(count, sizeof count, "%zu", max);
@@ -1124,6 +1137,115 @@ static int64_t rb_tick_ms(struct tm_broker *b)
     return ms;
 }
 
+/* ---- monitoring: queue depths ---------------------------------------- */
+
+/* Command timeout of the depth connection: a slow answer only delays the
+ * next refresh of /metrics, never a task. */
+#define RB_DEPTH_TIMEOUT_MS 2000
+
+/* The depth connection is separate from the intake and settle ones, so
+ * that monitoring reads never queue behind them or delay them. One per
+ * process (struct rb_broker has no room for it), opened on first use by
+ * the broker that uses it; the mutex serves one caller at a time. */
+static struct {
+    pthread_mutex_t mu;
+    redisContext *c;
+    const struct rb_broker *owner;
+} rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL};
+
+/* group_counts finds the task's group in an XINFO GROUPS reply and sets
+ * *depth from its lag (entries not yet delivered to the group; Redis 7.0
+ * and later, nil when Redis cannot compute it) and *pending. Returns 0
+ * when the group is not there. */
+static int group_counts(const redisReply *groups, const char *group,
+                        long long *depth, long long *pending)
+{
+    for (size_t i = 0; i < groups->elements; i++) {
+        const redisReply *name = reply_field(groups->element[i], "name");
+        if (name == NULL || name->type != REDIS_REPLY_STRING ||
+            strcmp(name->str, group) != 0)
+            continue;
+        const redisReply *lag = reply_field(groups->element[i], "lag");
+        const redisReply *pend = reply_field(groups->element[i], "pending");
+        if (lag != NULL && lag->type == REDIS_REPLY_INTEGER)
+            *depth = lag->integer;
+        if (pend != NULL && pend->type == REDIS_REPLY_INTEGER)
+            *pending = pend->integer;
+        return 1;
+    }
+    return 0;
+}
+
+static int rb_depth(struct tm_broker *b, size_t ti, long long *depth,
+                    long long *pending, long long *dlq_depth)
+{
+    struct rb_broker *rb = (struct rb_broker *)b;
+    redisReply *r[3] = {NULL, NULL, NULL};
+    char eb[256];
+    int rc = -1;
+    pthread_mutex_lock(&rb_depth_conn.mu);
+    if (rb_depth_conn.c != NULL &&
+        (ti == TM_BROKER_DEPTH_CLOSE || rb_depth_conn.owner != rb)) {
+        redisFree(rb_depth_conn.c);
+        rb_depth_conn.c = NULL;
+        rb_depth_conn.owner = NULL;
+    }
+    if (ti == TM_BROKER_DEPTH_CLOSE) {
+        rc = 0;
+        goto out;
+    }
+    *depth = *pending = *dlq_depth = -1;
+    if (ti >= rb->ntasks)
+        goto out;
+    if (rb_depth_conn.c == NULL) {
+        rb_depth_conn.c = rb_connect(rb, RB_DEPTH_TIMEOUT_MS, eb, sizeof eb);
+        if (rb_depth_conn.c == NULL) {
+            tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
+            goto out;
+        }
+        rb_depth_conn.owner = rb;
+    }
+    redisContext *c = rb_depth_conn.c;
+    const struct tm_cfg_task *t = rb->tasks[ti].cfg;
+    /* one round trip for the three reads */
+    redisAppendCommand(c, "XINFO GROUPS %s", t->queue);
+    redisAppendCommand(c, "XLEN %s", t->queue);
+    redisAppendCommand(c, "XLEN %s", t->dead_letter);
+    for (int i = 0; i < 3; i++) {
+        void *reply = NULL;
+        if (redisGetReply(c, &reply) != REDIS_OK || reply == NULL) {
+            reply_error(c, NULL, eb, sizeof eb);
+            tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL, "depth: %s", eb);
+            redisFree(c);
+            rb_depth_conn.c = NULL;
+            rb_depth_conn.owner = NULL;
+            goto out;
+        }
+        r[i] = reply;
+    }
+    long long len = r[1]->type == REDIS_REPLY_INTEGER ? r[1]->integer : -1;
+    if (r[0]->type == REDIS_REPLY_ARRAY) {
+        if (!group_counts(r[0], t->group, depth, pending)) {
+            /* no group yet: nothing was delivered to it */
+            *depth = len;
+            *pending = 0;
+        }
+    } else if (r[0]->type == REDIS_REPLY_ERROR && len == 0) {
+        /* no such key: an empty queue */
+        *depth = 0;
+        *pending = 0;
+    }
+    if (r[2]->type == REDIS_REPLY_INTEGER)
+        *dlq_depth = r[2]->integer;
+    rc = 0;
+out:
+    for (int i = 0; i < 3; i++)
+        if (r[i] != NULL)
+            freeReplyObject(r[i]);
+    pthread_mutex_unlock(&rb_depth_conn.mu);
+    return rc;
+}
+
 /* ---- lifecycle ------------------------------------------------------ */
 
 static struct tm_broker *rb_create(const struct tm_cfg *cfg)
@@ -1167,9 +1289,28 @@ static int rb_connect_all(struct tm_broker *b)
     return 0;
 }
 
+/* rb_wake ends blocked XREADGROUP calls at once (CLIENT UNBLOCK, as if
+ * their BLOCK time ran out), from a short connection of its own. */
 static void rb_wake(struct tm_broker *b)
 {
-    (void)b; /* blocking reads use short BLOCK times */
+    struct rb_broker *rb = (struct rb_broker *)b;
+    char eb[256];
+    redisContext *c = NULL;
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        long long id = atomic_load(&rb->tasks[i].client_id);
+        if (id <= 0)
+            continue;
+        if (c == NULL) {
+            c = rb_connect(rb, 1000, eb, sizeof eb);
+            if (c == NULL)
+                return; /* the reads end by their BLOCK time anyway */
+        }
+        redisReply *r = redisCommand(c, "CLIENT UNBLOCK %lld", id);
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (c != NULL)
+        redisFree(c);
 }
 
 static void rb_destroy(struct tm_broker *b)
@@ -1362,4 +1503,5 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .dlq_replay = rb_dlq_replay,
     .dlq_purge = rb_dlq_purge,
     .destroy = rb_destroy,
+    .depth = rb_depth,
 };

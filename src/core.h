@@ -12,6 +12,7 @@
 #include "msg.h"
 #include "plugin.h"
 #include "pool.h"
+#include "stats.h"
 
 /* Upper bounds of the duration histogram, in seconds: 100 us to 10 min. */
 #define TM_HIST_BOUNDS(X) \
@@ -23,8 +24,10 @@
 
 /*
  * struct tm_task_stats holds a task's counters. The settle thread is the
- * only writer (relaxed atomic stores of its own increments); HTTP reads
- * them without locks.
+ * only writer of outcomes, retries, dead_lettered, hist, dur_sum_us, rate
+ * and durs (relaxed atomic stores of its own increments); intake and
+ * settle threads move inflight; the HTTP depth refresher alone writes the
+ * broker-side counts. HTTP reads everything without locks.
  */
 struct tm_task_stats {
     atomic_ullong outcomes[TM_OUT_COUNT];
@@ -33,13 +36,23 @@ struct tm_task_stats {
     atomic_ullong hist[TM_HIST_N + 1];  /* last bucket: +Inf */
     atomic_ullong dur_sum_us;
     atomic_llong inflight;              /* read, not yet settled */
+    struct tm_rate rate;                /* attempts ended, per second */
+    struct tm_durwin durs;              /* recent run durations */
+    /* Read from the broker every few seconds (never per scrape); -1 when
+     * the broker cannot tell. Valid once depth_at_ms (monotonic) != 0. */
+    atomic_llong queue_depth;           /* not yet delivered */
+    atomic_llong queue_pending;         /* delivered, not acknowledged */
+    atomic_llong dead_letter_depth;     /* entries in the dead-letter queue */
+    atomic_llong depth_at_ms;
 };
 
 struct tm_daemon;
+struct tm_gen;
 
 /* struct tm_task is one configured task at run time. */
 struct tm_task {
     struct tm_daemon *daemon;
+    struct tm_gen *gen;                 /* the generation it belongs to */
     const struct tm_cfg_task *cfg;
     size_t index;
     struct tm_plugin *plugin;

@@ -17,37 +17,78 @@ enum tm_state {
 };
 
 struct tm_http;
+struct tm_daemon;
 
-struct tm_daemon {
+/*
+ * struct tm_gen is one generation of the running configuration: its tasks
+ * and plugins, broker connections, pool, intake threads and settle thread.
+ * A reload (SIGHUP, plugin_watch) starts a new generation and retires the
+ * old one in the background: its intake stops at once, what it holds runs
+ * to the end and is settled, then it is freed.
+ */
+struct tm_gen {
+    struct tm_daemon *d;
+    unsigned id;
     struct tm_cfg *cfg;
     struct tm_task *tasks;          /* cfg->ntasks of them */
     struct tm_task **task_ptrs;
     size_t ntasks;
     struct tm_broker *broker;
     struct tm_pool *pool;
-    struct tm_http *http;
-
-    atomic_int state;               /* enum tm_state */
+    int pool_started;
     atomic_int stopping;            /* intake stops */
-    atomic_llong main_tick_ms;      /* monotonic: main loop alive */
-    atomic_llong settle_tick_ms;    /* monotonic: settle loop alive */
-    int64_t start_wall_ms;
-    int64_t start_mono_ms;
 
     /* finished messages: a lock-free stack pushed by workers, taken whole
      * by the settle thread */
     _Atomic(struct tm_msg *) done_head;
     int done_fd;                    /* eventfd: stack became non-empty */
     pthread_t settle_thread;
+    int settle_started;
     atomic_int settle_stop;
     int64_t settle_deadline_ns;
     struct tm_msg **scratch;        /* settle thread only */
     size_t scratch_cap;
     struct tm_msg *unsettled;       /* settlement failed; retried */
 
+    pthread_mutex_t mu;
+    pthread_cond_t cv;              /* intake waits: room, stop */
+
+    /* counters carried over from the generation this one replaced: at
+     * creation they are copied (snap); once that generation has stopped,
+     * this settle thread adds what it counted since (prev_done, folded) */
+    struct tm_gen *prev;
+    struct tm_task_stats *snap;     /* per task */
+    long *snap_from;                /* per task: index in prev, or -1 */
+    atomic_int prev_done;
+    atomic_int folded;
+};
+
+struct tm_daemon {
+    /* the current generation, as HTTP sees it: read under gen_lock */
+    pthread_rwlock_t gen_lock;
+    struct tm_gen *gen;
+    struct tm_cfg *cfg;
+    struct tm_task *tasks;
+    struct tm_task **task_ptrs;
+    size_t ntasks;
+    struct tm_broker *broker;
+    struct tm_pool *pool;
+
+    struct tm_http *http;
+    const char *config_path;
+    unsigned gens;                  /* generations started */
+
+    atomic_int state;               /* enum tm_state */
+    atomic_llong main_tick_ms;      /* monotonic: main loop alive */
+    atomic_llong settle_tick_ms;    /* monotonic: settle loop alive */
+    int64_t start_wall_ms;
+    int64_t start_mono_ms;
+
     pthread_mutex_t stop_mu;
-    pthread_cond_t stop_cv;         /* signals and room for intake */
+    pthread_cond_t stop_cv;         /* signals, reload requests */
     atomic_int signals;             /* termination signals received */
+    atomic_int reload;              /* reload requested */
+    atomic_int retiring;            /* a generation is being retired */
 };
 
 /*

@@ -5,8 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
+#include "json.h"
 #include "log.h"
 #include "util.h"
 
@@ -126,18 +125,14 @@ static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
         tm_msg_set_error(m, "invalid body: not valid UTF-8");
         return -1;
     }
-    /* body[body_len] is NUL, so the length with it lets cJSON check that
-     * nothing but white space follows the value. */
-    cJSON *j = cJSON_ParseWithLengthOpts(m->body, m->body_len + 1, NULL,
-                                         /* require_null_terminated = */ 1);
-    if (j == NULL) {
-        tm_msg_set_error(m, "invalid body: not valid JSON");
-        return -1;
-    }
-    int is_obj = cJSON_IsObject(j);
-    cJSON_Delete(j);
-    if (!is_obj) {
+    switch (tm_json_check(m->body, m->body_len)) {
+    case TM_JSON_OBJECT:
+        break;
+    case TM_JSON_OTHER:
         tm_msg_set_error(m, "invalid body: not a JSON object");
+        return -1;
+    case TM_JSON_INVALID:
+        tm_msg_set_error(m, "invalid body: not valid JSON");
         return -1;
     }
     return 0;

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "json.h"
 #include "log.h"
 #include "util.h"
 
@@ -121,11 +122,8 @@ static const struct tm_cfg_task *find_task(const struct tm_cfg *cfg,
 static int check_body(const char *body)
 {
     size_t len = strlen(body);
-    cJSON *j = NULL;
-    if (tm_utf8_valid(body, len))
-        j = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
-    int ok = j != NULL && cJSON_IsObject(j);
-    cJSON_Delete(j);
+    int ok = tm_utf8_valid(body, len) &&
+             tm_json_check(body, len) == TM_JSON_OBJECT;
     if (!ok)
         fprintf(stderr, "taskmill: the message body must be a JSON object, "
                 "e.g. '{\"a\": 1}'\n");

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "util.h"
@@ -84,7 +86,8 @@ static int check_dir(const char *path, const char *dir, char *err,
  * directory of the link and that of its target are both checked. Returns
  * 0, or -1 with the reason in err.
  */
-static int check_file(const char *path, char *err, size_t errlen)
+static int check_file(const char *path, struct stat *out, char *err,
+                      size_t errlen)
 {
     struct stat st;
     char ebuf[TM_STRERRNO_BUF];
@@ -127,6 +130,7 @@ static int check_file(const char *path, char *err, size_t errlen)
     if (strcmp(real_dir, dir) != 0 &&
         check_dir(path, real_dir, err, errlen) != 0)
         goto out;
+    *out = st;
     rc = 0;
 out:
     tm_free(dir);
@@ -207,29 +211,67 @@ static int check_desc(const char *path, const struct tm_task_plugin *d,
     return 0;
 }
 
-struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
+/* copy_private copies path into a new private directory and returns the
+ * copy's name (caller frees), or NULL with err. glibc's dlopen returns an
+ * already loaded object for a path, or a file, it has seen, so a changed
+ * plugin is loaded from a copy with a new name and inode. */
+static char *copy_private(const char *path, char *err, size_t errlen)
+{
+    char ebuf[TM_STRERRNO_BUF];
+    const char *tmp = getenv("TMPDIR");
+    char *dir = tm_asprintf("%s/taskmill-plugin-XXXXXX",
+                            tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        int e = errno;
+        set_err(err, errlen, "%s: cannot make a private copy: %s", path,
+                tm_strerror(e, ebuf, sizeof ebuf));
+        tm_free(dir);
+        return NULL;
+    }
+    const char *base = strrchr(path, '/');
+    char *copy = tm_asprintf("%s/%s", dir, base != NULL ? base + 1 : path);
+    int in = open(path, O_RDONLY | O_CLOEXEC);
+    int out = open(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0500);
+    int ok = in >= 0 && out >= 0;
+    char buf[65536];
+    while (ok) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n == 0)
+            break;
+        if (n < 0 || write(out, buf, (size_t)n) != n)
+            ok = 0;
+    }
+    int e = errno;
+    if (in >= 0)
+        close(in);
+    if (out >= 0 && close(out) != 0)
+        ok = 0;
+    if (!ok) {
+        set_err(err, errlen, "%s: cannot make a private copy: %s", path,
+                tm_strerror(e, ebuf, sizeof ebuf));
+        unlink(copy);
+        rmdir(dir);
+        tm_free(copy);
+        copy = NULL;
+    }
+    tm_free(dir);
+    return copy;
+}
+
+/* load loads the checked file path from load_path (the same file, or a
+ * private copy of it). */
+static struct tm_plugin *load(const char *path, const char *load_path,
+                              const struct stat *st, char *err,
+                              size_t errlen)
 {
     typedef const struct tm_task_plugin *(*descriptor_fn)(void);
-    void *dl = NULL;
-
-    if (err != NULL && errlen > 0)
-        err[0] = '\0';
-    if (check_file(path, err, errlen) != 0)
-        return NULL;
-
-    /* A name without a slash would make dlopen search the library path
-     * instead of loading the file just checked. */
-    char *load_path = strchr(path, '/') != NULL ? tm_strdup(path)
-                                                : tm_asprintf("./%s", path);
-    dl = dlopen(load_path, RTLD_NOW | RTLD_LOCAL);
+    void *dl = dlopen(load_path, RTLD_NOW | RTLD_LOCAL);
     if (dl == NULL) {
         set_err(err, errlen,
                 "%s: cannot load: %s; check its dependencies with ldd(1)",
                 path, dl_reason(load_path));
-        tm_free(load_path);
         return NULL;
     }
-    tm_free(load_path);
 
     dlerror(); /* clear any earlier error */
     void *sym = dlsym(dl, TM_TASK_SYMBOL);
@@ -251,6 +293,12 @@ struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
     struct tm_plugin *p = tm_calloc(1, sizeof *p);
     p->path = tm_strdup(path);
     p->dl = dl;
+    p->refs = 1;
+    p->dev = st->st_dev;
+    p->ino = st->st_ino;
+    p->size = st->st_size;
+    p->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL +
+                  st->st_mtim.tv_nsec;
     /* A plugin built against an older minor has a shorter descriptor:
      * copy what it has, the rest stays zero. */
     size_t n = d->struct_size < sizeof p->desc ? d->struct_size
@@ -264,6 +312,58 @@ struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
 fail:
     dlclose(dl);
     return NULL;
+}
+
+static struct tm_plugin *load_checked(const char *path, int fresh, char *err,
+                                      size_t errlen)
+{
+    struct stat st;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (check_file(path, &st, err, errlen) != 0)
+        return NULL;
+    char *load_path;
+    if (fresh) {
+        load_path = copy_private(path, err, errlen);
+        if (load_path == NULL)
+            return NULL;
+    } else {
+        /* A name without a slash would make dlopen search the library
+         * path instead of loading the file just checked. */
+        load_path = strchr(path, '/') != NULL ? tm_strdup(path)
+                                              : tm_asprintf("./%s", path);
+    }
+    struct tm_plugin *p = load(path, load_path, &st, err, errlen);
+    if (fresh) {
+        /* the mapping stays; the name and directory go */
+        char *dir = dir_of(load_path);
+        unlink(load_path);
+        rmdir(dir);
+        tm_free(dir);
+    }
+    tm_free(load_path);
+    return p;
+}
+
+struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
+{
+    return load_checked(path, 0, err, errlen);
+}
+
+struct tm_plugin *tm_plugin_load_fresh(const char *path, char *err,
+                                       size_t errlen)
+{
+    return load_checked(path, 1, err, errlen);
+}
+
+int tm_plugin_changed(const struct tm_plugin *p)
+{
+    struct stat st;
+    if (stat(p->path, &st) != 0)
+        return 1;
+    int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    return st.st_dev != p->dev || st.st_ino != p->ino ||
+           st.st_size != p->size || mt != p->mtime_ns;
 }
 
 int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
@@ -290,9 +390,14 @@ int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
     return 0;
 }
 
+void tm_plugin_ref(struct tm_plugin *p)
+{
+    p->refs++;
+}
+
 void tm_plugin_free(struct tm_plugin *p)
 {
-    if (p == NULL)
+    if (p == NULL || --p->refs > 0)
         return;
     if (p->inited && p->desc.cb_fini != NULL)
         p->desc.cb_fini(p->task_data);

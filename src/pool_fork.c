@@ -730,6 +730,11 @@ static void *dispatcher_main(void *arg)
         }
         dispatch(fp);
         check_timers(fp, now, &next);
+        unsigned busy_now = 0;
+        for (unsigned i = 0; i < p->size; i++)
+            if (fp->kids[i].nout > 0)
+                busy_now++;
+        atomic_store_explicit(&fp->busy, busy_now, memory_order_relaxed);
 
         size_t n = 0;
         pfd[n].fd = fp->wake_fd;

@@ -1,0 +1,202 @@
+/* json.c - strict validation of JSON text (RFC 8259), without allocation. */
+#include "json.h"
+
+#include <stdint.h>
+
+struct jscan {
+    const unsigned char *p;
+    const unsigned char *end;
+};
+
+static void skip_ws(struct jscan *j)
+{
+    while (j->p < j->end &&
+           (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+        j->p++;
+}
+
+static int is_hex(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+           (c >= 'A' && c <= 'F');
+}
+
+static int is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* string: at '"'; returns 0 and moves past the closing quote, or -1 */
+static int scan_string(struct jscan *j)
+{
+    j->p++;
+    while (j->p < j->end) {
+        unsigned char c = *j->p++;
+        if (c == '"')
+            return 0;
+        if (c < 0x20)
+            return -1;
+        if (c != '\\')
+            continue;
+        if (j->p >= j->end)
+            return -1;
+        c = *j->p++;
+        switch (c) {
+        case '"':
+        case '\\':
+        case '/':
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't':
+            break;
+        case 'u':
+            if (j->end - j->p < 4 || !is_hex(j->p[0]) || !is_hex(j->p[1]) ||
+                !is_hex(j->p[2]) || !is_hex(j->p[3]))
+                return -1;
+            j->p += 4;
+            break;
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+static int scan_number(struct jscan *j)
+{
+    if (j->p < j->end && *j->p == '-')
+        j->p++;
+    if (j->p >= j->end)
+        return -1;
+    if (*j->p == '0') {
+        j->p++;
+    } else if (*j->p >= '1' && *j->p <= '9') {
+        while (j->p < j->end && is_digit(*j->p))
+            j->p++;
+    } else {
+        return -1;
+    }
+    if (j->p < j->end && *j->p == '.') {
+        j->p++;
+        if (j->p >= j->end || !is_digit(*j->p))
+            return -1;
+        while (j->p < j->end && is_digit(*j->p))
+            j->p++;
+    }
+    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+        j->p++;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
+            j->p++;
+        if (j->p >= j->end || !is_digit(*j->p))
+            return -1;
+        while (j->p < j->end && is_digit(*j->p))
+            j->p++;
+    }
+    return 0;
+}
+
+static int scan_word(struct jscan *j, const char *w)
+{
+    for (; *w != '\0'; w++, j->p++)
+        if (j->p >= j->end || *j->p != (unsigned char)*w)
+            return -1;
+    return 0;
+}
+
+/*
+ * scan_value checks one value iteratively: stack[] holds, per open
+ * container, '{' or '['. After a value, the loop expects ',' or the
+ * closing bracket of the innermost container.
+ */
+static int scan_value(struct jscan *j, unsigned char *first)
+{
+    unsigned char stack[TM_JSON_MAX_DEPTH];
+    size_t depth = 0;
+    *first = 0;
+    for (;;) {
+        /* a value */
+        skip_ws(j);
+        if (j->p >= j->end)
+            return -1;
+        unsigned char c = *j->p;
+        if (*first == 0)
+            *first = c;
+        if (c == '{' || c == '[') {
+            if (depth == sizeof stack)
+                return -1;
+            stack[depth++] = c;
+            j->p++;
+            skip_ws(j);
+            if (j->p < j->end && *j->p == (c == '{' ? '}' : ']')) {
+                j->p++;
+                depth--;
+                goto after_value;
+            }
+            if (c == '{')
+                goto member_key;
+            continue;
+        }
+        if (c == '"') {
+            if (scan_string(j) != 0)
+                return -1;
+        } else if (c == '-' || is_digit(c)) {
+            if (scan_number(j) != 0)
+                return -1;
+        } else if (c == 't') {
+            if (scan_word(j, "true") != 0)
+                return -1;
+        } else if (c == 'f') {
+            if (scan_word(j, "false") != 0)
+                return -1;
+        } else if (c == 'n') {
+            if (scan_word(j, "null") != 0)
+                return -1;
+        } else {
+            return -1;
+        }
+    after_value:
+        for (;;) {
+            if (depth == 0)
+                return 0;
+            skip_ws(j);
+            if (j->p >= j->end)
+                return -1;
+            unsigned char open = stack[depth - 1];
+            unsigned char close = open == '{' ? '}' : ']';
+            if (*j->p == close) {
+                j->p++;
+                depth--;
+                continue;
+            }
+            if (*j->p != ',')
+                return -1;
+            j->p++;
+            if (open == '[')
+                break; /* the next element */
+        member_key:
+            skip_ws(j);
+            if (j->p >= j->end || *j->p != '"' || scan_string(j) != 0)
+                return -1;
+            skip_ws(j);
+            if (j->p >= j->end || *j->p != ':')
+                return -1;
+            j->p++;
+            break; /* the member's value */
+        }
+    }
+}
+
+enum tm_json_check tm_json_check(const char *s, size_t len)
+{
+    struct jscan j = {(const unsigned char *)s,
+                      (const unsigned char *)s + len};
+    unsigned char first;
+    if (scan_value(&j, &first) != 0)
+        return TM_JSON_INVALID;
+    skip_ws(&j);
+    if (j.p != j.end)
+        return TM_JSON_INVALID;
+    return first == '{' ? TM_JSON_OBJECT : TM_JSON_OTHER;
+}

@@ -1,0 +1,26 @@
+/* json.h - strict validation of JSON text (RFC 8259), without allocation. */
+#ifndef TASKMILL_JSON_H
+#define TASKMILL_JSON_H
+
+#include <stddef.h>
+
+/* Nesting deeper than this is refused (a guard for hostile input). */
+#define TM_JSON_MAX_DEPTH 512
+
+enum tm_json_check {
+    TM_JSON_OBJECT = 1,    /* valid, and the value is an object */
+    TM_JSON_OTHER = 2,     /* valid, another kind of value */
+    TM_JSON_INVALID = 3    /* not JSON (or nested too deep) */
+};
+
+/*
+ * tm_json_check checks that s[0..len) is exactly one JSON value with only
+ * white space around it, strictly as RFC 8259 has it: no comments, no
+ * trailing commas, no leading zeros, no raw control characters in
+ * strings, only the standard escapes. It does not check UTF-8 (see
+ * tm_utf8_valid) and never allocates. cJSON, which the daemon uses to
+ * build JSON, accepts some of those forms, so bodies are checked here.
+ */
+enum tm_json_check tm_json_check(const char *s, size_t len);
+
+#endif /* TASKMILL_JSON_H */

@@ -1,0 +1,91 @@
+/* test_json.c - strict JSON validation (RFC 8259). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+static enum tm_json_check chk(const char *s)
+{
+    return tm_json_check(s, strlen(s));
+}
+
+START_TEST(objects_and_values)
+{
+    ck_assert_int_eq(chk("{}"), TM_JSON_OBJECT);
+    ck_assert_int_eq(chk(" {\"a\": 1, \"b\": [true, false, null]} \n"),
+                     TM_JSON_OBJECT);
+    ck_assert_int_eq(chk("{\"a\":{\"b\":{\"c\":[1,-2.5e+3,0.25,0,-0]}}}"),
+                     TM_JSON_OBJECT);
+    ck_assert_int_eq(chk("{\"s\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\"}"),
+                     TM_JSON_OBJECT);
+    ck_assert_int_eq(chk("{\"k\":\"caf\xc3\xa9\"}"), TM_JSON_OBJECT);
+    ck_assert_int_eq(chk("[1,2]"), TM_JSON_OTHER);
+    ck_assert_int_eq(chk("\"text\""), TM_JSON_OTHER);
+    ck_assert_int_eq(chk("42"), TM_JSON_OTHER);
+    ck_assert_int_eq(chk("null"), TM_JSON_OTHER);
+    ck_assert_int_eq(chk("[]"), TM_JSON_OTHER);
+}
+END_TEST
+
+START_TEST(refuses_what_rfc8259_refuses)
+{
+    static const char *const bad[] = {
+        "", " ", "{", "}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "[1,]",
+        "{a:1}", "{'a':1}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}",
+        "{\"a\":+1}", "{\"a\":1e}", "{\"a\":-}", "{\"a\":\"x\ny\"}",
+        "{\"a\":\"x\ty\"}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}",
+        "{\"a\":\"unterminated}", "{} {}", "{}x", "{\"a\":tru}",
+        "{\"a\":nul}", "{\"a\":True}", "{\"a\":NaN}", "{\"a\":Infinity}",
+        "/* c */ {}", "{\"a\":1 \"b\":2}", "[1 2]", "{\"a\"::1}", ",",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(chk(bad[i]) == TM_JSON_INVALID, "accepted: %s",
+                      bad[i]);
+}
+END_TEST
+
+START_TEST(length_bounds_the_text)
+{
+    /* a NUL inside is not white space: the text ends at len */
+    ck_assert_int_eq(tm_json_check("{}\0garbage", 10), TM_JSON_INVALID);
+    ck_assert_int_eq(tm_json_check("{}garbage", 2), TM_JSON_OBJECT);
+    ck_assert_int_eq(tm_json_check("{\"a\":1}", 5), TM_JSON_INVALID);
+}
+END_TEST
+
+START_TEST(depth_is_bounded)
+{
+    size_t n = TM_JSON_MAX_DEPTH + 10;
+    char *s = malloc(2 * n + 1);
+    for (size_t i = 0; i < n; i++) {
+        s[i] = '[';
+        s[n + i] = ']';
+    }
+    s[2 * n] = '\0';
+    ck_assert_int_eq(chk(s), TM_JSON_INVALID);
+    /* right at the limit it is fine */
+    size_t k = TM_JSON_MAX_DEPTH;
+    memset(s, '[', k);
+    memset(s + k, ']', k);
+    s[2 * k] = '\0';
+    ck_assert_int_eq(chk(s), TM_JSON_OTHER);
+    free(s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("json");
+    TCase *tc = tcase_create("check");
+    tcase_add_test(tc, objects_and_values);
+    tcase_add_test(tc, refuses_what_rfc8259_refuses);
+    tcase_add_test(tc, length_bounds_the_text);
+    tcase_add_test(tc, depth_is_bounded);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
