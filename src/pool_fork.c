@@ -198,7 +198,11 @@ static void child_main(struct fpool *fp, struct fp_child *me, int fd)
             close(fp->kids[i].fd);
     close(fp->wake_fd);
 
-    void **wdata = tm_calloc(p->ntasks ? p->ntasks : 1, sizeof *wdata);
+    /* file-level so that they stay reachable when task code calls exit()
+     * in the middle of a run (leak checkers look at globals) */
+    static void **wdata;
+    static struct fp_buf in, out;
+    wdata = tm_calloc(p->ntasks ? p->ntasks : 1, sizeof *wdata);
     for (size_t t = 0; t < p->ntasks; t++) {
         const struct tm_task_plugin *d = &p->tasks[t]->plugin->desc;
         if (d->cb_worker_init != NULL &&
@@ -210,7 +214,6 @@ static void child_main(struct fpool *fp, struct fp_child *me, int fd)
         }
     }
 
-    struct fp_buf in = {0}, out = {0};
     unsigned done = 0;
     for (;;) {
         struct fp_req rq;

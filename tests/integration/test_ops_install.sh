@@ -2,8 +2,13 @@
 # run, taskmill.h + taskmill.pc build the out-of-tree plugin template, and
 # the systemd unit passes systemd-analyze verify where the tool exists.
 ROOT=$TEST_DIR/root
-make -s -C "$TM_SRCDIR" install BUILD="$TM_BUILD" PREFIX=/usr/local \
-	DESTDIR="$ROOT" >"$TEST_DIR/install.log" 2>&1 ||
+# the build under test: the same flags, so make finds it up to date
+FLAGS=()
+if [[ $TM_BUILD == */build-asan ]]; then
+	FLAGS=(SANITIZER=address OPTIMIZATION=-O1)
+fi
+make -s -C "$TM_SRCDIR" install BUILD="$TM_BUILD" "${FLAGS[@]}" \
+	PREFIX=/usr/local DESTDIR="$ROOT" >"$TEST_DIR/install.log" 2>&1 ||
 	fail "make install failed: $(tail -5 "$TEST_DIR/install.log")"
 for f in usr/local/bin/taskmill usr/local/include/taskmill.h \
 	usr/local/lib/pkgconfig/taskmill.pc usr/local/lib/taskmill/plugins/noop.so \
