@@ -1431,9 +1431,32 @@ static long rb_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
 {
     struct rb_broker *rb = (struct rb_broker *)b;
     long moved = 0;
+    /* replay up to the newest entry there is now: a message that fails
+     * again is dead-lettered again, and must not be replayed twice by the
+     * same command */
+    char last[RB_ID_MAX], from[RB_ID_MAX + 1];
+    if (id != NULL) {
+        tm_snprintf(last, sizeof last, "%s", id);
+        tm_snprintf(from, sizeof from, "%s", id);
+    } else {
+        const char *largv[] = {"XREVRANGE", t->dead_letter, "+", "-",
+                               "COUNT", "1"};
+        redisReply *r = cli_command(rb, 6, largv, NULL);
+        if (r == NULL)
+            return -1;
+        int empty = r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
+                    r->element[0]->type != REDIS_REPLY_ARRAY;
+        if (!empty)
+            tm_snprintf(last, sizeof last, "%s",
+                        r->element[0]->element[0]->str);
+        freeReplyObject(r);
+        if (empty)
+            return 0;
+        tm_snprintf(from, sizeof from, "-");
+    }
     for (;;) {
-        const char *argv[] = {"XRANGE", t->dead_letter, id ? id : "-",
-                              id ? id : "+", "COUNT", "100"};
+        const char *argv[] = {"XRANGE", t->dead_letter, from, last, "COUNT",
+                              "100"};
         redisReply *r = cli_command(rb, 6, argv, NULL);
         if (r == NULL)
             return -1;
@@ -1442,21 +1465,27 @@ static long rb_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
             const redisReply *e = r->element[i];
             if (e->type != REDIS_REPLY_ARRAY || e->elements != 2)
                 continue;
-            char *body = field_dup(e->element[1], "body");
+            /* the body as stored, every byte of it */
+            const redisReply *body = reply_field(e->element[1], "body");
             const char *sargv[] = {"EVAL", replay_script, "2", t->queue,
                                    t->dead_letter, e->element[0]->str,
-                                   body != NULL ? body : ""};
-            redisReply *x = cli_command(rb, 7, sargv, NULL);
-            tm_free(body);
+                                   body != NULL ? body->str : ""};
+            size_t lens[7];
+            for (size_t k = 0; k < 6; k++)
+                lens[k] = strlen(sargv[k]);
+            lens[6] = body != NULL ? body->len : 0;
+            redisReply *x = cli_command(rb, 7, sargv, lens);
             if (x == NULL) {
                 freeReplyObject(r);
                 return -1;
             }
             freeReplyObject(x);
             moved++;
+            /* the next page starts after this entry */
+            tm_snprintf(from, sizeof from, "(%s", e->element[0]->str);
         }
         freeReplyObject(r);
-        if (id != NULL || got == 0)
+        if (id != NULL || got < 100)
             break;
     }
     return moved;

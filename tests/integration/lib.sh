@@ -104,11 +104,12 @@ port_is_free() {
 	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# free_port: print a random free loopback port in 20000-60000.
+# free_port: print a random free loopback port in 20000-31999, below the
+# kernel's ephemeral range (32768-60999) so no outgoing connection holds it.
 free_port() {
 	local p i
 	for ((i = 0; i < 100; i++)); do
-		p=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
+		p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
 		if port_is_free "$p"; then
 			echo "$p"
 			return 0
