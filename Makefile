@@ -49,7 +49,7 @@ REAL_CFLAGS += $(SAN_FLAGS) -fno-sanitize-recover=all -fno-omit-frame-pointer
 REAL_LDFLAGS += $(SAN_FLAGS)
 endif
 
-DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd
+DEP_PKGS = hiredis librabbitmq libcjson yaml-0.1 libmicrohttpd
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 # libsystemd (sd_notify): USE_SYSTEMD=yes|no|auto
@@ -98,8 +98,13 @@ $(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
 
 $(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
-	$(Q)$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $(filter %.c,$^)
+	$(Q)$(CC) $(REAL_CFLAGS) $(PLUGIN_CFLAGS) -fPIC -shared -Isrc -o $@ \
+		$(filter %.c,$^)
 	@chmod go-w $@
+
+# fail's crash mode writes through NULL on purpose: a sanitizer build must
+# let it die of SIGSEGV like any crashing task code, not report it
+$(BUILD)/plugins/fail.so: PLUGIN_CFLAGS = $(if $(SANITIZER),-fno-sanitize=null)
 
 $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
@@ -145,8 +150,26 @@ demo: deps
 	@scripts/demo.sh $(abspath $(BUILD))
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all bench-bins
 	@scripts/bench.sh $(abspath $(BUILD))
+
+# ---- benchmark helpers: bench/*.c -> $(BUILD)/bench/ (used by make bench)
+BENCH_SRCS = $(wildcard bench/*.c)
+BENCH_BINS = $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+BENCH_CFLAGS := $(shell $(PKG_CONFIG) --cflags librabbitmq hiredis 2>/dev/null)
+BENCH_LIBS := $(shell $(PKG_CONFIG) --libs librabbitmq hiredis 2>/dev/null)
+
+.PHONY: bench-bins
+bench-bins: $(BENCH_BINS)
+
+$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) | $(BUILD)/bench
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(REAL_LDFLAGS) \
+		$(BENCH_LIBS) -lm
+
+$(BUILD)/bench:
+	@mkdir -p $@
+# ---- end of benchmark helpers
 
 DOCDIR = $(PREFIX)/share/doc/taskmill
 

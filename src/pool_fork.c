@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
@@ -105,6 +106,7 @@ struct fpool {
     struct tm_msg *q_head, *q_tail;  /* queued, not sent to a child */
     size_t qlen, qcap;
     size_t outstanding;         /* sent to children, not answered (mu) */
+    size_t popped;              /* dispatcher only */
     atomic_uint busy;
     int draining;
     int abandon;                /* drain deadline passed: kill and drop */
@@ -175,8 +177,15 @@ static void wake(struct fpool *fp)
 
 /* ---- the child ------------------------------------------------------- */
 
+static void child_exit_now(int status, void *arg)
+{
+    (void)arg;
+    _exit(status);
+}
+
 static void child_main(struct fpool *fp, struct fp_child *me, int fd)
 {
+    on_exit(child_exit_now, NULL);
     struct tm_pool *p = &fp->base;
 
     /* die with the parent, even when it is killed with SIGKILL */
@@ -354,11 +363,7 @@ static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
         c->out_tail = NULL;
     c->nout--;
     m->next = NULL;
-    pthread_mutex_lock(&fp->mu);
-    fp->outstanding--;
-    if (fp->outstanding == 0)
-        pthread_cond_broadcast(&fp->idle);
-    pthread_mutex_unlock(&fp->mu);
+    fp->popped++;
     return m;
 }
 
@@ -781,6 +786,14 @@ static void *dispatcher_main(void *arg)
         atomic_store_explicit(&fp->busy, busy, memory_order_relaxed);
         if (done.head != NULL)
             p->done(p->done_ctx, done.head);
+        if (fp->popped > 0) {
+            pthread_mutex_lock(&fp->mu);
+            fp->outstanding -= fp->popped;
+            fp->popped = 0;
+            if (fp->outstanding == 0)
+                pthread_cond_broadcast(&fp->idle);
+            pthread_mutex_unlock(&fp->mu);
+        }
     }
 
     /* shutdown: closing the sockets tells idle children to run their
