@@ -8,7 +8,16 @@
 # on the default ports when installed. The tests start their own servers on
 # free loopback ports, so after an install those services are stopped and
 # disabled (best effort: containers often have no systemd).
+#
+# The HTTP tests also need promtool (Debian package prometheus, whose own
+# service is stopped and disabled the same way), jq, and the official
+# AsyncAPI parser, which npm installs into the test-only folder
+# tests/integration/node_modules (gitignored) when it is not there yet.
 set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+NODE_DIR=$ROOT/tests/integration
+ASYNCAPI_PARSER='@asyncapi/parser@^3'
 
 PACKAGES=(
 	build-essential
@@ -25,8 +34,25 @@ PACKAGES=(
 	rabbitmq-server
 	curl
 	netcat-openbsd
+	jq
+	prometheus
 )
-SERVICES=(redis-server rabbitmq-server)
+# node and npm: Debian's packages, unless some node is installed already
+command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+SERVICES=(redis-server rabbitmq-server prometheus)
+
+# install_node_deps installs the AsyncAPI parser for the tests, once.
+install_node_deps() {
+	[[ -f $NODE_DIR/node_modules/@asyncapi/parser/package.json ]] && return 0
+	echo "deps: npm install $ASYNCAPI_PARSER into tests/integration/node_modules"
+	npm install --prefix "$NODE_DIR" --no-save --no-audit --no-fund \
+		--loglevel=error "$ASYNCAPI_PARSER" >/dev/null
+	[[ -f $NODE_DIR/node_modules/@asyncapi/parser/package.json ]] || {
+		echo "deps: npm did not install $ASYNCAPI_PARSER" >&2
+		exit 1
+	}
+}
 
 is_installed() {
 	local status
@@ -45,6 +71,7 @@ for pkg in "${PACKAGES[@]}"; do
 done
 
 if ((${#missing[@]} == 0)); then
+	install_node_deps
 	echo "deps: all present"
 	exit 0
 fi
@@ -115,4 +142,5 @@ if ((${#still[@]})); then
 	echo "deps: still missing after install: ${still[*]}" >&2
 	exit 1
 fi
+install_node_deps
 echo "deps: installed ${#missing[@]} package(s)"

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -112,6 +113,47 @@ static void process_metrics(struct tm_daemon *d, struct mbuf *b)
               (double)d->start_wall_ms / 1000.0);
 }
 
+/* depth_metrics writes the counts the HTTP refresher last read from the
+ * broker (never read here: a scrape costs the broker nothing). A task
+ * whose counts were never read, or that the broker cannot tell, has no
+ * sample. */
+static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
+{
+    static const struct {
+        const char *name;
+        const char *help;
+        size_t offset;
+    } fams[] = {
+        {"taskmill_queue_depth",
+         "Messages in the task's queue not yet delivered to a consumer, "
+         "read from the broker every few seconds.",
+         offsetof(struct tm_task_stats, queue_depth)},
+        {"taskmill_queue_pending",
+         "Messages delivered and not yet acknowledged, read from the "
+         "broker every few seconds.",
+         offsetof(struct tm_task_stats, queue_pending)},
+        {"taskmill_dead_letter_depth",
+         "Messages in the task's dead-letter queue, read from the broker "
+         "every few seconds.",
+         offsetof(struct tm_task_stats, dead_letter_depth)},
+    };
+    char lb[256];
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        family(b, fams[f].name, "gauge", fams[f].help);
+        for (size_t i = 0; i < d->ntasks; i++) {
+            struct tm_task_stats *s = &d->tasks[i].stats;
+            if (atomic_load(&s->depth_at_ms) == 0)
+                continue;
+            long long v = atomic_load(
+                (atomic_llong *)((char *)s + fams[f].offset));
+            if (v < 0)
+                continue;
+            mb_printf(b, "%s{task=\"%s\"} %lld\n", fams[f].name,
+                      label(d->tasks[i].cfg->name, lb, sizeof lb), v);
+        }
+    }
+}
+
 char *tm_metrics_render(struct tm_daemon *d, size_t *len)
 {
     struct mbuf b = {.cap = 8192};
@@ -177,22 +219,28 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
         mb_printf(&b, "taskmill_task_duration_seconds_count{task=\"%s\"} "
                   "%llu\n", lb, cum);
     }
+    /* a pool is there once the daemon runs; counts read without locks */
+    unsigned psize = d->pool != NULL ? d->pool->size : 0;
+    unsigned pbusy = d->pool != NULL ? d->pool->ops->busy(d->pool) : 0;
+    unsigned long restarts =
+        d->pool != NULL ? atomic_load(&d->pool->restarts) : 0UL;
     family(&b, "taskmill_pool_size", "gauge", "Workers in the pool.");
-    mb_printf(&b, "taskmill_pool_size %u\n", d->pool->size);
+    mb_printf(&b, "taskmill_pool_size %u\n", psize);
     family(&b, "taskmill_pool_busy", "gauge",
            "Workers running a task now.");
-    mb_printf(&b, "taskmill_pool_busy %u\n", d->pool->ops->busy(d->pool));
+    mb_printf(&b, "taskmill_pool_busy %u\n", pbusy);
     family(&b, "taskmill_worker_restarts_total", "counter",
            "Workers replaced after a crash, timeout or recycling.");
-    mb_printf(&b, "taskmill_worker_restarts_total %lu\n",
-              atomic_load(&d->pool->restarts));
+    mb_printf(&b, "taskmill_worker_restarts_total %lu\n", restarts);
     family(&b, "taskmill_broker_up", "gauge",
            "1 while the broker connection is up.");
-    mb_printf(&b, "taskmill_broker_up %d\n", atomic_load(&d->broker->up));
+    mb_printf(&b, "taskmill_broker_up %d\n",
+              d->broker != NULL ? atomic_load(&d->broker->up) : 0);
     family(&b, "taskmill_broker_reconnects_total", "counter",
            "Reconnections to the broker after a loss.");
     mb_printf(&b, "taskmill_broker_reconnects_total %lu\n",
-              atomic_load(&d->broker->reconnects));
+              d->broker != NULL ? atomic_load(&d->broker->reconnects) : 0UL);
+    depth_metrics(d, &b);
     process_metrics(d, &b);
     *len = b.len;
     return b.p;

@@ -1,0 +1,186 @@
+/* test_stats.c - completion rates, duration percentiles, AsyncAPI ids. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "asyncapi.h"
+#include "stats.h"
+#include "util.h"
+
+#define S 1000000000LL /* one second in ns */
+
+START_TEST(rate_counts_complete_seconds)
+{
+    struct tm_rate *r = tm_calloc(1, sizeof *r);
+    int64_t t0 = 1000 * S; /* start of the daemon */
+    double r1, r60;
+    /* 10 completions in second 1000, 20 in second 1001, 5 in 1002 */
+    for (int i = 0; i < 10; i++)
+        tm_rate_note(r, t0 + i * (S / 20));
+    for (int i = 0; i < 20; i++)
+        tm_rate_note(r, t0 + S + i * (S / 40));
+    for (int i = 0; i < 5; i++)
+        tm_rate_note(r, t0 + 2 * S + i);
+    /* during second 1000: nothing complete yet */
+    tm_rate_read(r, t0 + S / 2, t0, &r1, &r60);
+    ck_assert(r1 == 0 && r60 == 0);
+    /* during second 1002: the last second had 20; 30 over 2 s */
+    tm_rate_read(r, t0 + 2 * S + S / 2, t0, &r1, &r60);
+    ck_assert(r1 == 20);
+    ck_assert(r60 == 15);
+    /* a minute later, only the window counts */
+    tm_rate_read(r, t0 + 61 * S, t0, &r1, &r60);
+    ck_assert(r1 == 0);
+    ck_assert(r60 == 25.0 / 60.0);
+    tm_rate_read(r, t0 + 70 * S, t0, &r1, &r60);
+    ck_assert(r1 == 0 && r60 == 0);
+    tm_free(r);
+}
+END_TEST
+
+START_TEST(rate_ring_wraps_and_late_reports_stay_recent)
+{
+    struct tm_rate *r = tm_calloc(1, sizeof *r);
+    int64_t t0 = 5000 * S;
+    double r1, r60;
+    /* one completion per second for 200 s: the ring wraps three times */
+    for (int s = 0; s < 200; s++)
+        tm_rate_note(r, t0 + s * S);
+    tm_rate_read(r, t0 + 200 * S, t0, &r1, &r60);
+    ck_assert(r1 == 1);
+    ck_assert(r60 == 1);
+    /* a report 100 s late is counted in the newest second, and does not
+     * wipe a slot of the window */
+    tm_rate_note(r, t0 + 99 * S);
+    tm_rate_read(r, t0 + 200 * S, t0, &r1, &r60);
+    ck_assert(r1 == 2);
+    ck_assert(r60 == 61.0 / 60.0);
+    tm_free(r);
+}
+END_TEST
+
+START_TEST(percentiles_nearest_rank)
+{
+    struct tm_durwin *w = tm_calloc(1, sizeof *w);
+    double p50, p99;
+    ck_assert_uint_eq(tm_durwin_percentiles(w, &p50, &p99), 0);
+    ck_assert(p50 == 0 && p99 == 0);
+    /* 1..100 ms, in reverse order */
+    for (int i = 100; i >= 1; i--)
+        tm_durwin_note(w, (int64_t)i * 1000000);
+    ck_assert_uint_eq(tm_durwin_percentiles(w, &p50, &p99), 100);
+    ck_assert(p50 == 50);
+    ck_assert(p99 == 99);
+    /* negative and huge durations are clamped, never wrap */
+    tm_durwin_note(w, -5);
+    tm_durwin_note(w, (int64_t)1 << 62);
+    ck_assert_uint_eq(tm_durwin_percentiles(w, &p50, &p99), 102);
+    ck_assert(p99 <= 4294967.295 + 1e-6);
+    tm_free(w);
+}
+END_TEST
+
+START_TEST(percentiles_keep_the_last_window)
+{
+    struct tm_durwin *w = tm_calloc(1, sizeof *w);
+    double p50, p99;
+    /* an old slow period, then TM_DUR_WINDOW fast runs */
+    for (int i = 0; i < 5000; i++)
+        tm_durwin_note(w, 2 * S);
+    for (int i = 0; i < TM_DUR_WINDOW; i++)
+        tm_durwin_note(w, 1500000); /* 1.5 ms */
+    ck_assert_uint_eq(tm_durwin_percentiles(w, &p50, &p99), TM_DUR_WINDOW);
+    ck_assert(p50 == 1.5);
+    ck_assert(p99 == 1.5);
+    /* sub-microsecond runs round to the nearest microsecond */
+    memset(w, 0, sizeof *w);
+    tm_durwin_note(w, 400);
+    tm_durwin_note(w, 600);
+    tm_durwin_percentiles(w, &p50, &p99);
+    ck_assert(p50 == 0);
+    ck_assert(p99 == 0.001);
+    tm_free(w);
+}
+END_TEST
+
+/* the AsyncAPI document: ids fit ^[A-Za-z0-9_-]+$, stay unique, and
+ * local $refs of a plugin schema are rebased into the document */
+START_TEST(asyncapi_ids_and_refs)
+{
+    struct tm_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.url.kind = TM_BROKER_AMQP;
+    cfg.url.scheme = (char *)"amqp";
+    cfg.url.host = (char *)"::1";
+    cfg.url.port = 5672;
+    cfg.url.vhost = (char *)"/";
+    struct tm_cfg_task ct[2];
+    memset(ct, 0, sizeof ct);
+    ct[0].name = (char *)"a.b";
+    ct[0].queue = (char *)"q.a";
+    ct[1].name = (char *)"a_b";
+    ct[1].queue = (char *)"q.b";
+    struct tm_plugin p;
+    memset(&p, 0, sizeof p);
+    p.desc.name = "x";
+    p.desc.version = "1";
+    p.desc.request_schema =
+        "{\"$defs\":{\"n\":{\"type\":\"integer\"}},\"type\":\"object\","
+        "\"properties\":{\"a\":{\"$ref\":\"#/$defs/n\"},"
+        "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}}}";
+    p.desc.response_schema = "true"; /* not an object: no reply */
+    struct tm_task t[2];
+    memset(t, 0, sizeof t);
+    t[0].cfg = &ct[0];
+    t[0].plugin = &p;
+    t[1].cfg = &ct[1];
+    size_t len;
+    char *text = tm_asyncapi_render(&cfg, t, 2, &len);
+    ck_assert_ptr_nonnull(text);
+    cJSON *doc = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(doc);
+    const cJSON *ch = cJSON_GetObjectItem(doc, "channels");
+    ck_assert_int_eq(cJSON_GetArraySize(ch), 2);
+    ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "a_b"),
+                                         "address")->valuestring, "q.a");
+    ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "a_b-2"),
+                                         "address")->valuestring, "q.b");
+    const cJSON *server = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(doc, "servers"), "broker");
+    ck_assert_str_eq(cJSON_GetObjectItem(server, "host")->valuestring,
+                     "[::1]:5672");
+    ck_assert_ptr_nonnull(strstr(
+        text, "\"$ref\":\"#/channels/a_b/messages/request/payload/$defs/n\""));
+    ck_assert_ptr_nonnull(strstr(
+        text, "\"$ref\":\"#/channels/a_b/messages/request/payload\""));
+    const cJSON *ops = cJSON_GetObjectItem(doc, "operations");
+    ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetObjectItem(ops, "a_b"),
+                                           "reply"));
+    cJSON_Delete(doc);
+    tm_free(text);
+}
+END_TEST
+
+static Suite *stats_suite(void)
+{
+    Suite *s = suite_create("stats");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, rate_counts_complete_seconds);
+    tcase_add_test(tc, rate_ring_wraps_and_late_reports_stay_recent);
+    tcase_add_test(tc, percentiles_nearest_rank);
+    tcase_add_test(tc, percentiles_keep_the_last_window);
+    tcase_add_test(tc, asyncapi_ids_and_refs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(stats_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
