@@ -725,6 +725,13 @@ static void *retire_main(void *arg)
     int64_t deadline = tm_now_ns() +
                        r->old->cfg->shutdown_timeout_ms * 1000000LL;
     int rc = gen_stop(r->old, deadline, /* finish_queued = */ 1);
+    /* what the old pool and broker counted after the swap */
+    atomic_fetch_add(&d->restarts_before,
+                     atomic_load(&r->old->pool->restarts) -
+                         r->old->restarts_at_swap);
+    atomic_fetch_add(&d->reconnects_before,
+                     atomic_load(&r->old->broker->reconnects) -
+                         r->old->reconnects_at_swap);
     atomic_store(&r->next->prev_done, 1);
     uint64_t one = 1;
     if (write(r->next->done_fd, &one, sizeof one) < 0) {
@@ -832,6 +839,10 @@ static void reload(struct tm_daemon *d)
                 found = 1;
         removed += !found;
     }
+    old->restarts_at_swap = atomic_load(&old->pool->restarts);
+    old->reconnects_at_swap = atomic_load(&old->broker->reconnects);
+    atomic_fetch_add(&d->restarts_before, old->restarts_at_swap);
+    atomic_fetch_add(&d->reconnects_before, old->reconnects_at_swap);
     publish(d, g);
     tm_log_info(SRC, "reloaded %s as configuration %u: %zu task(s) added, "
                 "%zu changed, %zu removed, %zu unchanged", d->config_path,

@@ -61,6 +61,9 @@ struct tm_gen {
     long *snap_from;                /* per task: index in prev, or -1 */
     atomic_int prev_done;
     atomic_int folded;
+    /* its pool's and broker's counts when it was replaced */
+    unsigned long restarts_at_swap;
+    unsigned long reconnects_at_swap;
 };
 
 struct tm_daemon {
@@ -89,6 +92,10 @@ struct tm_daemon {
     atomic_int signals;             /* termination signals received */
     atomic_int reload;              /* reload requested */
     atomic_int retiring;            /* a generation is being retired */
+    /* worker restarts and broker reconnects of generations that were
+     * replaced, so that the counters do not go back on a reload */
+    atomic_ulong restarts_before;
+    atomic_ulong reconnects_before;
 };
 
 /*

@@ -223,7 +223,8 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     unsigned psize = d->pool != NULL ? d->pool->size : 0;
     unsigned pbusy = d->pool != NULL ? d->pool->ops->busy(d->pool) : 0;
     unsigned long restarts =
-        d->pool != NULL ? atomic_load(&d->pool->restarts) : 0UL;
+        atomic_load(&d->restarts_before) +
+        (d->pool != NULL ? atomic_load(&d->pool->restarts) : 0UL);
     family(&b, "taskmill_pool_size", "gauge", "Workers in the pool.");
     mb_printf(&b, "taskmill_pool_size %u\n", psize);
     family(&b, "taskmill_pool_busy", "gauge",
@@ -239,7 +240,9 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     family(&b, "taskmill_broker_reconnects_total", "counter",
            "Reconnections to the broker after a loss.");
     mb_printf(&b, "taskmill_broker_reconnects_total %lu\n",
-              d->broker != NULL ? atomic_load(&d->broker->reconnects) : 0UL);
+              atomic_load(&d->reconnects_before) +
+                  (d->broker != NULL ? atomic_load(&d->broker->reconnects)
+                                     : 0UL));
     depth_metrics(d, &b);
     process_metrics(d, &b);
     *len = b.len;
