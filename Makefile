@@ -96,9 +96,11 @@ $(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(REAL_LDFLAGS) -rdynamic -o $@ $^ $(DEP_LIBS) -ldl -lm
 
-$(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
+$(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h plugins/common/json_scan.h \
+		| $(BUILD)/plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
-	$(Q)$(CC) $(REAL_CFLAGS) $(PLUGIN_CFLAGS) -fPIC -shared -Isrc -o $@ \
+	$(Q)$(CC) $(REAL_CFLAGS) $(PLUGIN_CFLAGS) -fPIC -shared -Isrc \
+		-Iplugins/common -o $@ \
 		$(filter %.c,$^)
 	@chmod go-w $@
 

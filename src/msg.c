@@ -52,13 +52,7 @@ void tm_msg_set_error(struct tm_msg *m, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        n = 0;
-    char *s = tm_malloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    char *s = tm_vasprintf(fmt, ap);
     va_end(ap);
     tm_free(m->error);
     m->error = s;

@@ -406,25 +406,31 @@ static const char *sig_name(int sig, char *buf, size_t size)
     return buf;
 }
 
+/* wait_child waits for a child to end, killing it at until (monotonic
+ * ns) if it has not; returns its wait status. */
+static int wait_child(pid_t pid, int64_t until)
+{
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR))
+            return status;
+        if (tm_now_ns() >= until) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            return status;
+        }
+        tm_sleep_ms(2);
+    }
+}
+
 /* reap waits for c's process after its socket closed or it was killed,
  * charges the running message, requeues the rest and schedules the
  * restart. */
 static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
 {
-    int status = 0;
-    int64_t until = tm_now_ns() + FP_KILL_GRACE_NS;
-    for (;;) {
-        pid_t r = waitpid(c->pid, &status, WNOHANG);
-        if (r == c->pid || (r < 0 && errno != EINTR))
-            break;
-        if (tm_now_ns() >= until) {
-            kill(c->pid, SIGKILL);
-            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-            }
-            break;
-        }
-        tm_sleep_ms(2);
-    }
+    int status = wait_child(c->pid, tm_now_ns() + FP_KILL_GRACE_NS);
     close(c->fd);
     c->fd = -1;
 
@@ -808,19 +814,7 @@ static void *dispatcher_main(void *arg)
         struct fp_child *c = &fp->kids[i];
         if (c->pid == 0)
             continue;
-        int status;
-        for (;;) {
-            pid_t r = waitpid(c->pid, &status, WNOHANG);
-            if (r == c->pid || (r < 0 && errno != EINTR))
-                break;
-            if (tm_now_ns() >= until) {
-                kill(c->pid, SIGKILL);
-                while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-                }
-                break;
-            }
-            tm_sleep_ms(5);
-        }
+        wait_child(c->pid, until);
         close(c->fd);
         c->fd = -1;
         c->pid = 0;

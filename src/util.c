@@ -64,17 +64,24 @@ void tm_free(void *p)
     free(p);
 }
 
+char *tm_vasprintf(const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    if (n < 0)
+        n = 0;
+    char *s = tm_malloc((size_t)n + 1);
+    vsnprintf(s, (size_t)n + 1, fmt, again);
+    va_end(again);
+    return s;
+}
+
 char *tm_asprintf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        n = 0;
-    char *s = tm_malloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    char *s = tm_vasprintf(fmt, ap);
     va_end(ap);
     return s;
 }

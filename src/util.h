@@ -20,6 +20,8 @@ void tm_free(void *p);
 /* tm_asprintf returns a newly allocated formatted string. */
 char *tm_asprintf(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
+char *tm_vasprintf(const char *fmt, va_list ap)
+    __attribute__((format(printf, 1, 0)));
 
 /* tm_snprintf is snprintf that never returns more than size - 1 and
  * always terminates (size > 0). Returns the length written. */
