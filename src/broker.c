@@ -12,7 +12,7 @@ const struct tm_broker_ops *tm_broker_ops_for(enum tm_broker_kind kind)
     case TM_BROKER_REDIS:
         return &tm_broker_redis_ops;
     case TM_BROKER_AMQP:
-        return NULL;
+        return &tm_broker_amqp_ops;
     }
     return NULL;
 }

@@ -101,6 +101,20 @@ struct tm_broker_ops {
      * Optional: NULL when the adapter has no such reads. */
     int (*depth)(struct tm_broker *b, size_t task_index, long long *depth,
                  long long *pending, long long *dlq_depth);
+
+    /* request publishes body to the task's queue as a request (reply-to
+     * and correlation id; priority < 0 means the task default) and waits
+     * up to timeout_ms for its answer. Returns 0 with *reply set to the
+     * answer's JSON text (the caller frees it with tm_free) and
+     * *task_failed set when the task failed (the answer is then an error
+     * object); -1 on failure, with b->err ETIMEDOUT when no answer came
+     * in time. The message id is written to id (size idlen) once the
+     * request is published. CLI only. Optional: NULL when the broker has
+     * no request/reply. */
+    int (*request)(struct tm_broker *b, const struct tm_cfg_task *t,
+                   const char *body, size_t len, int priority,
+                   int64_t timeout_ms, char *id, size_t idlen, char **reply,
+                   int *task_failed);
 };
 
 /* TM_BROKER_DEPTH_CLOSE, as depth()'s task_index, closes its connection. */
@@ -137,5 +151,6 @@ void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
 void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n);
 
 extern const struct tm_broker_ops tm_broker_redis_ops;
+extern const struct tm_broker_ops tm_broker_amqp_ops;
 
 #endif /* TASKMILL_BROKER_H */

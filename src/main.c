@@ -1,6 +1,7 @@
 /* main.c - the command line: run, check, emit, invoke, dlq. */
 #include "daemon.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,20 @@ static int cmd_emit(struct tm_cfg *cfg, const struct args *a)
         }
         priority = (int)p;
     }
+    int64_t wait_ms = 0;
+    if (a->wait != NULL) {
+        char *end;
+        double secs = strtod(a->wait, &end);
+        if (end == a->wait || *end != '\0' || !(secs > 0) ||
+            secs > 86400) {
+            fprintf(stderr, "taskmill: --wait must be a number of seconds "
+                    "above 0 and at most 86400, not '%s'\n", a->wait);
+            goto out;
+        }
+        wait_ms = (int64_t)(secs * 1000.0 + 0.5);
+        if (wait_ms < 1)
+            wait_ms = 1;
+    }
     char err[512];
     b = tm_broker_new(cfg, err, sizeof err);
     if (b == NULL) {
@@ -186,6 +201,37 @@ static int cmd_emit(struct tm_cfg *cfg, const struct args *a)
         goto out;
     }
     char id[128];
+    if (a->wait != NULL) {
+        /* request/reply: print the task's JSON result */
+        if (b->ops->request == NULL) {
+            fprintf(stderr, "taskmill: emit --wait (request/reply) is not "
+                    "supported by the %s broker\n", b->ops->kind);
+            goto out;
+        }
+        char *reply = NULL;
+        int task_failed = 0;
+        status = 1;
+        if (b->ops->request(b, t, a->pos[1], strlen(a->pos[1]), priority,
+                            wait_ms, id, sizeof id, &reply,
+                            &task_failed) != 0) {
+            if (b->err == ETIMEDOUT && id[0] != '\0')
+                fprintf(stderr, "taskmill: no reply from task '%s' within "
+                        "%s s; the request %s stays queued and will run, "
+                        "but its result is lost\n", t->name, a->wait, id);
+            else
+                fprintf(stderr, "taskmill: emit --wait to '%s' failed: "
+                        "%s\n", t->queue, b->errstr);
+            goto out;
+        }
+        printf("%s\n", reply);
+        if (task_failed)
+            fprintf(stderr, "taskmill: task '%s' failed on request %s; its "
+                    "error is printed above\n", t->name, id);
+        else
+            status = 0;
+        tm_free(reply);
+        goto out;
+    }
     if (b->ops->publish(b, t, a->pos[1], strlen(a->pos[1]), priority, id,
                         sizeof id) != 0) {
         fprintf(stderr, "taskmill: emit to '%s' failed: %s\n", t->queue,

@@ -81,6 +81,7 @@ kill_test_daemons() {
 
 cleanup() {
 	kill_test_daemons "$CURRENT_TEST_DIR"
+	[[ -n ${RABBIT_PID:-} ]] && stop_rabbit # RabbitMQ block below
 	if [[ -n $REDIS_PID ]]; then
 		kill -TERM "$REDIS_PID" 2>/dev/null || true
 		local i
@@ -113,7 +114,7 @@ redis_ping() {
 start_redis() {
 	local attempt port i
 	for ((attempt = 0; attempt < 10; attempt++)); do
-		port=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
+		port=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
 		port_is_free "$port" || continue
 		redis-server --bind 127.0.0.1 --port "$port" --dir "$SCRATCH" \
 			--save '' --appendonly no --daemonize no \
@@ -150,6 +151,97 @@ else
 fi
 export REDIS_PORT
 echo "# binary: $TM_BUILD/taskmill$( ((SANITIZED)) && echo ' (ASan+UBSan)')"
+
+# ---- RabbitMQ: BEGIN (maintained with src/broker_amqp.c) -----------------
+# One rabbitmq-server per run, started only when a test_amqp_* test is
+# selected: loopback, free AMQP, distribution and epmd ports, node
+# taskmill-test-$$@localhost, data, logs, config and Erlang cookie (HOME) in
+# $SCRATCH/rabbit. Exported for the tests (see lib_amqp.sh): RABBIT_PORT,
+# RABBIT_NODE, RABBIT_BIN, RABBIT_HOME, RABBIT_EPMD_PORT. Not started (the
+# amqp tests then skip) when rabbitmq-server is not installed.
+RABBIT_PID=
+RABBIT_BIN=${TM_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
+RABBIT_HOME=$SCRATCH/rabbit
+RABBIT_NODE=taskmill-test-$$@localhost
+
+# rabbit_export: put the node's environment into this (sub)shell.
+rabbit_export() {
+	export HOME="$RABBIT_HOME" ERL_EPMD_PORT="$RABBIT_EPMD_PORT" \
+		ERL_CRASH_DUMP="$RABBIT_HOME/erl_crash.dump" \
+		RABBITMQ_NODENAME="$RABBIT_NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+		RABBITMQ_NODE_PORT="$RABBIT_PORT" RABBITMQ_DIST_PORT="$RABBIT_DIST_PORT" \
+		RABBITMQ_MNESIA_BASE="$RABBIT_HOME/mnesia" \
+		RABBITMQ_LOG_BASE="$RABBIT_HOME/log" \
+		RABBITMQ_CONFIG_FILE="$RABBIT_HOME/rabbitmq.conf" \
+		RABBITMQ_ENABLED_PLUGINS_FILE="$RABBIT_HOME/enabled_plugins"
+}
+
+stop_rabbit() {
+	local i
+	timeout 30 env HOME="$RABBIT_HOME" ERL_EPMD_PORT="$RABBIT_EPMD_PORT" \
+		"$RABBIT_BIN/rabbitmqctl" -n "$RABBIT_NODE" stop >/dev/null 2>&1 || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$RABBIT_PID" 2>/dev/null || break
+		((i == 50)) && kill -TERM "$RABBIT_PID" 2>/dev/null
+		sleep 0.1
+	done
+	kill -KILL "$RABBIT_PID" 2>/dev/null || true
+	wait "$RABBIT_PID" 2>/dev/null || true
+	RABBIT_PID=
+	# the node started a private epmd on RABBIT_EPMD_PORT: end it too
+	ERL_EPMD_PORT=$RABBIT_EPMD_PORT timeout 5 epmd -kill >/dev/null 2>&1 || true
+}
+
+# start_rabbit: start the node and wait (bounded) until it serves AMQP;
+# another set of ports when it could not start (a port taken meanwhile).
+# Ports below 32000, out of the kernel's ephemeral range, as lib.sh's.
+start_rabbit() {
+	local attempt p ports i deadline
+	mkdir -p "$RABBIT_HOME"
+	: >"$RABBIT_HOME/enabled_plugins"
+	for ((attempt = 0; attempt < 3; attempt++)); do
+		ports=()
+		for ((i = 0; i < 200 && ${#ports[@]} < 3; i++)); do
+			p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
+			port_is_free "$p" && [[ " ${ports[*]} " != *" $p "* ]] && ports+=("$p")
+		done
+		((${#ports[@]} == 3)) || continue
+		RABBIT_PORT=${ports[0]} RABBIT_DIST_PORT=${ports[1]} RABBIT_EPMD_PORT=${ports[2]}
+		printf '%s\n' "listeners.tcp.default = 127.0.0.1:$RABBIT_PORT" \
+			'loopback_users = none' 'log.console = false' \
+			'log.file.level = info' 'disk_free_limit.absolute = 1MB' \
+			>"$RABBIT_HOME/rabbitmq.conf"
+		(cd "$RABBIT_HOME" && rabbit_export && exec "$RABBIT_BIN/rabbitmq-server") \
+			>"$RABBIT_HOME/server.log" 2>&1 &
+		RABBIT_PID=$!
+		deadline=$((SECONDS + 60))
+		while ((SECONDS < deadline)); do
+			kill -0 "$RABBIT_PID" 2>/dev/null || break
+			if timeout 40 env HOME="$RABBIT_HOME" ERL_EPMD_PORT="$RABBIT_EPMD_PORT" \
+				"$RABBIT_BIN/rabbitmqctl" -n "$RABBIT_NODE" await_startup \
+				--timeout 30 >/dev/null 2>&1; then
+				return 0
+			fi
+			sleep 0.5
+		done
+		stop_rabbit
+	done
+	echo "run.sh: could not start rabbitmq-server; its log:" >&2
+	tail -n 20 "$RABBIT_HOME/server.log" >&2 2>/dev/null
+	return 1
+}
+
+for t in "${tests[@]}"; do
+	[[ ${t##*/} == test_amqp_* ]] || continue
+	if [[ -x $RABBIT_BIN/rabbitmq-server ]]; then
+		start_rabbit || exit 1
+		export RABBIT_PORT RABBIT_NODE RABBIT_BIN RABBIT_HOME RABBIT_EPMD_PORT
+		v=$(cd "$RABBIT_BIN/../lib" 2>/dev/null && ls -d rabbitmq_server-* 2>/dev/null | head -n 1)
+		echo "# rabbitmq-server ${v#rabbitmq_server-} on 127.0.0.1:$RABBIT_PORT ($RABBIT_NODE)"
+	fi
+	break
+done
+# ---- RabbitMQ: END ---------------------------------------------------------
 
 # show_logs DIR: the end of every log a failed test left.
 show_logs() {
