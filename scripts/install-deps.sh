@@ -36,6 +36,10 @@ PACKAGES=(
 	netcat-openbsd
 	jq
 	prometheus
+	procps
+	socat
+	openssl
+	gawk
 )
 # node and npm: Debian's packages, unless some node is installed already
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
