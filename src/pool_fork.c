@@ -149,24 +149,6 @@ static int write_full(int fd, const void *data, size_t n)
     return 0;
 }
 
-static int read_full(int fd, void *data, size_t n)
-{
-    char *p = data;
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 static void wake(struct fpool *fp)
 {
     uint64_t one = 1;
@@ -176,6 +158,35 @@ static void wake(struct fpool *fp)
 }
 
 /* ---- the child ------------------------------------------------------- */
+
+/* child_take copies the next n bytes the parent sent into dst, reading
+ * from fd in bulk (a whole batch per read when it fits) through b.
+ * Returns 0, or -1 when the parent closed the socket. */
+static int child_take(int fd, struct fp_buf *b, void *dst, size_t n)
+{
+    char *out = dst;
+    while (n > 0) {
+        if (b->off == b->len) {
+            if (b->cap == 0) {
+                b->cap = 256 * 1024;
+                b->p = tm_malloc(b->cap);
+            }
+            b->off = b->len = 0;
+            ssize_t r = read(fd, b->p, b->cap);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                return -1;
+            b->len = (size_t)r;
+        }
+        size_t k = b->len - b->off < n ? b->len - b->off : n;
+        memcpy(out, b->p + b->off, k);
+        b->off += k;
+        out += k;
+        n -= k;
+    }
+    return 0;
+}
 
 static void child_exit_now(int status, void *arg)
 {
@@ -224,9 +235,10 @@ static void child_main(struct fpool *fp, struct fp_child *me, int fd)
     }
 
     unsigned done = 0;
+    static struct fp_buf rb; /* what the parent sent, read in bulk */
     for (;;) {
         struct fp_req rq;
-        if (read_full(fd, &rq, sizeof rq) != 0)
+        if (child_take(fd, &rb, &rq, sizeof rq) != 0)
             break; /* the parent closed: stop */
         if (rq.magic != FP_MAGIC_REQ || rq.task_index >= p->ntasks)
             _exit(4);
@@ -238,9 +250,9 @@ static void child_main(struct fpool *fp, struct fp_child *me, int fd)
         char *id = in.p;
         char *invalid = id + rq.id_len + 1;
         char *body = invalid + rq.invalid_len + 1;
-        if (read_full(fd, id, rq.id_len) != 0 ||
-            read_full(fd, invalid, rq.invalid_len) != 0 ||
-            read_full(fd, body, rq.body_len) != 0)
+        if (child_take(fd, &rb, id, rq.id_len) != 0 ||
+            child_take(fd, &rb, invalid, rq.invalid_len) != 0 ||
+            child_take(fd, &rb, body, rq.body_len) != 0)
             break;
         id[rq.id_len] = '\0';
         invalid[rq.invalid_len] = '\0';
@@ -623,21 +635,31 @@ static void dispatch(struct fpool *fp)
     struct tm_pool *p = &fp->base;
     for (unsigned i = 0; i < p->size; i++) {
         struct fp_child *c = &fp->kids[i];
-        if (c->pid == 0 || c->killing || c->nout > 0)
+        /* a child gets its next batch while it runs the second half of the
+         * current one, so it never waits for work between batches */
+        if (c->pid == 0 || c->killing || c->nout > FP_BATCH_MAX / 2)
             continue;
         pthread_mutex_lock(&fp->mu);
         if (fp->qlen == 0 || fp->draining) {
             pthread_mutex_unlock(&fp->mu);
             break;
         }
-        /* a fair share of the queue, as the thread pool takes */
+        /* a fair share of the queue, as the thread pool takes; a child
+         * that is busy gets one only when there is plenty */
         size_t share = fp->qlen / (p->size * 2);
         if (share < 1)
-            share = 1;
+            share = c->nout == 0 ? 1 : 0;
         if (share > FP_BATCH_MAX)
             share = FP_BATCH_MAX;
-        if (fp->max_tasks > 0 && share > fp->max_tasks - c->tasks_done)
-            share = fp->max_tasks - c->tasks_done;
+        if (fp->max_tasks > 0) {
+            size_t left = fp->max_tasks > c->tasks_done + c->nout
+                              ? fp->max_tasks - c->tasks_done - c->nout
+                              : 0;
+            if (share > left)
+                share = left;
+        }
+        int was_idle = c->nout == 0;
+        struct tm_msg *first = NULL;
         size_t k = 0;
         while (k < share && fp->q_head != NULL) {
             struct tm_msg *m = fp->q_head;
@@ -652,14 +674,20 @@ static void dispatch(struct fpool *fp)
                 c->out_head = m;
             c->out_tail = m;
             c->nout++;
+            if (first == NULL)
+                first = m;
             k++;
         }
         fp->outstanding += k;
-        pthread_cond_broadcast(&fp->not_full);
+        if (k > 0)
+            pthread_cond_broadcast(&fp->not_full);
         pthread_mutex_unlock(&fp->mu);
-        for (struct tm_msg *m = c->out_head; m != NULL; m = m->next)
+        if (k == 0)
+            continue;
+        for (struct tm_msg *m = first; m != NULL; m = m->next)
             encode(c, m);
-        c->cur_start_ns = tm_now_ns();
+        if (was_idle)
+            c->cur_start_ns = tm_now_ns();
         if (flush(c) != 0) {
             /* the child is gone; its socket's EOF reaps it */
             tm_log_debug(SRC, "worker %u: write failed", c->index);
