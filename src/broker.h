@@ -132,7 +132,7 @@ struct tm_broker {
                                        its pending entries are in flight
                                        there, not to be read again */
     int err;                        /* 0, or an errno-like code */
-    char errstr[256];
+    char errstr[1024];
 };
 
 /* tm_broker_ops_for returns the adapter for a URL kind, or NULL when this

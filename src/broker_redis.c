@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <hiredis/hiredis.h>
@@ -181,6 +182,16 @@ static redisContext *rb_connect(struct rb_broker *rb, int64_t timeout_ms,
         freeReplyObject(r);
     }
     return c;
+}
+
+/* close_conn shuts the socket down before freeing the context: a child of
+ * the fork pool holds a copy of every descriptor, which would otherwise
+ * keep the connection open on the server. */
+static void close_conn(redisContext *c)
+{
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RDWR);
+    redisFree(c);
 }
 
 static void mark_up(struct rb_broker *rb)
@@ -690,7 +701,7 @@ static void intake_failed(struct rb_broker *rb, struct rb_task *rt,
     mark_down(rb);
     atomic_store(&rt->client_id, 0);
     if (rt->rc != NULL) {
-        redisFree(rt->rc);
+        close_conn(rt->rc);
         rt->rc = NULL;
     }
 }
@@ -937,7 +948,7 @@ static void wc_lost(struct rb_broker *rb, const char *what, const char *why)
     rb->wc_was_up = 0;
     mark_down(rb);
     if (rb->wc != NULL) {
-        redisFree(rb->wc);
+        close_conn(rb->wc);
         rb->wc = NULL;
     }
 }
@@ -1320,12 +1331,12 @@ static void rb_destroy(struct tm_broker *b)
     struct rb_broker *rb = (struct rb_broker *)b;
     for (size_t i = 0; i < rb->ntasks; i++) {
         if (rb->tasks[i].rc != NULL)
-            redisFree(rb->tasks[i].rc);
+            close_conn(rb->tasks[i].rc);
         pthread_mutex_destroy(&rb->tasks[i].mu);
         tm_free(rb->tasks[i].heap);
     }
     if (rb->wc != NULL)
-        redisFree(rb->wc);
+        close_conn(rb->wc);
     tm_free(rb->tasks);
     tm_free(rb->argv);
     tm_free(rb->argvlen);

@@ -1083,6 +1083,15 @@ int tm_daemon_run(struct tm_cfg *cfg)
     while (!stop_requested(d)) {
         if (g->broker->ops->connect(g->broker) == 0)
             break;
+        if (g->broker->err == EINVAL) {
+            /* the broker refused the configuration itself (a queue that
+             * exists with other arguments): retrying cannot help */
+            tm_log_err("broker", "%s", g->broker->errstr);
+            g->pool->ops->drain(g->pool, tm_now_ns());
+            tm_http_stop(d->http);
+            gen_free(g);
+            return 2;
+        }
         if (!logged || tm_log_enabled(TM_LOG_DEBUG))
             tm_log_warn("broker", "%s; retrying", g->broker->errstr);
         logged = 1;
