@@ -60,6 +60,7 @@ struct rb_task {
     char history_from[RB_ID_MAX]; /* next history read starts after it */
     int was_up;
     atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
+    _Atomic(struct tm_msg *) garbage; /* settled batches, to free here */
     int64_t next_maint_ms;     /* intake: next reclaim round */
     int64_t next_tick_ms;      /* settle thread: next upkeep round */
     unsigned tick_rounds;
@@ -285,10 +286,41 @@ static size_t heap_pop_due(struct rb_task *rt, int64_t now, size_t max,
 
 /* ---- intake --------------------------------------------------------- */
 
-static void cb_release_reply(struct tm_batch *b)
+static void free_batch(struct tm_batch *b)
 {
     freeReplyObject(b->owner);
     tm_free(b);
+}
+
+/* cb_release_reply runs on whichever thread settles a batch's last
+ * message (the settle thread, mostly). The reply tree was allocated by the
+ * task's intake thread, entry by entry; freeing it there again is much
+ * cheaper for malloc than freeing it across threads, so the batch goes on
+ * the task's garbage stack, which the intake empties before its next
+ * read. The stack links batches through their first message. */
+static void cb_release_reply(struct tm_batch *b)
+{
+    struct rb_task *rt = b->msgs[0].bctx;
+    struct tm_msg *head = &b->msgs[0];
+    struct tm_msg *old = atomic_load_explicit(&rt->garbage,
+                                              memory_order_relaxed);
+    do {
+        head->next = old;
+    } while (!atomic_compare_exchange_weak_explicit(
+        &rt->garbage, &old, head, memory_order_release,
+        memory_order_relaxed));
+}
+
+/* collect frees the batches settled since the last read. */
+static void collect(struct rb_task *rt)
+{
+    struct tm_msg *m = atomic_exchange_explicit(&rt->garbage, NULL,
+                                                memory_order_acquire);
+    while (m != NULL) {
+        struct tm_msg *next = m->next;
+        free_batch(m->batch);
+        m = next;
+    }
 }
 
 /* fill_msg points m at one stream entry [id, [field, value, ...]]. */
@@ -320,7 +352,8 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
 /* entries_batch makes a batch of the entries array, owning reply. Entries
  * that are not well-formed are skipped. attempts, when given, holds the
  * attempt of each entry by id. Returns NULL (reply freed) when empty. */
-static struct tm_batch *entries_batch(redisReply *reply,
+static struct tm_batch *entries_batch(struct rb_task *rt,
+                                      redisReply *reply,
                                       const redisReply *entries,
                                       size_t task_index,
                                       const struct rb_retry *retries,
@@ -344,6 +377,7 @@ static struct tm_batch *entries_batch(redisReply *reply,
         if (fill_msg(m, entries->element[i]) != 0)
             continue;
         m->task_index = task_index;
+        m->bctx = rt;
         m->attempt = 1;
         m->t_recv_ns = now;
         for (size_t r = 0; r < nretries; r++) {
@@ -359,7 +393,7 @@ static struct tm_batch *entries_batch(redisReply *reply,
         atomic_store(&b->refs, (unsigned)k);
         b->n = k;
         if (k == 0) {
-            cb_release_reply(b);
+            free_batch(b);
             return NULL;
         }
     }
@@ -510,7 +544,7 @@ static int reclaim(struct rb_broker *rb, struct rb_task *rt, size_t ti,
     }
     tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "%s",
                 r->element[0]->str);
-    struct tm_batch *b = entries_batch(r, r->element[1], ti, NULL, 0);
+    struct tm_batch *b = entries_batch(rt, r, r->element[1], ti, NULL, 0);
     if (b == NULL)
         return 0;
     tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
@@ -714,6 +748,7 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
     const struct tm_cfg_task *t = rt->cfg;
     int dead = 0;
     *out = NULL;
+    collect(rt);
     if (max == 0)
         return 0;
     if (max > RB_ACK_CHUNK)
@@ -781,7 +816,7 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
                          "XCLAIM: %s", rt->errstr);
             return 0;
         }
-        struct tm_batch *batch = entries_batch(r, r, ti, due, nd);
+        struct tm_batch *batch = entries_batch(rt, r, r, ti, due, nd);
         if (batch == NULL)
             return 0;
         *out = batch;
@@ -867,7 +902,7 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
                         last->element[0]->str);
         if (entries->elements < max)
             rt->history_done = 1;
-        struct tm_batch *batch = entries_batch(r, entries, ti, NULL, 0);
+        struct tm_batch *batch = entries_batch(rt, r, entries, ti, NULL, 0);
         if (batch == NULL) {
             rt->history_done = 1;
             return 0;
@@ -908,7 +943,7 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
         return 0;
     }
     struct tm_batch *batch =
-        entries_batch(r, r->element[0]->element[1], ti, NULL, 0);
+        entries_batch(rt, r, r->element[0]->element[1], ti, NULL, 0);
     if (batch == NULL)
         return 0;
     *out = batch;
@@ -1330,6 +1365,7 @@ static void rb_destroy(struct tm_broker *b)
         return;
     struct rb_broker *rb = (struct rb_broker *)b;
     for (size_t i = 0; i < rb->ntasks; i++) {
+        collect(&rb->tasks[i]);
         if (rb->tasks[i].rc != NULL)
             close_conn(rb->tasks[i].rc);
         pthread_mutex_destroy(&rb->tasks[i].mu);
