@@ -1057,6 +1057,14 @@ int tm_daemon_run(struct tm_cfg *cfg)
         return cfg_error ? 2 : 1;
     }
     publish(d, g);
+    /* the pool first: a fork pool's children are forked while this is
+     * still the only thread, so no lock can be inherited held */
+    if (g->pool->ops->start(g->pool) != 0) {
+        tm_log_err(SRC, "cannot start the %s pool", g->pool->ops->kind);
+        gen_free(g);
+        return 1;
+    }
+    g->pool_started = 1;
     pthread_t sig_thread;
     pthread_create(&sig_thread, NULL, signal_main, d);
     pthread_detach(sig_thread);
@@ -1065,17 +1073,11 @@ int tm_daemon_run(struct tm_cfg *cfg)
         d->http = tm_http_start(d, err, sizeof err);
         if (d->http == NULL) {
             tm_log_err("http", "%s", err);
+            g->pool->ops->drain(g->pool, tm_now_ns());
             gen_free(g);
             return 1;
         }
     }
-    if (g->pool->ops->start(g->pool) != 0) {
-        tm_log_err(SRC, "cannot start the %s pool", g->pool->ops->kind);
-        tm_http_stop(d->http);
-        gen_free(g);
-        return 1;
-    }
-    g->pool_started = 1;
 
     /* a broker unreachable at start is retried, never fatal */
     int64_t backoff = TM_RECONNECT_MIN_MS;
