@@ -428,23 +428,21 @@ static void *settle_main(void *arg)
 /* wait_ms waits until ms pass, the generation stops, or room is made. */
 static void wait_ms(struct tm_gen *g, int64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&g->mu);
     if (!atomic_load(&g->stopping))
-        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        tm_cond_wait_ns(&g->cv, &g->mu, ms * 1000000LL);
     pthread_mutex_unlock(&g->mu);
 }
 
 static int64_t jittered(int64_t ms)
 {
     return ms + (int64_t)(tm_rand64() % (uint64_t)(ms / 2 + 1));
+}
+
+/* next_backoff doubles a reconnect delay up to its cap. */
+static int64_t next_backoff(int64_t ms)
+{
+    return ms * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS : ms * 2;
 }
 
 static void *intake_main(void *arg)
@@ -471,8 +469,7 @@ static void *intake_main(void *arg)
         if (n < 0) {
             atomic_store(&t->subscribed, 0);
             wait_ms(g, jittered(backoff));
-            backoff = backoff * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS
-                                                        : backoff * 2;
+            backoff = next_backoff(backoff);
             continue;
         }
         backoff = TM_RECONNECT_MIN_MS;
@@ -1005,17 +1002,9 @@ static int stop_requested(struct tm_daemon *d)
 static void main_wait(struct tm_daemon *d, int64_t ms)
 {
     atomic_store(&d->main_tick_ms, tm_now_ms());
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&d->stop_mu);
     if (!stop_requested(d))
-        pthread_cond_timedwait(&d->stop_cv, &d->stop_mu, &ts);
+        tm_cond_wait_ns(&d->stop_cv, &d->stop_mu, ms * 1000000LL);
     pthread_mutex_unlock(&d->stop_mu);
     atomic_store(&d->main_tick_ms, tm_now_ms());
 }
@@ -1098,8 +1087,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
             tm_log_warn("broker", "%s; retrying", g->broker->errstr);
         logged = 1;
         main_wait(d, jittered(backoff));
-        backoff = backoff * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS
-                                                    : backoff * 2;
+        backoff = next_backoff(backoff);
     }
     if (pthread_create(&g->settle_thread, NULL, settle_main, g) != 0) {
         tm_log_err(SRC, "cannot start the settle thread");

@@ -940,17 +940,6 @@ static size_t fp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
     return done;
 }
 
-static void timespec_in(struct timespec *ts, int64_t ns)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += (time_t)(ns / 1000000000LL);
-    ts->tv_nsec += (long)(ns % 1000000000LL);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 static int fp_drain(struct tm_pool *p, int64_t deadline_ns)
 {
     struct fpool *fp = (struct fpool *)p;
@@ -975,9 +964,8 @@ static int fp_drain(struct tm_pool *p, int64_t deadline_ns)
             break;
         }
         int64_t wait = deadline_ns - now;
-        struct timespec ts;
-        timespec_in(&ts, wait < 100000000LL ? wait : 100000000LL);
-        pthread_cond_timedwait(&fp->idle, &fp->mu, &ts);
+        tm_cond_wait_ns(&fp->idle, &fp->mu,
+                        wait < 100000000LL ? wait : 100000000LL);
     }
     pthread_mutex_unlock(&fp->mu);
     if (back.head != NULL)
@@ -988,9 +976,7 @@ static int fp_drain(struct tm_pool *p, int64_t deadline_ns)
         wake(fp);
         pthread_mutex_lock(&fp->mu);
         while (fp->outstanding > 0) {
-            struct timespec ts;
-            timespec_in(&ts, 100000000LL);
-            pthread_cond_timedwait(&fp->idle, &fp->mu, &ts);
+            tm_cond_wait_ns(&fp->idle, &fp->mu, 100000000LL);
         }
         pthread_mutex_unlock(&fp->mu);
     }

@@ -230,15 +230,7 @@ static int tp_drain(struct tm_pool *p, int64_t deadline_ns)
         int64_t wait = deadline_ns - now;
         if (wait > 100000000LL)
             wait = 100000000LL;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += (time_t)(wait / 1000000000LL);
-        ts.tv_nsec += (long)(wait % 1000000000LL);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&tp->idle, &tp->mu, &ts);
+        tm_cond_wait_ns(&tp->idle, &tp->mu, wait);
     }
     tp->stop = 1;
     pthread_cond_broadcast(&tp->not_empty);

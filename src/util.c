@@ -131,6 +131,19 @@ int64_t tm_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000LL;
 }
 
+void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec += (long)(ns % 1000000000LL);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 void tm_sleep_ms(int64_t ms)
 {
     if (ms <= 0)

@@ -2,6 +2,7 @@
 #ifndef TASKMILL_UTIL_H
 #define TASKMILL_UTIL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +36,10 @@ const char *tm_strerror(int errnum, char *buf, size_t size);
 int64_t tm_now_ns(void);
 int64_t tm_now_ms(void);
 int64_t tm_wall_ms(void);
+
+/* tm_cond_wait_ns waits on cv, with mu held, for at most ns nanoseconds
+ * (CLOCK_REALTIME, the condition's default clock). */
+void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns);
 
 /* tm_sleep_ms sleeps, restarting after signals until ms elapsed. */
 void tm_sleep_ms(int64_t ms);
