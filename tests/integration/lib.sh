@@ -452,8 +452,19 @@ wait_metric() {
 # -------------------------------------------------------------- clean-up
 
 # Kill any daemon this test left running (the test failed half-way).
+# tm_on_exit CMD: evaluate CMD (a string) when the test exits, before the
+# daemons are killed; commands run in reverse order of registration. Tests
+# register what they start themselves (a private server, a sampler).
+TM_CLEANUPS=()
+tm_on_exit() {
+	TM_CLEANUPS+=("$1")
+}
+
 tm_test_cleanup() {
-	local pid
+	local pid i
+	for ((i = ${#TM_CLEANUPS[@]} - 1; i >= 0; i--)); do
+		eval "${TM_CLEANUPS[i]}" || true
+	done
 	if [[ -f $TEST_DIR/daemon.pids ]]; then
 		while read -r pid; do
 			if daemon_alive "$pid"; then

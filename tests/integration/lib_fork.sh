@@ -253,11 +253,5 @@ stream_lines() {
 
 # ---------------------------------------------------------------- clean-up
 
-# Stop the /ping sampler too when the test ends, then lib.sh's clean-up.
-tm_fork_cleanup() {
-	if [[ -n $PING_WATCH_PID ]]; then
-		kill "$PING_WATCH_PID" 2>/dev/null || true
-	fi
-	tm_test_cleanup
-}
-trap tm_fork_cleanup EXIT
+# Stop the /ping sampler too when the test ends.
+tm_on_exit '[[ -z $PING_WATCH_PID ]] || kill "$PING_WATCH_PID" 2>/dev/null'

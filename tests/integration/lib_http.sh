@@ -15,24 +15,11 @@ TMH_NODE_DIR=$TM_SRCDIR/tests/integration
 
 # ------------------------------------------------------------- clean-up
 
-# lib.sh installs `trap tm_test_cleanup EXIT`; what these tests start
-# themselves (a private redis-server, background request loops) is ended
-# first, in reverse order.
-TMH_CLEANUPS=()
-
-# tmh_on_exit CMD: evaluate CMD (a string) when the test exits.
+# What these tests start themselves (a private redis-server, background
+# request loops) is ended by lib.sh's clean-up, through tm_on_exit.
 tmh_on_exit() {
-	TMH_CLEANUPS+=("$1")
+	tm_on_exit "$1"
 }
-
-tmh_exit() {
-	local i
-	for ((i = ${#TMH_CLEANUPS[@]} - 1; i >= 0; i--)); do
-		eval "${TMH_CLEANUPS[i]}" || true
-	done
-	tm_test_cleanup
-}
-trap tmh_exit EXIT
 
 # ---------------------------------------------------------------- tools
 
@@ -157,8 +144,8 @@ priv_redis_start() {
 		--save '' --appendonly no --daemonize no "${args[@]}" \
 		--logfile "$dir/redis.log" &
 	PRIV_REDIS_PID=$!
-	if ((${#TMH_CLEANUPS[@]} == 0)) || [[ ${TMH_CLEANUPS[0]} != priv_redis_stop ]]; then
-		TMH_CLEANUPS=(priv_redis_stop "${TMH_CLEANUPS[@]}")
+	if ((${#TM_CLEANUPS[@]} == 0)) || [[ ${TM_CLEANUPS[0]} != priv_redis_stop ]]; then
+		TM_CLEANUPS=(priv_redis_stop "${TM_CLEANUPS[@]}")
 	fi
 	wait_until '[[ $(priv_rcli ping) == PONG ]]' 10
 }

@@ -14,24 +14,11 @@
 
 # ------------------------------------------------------------- clean-up
 
-# lib.sh installs `trap tm_test_cleanup EXIT`. Tests that start processes of
-# their own (a redis-server, a FIFO reader) register them here; they are
-# ended, in reverse order, before lib.sh's daemon clean-up runs.
-TMR_CLEANUPS=()
-
-# tmr_on_exit CMD: evaluate CMD (a string) when the test exits.
+# Tests that start processes of their own (a redis-server, a FIFO reader)
+# register them with lib.sh's tm_on_exit, through this name.
 tmr_on_exit() {
-	TMR_CLEANUPS+=("$1")
+	tm_on_exit "$1"
 }
-
-tmr_exit() {
-	local i
-	for ((i = ${#TMR_CLEANUPS[@]} - 1; i >= 0; i--)); do
-		eval "${TMR_CLEANUPS[i]}" || true
-	done
-	tm_test_cleanup
-}
-trap tmr_exit EXIT
 
 # tmr_kill PID: SIGTERM a process this test started, SIGKILL it after 5 s,
 # and reap it. Never fails.

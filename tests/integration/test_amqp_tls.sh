@@ -22,7 +22,7 @@ TLS_PORT=$(free_port)
 socat "OPENSSL-LISTEN:$TLS_PORT,bind=127.0.0.1,reuseaddr,fork,cert=$T/server.pem,key=$T/server.key,verify=0" \
 	"TCP:127.0.0.1:$RABBIT_PORT" 2>"$TEST_DIR/socat.err" &
 SOCAT_PID=$!
-trap 'kill $SOCAT_PID 2>/dev/null || true; wait $SOCAT_PID 2>/dev/null || true; tm_test_cleanup' EXIT
+tm_on_exit 'kill $SOCAT_PID 2>/dev/null; wait $SOCAT_PID 2>/dev/null'
 wait_until "! port_is_free $TLS_PORT" 10
 
 Q=$AQ.add

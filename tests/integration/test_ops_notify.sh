@@ -8,7 +8,7 @@ SOCK=$TEST_DIR/notify.sock
 OUT=$TEST_DIR/notify.out
 nc -lkuU "$SOCK" >"$OUT" 2>"$TEST_DIR/nc.log" &
 NC_PID=$!
-trap 'kill $NC_PID 2>/dev/null || true' EXIT
+tm_on_exit 'kill $NC_PID 2>/dev/null'
 wait_until "[[ -S $SOCK ]]" 5
 
 CONF=$TEST_DIR/taskmill.yaml

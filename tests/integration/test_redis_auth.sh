@@ -8,7 +8,7 @@ redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save '' \
 	--appendonly no --requirepass adminsecret \
 	--logfile "$DIR/redis.log" --daemonize no &
 RPID=$!
-trap 'kill $RPID 2>/dev/null || true; wait $RPID 2>/dev/null || true' EXIT
+tm_on_exit 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null'
 ra() { redis-cli -p "$PORT" --no-auth-warning -a adminsecret "$@"; }
 wait_until "[[ \$(ra ping) == PONG ]]" 10
 ra ACL SETUSER worker on '>s3cr3t-pw' '~*' '&*' '+@all' >/dev/null
