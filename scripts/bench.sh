@@ -285,41 +285,29 @@ redis_run() {
 	log "$name: $(fmt_int "$(jget "$R/$name.json" rate)") msgs/s"
 }
 
-# best NAME_PREFIX: copy the run with the highest rate to $R/NAME_PREFIX.json
-# and list every run's rate in it. Load from elsewhere on the host only ever
-# slows a run down, so the best of a few is the least disturbed one.
-best() {
-	local prefix=$1 f rates=() files=()
+# pick NAME_PREFIX best|median: copy the run with the highest (or the
+# median) rate to $R/NAME_PREFIX.json and list every run's rate in it. Load
+# from elsewhere on the host only ever slows a run down, so the best of a
+# few is the least disturbed one; flatness compares medians of two sides.
+pick() {
+	local prefix=$1 which=$2 f rates=() files=()
 	for f in "$R/$prefix".run*.json; do
 		files+=("$f")
 	done
-	local pick
-	pick=$(for f in "${files[@]}"; do echo "$(jget "$f" rate) $f"; done |
-		sort -n | awk '{ a[NR] = $2 } END { print a[NR] }')
+	local chosen
+	chosen=$(for f in "${files[@]}"; do echo "$(jget "$f" rate) $f"; done |
+		sort -n | awk -v which="$which" '{ a[NR] = $2 }
+			END { print which == "median" ? a[int((NR + 1) / 2)] : a[NR] }')
 	for f in "${files[@]}"; do
 		rates+=("$(jget "$f" rate)")
 	done
 	local list
 	list=$(IFS=,; echo "${rates[*]}")
-	sed "s/}\$/,\"runs\":[$list]}/" "$pick" >"$R/$prefix.json"
+	sed "s/}\$/,\"runs\":[$list]}/" "$chosen" >"$R/$prefix.json"
 }
 
-# median PREFIX: like best, with the median run (flatness compares sides)
-median() {
-	local prefix=$1 f rates=() files=()
-	for f in "$R/$prefix".run*.json; do
-		files+=("$f")
-	done
-	local pick
-	pick=$(for f in "${files[@]}"; do echo "$(jget "$f" rate) $f"; done |
-		sort -n | awk '{ a[NR] = $2 } END { print a[int((NR + 1) / 2)] }')
-	for f in "${files[@]}"; do
-		rates+=("$(jget "$f" rate)")
-	done
-	local list
-	list=$(IFS=,; echo "${rates[*]}")
-	sed "s/}\$/,\"runs\":[$list]}/" "$pick" >"$R/$prefix.json"
-}
+best() { pick "$1" best; }
+median() { pick "$1" median; }
 
 log "Redis: loading $N entries"
 LAST=$("$BB/load_redis" 127.0.0.1 "$REDIS_PORT" bench.noop "$N" 2>>"$DIR/load.log")
