@@ -154,6 +154,27 @@ static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
     }
 }
 
+/* task_series writes a family with one sample per task, the counter at
+ * offset in the task's stats: an atomic_ullong, or an atomic_llong when
+ * sgn is set. */
+static void task_series(struct mbuf *b, struct tm_daemon *d,
+                        const char *name, const char *type, const char *help,
+                        size_t offset, int sgn)
+{
+    char lb[256];
+    family(b, name, type, help);
+    for (size_t i = 0; i < d->ntasks; i++) {
+        char *field = (char *)&d->tasks[i].stats + offset;
+        label(d->tasks[i].cfg->name, lb, sizeof lb);
+        if (sgn)
+            mb_printf(b, "%s{task=\"%s\"} %lld\n", name, lb,
+                      atomic_load((atomic_llong *)(void *)field));
+        else
+            mb_printf(b, "%s{task=\"%s\"} %llu\n", name, lb,
+                      atomic_load((atomic_ullong *)(void *)field));
+    }
+}
+
 char *tm_metrics_render(struct tm_daemon *d, size_t *len)
 {
     struct mbuf b = {.cap = 8192};
@@ -180,24 +201,15 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
                       atomic_load_explicit(&t->stats.outcomes[o],
                                            memory_order_relaxed));
     }
-    family(&b, "taskmill_retries_total", "counter",
-           "Attempts scheduled for retry.");
-    for (size_t i = 0; i < d->ntasks; i++)
-        mb_printf(&b, "taskmill_retries_total{task=\"%s\"} %llu\n",
-                  label(d->tasks[i].cfg->name, lb, sizeof lb),
-                  atomic_load(&d->tasks[i].stats.retries));
-    family(&b, "taskmill_dead_letter_total", "counter",
-           "Messages dead-lettered.");
-    for (size_t i = 0; i < d->ntasks; i++)
-        mb_printf(&b, "taskmill_dead_letter_total{task=\"%s\"} %llu\n",
-                  label(d->tasks[i].cfg->name, lb, sizeof lb),
-                  atomic_load(&d->tasks[i].stats.dead_lettered));
-    family(&b, "taskmill_tasks_inflight", "gauge",
-           "Messages received and not yet settled.");
-    for (size_t i = 0; i < d->ntasks; i++)
-        mb_printf(&b, "taskmill_tasks_inflight{task=\"%s\"} %lld\n",
-                  label(d->tasks[i].cfg->name, lb, sizeof lb),
-                  atomic_load(&d->tasks[i].stats.inflight));
+    task_series(&b, d, "taskmill_retries_total", "counter",
+                "Attempts scheduled for retry.",
+                offsetof(struct tm_task_stats, retries), 0);
+    task_series(&b, d, "taskmill_dead_letter_total", "counter",
+                "Messages dead-lettered.",
+                offsetof(struct tm_task_stats, dead_lettered), 0);
+    task_series(&b, d, "taskmill_tasks_inflight", "gauge",
+                "Messages received and not yet settled.",
+                offsetof(struct tm_task_stats, inflight), 1);
     family(&b, "taskmill_task_duration_seconds", "histogram",
            "Time spent running a task.");
     for (size_t i = 0; i < d->ntasks; i++) {
