@@ -1365,120 +1365,159 @@ static void task_defaults(struct tm_cfg_task *t)
     t->priority = 0;
 }
 
+/* section_fn handles key keys[i] of a section, its full path in path. */
+typedef int (*section_fn)(struct ctx *c, int i, const yaml_node_t *key,
+                          const yaml_node_t *val, const char *path,
+                          void *arg);
+
+/*
+ * walk_section checks that v, under key k, is a mapping (or null) whose
+ * keys are among keys[], each once, and calls fn for each key in file
+ * order. Returns 0, or -1 after an error was reported.
+ */
+static int walk_section(struct ctx *c, const yaml_node_t *k,
+                        const yaml_node_t *v, const char *where,
+                        const char *const *keys, size_t n, section_fn fn,
+                        void *arg)
+{
+    char path[CFG_PATH_LEN];
+    int rc = want_mapping(c, k, v, where, true);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    uint32_t seen = 0;
+    for (yaml_node_pair_t *p = v->data.mapping.pairs.start;
+         p < v->data.mapping.pairs.top; p++) {
+        const yaml_node_t *key = node_at(c, p->key);
+        const yaml_node_t *val = node_at(c, p->value);
+        int i = key_index(c, key, where, keys, n, &seen);
+        if (i < 0)
+            return -1;
+        join_path(path, where, keys[i]);
+        if (fn(c, i, key, val, path, arg) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* task_walk is what a task's keys need besides the task itself. */
+struct task_walk {
+    struct tm_cfg_task *t;
+    struct task_marks *tmk;
+    bool has_max_backoff;
+    const yaml_node_t *max_backoff_v;
+};
+
+static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
+                       const yaml_node_t *val, const char *path, void *arg)
+{
+    struct task_walk *tw = arg;
+    struct tm_cfg_task *t = tw->t;
+    int64_t x = 0;
+    int e = 0, r = 0;
+    switch ((enum task_key)i) {
+    case TK_PLUGIN:
+        r = get_string(c, key, val, path, &t->plugin);
+        if (r == 0)
+            t->plugin_at = mark_of(val);
+        break;
+    case TK_QUEUE:
+        r = get_string(c, key, val, path, &t->queue);
+        tw->tmk->queue_at = mark_of(val);
+        tw->tmk->has_queue = true;
+        break;
+    case TK_GROUP:
+        r = get_string(c, key, val, path, &t->group);
+        break;
+    case TK_PREFETCH:
+        r = get_int(c, key, val, path, 1, 65535, &x);
+        t->prefetch = (unsigned)x;
+        break;
+    case TK_TIMEOUT:
+        r = get_duration(c, key, val, path, 0, &t->timeout_ms);
+        break;
+    case TK_CLAIM_IDLE:
+        r = get_duration(c, key, val, path, 1, &t->claim_idle_ms);
+        break;
+    case TK_MAXLEN:
+        r = get_int(c, key, val, path, 0, INT64_MAX, &t->maxlen);
+        break;
+    case TK_ON_ERROR:
+        r = get_enum(c, key, val, path, on_error_choices,
+                     NELEM(on_error_choices), &e);
+        t->on_error = (enum tm_on_error)e;
+        break;
+    case TK_MAX_RETRIES:
+        r = get_int(c, key, val, path, -1, INT_MAX, &x);
+        t->max_retries = (int)x;
+        break;
+    case TK_BACKOFF:
+        r = get_duration(c, key, val, path, 1, &t->backoff_ms);
+        break;
+    case TK_MAX_BACKOFF:
+        r = get_duration(c, key, val, path, 0, &t->max_backoff_ms);
+        tw->has_max_backoff = true;
+        tw->max_backoff_v = val;
+        break;
+    case TK_DEAD_LETTER:
+        r = get_string(c, key, val, path, &t->dead_letter);
+        tw->tmk->dead_letter_at = mark_of(val);
+        tw->tmk->has_dead_letter = true;
+        break;
+    case TK_MAX_PAYLOAD:
+        r = get_size(c, key, val, path, &t->max_payload);
+        break;
+    case TK_MAX_PRIORITY:
+        r = get_int(c, key, val, path, 0, 255, &x);
+        t->max_priority = (int)x;
+        t->has_max_priority = true;
+        tw->tmk->max_priority_at = mark_of(key);
+        break;
+    case TK_PRIORITY:
+        r = get_int(c, key, val, path, 0, 255, &x);
+        t->priority = (int)x;
+        t->has_priority = true;
+        tw->tmk->priority_at = mark_of(key);
+        tw->tmk->priority_val_at = mark_of(val);
+        break;
+    case TK_CONFIG: {
+        if (is_null(val))
+            break;
+        if (val->type != YAML_MAPPING_NODE) {
+            cfg_fail(c, mark_of(val), "%s: expected a mapping, got %s",
+                     path, node_kind(val));
+            return -1;
+        }
+        cJSON *j = yaml_to_json(c, val, path, 0);
+        if (j == NULL)
+            return -1;
+        char *text = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (text == NULL) {
+            cfg_fail(c, mark_of(val), "%s: out of memory", path);
+            return -1;
+        }
+        tm_free(t->config_json);
+        t->config_json = tm_strdup(text);
+        cJSON_free(text);
+        break;
+    }
+    }
+    return r < 0 ? -1 : 0;
+}
+
 /* parse_task fills t from the mapping v (or null) under the name key k. */
 static int parse_task(struct ctx *c, struct tm_cfg_task *t,
                       struct task_marks *tmk, const yaml_node_t *k,
                       const yaml_node_t *v)
 {
-    char where[CFG_PATH_LEN], path[CFG_PATH_LEN], a[32], b[32];
+    char where[CFG_PATH_LEN], a[32], b[32];
     join_path(where, "tasks", t->name);
-    int rc = want_mapping(c, k, v, where, true);
-    if (rc < 0)
+    struct task_walk tw = { t, tmk, false, NULL };
+    if (walk_section(c, k, v, where, task_keys, NELEM(task_keys),
+                     cb_task_key, &tw) < 0)
         return -1;
-    uint32_t seen = 0;
-    bool has_max_backoff = false;
-    const yaml_node_t *max_backoff_v = NULL;
-    for (yaml_node_pair_t *p = rc == 0 ? v->data.mapping.pairs.start : NULL;
-         p != NULL && p < v->data.mapping.pairs.top; p++) {
-        const yaml_node_t *key = node_at(c, p->key);
-        const yaml_node_t *val = node_at(c, p->value);
-        int i = key_index(c, key, where, task_keys, NELEM(task_keys), &seen);
-        if (i < 0)
-            return -1;
-        join_path(path, where, task_keys[i]);
-        int64_t x = 0;
-        int e = 0, r = 0;
-        switch ((enum task_key)i) {
-        case TK_PLUGIN:
-            r = get_string(c, key, val, path, &t->plugin);
-            if (r == 0)
-                t->plugin_at = mark_of(val);
-            break;
-        case TK_QUEUE:
-            r = get_string(c, key, val, path, &t->queue);
-            tmk->queue_at = mark_of(val);
-            tmk->has_queue = true;
-            break;
-        case TK_GROUP:
-            r = get_string(c, key, val, path, &t->group);
-            break;
-        case TK_PREFETCH:
-            r = get_int(c, key, val, path, 1, 65535, &x);
-            t->prefetch = (unsigned)x;
-            break;
-        case TK_TIMEOUT:
-            r = get_duration(c, key, val, path, 0, &t->timeout_ms);
-            break;
-        case TK_CLAIM_IDLE:
-            r = get_duration(c, key, val, path, 1, &t->claim_idle_ms);
-            break;
-        case TK_MAXLEN:
-            r = get_int(c, key, val, path, 0, INT64_MAX, &t->maxlen);
-            break;
-        case TK_ON_ERROR:
-            r = get_enum(c, key, val, path, on_error_choices,
-                         NELEM(on_error_choices), &e);
-            t->on_error = (enum tm_on_error)e;
-            break;
-        case TK_MAX_RETRIES:
-            r = get_int(c, key, val, path, -1, INT_MAX, &x);
-            t->max_retries = (int)x;
-            break;
-        case TK_BACKOFF:
-            r = get_duration(c, key, val, path, 1, &t->backoff_ms);
-            break;
-        case TK_MAX_BACKOFF:
-            r = get_duration(c, key, val, path, 0, &t->max_backoff_ms);
-            has_max_backoff = true;
-            max_backoff_v = val;
-            break;
-        case TK_DEAD_LETTER:
-            r = get_string(c, key, val, path, &t->dead_letter);
-            tmk->dead_letter_at = mark_of(val);
-            tmk->has_dead_letter = true;
-            break;
-        case TK_MAX_PAYLOAD:
-            r = get_size(c, key, val, path, &t->max_payload);
-            break;
-        case TK_MAX_PRIORITY:
-            r = get_int(c, key, val, path, 0, 255, &x);
-            t->max_priority = (int)x;
-            t->has_max_priority = true;
-            tmk->max_priority_at = mark_of(key);
-            break;
-        case TK_PRIORITY:
-            r = get_int(c, key, val, path, 0, 255, &x);
-            t->priority = (int)x;
-            t->has_priority = true;
-            tmk->priority_at = mark_of(key);
-            tmk->priority_val_at = mark_of(val);
-            break;
-        case TK_CONFIG: {
-            if (is_null(val))
-                break;
-            if (val->type != YAML_MAPPING_NODE) {
-                cfg_fail(c, mark_of(val), "%s: expected a mapping, got %s",
-                         path, node_kind(val));
-                return -1;
-            }
-            cJSON *j = yaml_to_json(c, val, path, 0);
-            if (j == NULL)
-                return -1;
-            char *text = cJSON_PrintUnformatted(j);
-            cJSON_Delete(j);
-            if (text == NULL) {
-                cfg_fail(c, mark_of(val), "%s: out of memory", path);
-                return -1;
-            }
-            tm_free(t->config_json);
-            t->config_json = tm_strdup(text);
-            cJSON_free(text);
-            break;
-        }
-        }
-        if (r < 0)
-            return -1;
-    }
+    bool has_max_backoff = tw.has_max_backoff;
+    const yaml_node_t *max_backoff_v = tw.max_backoff_v;
     if (t->plugin == NULL) {
         cfg_fail(c, mark_of(k), "%s: missing required key 'plugin'", where);
         return -1;
@@ -1624,49 +1663,73 @@ fail:
     return -1;
 }
 
+/* broker: where url and password_file were, for errors after the walk */
+struct broker_marks {
+    struct tm_mark url_at, pw_at;
+};
+
+static int cb_broker_key(struct ctx *c, int i, const yaml_node_t *key,
+                         const yaml_node_t *val, const char *path,
+                         void *arg)
+{
+    struct tm_cfg *cfg = c->cfg;
+    struct broker_marks *bm = arg;
+    if (i == 0) {
+        if (get_string(c, key, val, path, &cfg->broker_url) < 0)
+            return -1;
+        bm->url_at = mark_of(val);
+        return set_url(c, cfg->broker_url, bm->url_at);
+    }
+    if (is_null(val))
+        return 0;
+    char *s = get_scalar(c, key, val, path);
+    if (s == NULL)
+        return -1;
+    tm_free(cfg->password_file);
+    cfg->password_file = NULL;
+    if (*s != '\0')
+        cfg->password_file = path_join(cfg->dir, s);
+    tm_free(s);
+    bm->pw_at = mark_of(val);
+    return 0;
+}
+
 static int parse_broker(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v)
 {
     static const char *const keys[] = { "url", "password_file" };
+    struct broker_marks bm = { { 0, 0 }, { 0, 0 } };
+    if (walk_section(c, k, v, "broker", keys, NELEM(keys), cb_broker_key,
+                     &bm) < 0)
+        return -1;
+    if (!c->url_done && set_url(c, c->cfg->broker_url, bm.url_at) < 0)
+        return -1;
+    if (c->cfg->password_file != NULL && read_password(c, bm.pw_at) < 0)
+        return -1;
+    return 0;
+}
+
+static int cb_pool_key(struct ctx *c, int i, const yaml_node_t *key,
+                       const yaml_node_t *val, const char *path, void *arg)
+{
     struct tm_cfg *cfg = c->cfg;
-    char path[CFG_PATH_LEN];
-    struct tm_mark url_at = { 0, 0 }, pw_at = { 0, 0 };
-    int rc = want_mapping(c, k, v, "broker", true);
-    if (rc < 0)
-        return -1;
-    uint32_t seen = 0;
-    for (yaml_node_pair_t *p = rc == 0 ? v->data.mapping.pairs.start : NULL;
-         p != NULL && p < v->data.mapping.pairs.top; p++) {
-        const yaml_node_t *key = node_at(c, p->key);
-        const yaml_node_t *val = node_at(c, p->value);
-        int i = key_index(c, key, "broker", keys, NELEM(keys), &seen);
-        if (i < 0)
+    int64_t x = 0;
+    int e = 0;
+    (void)arg;
+    if (i == 0) {
+        if (get_enum(c, key, val, path, pool_choices, NELEM(pool_choices),
+                     &e) < 0)
             return -1;
-        join_path(path, "broker", keys[i]);
-        if (i == 0) {
-            if (get_string(c, key, val, path, &cfg->broker_url) < 0)
-                return -1;
-            url_at = mark_of(val);
-            if (set_url(c, cfg->broker_url, url_at) < 0)
-                return -1;
-        } else {
-            if (is_null(val))
-                continue;
-            char *s = get_scalar(c, key, val, path);
-            if (s == NULL)
-                return -1;
-            tm_free(cfg->password_file);
-            cfg->password_file = NULL;
-            if (*s != '\0')
-                cfg->password_file = path_join(cfg->dir, s);
-            tm_free(s);
-            pw_at = mark_of(val);
-        }
+        cfg->pool_kind = (enum tm_pool_kind)e;
+    } else if (i == 1) {
+        if (get_int(c, key, val, path, 1, 1024, &x) < 0)
+            return -1;
+        cfg->pool_size = (unsigned)x;
+    } else {
+        if (get_int(c, key, val, path, 0, UINT_MAX, &x) < 0)
+            return -1;
+        cfg->max_tasks_per_child = (unsigned)x;
     }
-    if (!c->url_done && set_url(c, cfg->broker_url, url_at) < 0)
-        return -1;
-    if (cfg->password_file != NULL && read_password(c, pw_at) < 0)
-        return -1;
     return 0;
 }
 
@@ -1675,38 +1738,8 @@ static int parse_pool(struct ctx *c, const yaml_node_t *k,
 {
     static const char *const keys[] = { "kind", "size",
                                          "max_tasks_per_child" };
-    struct tm_cfg *cfg = c->cfg;
-    char path[CFG_PATH_LEN];
-    int rc = want_mapping(c, k, v, "pool", true);
-    if (rc < 0)
-        return -1;
-    uint32_t seen = 0;
-    for (yaml_node_pair_t *p = rc == 0 ? v->data.mapping.pairs.start : NULL;
-         p != NULL && p < v->data.mapping.pairs.top; p++) {
-        const yaml_node_t *key = node_at(c, p->key);
-        const yaml_node_t *val = node_at(c, p->value);
-        int i = key_index(c, key, "pool", keys, NELEM(keys), &seen);
-        if (i < 0)
-            return -1;
-        join_path(path, "pool", keys[i]);
-        int64_t x = 0;
-        int e = 0;
-        if (i == 0) {
-            if (get_enum(c, key, val, path, pool_choices,
-                         NELEM(pool_choices), &e) < 0)
-                return -1;
-            cfg->pool_kind = (enum tm_pool_kind)e;
-        } else if (i == 1) {
-            if (get_int(c, key, val, path, 1, 1024, &x) < 0)
-                return -1;
-            cfg->pool_size = (unsigned)x;
-        } else {
-            if (get_int(c, key, val, path, 0, UINT_MAX, &x) < 0)
-                return -1;
-            cfg->max_tasks_per_child = (unsigned)x;
-        }
-    }
-    return 0;
+    return walk_section(c, k, v, "pool", keys, NELEM(keys), cb_pool_key,
+                        NULL);
 }
 
 /* valid_listen accepts "host:port" and "[v6]:port", port 0..65535. */
@@ -1744,44 +1777,59 @@ static int valid_listen(const char *s)
     return v <= 65535;
 }
 
+static int cb_http_key(struct ctx *c, int i, const yaml_node_t *key,
+                       const yaml_node_t *val, const char *path, void *arg)
+{
+    struct tm_cfg *cfg = c->cfg;
+    char shown[CFG_CLIP + 8];
+    (void)arg;
+    /* A null or empty value (e.g. ${TOKEN:-}) means "not set". */
+    if (is_null(val))
+        return 0;
+    char *s = get_scalar(c, key, val, path);
+    if (s == NULL)
+        return -1;
+    if (*s == '\0') {
+        tm_free(s);
+        return 0;
+    }
+    if (i == 0 && !valid_listen(s)) {
+        cfg_fail(c, mark_of(val), "%s: expected host:port like "
+                 "127.0.0.1:9999, got '%s'", path,
+                 clip(s, shown, sizeof shown));
+        tm_free(s);
+        return -1;
+    }
+    char **dst = i == 0 ? &cfg->http_listen : &cfg->http_token;
+    tm_free(*dst);
+    *dst = s;
+    return 0;
+}
+
 static int parse_http(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v)
 {
     static const char *const keys[] = { "listen", "token" };
+    return walk_section(c, k, v, "http", keys, NELEM(keys), cb_http_key,
+                        NULL);
+}
+
+static int cb_log_key(struct ctx *c, int i, const yaml_node_t *key,
+                      const yaml_node_t *val, const char *path, void *arg)
+{
     struct tm_cfg *cfg = c->cfg;
-    char path[CFG_PATH_LEN], shown[CFG_CLIP + 8];
-    int rc = want_mapping(c, k, v, "http", true);
-    if (rc < 0)
-        return -1;
-    uint32_t seen = 0;
-    for (yaml_node_pair_t *p = rc == 0 ? v->data.mapping.pairs.start : NULL;
-         p != NULL && p < v->data.mapping.pairs.top; p++) {
-        const yaml_node_t *key = node_at(c, p->key);
-        const yaml_node_t *val = node_at(c, p->value);
-        int i = key_index(c, key, "http", keys, NELEM(keys), &seen);
-        if (i < 0)
+    int e = 0;
+    (void)arg;
+    if (i == 0) {
+        if (get_enum(c, key, val, path, level_choices, NELEM(level_choices),
+                     &e) < 0)
             return -1;
-        join_path(path, "http", keys[i]);
-        /* A null or empty value (e.g. ${TOKEN:-}) means "not set". */
-        if (is_null(val))
-            continue;
-        char *s = get_scalar(c, key, val, path);
-        if (s == NULL)
+        cfg->log_level = e;
+    } else {
+        if (get_enum(c, key, val, path, format_choices,
+                     NELEM(format_choices), &e) < 0)
             return -1;
-        if (*s == '\0') {
-            tm_free(s);
-            continue;
-        }
-        if (i == 0 && !valid_listen(s)) {
-            cfg_fail(c, mark_of(val), "%s: expected host:port like "
-                     "127.0.0.1:9999, got '%s'", path,
-                     clip(s, shown, sizeof shown));
-            tm_free(s);
-            return -1;
-        }
-        char **dst = i == 0 ? &cfg->http_listen : &cfg->http_token;
-        tm_free(*dst);
-        *dst = s;
+        cfg->log_format = (enum tm_log_format)e;
     }
     return 0;
 }
@@ -1790,34 +1838,8 @@ static int parse_log(struct ctx *c, const yaml_node_t *k,
                      const yaml_node_t *v)
 {
     static const char *const keys[] = { "level", "format" };
-    struct tm_cfg *cfg = c->cfg;
-    char path[CFG_PATH_LEN];
-    int rc = want_mapping(c, k, v, "log", true);
-    if (rc < 0)
-        return -1;
-    uint32_t seen = 0;
-    for (yaml_node_pair_t *p = rc == 0 ? v->data.mapping.pairs.start : NULL;
-         p != NULL && p < v->data.mapping.pairs.top; p++) {
-        const yaml_node_t *key = node_at(c, p->key);
-        const yaml_node_t *val = node_at(c, p->value);
-        int i = key_index(c, key, "log", keys, NELEM(keys), &seen);
-        if (i < 0)
-            return -1;
-        join_path(path, "log", keys[i]);
-        int e = 0;
-        if (i == 0) {
-            if (get_enum(c, key, val, path, level_choices,
-                         NELEM(level_choices), &e) < 0)
-                return -1;
-            cfg->log_level = e;
-        } else {
-            if (get_enum(c, key, val, path, format_choices,
-                         NELEM(format_choices), &e) < 0)
-                return -1;
-            cfg->log_format = (enum tm_log_format)e;
-        }
-    }
-    return 0;
+    return walk_section(c, k, v, "log", keys, NELEM(keys), cb_log_key,
+                        NULL);
 }
 
 enum top_key {
