@@ -56,20 +56,25 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
                       const struct tm_gen *prev, char *err, size_t errlen)
 {
     char reason[512];
+    int rc = -1;
+    /* whether each of prev's plugin files changed: one stat each */
+    size_t nprev = prev != NULL ? prev->ntasks : 0;
+    char *changed = tm_calloc(nprev ? nprev : 1, 1);
+    for (size_t j = 0; j < nprev; j++)
+        changed[j] = (char)tm_plugin_changed(prev->tasks[j].plugin);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         const struct tm_cfg_task *t = &cfg->tasks[i];
         tasks[i].cfg = t;
         tasks[i].index = i;
         int fresh = 0;
-        for (size_t j = 0; prev != NULL && j < prev->ntasks; j++) {
+        for (size_t j = 0; j < nprev; j++) {
             const struct tm_task *o = &prev->tasks[j];
-            int changed = tm_plugin_changed(o->plugin);
-            if (!changed && same_task(o->cfg, t)) {
+            if (!changed[j] && same_task(o->cfg, t)) {
                 tm_plugin_ref(o->plugin);
                 tasks[i].plugin = o->plugin;
                 break;
             }
-            if (changed && strcmp(o->plugin->path, t->plugin_path) == 0)
+            if (changed[j] && strcmp(o->plugin->path, t->plugin_path) == 0)
                 fresh = 1;
         }
         if (tasks[i].plugin != NULL)
@@ -104,9 +109,12 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
     fail:
         tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.plugin: %s", cfg->path,
                     t->plugin_at.line, t->plugin_at.col, t->name, reason);
-        return -1;
+        goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    tm_free(changed);
+    return rc;
 }
 
 int tm_tasks_load(const struct tm_cfg *cfg, struct tm_task *tasks,
