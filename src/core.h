@@ -46,12 +46,10 @@ struct tm_task_stats {
     atomic_llong depth_at_ms;
 };
 
-struct tm_daemon;
 struct tm_gen;
 
 /* struct tm_task is one configured task at run time. */
 struct tm_task {
-    struct tm_daemon *daemon;
     struct tm_gen *gen;                 /* the generation it belongs to */
     const struct tm_cfg_task *cfg;
     size_t index;

@@ -548,7 +548,6 @@ static struct tm_gen *gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
     g->tasks = tm_calloc(g->ntasks, sizeof *g->tasks);
     g->task_ptrs = tm_calloc(g->ntasks, sizeof *g->task_ptrs);
     for (size_t i = 0; i < g->ntasks; i++) {
-        g->tasks[i].daemon = d;
         g->tasks[i].gen = g;
         g->task_ptrs[i] = &g->tasks[i];
     }
@@ -632,7 +631,6 @@ static int gen_start(struct tm_gen *g)
         tm_log_err(SRC, "cannot start the %s pool", g->pool->ops->kind);
         return -1;
     }
-    g->pool_started = 1;
     if (pthread_create(&g->settle_thread, NULL, settle_main, g) != 0) {
         tm_log_err(SRC, "cannot start the settle thread");
         g->pool->ops->drain(g->pool, tm_now_ns());
@@ -707,7 +705,6 @@ static void publish(struct tm_daemon *d, struct tm_gen *g)
     d->gen = g;
     d->cfg = g->cfg;
     d->tasks = g->tasks;
-    d->task_ptrs = g->task_ptrs;
     d->ntasks = g->ntasks;
     d->broker = g->broker;
     d->pool = g->pool;
@@ -1061,7 +1058,6 @@ int tm_daemon_run(struct tm_cfg *cfg)
         gen_free(g);
         return 1;
     }
-    g->pool_started = 1;
     pthread_t sig_thread;
     pthread_create(&sig_thread, NULL, signal_main, d);
     pthread_detach(sig_thread);

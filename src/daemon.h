@@ -35,7 +35,6 @@ struct tm_gen {
     size_t ntasks;
     struct tm_broker *broker;
     struct tm_pool *pool;
-    int pool_started;
     atomic_int stopping;            /* intake stops */
 
     /* finished messages: a lock-free stack pushed by workers, taken whole
@@ -72,7 +71,6 @@ struct tm_daemon {
     struct tm_gen *gen;
     struct tm_cfg *cfg;
     struct tm_task *tasks;
-    struct tm_task **task_ptrs;
     size_t ntasks;
     struct tm_broker *broker;
     struct tm_pool *pool;
