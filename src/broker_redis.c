@@ -740,6 +740,90 @@ static void intake_failed(struct rb_broker *rb, struct rb_task *rt,
     }
 }
 
+/* read_failed handles a failed XREADGROUP: a deleted stream or group is
+ * created again on the next call (0); anything else is a lost connection
+ * (-1). */
+static int read_failed(struct rb_broker *rb, struct rb_task *rt, int dead)
+{
+    if (!dead && strncmp(rt->errstr, "NOGROUP", 7) == 0) {
+        tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, NULL,
+                     "group '%s' is gone from '%s'; creating it again",
+                     rt->cfg->group, rt->cfg->queue);
+        rt->group_ready = 0;
+        return 0;
+    }
+    intake_failed(rb, rt, "XREADGROUP");
+    return -1;
+}
+
+/* read_history reads this consumer's own pending entries (a restart with
+ * the same instance), a page of max at a time, without blocking; once
+ * none are left it sets history_done. */
+static int read_history(struct rb_broker *rb, struct rb_task *rt, size_t ti,
+                        size_t max, struct tm_batch **out)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    int dead = 0;
+    char count[24];
+    tm_snprintf(count, sizeof count, "%zu", max);
+    const char *hargv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
+                           "COUNT", count, "STREAMS", t->queue,
+                           rt->history_from[0] ? rt->history_from : "0"};
+    redisReply *r = redisCommandArgv(rt->rc, 9, hargv, NULL);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return read_failed(rb, rt, dead);
+    }
+    const redisReply *entries = NULL;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY &&
+        r->element[0]->elements == 2)
+        entries = r->element[0]->element[1];
+    if (entries == NULL || entries->type != REDIS_REPLY_ARRAY ||
+        entries->elements == 0) {
+        freeReplyObject(r);
+        rt->history_done = 1;
+        return 0;
+    }
+    /* entries deleted while pending come back without fields: ack
+     * them, there is nothing left to run */
+    for (size_t i = 0; i < entries->elements; i++) {
+        const redisReply *e = entries->element[i];
+        if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 &&
+            e->element[1]->type != REDIS_REPLY_ARRAY) {
+            const char *aargv[] = {"XACK", t->queue, t->group,
+                                   e->element[0]->str};
+            redisReply *a = redisCommandArgv(rt->rc, 4, aargv, NULL);
+            if (a != NULL)
+                freeReplyObject(a);
+        }
+    }
+    const redisReply *last = entries->element[entries->elements - 1];
+    if (last->type == REDIS_REPLY_ARRAY && last->elements >= 1 &&
+        last->element[0]->type == REDIS_REPLY_STRING)
+        tm_snprintf(rt->history_from, sizeof rt->history_from, "%s",
+                    last->element[0]->str);
+    if (entries->elements < max)
+        rt->history_done = 1;
+    struct tm_batch *batch = entries_batch(rt, r, entries, ti, NULL, 0);
+    if (batch == NULL) {
+        rt->history_done = 1;
+        return 0;
+    }
+    /* a restarted consumer runs its pending entries again; the
+     * history read counted as one more delivery */
+    if (set_attempts(rb, rt, batch) != 0) {
+        for (size_t i = 0; i < batch->n; i++)
+            tm_msg_release(&batch->msgs[i]);
+        intake_failed(rb, rt, "XPENDING");
+        return -1;
+    }
+    *out = batch;
+    return (int)batch->n;
+}
+
 static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
                     int timeout_ms, struct tm_batch **out)
 {
@@ -840,7 +924,10 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
      * after a reload: the previous configuration is still running them) */
     if (b->resumed)
         rt->history_done = 1;
-    const char *start = rt->history_done ? ">" : "0";
+    if (!rt->history_done)
+        return read_history(rb, rt, ti, max, out);
+
+    /* 4. new entries, blocking until the next retry is due at most */
     char count[24], block[24];
     tm_snprintf(count, sizeof count, "%zu", max);
     int64_t bl = timeout_ms > 0 ? timeout_ms : 1;
@@ -852,88 +939,13 @@ static int rb_fetch(struct tm_broker *b, size_t ti, size_t max,
     tm_snprintf(block, sizeof block, "%lld", (long long)bl);
     const char *argv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
                           "COUNT", count, "BLOCK", block, "STREAMS",
-                          t->queue, start};
-    int argc = 11;
-    if (!rt->history_done) {
-        /* history reads do not block */
-        const char *hargv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
-                               "COUNT", count, "STREAMS", t->queue,
-                               rt->history_from[0] ? rt->history_from : "0"};
-        redisReply *r = redisCommandArgv(rt->rc, 9, hargv, NULL);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
-            if (r != NULL)
-                freeReplyObject(r);
-            if (!dead && strncmp(rt->errstr, "NOGROUP", 7) == 0) {
-                rt->group_ready = 0;
-                return 0;
-            }
-            intake_failed(rb, rt, "XREADGROUP");
-            return -1;
-        }
-        const redisReply *entries = NULL;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-            r->element[0]->type == REDIS_REPLY_ARRAY &&
-            r->element[0]->elements == 2)
-            entries = r->element[0]->element[1];
-        if (entries == NULL || entries->type != REDIS_REPLY_ARRAY ||
-            entries->elements == 0) {
-            freeReplyObject(r);
-            rt->history_done = 1;
-            return 0;
-        }
-        /* entries deleted while pending come back without fields: ack
-         * them, there is nothing left to run */
-        for (size_t i = 0; i < entries->elements; i++) {
-            const redisReply *e = entries->element[i];
-            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 &&
-                e->element[1]->type != REDIS_REPLY_ARRAY) {
-                const char *aargv[] = {"XACK", t->queue, t->group,
-                                       e->element[0]->str};
-                redisReply *a = redisCommandArgv(rt->rc, 4, aargv, NULL);
-                if (a != NULL)
-                    freeReplyObject(a);
-            }
-        }
-        const redisReply *last = entries->element[entries->elements - 1];
-        if (last->type == REDIS_REPLY_ARRAY && last->elements >= 1 &&
-            last->element[0]->type == REDIS_REPLY_STRING)
-            tm_snprintf(rt->history_from, sizeof rt->history_from, "%s",
-                        last->element[0]->str);
-        if (entries->elements < max)
-            rt->history_done = 1;
-        struct tm_batch *batch = entries_batch(rt, r, entries, ti, NULL, 0);
-        if (batch == NULL) {
-            rt->history_done = 1;
-            return 0;
-        }
-        /* a restarted consumer runs its pending entries again; the
-         * history read counted as one more delivery */
-        if (set_attempts(rb, rt, batch) != 0) {
-            for (size_t i = 0; i < batch->n; i++)
-                tm_msg_release(&batch->msgs[i]);
-            intake_failed(rb, rt, "XPENDING");
-            return -1;
-        }
-        *out = batch;
-        return (int)batch->n;
-    }
-
-    redisReply *r = redisCommandArgv(rt->rc, argc, argv, NULL);
+                          t->queue, ">"};
+    redisReply *r = redisCommandArgv(rt->rc, 11, argv, NULL);
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
         dead = reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
         if (r != NULL)
             freeReplyObject(r);
-        if (!dead && strncmp(rt->errstr, "NOGROUP", 7) == 0) {
-            /* the stream or group was deleted: create it again */
-            tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
-                         "group '%s' is gone from '%s'; creating it again",
-                         t->group, t->queue);
-            rt->group_ready = 0;
-            return 0;
-        }
-        intake_failed(rb, rt, "XREADGROUP");
-        return -1;
+        return read_failed(rb, rt, dead);
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
         r->element[0]->type != REDIS_REPLY_ARRAY ||
