@@ -54,13 +54,12 @@ struct tm_broker_ops {
     int (*fetch)(struct tm_broker *b, size_t task_index, size_t max,
                  int timeout_ms, struct tm_batch **out);
 
-    /* settle applies each listed message's m->settle (ack, retry,
-     * dead-letter), batching commands. Messages whose settlement failed
-     * for a connection error are left in *failed (linked by next) for the
-     * caller to retry after reconnecting; the rest are released by the
-     * caller. Returns 0, or -1 when some failed. */
-    int (*settle)(struct tm_broker *b, struct tm_msg *list,
-                  struct tm_msg **failed);
+    /* settle applies the m->settle (ack, retry, dead-letter) of each of
+     * the n messages, batching commands. It may reorder msgs, and returns
+     * how many it could not settle for a connection error: those are then
+     * msgs[0..k), for the caller to settle again after the reconnect; the
+     * rest are done and released by the caller. */
+    size_t (*settle)(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 
     /* wake makes blocked fetch calls return soon (shutdown). */
     void (*wake)(struct tm_broker *b);

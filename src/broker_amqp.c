@@ -2051,18 +2051,18 @@ static void settle_task(struct ab_task *at, const char *what)
  * does them at once, a round per task: acks need only the delivery tag;
  * dead letters, retries and replies take the delivery, error and result
  * from the message (copies are published and confirmed before the
- * original is acked). Nothing is left in *failed: a settlement that cannot
+ * original is acked). It always returns 0: a settlement that cannot
  * be done because its connection was lost is moot, as RabbitMQ redelivers
  * every message that was not acknowledged on it.
  */
-static int ab_settle(struct tm_broker *b, struct tm_msg *list,
-                     struct tm_msg **failed)
+static size_t ab_settle(struct tm_broker *b, struct tm_msg **msgs,
+                        size_t n)
 {
     struct ab_broker *ab = (struct ab_broker *)b;
     struct ab_task *locked = NULL;
-    *failed = NULL;
     int64_t now = tm_wall_ms();
-    for (struct tm_msg *m = list; m != NULL; m = m->next) {
+    for (size_t i = 0; i < n; i++) {
+        struct tm_msg *m = msgs[i];
         struct ab_delivery *d = m->bctx;
         if (m->settle == TM_SETTLE_NONE || d == NULL ||
             m->task_index >= ab->ntasks)

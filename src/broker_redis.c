@@ -83,8 +83,6 @@ struct rb_broker {
     const char **argv;
     size_t *argvlen;
     size_t argcap;
-    struct tm_msg **msgs;
-    size_t msgcap;
 };
 
 /* ---- connections ---------------------------------------------------- */
@@ -1026,30 +1024,19 @@ static void append_dead(struct rb_broker *rb, struct tm_msg *m)
                            argv, lens);
 }
 
-static int rb_settle(struct tm_broker *b, struct tm_msg *list,
-                     struct tm_msg **failed)
+static size_t rb_settle(struct tm_broker *b, struct tm_msg **msgs,
+                        size_t n)
 {
     struct rb_broker *rb = (struct rb_broker *)b;
     char eb[256];
-    *failed = NULL;
-
-    /* take the list into an array: replies are matched by position */
-    size_t n = 0;
-    for (struct tm_msg *m = list; m != NULL; m = m->next)
-        n++;
-    if (n > rb->msgcap) {
-        rb->msgcap = n * 2;
-        rb->msgs = tm_realloc(rb->msgs, rb->msgcap * sizeof *rb->msgs);
-    }
-    n = 0;
-    for (struct tm_msg *m = list; m != NULL; m = m->next)
-        rb->msgs[n++] = m;
 
     /* retries need no command: the entry stays pending on this consumer
-     * and is claimed again when due (see rb_fetch) */
+     * and is claimed again when due (see rb_fetch). The messages that do
+     * (acks, dead letters) move to the front; replies are matched to them
+     * by position. */
     size_t work = 0;
     for (size_t i = 0; i < n; i++) {
-        struct tm_msg *m = rb->msgs[i];
+        struct tm_msg *m = msgs[i];
         if (m->settle == TM_SETTLE_RETRY) {
             struct rb_retry e = {.due_ms = tm_now_ms() + m->retry_delay_ms,
                                  .attempt = m->attempt + 1};
@@ -1057,7 +1044,8 @@ static int rb_settle(struct tm_broker *b, struct tm_msg *list,
             heap_push(&rb->tasks[m->task_index], &e);
         } else if (m->settle == TM_SETTLE_ACK ||
                    m->settle == TM_SETTLE_DEAD) {
-            rb->msgs[work++] = m;
+            msgs[i] = msgs[work];
+            msgs[work++] = m;
         }
     }
     if (work == 0)
@@ -1068,8 +1056,8 @@ static int rb_settle(struct tm_broker *b, struct tm_msg *list,
     /* one pipeline: dead letters, then one XACK per task per chunk */
     size_t ncmds = 0;
     for (size_t i = 0; i < work; i++) {
-        if (rb->msgs[i]->settle == TM_SETTLE_DEAD) {
-            append_dead(rb, rb->msgs[i]);
+        if (msgs[i]->settle == TM_SETTLE_DEAD) {
+            append_dead(rb, msgs[i]);
             ncmds++;
         }
     }
@@ -1088,7 +1076,7 @@ static int rb_settle(struct tm_broker *b, struct tm_msg *list,
             }
             if (i == work)
                 break;
-            struct tm_msg *m = rb->msgs[i];
+            struct tm_msg *m = msgs[i];
             if (m->task_index != ti || m->settle != TM_SETTLE_ACK)
                 continue;
             if (argc == 0) {
@@ -1107,7 +1095,7 @@ static int rb_settle(struct tm_broker *b, struct tm_msg *list,
     }
 
     /* replies come in the order of the commands: the dead letters first,
-     * in the order of rb->msgs, then the acks */
+     * in the order of msgs, then the acks */
     size_t next_dead = 0;
     for (size_t c = 0; c < ncmds; c++) {
         void *vr = NULL;
@@ -1118,9 +1106,9 @@ static int rb_settle(struct tm_broker *b, struct tm_msg *list,
         redisReply *r = vr;
         struct tm_msg *m = NULL;
         if (c < ndead) {
-            while (rb->msgs[next_dead]->settle != TM_SETTLE_DEAD)
+            while (msgs[next_dead]->settle != TM_SETTLE_DEAD)
                 next_dead++;
-            m = rb->msgs[next_dead++];
+            m = msgs[next_dead++];
         }
         if (r->type == REDIS_REPLY_ERROR) {
             /* a dead letter the broker refused stays pending, to be
@@ -1141,16 +1129,7 @@ static int rb_settle(struct tm_broker *b, struct tm_msg *list,
 
 lost:
     wc_lost(rb, "settle", eb);
-    {
-        struct tm_msg *head = NULL, **tail = &head;
-        for (size_t i = 0; i < work; i++) {
-            rb->msgs[i]->next = NULL;
-            *tail = rb->msgs[i];
-            tail = &rb->msgs[i]->next;
-        }
-        *failed = head;
-    }
-    return -1;
+    return work; /* msgs[0..work): none confirmed */
 }
 
 /* rb_tick is the settle thread's periodic upkeep, on its own connection
@@ -1388,7 +1367,6 @@ static void rb_destroy(struct tm_broker *b)
     tm_free(rb->tasks);
     tm_free(rb->argv);
     tm_free(rb->argvlen);
-    tm_free(rb->msgs);
     tm_free(rb);
 }
 

@@ -263,8 +263,6 @@ static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct tm_msg *m = v[i];
-        if (m == NULL)
-            continue;
         struct tm_task *t = m->task;
         atomic_fetch_sub_explicit(&t->stats.inflight, 1,
                                   memory_order_relaxed);
@@ -289,23 +287,13 @@ static void settle_list(struct tm_gen *g, struct tm_msg *list)
     n = 0;
     for (struct tm_msg *m = list; m != NULL; m = m->next)
         g->scratch[n++] = m;
-    struct tm_msg *failed = NULL;
-    g->broker->ops->settle(g->broker, list, &failed);
-    if (failed != NULL) {
-        /* keep the failed ones out of finish(); they go to unsettled */
-        for (struct tm_msg *m = failed; m != NULL; m = m->next)
-            for (size_t i = 0; i < n; i++)
-                if (g->scratch[i] == m) {
-                    g->scratch[i] = NULL;
-                    break;
-                }
-        struct tm_msg *tail = failed;
-        while (tail->next != NULL)
-            tail = tail->next;
-        tail->next = g->unsettled;
-        g->unsettled = failed;
+    size_t failed = g->broker->ops->settle(g->broker, g->scratch, n);
+    /* the ones that failed come first: keep them for the next try */
+    for (size_t i = 0; i < failed; i++) {
+        g->scratch[i]->next = g->unsettled;
+        g->unsettled = g->scratch[i];
     }
-    finish(g, g->scratch, n);
+    finish(g, g->scratch + failed, n - failed);
 }
 
 static void settle_batch(struct tm_gen *g, struct tm_msg *list)
