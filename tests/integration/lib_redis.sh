@@ -71,35 +71,6 @@ log_attempts() {
 	done
 }
 
-# ---------------------------------------------------------------- ports
-
-# tmr_free_port: like lib.sh's free_port, but below the kernel's ephemeral
-# port range (ip_local_port_range), so that no outgoing connection of any
-# process on the host can be holding the port when a server binds it
-# (free_port's 20000-60000 overlaps that range: a port nothing listens on
-# may still be the local end of a connection, and bind then fails).
-tmr_free_port() {
-	local lo=32768 p i
-	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
-	if ((lo <= 11000)); then
-		free_port
-		return
-	fi
-	for ((i = 0; i < 100; i++)); do
-		p=$((10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000)))
-		if port_is_free "$p"; then
-			echo "$p"
-			return 0
-		fi
-	done
-	fail "no free port found below $lo"
-}
-
-# The daemon's HTTP port for write_config, chosen that way too.
-if [[ -z $HTTP_PORT ]]; then
-	HTTP_PORT=$(tmr_free_port)
-fi
-
 # ------------------------------------------------------------- daemons
 
 # metric_at PORT NAME [LABELS]: metric of the daemon listening on PORT.
@@ -119,7 +90,7 @@ priv_redis_start() {
 	local dir=$1 port=${2:-} i
 	mkdir -p "$dir"
 	if [[ -z $port ]]; then
-		port=$(tmr_free_port)
+		port=$(free_port)
 	fi
 	port_is_free "$port" || fail "port $port for the private redis is taken"
 	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" \

@@ -10,10 +10,10 @@ CONF_B=$TEST_DIR/b.yaml
 TASKS="tasks:
   sleep: { plugin: sleep.so, queue: q.long, claim_idle: 1s, timeout: 0 }"
 
-PORT_A=$(tmr_free_port)
+PORT_A=$(free_port)
 write_config "$CONF_A" instance=a http_port="$PORT_A" <<<"$TASKS"
-PORT_B=$(tmr_free_port)
-while [[ $PORT_B == "$PORT_A" ]]; do PORT_B=$(tmr_free_port); done
+PORT_B=$(free_port)
+while [[ $PORT_B == "$PORT_A" ]]; do PORT_B=$(free_port); done
 write_config "$CONF_B" instance=b http_port="$PORT_B" <<<"$TASKS"
 
 start_daemon "$CONF_A"
