@@ -118,6 +118,82 @@ free_port() {
 	fail "no free port found"
 }
 
+# ----------------------------------------------------- a private redis
+
+# A redis-server of the test's own, for tests that stop and restart the
+# broker. PRIV_REDIS_PORT (default: a free port) and PRIV_REDIS_PASS (a
+# password, optional) may be set before the first start.
+PRIV_REDIS_PID=
+PRIV_REDIS_PORT=
+PRIV_REDIS_PASS=
+PRIV_REDIS_HOOKED=
+
+# priv_rcli ARGS...: redis-cli against the private server.
+priv_rcli() {
+	local auth=()
+	[[ -n $PRIV_REDIS_PASS ]] && auth=(--no-auth-warning -a "$PRIV_REDIS_PASS")
+	redis-cli -h 127.0.0.1 -p "$PRIV_REDIS_PORT" "${auth[@]}" "$@"
+}
+
+# priv_redis_start [DIR] [PORT]: start it (again) with its data in DIR
+# (default TEST_DIR/priv-redis) and an append-only file fsynced on every
+# write, on PORT (default PRIV_REDIS_PORT); wait for PONG. It is stopped
+# when the test exits.
+priv_redis_start() {
+	local dir=${1:-$TEST_DIR/priv-redis} i args=()
+	[[ -n ${2:-} ]] && PRIV_REDIS_PORT=$2
+	[[ -n $PRIV_REDIS_PORT ]] || PRIV_REDIS_PORT=$(free_port)
+	[[ -n $PRIV_REDIS_PASS ]] && args+=(--requirepass "$PRIV_REDIS_PASS")
+	mkdir -p "$dir"
+	port_is_free "$PRIV_REDIS_PORT" ||
+		fail "port $PRIV_REDIS_PORT for the private redis is taken"
+	redis-server --bind 127.0.0.1 --port "$PRIV_REDIS_PORT" --dir "$dir" \
+		--save '' --appendonly yes --appendfsync always --daemonize no \
+		"${args[@]}" --logfile "$dir/redis.log" &
+	PRIV_REDIS_PID=$!
+	if [[ -z $PRIV_REDIS_HOOKED ]]; then
+		PRIV_REDIS_HOOKED=1
+		tm_on_exit 'priv_redis_kill'
+	fi
+	for ((i = 0; i < 100; i++)); do
+		if [[ $(priv_rcli ping 2>/dev/null) == PONG ]]; then
+			note "private redis-server pid $PRIV_REDIS_PID on port $PRIV_REDIS_PORT, dir $dir"
+			return 0
+		fi
+		kill -0 "$PRIV_REDIS_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	tail -n 20 "$dir/redis.log" >&2 || true
+	fail "private redis-server on port $PRIV_REDIS_PORT did not start"
+}
+
+# priv_redis_stop: shut it down (it writes its append-only file) and reap
+# it; fail when it does not stop within 10 s.
+priv_redis_stop() {
+	local i
+	[[ -n $PRIV_REDIS_PID ]] || fail "priv_redis_stop: no private redis"
+	priv_rcli shutdown >/dev/null 2>&1 || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$PRIV_REDIS_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$PRIV_REDIS_PID" 2>/dev/null; then
+		priv_redis_kill
+		fail "private redis-server did not shut down within 10 s"
+	fi
+	wait "$PRIV_REDIS_PID" 2>/dev/null || true
+	note "private redis-server pid $PRIV_REDIS_PID stopped"
+	PRIV_REDIS_PID=
+}
+
+# priv_redis_kill: end it, if it runs (test clean-up).
+priv_redis_kill() {
+	[[ -n $PRIV_REDIS_PID ]] || return 0
+	kill -KILL "$PRIV_REDIS_PID" 2>/dev/null || true
+	wait "$PRIV_REDIS_PID" 2>/dev/null || true
+	PRIV_REDIS_PID=
+}
+
 # ------------------------------------------------------------------- redis
 
 # rcli ARGS...: redis-cli against the run's redis. Note that redis-cli prints

@@ -128,49 +128,6 @@ write_http_config() {
 
 # ---------------------------------------------------------- private redis
 
-# A redis-server of the test's own, for tests that stop the broker. Set
-# PRIV_REDIS_PORT (and optionally PRIV_REDIS_PASS) before the first start.
-PRIV_REDIS_PID=
-PRIV_REDIS_PORT=
-PRIV_REDIS_PASS=
-
-# priv_redis_start: start it (again) on PRIV_REDIS_PORT, wait for PONG.
-priv_redis_start() {
-	local dir=$TEST_DIR/priv-redis args=()
-	mkdir -p "$dir"
-	[[ -n $PRIV_REDIS_PORT ]] || PRIV_REDIS_PORT=$(free_port)
-	[[ -n $PRIV_REDIS_PASS ]] && args+=(--requirepass "$PRIV_REDIS_PASS")
-	redis-server --port "$PRIV_REDIS_PORT" --bind 127.0.0.1 --dir "$dir" \
-		--save '' --appendonly no --daemonize no "${args[@]}" \
-		--logfile "$dir/redis.log" &
-	PRIV_REDIS_PID=$!
-	if ((${#TM_CLEANUPS[@]} == 0)) || [[ ${TM_CLEANUPS[0]} != priv_redis_stop ]]; then
-		TM_CLEANUPS=(priv_redis_stop "${TM_CLEANUPS[@]}")
-	fi
-	wait_until '[[ $(priv_rcli ping) == PONG ]]' 10
-}
-
-# priv_redis_stop: SIGTERM it (SIGKILL after 5 s) and reap it.
-priv_redis_stop() {
-	local pid=$PRIV_REDIS_PID i
-	[[ -n $pid ]] || return 0
-	PRIV_REDIS_PID=
-	kill -TERM "$pid" 2>/dev/null || return 0
-	for ((i = 0; i < 50; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-}
-
-# priv_rcli ARGS...: redis-cli against the private redis.
-priv_rcli() {
-	local auth=()
-	[[ -n $PRIV_REDIS_PASS ]] && auth=(--no-auth-warning -a "$PRIV_REDIS_PASS")
-	redis-cli -h 127.0.0.1 -p "$PRIV_REDIS_PORT" "${auth[@]}" "$@"
-}
-
 # ------------------------------------------------------------ raw sockets
 
 # raw_send NAME: send stdin to the HTTP port as raw bytes, keep whatever

@@ -78,64 +78,6 @@ metric_at() {
 	metric "$2" "${3:-}" "$1"
 }
 
-# ---------------------------------------------------------- private redis
-
-PRIV_REDIS_PID=
-PRIV_REDIS_PORT=
-
-# priv_redis_start DIR [PORT]: start a redis-server of this test's own on
-# 127.0.0.1 (a free port, or PORT), data in DIR, append-only file fsynced on
-# every write. Sets PRIV_REDIS_PORT/PID/DIR and stops the server at exit.
-priv_redis_start() {
-	local dir=$1 port=${2:-} i
-	mkdir -p "$dir"
-	if [[ -z $port ]]; then
-		port=$(free_port)
-	fi
-	port_is_free "$port" || fail "port $port for the private redis is taken"
-	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" \
-		--save '' --appendonly yes --appendfsync always \
-		--daemonize no --logfile "$dir/redis.log" &
-	PRIV_REDIS_PID=$!
-	if [[ -z $TMR_PRIV_HOOKED ]]; then
-		TMR_PRIV_HOOKED=1
-		tmr_on_exit 'tmr_kill "$PRIV_REDIS_PID"'
-	fi
-	for ((i = 0; i < 100; i++)); do
-		if [[ $(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null) == PONG ]]; then
-			PRIV_REDIS_PORT=$port
-			note "private redis-server pid $PRIV_REDIS_PID on port $port, dir $dir"
-			return 0
-		fi
-		kill -0 "$PRIV_REDIS_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	tail -n 20 "$dir/redis.log" >&2 || true
-	fail "private redis-server on port $port did not start"
-}
-TMR_PRIV_HOOKED=
-
-# priv_redis_stop: SHUTDOWN the private server (it syncs its AOF) and wait
-# for the process to end; SIGKILL after 10 s.
-priv_redis_stop() {
-	local i
-	[[ -n $PRIV_REDIS_PID ]] || fail "priv_redis_stop: no private redis"
-	redis-cli -h 127.0.0.1 -p "$PRIV_REDIS_PORT" shutdown >/dev/null 2>&1 || true
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "$PRIV_REDIS_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$PRIV_REDIS_PID" 2>/dev/null; then
-		kill -KILL "$PRIV_REDIS_PID" 2>/dev/null || true
-		wait "$PRIV_REDIS_PID" 2>/dev/null || true
-		PRIV_REDIS_PID=
-		fail "private redis-server did not shut down within 10 s"
-	fi
-	wait "$PRIV_REDIS_PID" 2>/dev/null || true
-	note "private redis-server pid $PRIV_REDIS_PID stopped"
-	PRIV_REDIS_PID=
-}
-
 # --------------------------------------------------- a stallable journal
 
 # The journal plugin appends each line with one write(2). Pointing its path
