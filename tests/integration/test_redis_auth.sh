@@ -1,16 +1,10 @@
 # AUTH and SELECT from the broker URL: a password-protected Redis with an
 # ACL user, the password given by password_file (never in the URL), and a
 # database other than 0. Credentials never show in logs or metrics.
-PORT=$(free_port)
-DIR=$TEST_DIR/redis
-mkdir -p "$DIR"
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save '' \
-	--appendonly no --requirepass adminsecret \
-	--logfile "$DIR/redis.log" --daemonize no &
-RPID=$!
-tm_on_exit 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null'
-ra() { redis-cli -p "$PORT" --no-auth-warning -a adminsecret "$@"; }
-wait_until "[[ \$(ra ping) == PONG ]]" 10
+PRIV_REDIS_PASS=adminsecret
+priv_redis_start
+PORT=$PRIV_REDIS_PORT
+ra() { priv_rcli "$@"; }
 ra ACL SETUSER worker on '>s3cr3t-pw' '~*' '&*' '+@all' >/dev/null
 
 printf 's3cr3t-pw\n' >"$TEST_DIR/secret"
