@@ -69,7 +69,8 @@ endif
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
-CORE_SRCS = $(filter-out src/main.c,$(wildcard src/*.c))
+# the core: src/*.c and one level of subdirectories (src/redis/, ...)
+CORE_SRCS = $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o)
 PLUGINS = noop add sleep fail journal
 PLUGIN_SOS = $(PLUGINS:%=$(BUILD)/plugins/%.so)
@@ -88,8 +89,9 @@ plugins: $(PLUGIN_SOS)
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | $(BUILD)/obj
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h src/*/*.h) | $(BUILD)/obj
 	@$(if $(Q),echo "  CC      $<")
+	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Isrc -c -o $@ $<
 
 $(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
