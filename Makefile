@@ -115,7 +115,16 @@ $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plu
 	$(Q)$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $<
 	@chmod go-w $@
 
-test-plugins: $(TEST_PLUGIN_SOS)
+# Test tools (tests/tools/*.c: fault proxy, load clients): one binary
+# each in $(BUILD)/test-tools/, built with the test plugins.
+TEST_TOOL_SRCS = $(wildcard tests/tools/*.c)
+TEST_TOOLS = $(TEST_TOOL_SRCS:tests/tools/%.c=$(BUILD)/test-tools/%)
+
+$(BUILD)/test-tools/%: tests/tools/%.c | $(BUILD)/test-tools
+	@$(if $(Q),echo "  TOOL    $@")
+	$(Q)$(CC) $(REAL_CFLAGS) -o $@ $< $(REAL_LDFLAGS)
+
+test-plugins: $(TEST_PLUGIN_SOS) $(TEST_TOOLS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 	@$(if $(Q),echo "  TEST    $@")
@@ -124,7 +133,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 
 unit-bins: $(UNIT_BINS)
 
-$(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests:
+$(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests \
+		$(BUILD)/test-tools:
 	@mkdir -p $@ && chmod go-w $@ $(BUILD)
 
 # Unit tests: each binary is a check suite; they find the build through
