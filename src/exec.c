@@ -190,6 +190,18 @@ void tm_exec_run(struct tm_msg *m, void *worker_data)
     }
     switch (rc) {
     case TM_TASK_OK:
+        if (m->result != NULL &&
+            (!tm_utf8_valid(m->result, m->result_len) ||
+             tm_json_check(m->result, m->result_len) == TM_JSON_INVALID)) {
+            /* never pass on what the task broke: a failed run instead */
+            m->outcome = TM_OUT_ERROR;
+            tm_free(m->result);
+            m->result = NULL;
+            m->result_len = 0;
+            tm_msg_set_error(m, "invalid result: the task returned text "
+                             "that is not UTF-8 JSON");
+            break;
+        }
         m->outcome = TM_OUT_SUCCESS;
         tm_free(m->error);
         m->error = NULL;
