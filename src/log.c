@@ -19,6 +19,11 @@ void tm_log_setup(int level, int format)
     log_format = format;
 }
 
+int tm_log_get_format(void)
+{
+    return log_format;
+}
+
 int tm_log_enabled(int level)
 {
     return level <= log_level;

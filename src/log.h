@@ -10,6 +10,10 @@
  * (1 = text, 2 = json, see enum tm_log_format). Call before threads start. */
 void tm_log_setup(int level, int format);
 
+/* tm_log_get_format returns the format set by tm_log_setup (a plain
+ * read: the crash handler uses it from a signal handler). */
+int tm_log_get_format(void);
+
 /* tm_log_enabled returns non-zero when level would be written. */
 int tm_log_enabled(int level);
 

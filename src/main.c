@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "crash.h"
 #include "json.h"
 #include "log.h"
 #include "util.h"
@@ -443,6 +444,7 @@ int main(int argc, char **argv)
     if (cfg == NULL)
         return EXIT_USAGE;
     tm_log_setup(cfg->log_level, cfg->log_format);
+    tm_crash_install();
     if (strcmp(a.cmd, "check") == 0)
         return cmd_check(cfg);
     if (strcmp(a.cmd, "emit") == 0)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "crash.h"
 #include "log.h"
 #include "util.h"
 
@@ -54,6 +55,8 @@ static void *worker_main(void *arg)
     struct tpool *tp = w->pool;
     struct tm_pool *p = &tp->base;
 
+    /* a crash in task code is reported from here (see crash.h) */
+    tm_crash_thread_init();
     for (;;) {
         struct tm_msg *chunk[TP_CHUNK_MAX];
         size_t k = 0;
@@ -86,7 +89,9 @@ static void *worker_main(void *arg)
         struct tm_msg *head = NULL, **tail = &head;
         for (size_t i = 0; i < k; i++) {
             struct tm_msg *m = chunk[i];
+            tm_crash_enter(m->task->cfg->name, m->id, m->id_len);
             tm_exec_run(m, w->wdata[m->task_index]);
+            tm_crash_leave();
             m->next = NULL;
             *tail = m;
             tail = &m->next;
@@ -101,6 +106,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&tp->mu);
     }
     worker_fini(w);
+    tm_crash_thread_fini();
     return NULL;
 }
 
