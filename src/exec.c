@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "host_json.h"
 #include "json.h"
 #include "log.h"
 #include "util.h"
@@ -86,6 +87,24 @@ static int cb_host_should_stop(const struct tm_call *call)
     return call->deadline_ms > 0 && tm_now_ms() >= call->deadline_ms;
 }
 
+/* cb_host_json_result makes a builder's text the run's result: the
+ * buffer changes hands, no copy. */
+static int cb_host_json_result(struct tm_call *call, struct tm_json *jb)
+{
+    struct tm_msg *m = run_of(call)->m;
+    char *text;
+    size_t len;
+    const char *why = tm_hjson_take(jb, &text, &len);
+    if (why != NULL) {
+        tm_msg_set_error(m, "cannot build the result: %s", why);
+        return -1;
+    }
+    tm_free(m->result);
+    m->result = text;
+    m->result_len = len;
+    return 0;
+}
+
 static const struct tm_host host = {
     .struct_size = sizeof(struct tm_host),
     .log = cb_host_log,
@@ -93,6 +112,8 @@ static const struct tm_host host = {
     .set_error = cb_host_set_error,
     .now_ms = cb_host_now_ms,
     .should_stop = cb_host_should_stop,
+    TM_HOST_JSON_MEMBERS,
+    .json_result = cb_host_json_result,
 };
 
 const struct tm_host *tm_exec_host(void)

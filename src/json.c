@@ -188,6 +188,16 @@ static int scan_value(struct jscan *j, unsigned char *first)
     }
 }
 
+size_t tm_json_scan(const char *s, size_t len)
+{
+    struct jscan j = {(const unsigned char *)s,
+                      (const unsigned char *)s + len};
+    unsigned char first;
+    if (scan_value(&j, &first) != 0)
+        return 0;
+    return (size_t)(j.p - (const unsigned char *)s);
+}
+
 enum tm_json_check tm_json_check(const char *s, size_t len)
 {
     struct jscan j = {(const unsigned char *)s,

@@ -23,4 +23,12 @@ enum tm_json_check {
  */
 enum tm_json_check tm_json_check(const char *s, size_t len);
 
+/*
+ * tm_json_scan checks, as strictly as tm_json_check, the one JSON value
+ * that starts s[0..len) (after white space) and returns how many bytes it
+ * spans from s, or 0 when none starts there. What follows is not looked
+ * at. Never allocates.
+ */
+size_t tm_json_scan(const char *s, size_t len);
+
 #endif /* TASKMILL_JSON_H */

@@ -1,49 +1,45 @@
 /* add.c - example task: {"a": int, "b": int} -> {"sum": a + b}. */
 #include <taskmill.h>
 
-#include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
-
-#include "json_scan.h"
 
 /* get_int reads the integer member key of the body, or sets the call's
  * error and returns -1. */
 static int get_int(struct tm_call *call, const char *key, int64_t *out)
 {
-    const char *val = NULL;
     char msg[96];
+    int st = tm_json_get_int(call->host, call->body, key, out);
 
-    int found = json_find(call->body, key, &val);
-    if (found < 0) {
-        tm_error(call, "body is not a JSON object with unique keys");
-        return -1;
-    }
-    if (found == 0) {
+    switch (st) {
+    case TM_JSON_OK:
+        return 0;
+    case TM_JSON_ABSENT:
         snprintf(msg, sizeof msg, "field '%s' is missing", key);
-        tm_error(call, msg);
-        return -1;
-    }
-    int rc = json_int(val, out);
-    if (rc == -2) {
+        break;
+    case TM_JSON_WRONG_TYPE:
+        snprintf(msg, sizeof msg, "field '%s' is not an integer", key);
+        break;
+    case TM_JSON_RANGE:
         snprintf(msg, sizeof msg,
                  "field '%s' does not fit in a 64-bit integer", key);
-        tm_error(call, msg);
-        return -1;
+        break;
+    case TM_JSON_BAD_TEXT:
+        snprintf(msg, sizeof msg,
+                 "body is not a JSON object with unique keys");
+        break;
+    default:
+        snprintf(msg, sizeof msg, "field '%s' is %s", key,
+                 tm_json_status_text(st));
+        break;
     }
-    if (rc != 0) {
-        snprintf(msg, sizeof msg, "field '%s' is not an integer", key);
-        tm_error(call, msg);
-        return -1;
-    }
-    return 0;
+    tm_error(call, msg);
+    return -1;
 }
 
 static int cb_run(struct tm_call *call)
 {
     int64_t a;
     int64_t b;
-    char out[64];
 
     if (get_int(call, "a", &a) != 0 || get_int(call, "b", &b) != 0)
         return TM_TASK_REJECT;
@@ -51,12 +47,10 @@ static int cb_run(struct tm_call *call)
         tm_error(call, "sum does not fit in a 64-bit integer");
         return TM_TASK_REJECT;
     }
-    snprintf(out, sizeof out, "{\"sum\":%" PRId64 "}", a + b);
-    if (tm_result(call, out) != 0) {
-        tm_error(call, "cannot store the result");
-        return TM_TASK_ERROR;
-    }
-    return TM_TASK_OK;
+    struct tm_json *out = tm_json_new_object(call->host);
+    tm_json_add_int(out, "sum", a + b);
+    /* on failure tm_json_result has set the run's error */
+    return tm_json_result(call, out) == 0 ? TM_TASK_OK : TM_TASK_ERROR;
 }
 
 TM_TASK_DECLARE(

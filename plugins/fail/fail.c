@@ -22,38 +22,41 @@
  * pool, where the daemon survives them.
  */
 
-#include "json_scan.h"
+/* MODE_MAX holds the longest mode name and its NUL. */
+#define MODE_MAX 16
 
-/* json_str_is returns 1 when the value at p is the string s (s contains
- * nothing that JSON would escape). */
-static int json_str_is(const char *p, const char *s)
+static int mode_is(const char *mode, const char *name)
 {
-    size_t n = strlen(s);
-    return p[0] == '"' && strncmp(p + 1, s, n) == 0 && p[n + 1] == '"';
+    return strcmp(mode, name) == 0;
 }
 
 static int cb_run(struct tm_call *call)
 {
-    const char *mode = NULL;
+    char mode[MODE_MAX];
 
-    int found = json_find(call->body, "mode", &mode);
-    if (found < 0) {
-        tm_error(call, "body is not a JSON object with unique keys");
-        return TM_TASK_REJECT;
-    }
-    if (found == 0) {
+    switch (tm_json_get_string(call->host, call->body, "mode", mode,
+                               sizeof mode)) {
+    case TM_JSON_OK:
+        break;
+    case TM_JSON_ABSENT:
         tm_error(call, "field 'mode' is missing");
         return TM_TASK_REJECT;
+    case TM_JSON_BAD_TEXT:
+        tm_error(call, "body is not a JSON object with unique keys");
+        return TM_TASK_REJECT;
+    default: /* not a string, or longer than any mode */
+        mode[0] = '\0';
+        break;
     }
-    if (json_str_is(mode, "error")) {
+    if (mode_is(mode, "error")) {
         tm_error(call, "requested failure");
         return TM_TASK_ERROR;
     }
-    if (json_str_is(mode, "reject")) {
+    if (mode_is(mode, "reject")) {
         tm_error(call, "requested reject");
         return TM_TASK_REJECT;
     }
-    if (json_str_is(mode, "crash")) {
+    if (mode_is(mode, "crash")) {
         tm_log(call, TM_LOG_WARNING, "crashing on request");
         /* Both volatile: the pointer so the compiler cannot see it is
          * NULL, the target so the store is not dropped as dead. */
@@ -61,16 +64,16 @@ static int cb_run(struct tm_call *call)
         *nowhere = 1;
         return TM_TASK_ERROR; /* not reached */
     }
-    if (json_str_is(mode, "abort")) {
+    if (mode_is(mode, "abort")) {
         tm_log(call, TM_LOG_WARNING, "aborting on request");
         abort();
     }
-    if (json_str_is(mode, "hang")) {
+    if (mode_is(mode, "hang")) {
         tm_log(call, TM_LOG_WARNING, "hanging on request");
         for (;;)
             pause();
     }
-    if (json_str_is(mode, "exit")) {
+    if (mode_is(mode, "exit")) {
         tm_log(call, TM_LOG_WARNING, "exiting with status 3 on request");
         exit(3);
     }

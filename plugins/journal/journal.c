@@ -26,129 +26,6 @@ struct journal {
     int fd;
 };
 
-#include "json_scan.h"
-
-/* hex4 reads four hex digits at p. Returns the value, or -1. */
-static long hex4(const char *p)
-{
-    long v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d;
-        if (c >= '0' && c <= '9')
-            d = c - '0';
-        else if (c >= 'a' && c <= 'f')
-            d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F')
-            d = c - 'A' + 10;
-        else
-            return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* put_utf8 encodes code point cp at out; returns the bytes written. */
-static size_t put_utf8(char *out, unsigned long cp)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/*
- * json_strdup decodes the JSON string at p into a new NUL-terminated
- * string the caller frees. Returns NULL when p is not a string, is
- * malformed, contains \u0000 (which a C string cannot hold), or memory
- * is short.
- */
-static char *json_strdup(const char *p)
-{
-    if (*p != '"')
-        return NULL;
-    const char *end = json_skip_string(p);
-    if (end == NULL)
-        return NULL;
-    /* Decoding never grows the text: \uXXXX (6 bytes) yields at most 3,
-     * a surrogate pair (12 bytes) 4. */
-    char *out = malloc((size_t)(end - p));
-    if (out == NULL)
-        return NULL;
-    size_t n = 0;
-    for (p++; *p != '"'; p++) {
-        if (*p != '\\') {
-            out[n++] = *p;
-            continue;
-        }
-        p++;
-        switch (*p) {
-        case '"':
-        case '\\':
-        case '/':
-            out[n++] = *p;
-            break;
-        case 'b':
-            out[n++] = '\b';
-            break;
-        case 'f':
-            out[n++] = '\f';
-            break;
-        case 'n':
-            out[n++] = '\n';
-            break;
-        case 'r':
-            out[n++] = '\r';
-            break;
-        case 't':
-            out[n++] = '\t';
-            break;
-        case 'u': {
-            long cp = hex4(p + 1);
-            if (cp <= 0)
-                goto fail;
-            p += 4;
-            if (cp >= 0xDC00 && cp <= 0xDFFF)
-                goto fail;
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (p[1] != '\\' || p[2] != 'u')
-                    goto fail;
-                long lo = hex4(p + 3);
-                if (lo < 0xDC00 || lo > 0xDFFF)
-                    goto fail;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                p += 6;
-            }
-            n += put_utf8(out + n, (unsigned long)cp);
-            break;
-        }
-        default:
-            goto fail;
-        }
-    }
-    out[n] = '\0';
-    return out;
-fail:
-    free(out);
-    return NULL;
-}
-
 /* errtext describes errno value e in buf, whichever strerror_r the C
  * library declares (GNU returns a string, POSIX fills buf). */
 static const char *errtext(int e, char *buf, size_t size)
@@ -165,22 +42,20 @@ static const char *errtext(int e, char *buf, size_t size)
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
     char ebuf[128];
-    const char *val = NULL;
+    char *path = NULL;
 
-    const char *config = env->config_json != NULL ? env->config_json : "{}";
-    int found = json_find(config, "path", &val);
-    if (found < 0) {
-        tm_env_log(env, TM_LOG_ERR, "config is not a mapping with unique "
-                                    "keys");
-        return -1;
-    }
-    if (found == 0) {
+    int st = tm_json_get_strdup(env->host, env->config_json, "path", &path);
+    if (st == TM_JSON_ABSENT) {
         tm_env_log(env, TM_LOG_ERR, "config key 'path' is required: the "
                                     "file to append to");
         return -1;
     }
-    char *path = json_strdup(val);
-    if (path == NULL || path[0] == '\0') {
+    if (st == TM_JSON_BAD_TEXT) {
+        tm_env_log(env, TM_LOG_ERR, "config is not a mapping with unique "
+                                    "keys");
+        return -1;
+    }
+    if (st != TM_JSON_OK || path[0] == '\0') {
         tm_env_log(env, TM_LOG_ERR, "config key 'path' must be a "
                                     "non-empty string");
         free(path);

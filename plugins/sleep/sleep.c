@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <stdint.h>
-#include <string.h>
 #include <time.h>
 
 /* SLEEP_SLICE_MS is how often a sleep checks should_stop(): short enough
@@ -19,8 +18,6 @@
 /* SLEEP_MAX_MS caps a request (one day) so a typo cannot park a worker
  * for years. */
 #define SLEEP_MAX_MS 86400000
-
-#include "json_scan.h"
 
 /* nap sleeps ms milliseconds, resuming after signals. */
 static void nap(int64_t ms)
@@ -33,19 +30,19 @@ static void nap(int64_t ms)
 
 static int cb_run(struct tm_call *call)
 {
-    const char *val = NULL;
     int64_t ms;
 
-    int found = json_find(call->body, "ms", &val);
-    if (found < 0) {
-        tm_error(call, "body is not a JSON object with unique keys");
-        return TM_TASK_REJECT;
-    }
-    if (found == 0) {
+    switch (tm_json_get_int_range(call->host, call->body, "ms", 0,
+                                  SLEEP_MAX_MS, &ms)) {
+    case TM_JSON_OK:
+        break;
+    case TM_JSON_ABSENT:
         tm_error(call, "field 'ms' is missing");
         return TM_TASK_REJECT;
-    }
-    if (json_int(val, &ms) != 0 || ms < 0 || ms > SLEEP_MAX_MS) {
+    case TM_JSON_BAD_TEXT:
+        tm_error(call, "body is not a JSON object with unique keys");
+        return TM_TASK_REJECT;
+    default:
         tm_error(call, "field 'ms' is not an integer from 0 to 86400000");
         return TM_TASK_REJECT;
     }
