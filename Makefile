@@ -209,7 +209,7 @@ install: all
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -d $(DESTDIR)$(DOCDIR)/plugin-template
 	install -m 0644 plugins/template/hello.c plugins/template/Makefile \
-		$(DESTDIR)$(DOCDIR)/plugin-template/
+		plugins/template/taskmill.yaml $(DESTDIR)$(DOCDIR)/plugin-template/
 
 clean:
 	rm -rf build build-asan

@@ -48,6 +48,53 @@ assert_match '^[0-9]+-[0-9]+$' "$id" "emitted id"
 wait_metric taskmill_tasks_total 'task="hello",outcome="success"' 1 10
 stop_daemon
 
+# PREFIX=/usr into a stage: pkg-config drops -I/usr/include (a system
+# directory), so --cflags prints nothing; the template still builds, with
+# PKG_CONFIG_SYSROOT_DIR as documented and without it, under a umask of
+# 002, and its own taskmill.yaml runs it. Its result is built by the
+# daemon's JSON helpers: a name that needs escaping stays valid JSON.
+STAGE=$TEST_DIR/stage
+make -s -C "$TM_SRCDIR" install BUILD="$TM_BUILD" "${FLAGS[@]}" \
+	PREFIX=/usr DESTDIR="$STAGE" >"$TEST_DIR/install-usr.log" 2>&1 ||
+	fail "make install PREFIX=/usr failed: $(tail -5 "$TEST_DIR/install-usr.log")"
+PC=$STAGE/usr/lib/pkgconfig
+[[ -f $PC/taskmill.pc && -f $STAGE/usr/include/taskmill.h ]] ||
+	fail "PREFIX=/usr: taskmill.pc or taskmill.h not installed"
+assert_eq "" "$(PKG_CONFIG_PATH=$PC pkg-config --cflags taskmill | xargs)" \
+	"pkg-config --cflags taskmill for PREFIX=/usr (system dir dropped)"
+assert_eq "-I$STAGE/usr/include" \
+	"$(PKG_CONFIG_PATH=$PC PKG_CONFIG_SYSROOT_DIR=$STAGE pkg-config --cflags taskmill | xargs)" \
+	"pkg-config --cflags taskmill with PKG_CONFIG_SYSROOT_DIR"
+assert_eq "/usr/lib/taskmill/plugins" \
+	"$(PKG_CONFIG_PATH=$PC pkg-config --variable=plugindir taskmill)" "plugindir"
+for how in sysroot plain; do
+	T=$TEST_DIR/tpl-$how
+	mkdir -p "$T" && chmod 0755 "$T"
+	cp "$STAGE/usr/share/doc/taskmill/plugin-template/"* "$T/"
+	[[ -f $T/taskmill.yaml ]] || fail "the template ships no taskmill.yaml"
+	env=(PKG_CONFIG_PATH="$PC")
+	[[ $how == sysroot ]] && env+=(PKG_CONFIG_SYSROOT_DIR="$STAGE")
+	(umask 002 && env "${env[@]}" make -C "$T" >"$TEST_DIR/tpl-$how.log" 2>&1) ||
+		fail "template ($how) does not build against PREFIX=/usr in a stage: $(cat "$TEST_DIR/tpl-$how.log")"
+	mode=$(stat -c %a "$T/hello.so")
+	assert_eq 755 "$mode" "template ($how): mode of hello.so built under umask 002"
+	out=$("$STAGE/usr/bin/taskmill" invoke -c "$T/taskmill.yaml" hello \
+		'{"name": "a\"b"}') || fail "template ($how) invoke failed: $out"
+	assert_match 'outcome: success' "$out" "template ($how) outcome"
+	assert_eq 'result: {"greeting":"hello, a\"b"}' "$(grep '^result: ' <<<"$out")" \
+		"template ($how) result, escaped"
+	rc=0
+	out=$("$STAGE/usr/bin/taskmill" invoke -c "$T/taskmill.yaml" hello '{"name": 5}') || rc=$?
+	assert_eq 1 "$rc" "template ($how): a non-string name is refused"
+	assert_match 'outcome: rejected' "$out" "template ($how) outcome for a bad name"
+done
+# make install puts it, not group-writable, into the plugin directory
+env PKG_CONFIG_PATH="$PC" PKG_CONFIG_SYSROOT_DIR="$STAGE" \
+	make -s -C "$TEST_DIR/tpl-sysroot" install >>"$TEST_DIR/tpl-sysroot.log" 2>&1 ||
+	fail "template make install failed: $(tail -5 "$TEST_DIR/tpl-sysroot.log")"
+assert_eq 755 "$(stat -c %a "$STAGE/usr/lib/taskmill/plugins/hello.so")" \
+	"mode of the installed template plugin"
+
 if command -v systemd-analyze >/dev/null 2>&1; then
 	UNIT=$TEST_DIR/taskmill.service
 	sed "s|/usr/local|$ROOT/usr/local|g" \

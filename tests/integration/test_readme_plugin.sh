@@ -27,6 +27,14 @@ note "$out"
 assert_match 'outcome: success' "$out" "invoke outcome"
 assert_match 'result: \{"greeting":"hello, world"\}' "$out" "invoke result"
 
+# A name that needs escaping comes back escaped: the result is valid JSON
+# holding the name as sent (\u00e9 decoded to UTF-8, " and \ escaped).
+out=$("$TM_BIN" invoke -c "$CONF" greet '{"name": "a\"b\\c\u00e9"}')
+note "$out"
+assert_match 'outcome: success' "$out" "invoke outcome for a quoted name"
+assert_eq 'result: {"greeting":"hello, a\"b\\c'$'\xc3\xa9''"}' \
+	"$(grep '^result: ' <<<"$out")" "escaped result"
+
 rc=0
 out=$("$TM_BIN" invoke -c "$CONF" greet '{"who": 1}') || rc=$?
 assert_eq 1 "$rc" "invoke exit status for a rejected body"
