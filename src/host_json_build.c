@@ -1,6 +1,7 @@
 /* host_json_build.c - plugins' JSON writing: a builder that stays valid. */
 #include "host_json.h"
 
+#include <assert.h>
 #include <locale.h>
 #include <math.h>
 #include <pthread.h>
@@ -200,6 +201,7 @@ int tm_hjson_close(struct tm_json *jb)
     if (b->depth == 0)
         return fail(b, "a container was closed that was not open");
     b->depth--;
+    assert(b->kind[b->depth] == '{' || b->kind[b->depth] == '[');
     if (put(b, b->kind[b->depth] == '{' ? "}" : "]", 1) != 0)
         return -1;
     return end_value(b);
@@ -307,6 +309,7 @@ static int finish(struct jbuild *b)
         while (b->depth > 0)
             if (tm_hjson_close(&b->head) != 0)
                 return -1;
+        assert(b->depth == 0);
         b->finished = 1;
     }
     if (!b->top_done)

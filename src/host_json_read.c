@@ -1,6 +1,7 @@
 /* host_json_read.c - plugins' JSON reading: a member of an object by key. */
 #include "host_json.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <locale.h>
 #include <math.h>
@@ -199,6 +200,8 @@ closed:
         status = TM_JSON_ABSENT;
         goto out;
     }
+    /* the value lies inside the text: a borrowed slice of it */
+    assert(found > json && found + found_len < end);
     *val = found;
     *val_len = found_len;
     status = TM_JSON_OK;

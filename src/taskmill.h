@@ -328,11 +328,12 @@ static inline const char *tm_json_status_text(int status)
     }
 }
 
-/* tm_json_get_raw_ stores the borrowed slice of json holding key's value
- * in *val and *len. */
-static inline int tm_json_get_raw_(const struct tm_host *host,
-                                   const char *json, const char *key,
-                                   const char **val, size_t *len)
+/* tm_json_get_raw stores in *val and *len the value's JSON text, as it
+ * stands in json (borrowed: a slice of json, not NUL-terminated), e.g. to
+ * pass a sub-object on with tm_json_add_rawn(). The other getters use it. */
+static inline int tm_json_get_raw(const struct tm_host *host,
+                                  const char *json, const char *key,
+                                  const char **val, size_t *len)
 {
     size_t n = 0;
     if (!TM_HOST_HAS(host, json_result))
@@ -343,16 +344,6 @@ static inline int tm_json_get_raw_(const struct tm_host *host,
     return host->json_find(json, n, key, val, len);
 }
 
-/* tm_json_get_raw stores in *val and *len the value's JSON text, as it
- * stands in json (borrowed: a slice of json, not NUL-terminated), e.g. to
- * pass a sub-object on with tm_json_add_rawn(). */
-static inline int tm_json_get_raw(const struct tm_host *host,
-                                  const char *json, const char *key,
-                                  const char **val, size_t *len)
-{
-    return tm_json_get_raw_(host, json, key, val, len);
-}
-
 /* tm_json_get_string copies the unescaped string into buf[size], NUL-
  * terminated (TM_JSON_RANGE when it does not fit). */
 static inline int tm_json_get_string(const struct tm_host *host,
@@ -361,7 +352,7 @@ static inline int tm_json_get_string(const struct tm_host *host,
 {
     const char *v;
     size_t n, out;
-    int st = tm_json_get_raw_(host, json, key, &v, &n);
+    int st = tm_json_get_raw(host, json, key, &v, &n);
     if (st != TM_JSON_OK)
         return st;
     if (buf == NULL || size == 0)
@@ -377,7 +368,7 @@ static inline int tm_json_get_strdup(const struct tm_host *host,
 {
     const char *v;
     size_t n, len;
-    int st = tm_json_get_raw_(host, json, key, &v, &n);
+    int st = tm_json_get_raw(host, json, key, &v, &n);
     if (st != TM_JSON_OK)
         return st;
     st = host->json_string(v, n, NULL, 0, &len);
@@ -403,7 +394,7 @@ static inline int tm_json_get_int(const struct tm_host *host,
 {
     const char *v;
     size_t n;
-    int st = tm_json_get_raw_(host, json, key, &v, &n);
+    int st = tm_json_get_raw(host, json, key, &v, &n);
     return st != TM_JSON_OK ? st : host->json_int(v, n, out);
 }
 
@@ -431,7 +422,7 @@ static inline int tm_json_get_number(const struct tm_host *host,
 {
     const char *v;
     size_t n;
-    int st = tm_json_get_raw_(host, json, key, &v, &n);
+    int st = tm_json_get_raw(host, json, key, &v, &n);
     return st != TM_JSON_OK ? st : host->json_number(v, n, out);
 }
 
@@ -442,7 +433,7 @@ static inline int tm_json_get_bool(const struct tm_host *host,
 {
     const char *v;
     size_t n;
-    int st = tm_json_get_raw_(host, json, key, &v, &n);
+    int st = tm_json_get_raw(host, json, key, &v, &n);
     if (st != TM_JSON_OK)
         return st;
     if (n == 4 && v[0] == 't') {
@@ -463,7 +454,7 @@ static inline int tm_json_get_null(const struct tm_host *host,
 {
     const char *v;
     size_t n;
-    int st = tm_json_get_raw_(host, json, key, &v, &n);
+    int st = tm_json_get_raw(host, json, key, &v, &n);
     if (st != TM_JSON_OK)
         return st;
     return n == 4 && v[0] == 'n' ? TM_JSON_OK : TM_JSON_WRONG_TYPE;
