@@ -32,7 +32,8 @@ endif
 OPTIMIZATION ?= -O2
 DEBUG ?= -g
 REAL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPTIMIZATION) $(DEBUG) $(WARNINGS) \
-	-pthread -DTM_VERSION='"$(VERSION)"' $(CFLAGS)
+	-pthread -DTM_VERSION='"$(VERSION)"' \
+	-DTM_DEFAULT_CONFIG='"$(SYSCONFDIR)/taskmill/taskmill.yaml"' $(CFLAGS)
 REAL_LDFLAGS = -pthread $(LDFLAGS)
 
 ifneq ($(SANITIZER),)
