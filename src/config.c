@@ -720,6 +720,7 @@ static void cfg_fail(struct ctx *c, struct tm_mark at, const char *fmt, ...)
         line[n++] = '\n';
         line[n] = '\0';
     }
+    const size_t sep = n; /* the separator is the one control kept */
     if (at.line > 0)
         n += tm_snprintf(line + n, room - n, "%s:%d:%d: ", c->path,
                          at.line, at.col);
@@ -731,7 +732,7 @@ static void cfg_fail(struct ctx *c, struct tm_mark at, const char *fmt, ...)
         vsnprintf(line + n, room - n, fmt, ap);
         va_end(ap);
     }
-    for (char *p = line + (c->nerrors > 1); *p != '\0'; p++) {
+    for (char *p = line + sep; *p != '\0'; p++) {
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '?';
     }
