@@ -6,25 +6,25 @@
 # only record their calls, so nothing on this machine changes.
 SCRIPT=$TM_SRCDIR/scripts/install-deps.sh
 TREE=$TEST_DIR/tree
-STUBS=$TEST_DIR/stubs
+FAKES=$TEST_DIR/fakes
 CALLS=$TEST_DIR/calls.log
-mkdir -p "$TREE/scripts" "$TREE/tests/integration" "$STUBS"
+mkdir -p "$TREE/scripts" "$TREE/tests/integration" "$FAKES"
 cp "$SCRIPT" "$TREE/scripts/"
 : >"$CALLS"
 
-# stub NAME BODY: a stand-in command that logs its call, then runs BODY
-stub() {
-	printf '#!/bin/sh\necho "%s $*" >>"%s"\n%s\n' "$1" "$CALLS" "$2" >"$STUBS/$1"
-	chmod +x "$STUBS/$1"
+# stand_in NAME BODY: a stand-in command that logs its call, then runs BODY
+stand_in() {
+	printf '#!/bin/sh\necho "%s $*" >>"%s"\n%s\n' "$1" "$CALLS" "$2" >"$FAKES/$1"
+	chmod +x "$FAKES/$1"
 }
-stub dpkg-query 'echo installed'   # every Debian package is there
-stub apt-get 'exit 1'
-stub sudo 'exit 1'
-stub systemctl 'exit 0'
-stub service 'exit 0'
-stub node 'exit 1'
+stand_in dpkg-query 'echo installed'   # every Debian package is there
+stand_in apt-get 'exit 1'
+stand_in sudo 'exit 1'
+stand_in systemctl 'exit 0'
+stand_in service 'exit 0'
+stand_in node 'exit 1'
 # npm "installs" by writing the package.json files the script checks
-stub npm 'while [ $# -gt 0 ]; do [ "$1" = --prefix ] && d=$2; shift; done
+stand_in npm 'while [ $# -gt 0 ]; do [ "$1" = --prefix ] && d=$2; shift; done
 for p in parser modelina; do mkdir -p "$d/node_modules/@asyncapi/$p" && echo "{}" >"$d/node_modules/@asyncapi/$p/package.json"; done'
 
 # a PATH with the stand-ins first, and one without any node or npm at all
@@ -34,7 +34,7 @@ for t in bash dirname cat mkdir chmod rm tee; do
 	ln -s "$(command -v "$t")" "$TOOLS/$t"
 done
 NO_NODE_PATH=$TOOLS
-STUB_PATH=$STUBS:$TOOLS
+FAKE_PATH=$FAKES:$TOOLS
 
 # ---- the package lists of each mode
 demo=$(PATH=$NO_NODE_PATH "$TREE/scripts/install-deps.sh" --demo --list) ||
@@ -59,7 +59,7 @@ npm_line=$(grep '^npm:' <<<"$full") || fail "the full mode installs no npm packa
 
 # ---- demo mode, all Debian packages present: no npm, no apt, no service
 rc=0
-PATH=$STUB_PATH "$TREE/scripts/install-deps.sh" --demo >"$TEST_DIR/demo.out" 2>&1 || rc=$?
+PATH=$FAKE_PATH "$TREE/scripts/install-deps.sh" --demo >"$TEST_DIR/demo.out" 2>&1 || rc=$?
 assert_eq 0 "$rc" "install-deps.sh --demo ($(cat "$TEST_DIR/demo.out"))"
 grep -q '^npm' "$CALLS" && fail "the demo mode ran npm: $(cat "$CALLS")"
 grep -qE '^(apt-get|sudo|systemctl|service)' "$CALLS" && fail "the demo mode ran: $(cat "$CALLS")"
@@ -67,14 +67,14 @@ grep -qE '^(apt-get|sudo|systemctl|service)' "$CALLS" && fail "the demo mode ran
 
 # ---- full mode: the npm packages are installed, both in one command
 rc=0
-PATH=$STUB_PATH "$TREE/scripts/install-deps.sh" >"$TEST_DIR/full.out" 2>&1 || rc=$?
+PATH=$FAKE_PATH "$TREE/scripts/install-deps.sh" >"$TEST_DIR/full.out" 2>&1 || rc=$?
 assert_eq 0 "$rc" "install-deps.sh ($(cat "$TEST_DIR/full.out"))"
 grep '^npm' "$CALLS" >"$TEST_DIR/npm.calls" || fail "the full mode did not run npm: $(cat "$CALLS")"
 assert_eq 1 "$(wc -l <"$TEST_DIR/npm.calls")" "npm runs of the full mode"
 grep -q '@asyncapi/parser' "$TEST_DIR/npm.calls" && grep -q '@asyncapi/modelina' "$TEST_DIR/npm.calls" ||
 	fail "npm was not asked for both packages: $(cat "$TEST_DIR/npm.calls")"
 # once installed, a second run leaves them alone
-PATH=$STUB_PATH "$TREE/scripts/install-deps.sh" >/dev/null 2>&1 || fail "second full run failed"
+PATH=$FAKE_PATH "$TREE/scripts/install-deps.sh" >/dev/null 2>&1 || fail "second full run failed"
 assert_eq 1 "$(grep -c '^npm' "$CALLS")" "npm runs after a second full run"
 
 # make demo uses the demo mode
