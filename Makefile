@@ -32,7 +32,8 @@ endif
 OPTIMIZATION ?= -O2
 DEBUG ?= -g
 REAL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPTIMIZATION) $(DEBUG) $(WARNINGS) \
-	-pthread -DTM_VERSION='"$(VERSION)"' $(CFLAGS)
+	-pthread -DTM_VERSION='"$(VERSION)"' \
+	-DTM_DEFAULT_CONFIG='"$(SYSCONFDIR)/taskmill/taskmill.yaml"' $(CFLAGS)
 REAL_LDFLAGS = -pthread $(LDFLAGS)
 
 ifneq ($(SANITIZER),)
@@ -79,7 +80,7 @@ TEST_PLUGIN_SOS = $(TEST_PLUGIN_SRCS:tests/plugins/%.c=$(BUILD)/test-plugins/%.s
 UNIT_SRCS = $(wildcard tests/unit/test_*.c)
 UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check check-unit check-integration check-asan demo bench \
+.PHONY: all deps deps-demo check check-unit check-integration check-asan demo bench \
 	install clean plugins test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
@@ -88,6 +89,10 @@ plugins: $(PLUGIN_SOS)
 
 deps:
 	@scripts/install-deps.sh
+
+# only what the demo needs: the build dependencies, redis-server, curl
+deps-demo:
+	@scripts/install-deps.sh --demo
 
 $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h src/*/*.h) | $(BUILD)/obj
 	@$(if $(Q),echo "  CC      $<")
@@ -159,7 +164,7 @@ check: deps
 	@$(MAKE) --no-print-directory check-integration
 	@$(MAKE) --no-print-directory check-asan
 
-demo: deps
+demo: deps-demo
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh $(abspath $(BUILD))
 

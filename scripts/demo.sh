@@ -92,15 +92,6 @@ rcli() {
 	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"
 }
 
-# dlq_field STREAM ID FIELD: one field of a dead-letter entry.
-dlq_field() {
-	rcli EVAL "local r = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
-		if #r == 0 then return false end
-		local f = r[1][2]
-		for i = 1, #f, 2 do if f[i] == ARGV[2] then return f[i + 1] end end
-		return false" 1 "$1" "$2" "$3"
-}
-
 # Sum of taskmill_tasks_total over every task and outcome.
 tasks_done() {
 	curl -sf -m 5 "http://127.0.0.1:$HTTP_PORT/metrics" |
@@ -157,6 +148,10 @@ for i in 1 2 3 4 5 6; do
 	emit add "{\"a\":$i,\"b\":$((i * 10))}"
 done
 emit add '{"a":1,"b":"two"}'
+# a body from standard input (-), as for bodies too large for an argument
+id=$(printf '{"a":100,"b":1}' | "$TM" emit -c "$DIR/taskmill.yaml" add -)
+printf '  %-8s %-28s -> %s\n' add "- < {\"a\":100,\"b\":1}" "$id"
+emitted=$((emitted + 1))
 for i in 1 2 3 4 5; do
 	emit noop "{\"n\":$i}"
 done
@@ -185,17 +180,11 @@ heading "GET /metrics (taskmill_tasks_total, non-zero series)"
 curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" |
 	awk '/^taskmill_tasks_total[{ ]/ && $NF != 0' | grep . || echo "(none)"
 
-heading "dead-letter queues"
-for q in demo.add demo.fail; do
-	echo "$q.dlq: $(rcli XLEN "$q.dlq") entries"
-	for id in $(rcli EVAL "local o = {}
-		for i, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do o[i] = e[1] end
-		return o" 1 "$q.dlq"); do
-		printf '  %s  origin %s  attempts %s  error: %s\n' "$id" \
-			"$(dlq_field "$q.dlq" "$id" origin_id)" \
-			"$(dlq_field "$q.dlq" "$id" attempts)" \
-			"$(dlq_field "$q.dlq" "$id" error)"
-	done
+heading "dead-letter queues (taskmill dlq list)"
+"$TM" dlq -c "$DIR/taskmill.yaml" list | sed 's/^/  /'
+for task in add fail; do
+	echo "$task:"
+	"$TM" dlq -c "$DIR/taskmill.yaml" list "$task" | sed 's/^/  /'
 done
 echo "journal ($DIR/journal.txt):"
 sed 's/^/  /' "$DIR/journal.txt" 2>/dev/null || echo "  (not written)"

@@ -4,22 +4,47 @@
 # touches nothing. Otherwise it runs `apt-get update` once and installs only
 # what is missing, as root or through sudo.
 #
+#   scripts/install-deps.sh            everything `make check` needs
+#   scripts/install-deps.sh --demo     only what `make demo` needs: the build
+#                                      dependencies, redis-server and curl
+#   scripts/install-deps.sh [--demo] --list
+#                                      print what that mode installs, one
+#                                      Debian package a line, then a line
+#                                      "npm: PACKAGE..." when it installs
+#                                      npm packages; install nothing
+#
 # The Debian redis-server and rabbitmq-server packages start system services
 # on the default ports when installed. The tests start their own servers on
-# free loopback ports, so after an install those services are stopped and
-# disabled (best effort: containers often have no systemd).
+# free loopback ports, so in the full mode those services, when installed
+# by this run, are stopped and disabled (best effort: containers often have
+# no systemd). The demo mode stops no service: the demo's redis-server runs
+# on a port of its own, beside any system one.
 #
 # The HTTP tests also need promtool (Debian package prometheus, whose own
-# service is stopped and disabled the same way), jq, and the official
-# AsyncAPI parser, which npm installs into the test-only folder
-# tests/integration/node_modules (gitignored) when it is not there yet.
+# service is stopped and disabled the same way), jq, Node, and the official
+# AsyncAPI parser and the modelina code generator, which npm installs into
+# the test-only folder tests/integration/node_modules (gitignored) when they
+# are not there yet. The demo mode installs neither Node nor npm packages.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NODE_DIR=$ROOT/tests/integration
-ASYNCAPI_PARSER='@asyncapi/parser@^3'
 
-PACKAGES=(
+MODE=check
+LIST=0
+for arg in "$@"; do
+	case $arg in
+	--demo) MODE=demo ;;
+	--list) LIST=1 ;;
+	*)
+		echo "usage: scripts/install-deps.sh [--demo] [--list]" >&2
+		exit 2
+		;;
+	esac
+done
+
+# What the build needs (make, make demo, make install).
+BUILD_PACKAGES=(
 	build-essential
 	pkg-config
 	libhiredis-dev
@@ -28,11 +53,17 @@ PACKAGES=(
 	libyaml-dev
 	libmicrohttpd-dev
 	libsystemd-dev
-	check
+)
+# What scripts/demo.sh runs besides the build.
+DEMO_PACKAGES=(
 	redis-server
 	redis-tools
-	rabbitmq-server
 	curl
+)
+# What the tests need besides those.
+TEST_PACKAGES=(
+	check
+	rabbitmq-server
 	netcat-openbsd
 	jq
 	prometheus
@@ -41,19 +72,47 @@ PACKAGES=(
 	openssl
 	gawk
 )
-# node and npm: Debian's packages, unless some node is installed already
-command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
-command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
-SERVICES=(redis-server rabbitmq-server prometheus)
+# npm packages of the tests, each checked by its package.json.
+NPM_PACKAGES=('@asyncapi/parser@^3' '@asyncapi/modelina@^5')
+NPM_DIRS=(@asyncapi/parser @asyncapi/modelina)
 
-# install_node_deps installs the AsyncAPI parser for the tests, once.
+PACKAGES=("${BUILD_PACKAGES[@]}" "${DEMO_PACKAGES[@]}")
+SERVICES=()
+if [[ $MODE == check ]]; then
+	PACKAGES+=("${TEST_PACKAGES[@]}")
+	# node and npm: Debian's packages, unless some node is installed already
+	command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+	command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+	SERVICES=(redis-server rabbitmq-server prometheus)
+fi
+
+if ((LIST)); then
+	printf '%s\n' "${PACKAGES[@]}"
+	if [[ $MODE == check ]]; then
+		echo "npm: ${NPM_PACKAGES[*]}"
+	fi
+	exit 0
+fi
+
+# node_deps_present: every npm package of the tests is installed.
+node_deps_present() {
+	local d
+	for d in "${NPM_DIRS[@]}"; do
+		[[ -f $NODE_DIR/node_modules/$d/package.json ]] || return 1
+	done
+}
+
+# install_node_deps installs the tests' npm packages, once (full mode only).
+# They are installed together: npm prunes from the folder what the command
+# line does not name.
 install_node_deps() {
-	[[ -f $NODE_DIR/node_modules/@asyncapi/parser/package.json ]] && return 0
-	echo "deps: npm install $ASYNCAPI_PARSER into tests/integration/node_modules"
+	[[ $MODE == check ]] || return 0
+	node_deps_present && return 0
+	echo "deps: npm install ${NPM_PACKAGES[*]} into tests/integration/node_modules"
 	npm install --prefix "$NODE_DIR" --no-save --no-audit --no-fund \
-		--loglevel=error "$ASYNCAPI_PARSER" >/dev/null
-	[[ -f $NODE_DIR/node_modules/@asyncapi/parser/package.json ]] || {
-		echo "deps: npm did not install $ASYNCAPI_PARSER" >&2
+		--loglevel=error "${NPM_PACKAGES[@]}" >/dev/null
+	node_deps_present || {
+		echo "deps: npm did not install ${NPM_PACKAGES[*]}" >&2
 		exit 1
 	}
 }
@@ -76,7 +135,7 @@ done
 
 if ((${#missing[@]} == 0)); then
 	install_node_deps
-	echo "deps: all present"
+	echo "deps: all present ($MODE)"
 	exit 0
 fi
 
@@ -121,7 +180,8 @@ policy_added=0
 
 # Stop and disable the system services of the servers just installed; the
 # tests never use them. Every step may fail harmlessly (no systemd, no init).
-for svc in "${SERVICES[@]}"; do
+# None in the demo mode (SERVICES is empty).
+for svc in ${SERVICES[@]+"${SERVICES[@]}"}; do
 	installed_now=0
 	for pkg in "${missing[@]}"; do
 		[[ $pkg == "$svc" ]] && installed_now=1

@@ -6,10 +6,126 @@
 
 #include <cjson/cJSON.h>
 
+#include "broker.h"
 #include "util.h"
 
 /* Longest channel or operation id; longer task names are cut. */
 #define TM_AA_ID_MAX 200
+
+/* Deepest nesting of a plugin schema that gets titles (a guard: plugin
+ * schemas are small, and cJSON already bounds the depth it parses). */
+#define TM_AA_TITLE_DEPTH 32
+
+/* is_alnum: an ASCII letter or digit (task names are ASCII). */
+static int is_alnum(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch >= '0' && ch <= '9');
+}
+
+/* pascal writes name in PascalCase into out ("noop.v2" -> "NoopV2",
+ * "send_mail" -> "SendMail"): each run of letters and digits starts with
+ * a capital, other characters are dropped. "Task" when nothing is left. */
+static void pascal(const char *name, char *out, size_t size)
+{
+    size_t k = 0;
+    int start = 1;
+    for (const char *p = name; *p != '\0' && k + 1 < size; p++) {
+        if (!is_alnum(*p)) {
+            start = 1;
+            continue;
+        }
+        char ch = *p;
+        if (start && ch >= 'a' && ch <= 'z')
+            ch = (char)(ch - 'a' + 'A');
+        out[k++] = ch;
+        start = 0;
+    }
+    out[k] = '\0';
+    if (k == 0)
+        tm_snprintf(out, size, "Task");
+}
+
+/* model_base writes into out the base of task name's model names
+ * (base + "Request", base + "Response"): its PascalCase, with a number
+ * added when another task's already took it. taken collects the bases. */
+static void model_base(const char *name, cJSON *taken, char *out,
+                       size_t size)
+{
+    char base[TM_AA_ID_MAX];
+    pascal(name, base, sizeof base);
+    tm_snprintf(out, size, "%s", base);
+    for (int n = 2; cJSON_GetObjectItemCaseSensitive(taken, out) != NULL;
+         n++)
+        tm_snprintf(out, size, "%s%d", base, n);
+    cJSON_AddTrueToObject(taken, out);
+}
+
+/* wants_title tells a schema that code generators turn into a type of
+ * its own (an object, an enumeration, a choice) and that is not a bare
+ * reference. */
+static int wants_title(const cJSON *s)
+{
+    if (!cJSON_IsObject(s) || cJSON_GetObjectItem(s, "$ref") != NULL)
+        return 0;
+    const cJSON *type = cJSON_GetObjectItem(s, "type");
+    return cJSON_GetObjectItem(s, "properties") != NULL ||
+           cJSON_GetObjectItem(s, "enum") != NULL ||
+           cJSON_GetObjectItem(s, "oneOf") != NULL ||
+           cJSON_GetObjectItem(s, "anyOf") != NULL ||
+           (cJSON_IsString(type) && strcmp(type->valuestring, "object") == 0);
+}
+
+static void title_schema(cJSON *s, const char *title, int depth);
+
+/* title_members titles the schemas held by keyword kw of s: a mapping of
+ * named schemas (properties, $defs) named title + Name, one schema
+ * (items, additionalProperties) named title + suffix, or a list (oneOf,
+ * anyOf, allOf, prefixItems) named title + suffix + index. */
+static void title_members(cJSON *s, const char *kw, const char *title,
+                          const char *suffix, int depth)
+{
+    cJSON *m = cJSON_GetObjectItem(s, kw);
+    char sub[2 * TM_AA_ID_MAX], part[TM_AA_ID_MAX];
+    if (m == NULL)
+        return;
+    if (suffix == NULL && cJSON_IsObject(m)) {
+        for (cJSON *c = m->child; c != NULL; c = c->next) {
+            pascal(c->string, part, sizeof part);
+            tm_snprintf(sub, sizeof sub, "%s%s", title, part);
+            title_schema(c, sub, depth + 1);
+        }
+    } else if (suffix != NULL && cJSON_IsArray(m)) {
+        int i = 1;
+        for (cJSON *c = m->child; c != NULL; c = c->next, i++) {
+            tm_snprintf(sub, sizeof sub, "%s%s%d", title, suffix, i);
+            title_schema(c, sub, depth + 1);
+        }
+    } else if (suffix != NULL) {
+        tm_snprintf(sub, sizeof sub, "%s%s", title, suffix);
+        title_schema(m, sub, depth + 1);
+    }
+}
+
+/* title_schema gives s (when it wants one and has none) and the schemas
+ * nested in it a title derived from title, so that code generators name
+ * their types after the task rather than "AnonymousSchema". */
+static void title_schema(cJSON *s, const char *title, int depth)
+{
+    if (!cJSON_IsObject(s) || depth > TM_AA_TITLE_DEPTH)
+        return;
+    if (wants_title(s) && cJSON_GetObjectItem(s, "title") == NULL)
+        cJSON_AddStringToObject(s, "title", title);
+    title_members(s, "properties", title, NULL, depth);
+    title_members(s, "$defs", title, NULL, depth);
+    title_members(s, "definitions", title, NULL, depth);
+    title_members(s, "items", title, "Item", depth);
+    title_members(s, "prefixItems", title, "Item", depth);
+    title_members(s, "additionalProperties", title, "Value", depth);
+    title_members(s, "oneOf", title, "Option", depth);
+    title_members(s, "anyOf", title, "Option", depth);
+    title_members(s, "allOf", title, "Part", depth);
+}
 
 /* make_id writes into out an id for name plus suffix that AsyncAPI
  * accepts as a key (^[A-Za-z0-9_-]+$: a task name's '.' becomes '_')
@@ -51,10 +167,13 @@ static void rebase_refs(cJSON *node, const char *base)
 }
 
 /* schema_of parses a plugin's JSON Schema text, to be embedded at the
- * JSON pointer base. A schema that is not a JSON object (unparsable, or a
- * boolean schema) counts as none. Returns a new item, or NULL when there
- * is no usable schema. */
-static cJSON *schema_of(const char *text, const char *base)
+ * JSON pointer base, and names it title (the plugin's own title of the
+ * top level, if any, is kept as its description when it has none: two
+ * tasks may share a plugin, and their types must not share a name). A
+ * schema that is not a JSON object (unparsable, or a boolean schema)
+ * counts as none. Returns a new item, or NULL when there is no usable
+ * schema. */
+static cJSON *schema_of(const char *text, const char *base, const char *title)
 {
     if (text == NULL)
         return NULL;
@@ -66,6 +185,12 @@ static cJSON *schema_of(const char *text, const char *base)
         return NULL;
     }
     rebase_refs(s, base);
+    cJSON *own = cJSON_DetachItemFromObject(s, "title");
+    if (cJSON_IsString(own) && cJSON_GetObjectItem(s, "description") == NULL)
+        cJSON_AddStringToObject(s, "description", own->valuestring);
+    cJSON_Delete(own);
+    cJSON_AddStringToObject(s, "title", title);
+    title_schema(s, title, 0);
     return s;
 }
 
@@ -116,6 +241,8 @@ static cJSON *server_of(const struct tm_cfg *cfg)
     return s;
 }
 
+/* message_of describes a message named name (also the title of its
+ * payload when the plugin declares no schema: then any JSON object). */
 static cJSON *message_of(const char *name, const char *title,
                          const char *summary, cJSON *payload)
 {
@@ -127,20 +254,29 @@ static cJSON *message_of(const char *name, const char *title,
     cJSON_AddStringToObject(m, "contentType", "application/json");
     if (payload == NULL) {
         payload = cJSON_CreateObject();
+        cJSON_AddStringToObject(payload, "title", name);
         cJSON_AddStringToObject(payload, "type", "object");
     }
     cJSON_AddItemToObject(m, "payload", payload);
     return m;
 }
 
-/* add_task adds task t's channel, reply channel and operation. */
-static void add_task(cJSON *channels, cJSON *operations,
-                     const struct tm_task *t)
+/*
+ * add_task adds task t's channel, operation and, when the broker can
+ * deliver replies (with_reply), the reply channel. Its messages and
+ * payloads are named after the task (AddRequest, AddResponse; models
+ * collects the names in use), so code generators produce types with
+ * those names.
+ */
+static void add_task(cJSON *channels, cJSON *operations, cJSON *models,
+                     const struct tm_task *t, int with_reply)
 {
     const struct tm_cfg_task *ct = t->cfg;
     const struct tm_task_plugin *pd =
         t->plugin != NULL ? &t->plugin->desc : NULL;
     char id[TM_AA_ID_MAX + 16], rid[TM_AA_ID_MAX + 32], text[1024];
+    char model[TM_AA_ID_MAX + 16], name[TM_AA_ID_MAX + 32];
+    model_base(ct->name, models, model, sizeof model);
 
     make_id(ct->name, "", channels, id, sizeof id);
     cJSON *ch = cJSON_AddObjectToObject(channels, id);
@@ -155,14 +291,16 @@ static void add_task(cJSON *channels, cJSON *operations,
         tm_snprintf(text, sizeof text, "Messages for task '%s'.", ct->name);
     cJSON_AddStringToObject(ch, "description", text);
     cJSON *msgs = cJSON_AddObjectToObject(ch, "messages");
-    tm_snprintf(text, sizeof text, "%s request", ct->name);
+    tm_snprintf(text, sizeof text, "Task %s: request", ct->name);
+    tm_snprintf(name, sizeof name, "%sRequest", model);
     char base[TM_AA_ID_MAX + 96];
     tm_snprintf(base, sizeof base, "/channels/%s/messages/request/payload",
                 id);
     cJSON_AddItemToObject(
         msgs, "request",
-        message_of(ct->name, text, "A JSON object the task runs with.",
-                   schema_of(pd != NULL ? pd->request_schema : NULL, base)));
+        message_of(name, text, "A JSON object the task runs with.",
+                   schema_of(pd != NULL ? pd->request_schema : NULL, base,
+                             name)));
 
     cJSON *op = cJSON_AddObjectToObject(operations, id);
     cJSON_AddStringToObject(op, "action", "receive");
@@ -173,12 +311,13 @@ static void add_task(cJSON *channels, cJSON *operations,
     cJSON *opm = cJSON_AddArrayToObject(op, "messages");
     cJSON_AddItemToArray(opm, ref_to("channels", id, "request"));
 
-    if (pd == NULL || pd->response_schema == NULL)
+    if (!with_reply || pd == NULL || pd->response_schema == NULL)
         return;
     make_id(ct->name, "_reply", channels, rid, sizeof rid);
     tm_snprintf(base, sizeof base, "/channels/%s/messages/reply/payload",
                 rid);
-    cJSON *response = schema_of(pd->response_schema, base);
+    tm_snprintf(name, sizeof name, "%sResponse", model);
+    cJSON *response = schema_of(pd->response_schema, base, name);
     if (response == NULL)
         return;
     cJSON *rch = cJSON_AddObjectToObject(channels, rid);
@@ -191,11 +330,9 @@ static void add_task(cJSON *channels, cJSON *operations,
                 "destination named by the request's reply-to.", ct->name);
     cJSON_AddStringToObject(rch, "description", text);
     cJSON *rmsgs = cJSON_AddObjectToObject(rch, "messages");
-    tm_snprintf(text, sizeof text, "%s result", ct->name);
-    char rname[TM_AA_ID_MAX + 16];
-    tm_snprintf(rname, sizeof rname, "%s.result", ct->name);
+    tm_snprintf(text, sizeof text, "Task %s: result", ct->name);
     cJSON_AddItemToObject(rmsgs, "reply",
-                          message_of(rname, text, "The task's JSON result.",
+                          message_of(name, text, "The task's JSON result.",
                                      response));
     cJSON *reply = cJSON_AddObjectToObject(op, "reply");
     cJSON_AddItemToObject(reply, "channel", ref_to("channels", rid, NULL));
@@ -222,8 +359,13 @@ char *tm_asyncapi_render(const struct tm_cfg *cfg, const struct tm_task *tasks,
     cJSON_AddItemToObject(servers, "broker", server_of(cfg));
     cJSON *channels = cJSON_AddObjectToObject(doc, "channels");
     cJSON *operations = cJSON_AddObjectToObject(doc, "operations");
+    /* replies only where the broker adapter can deliver them */
+    const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
+    int with_reply = ops != NULL && ops->request != NULL;
+    cJSON *models = cJSON_CreateObject();
     for (size_t i = 0; i < ntasks; i++)
-        add_task(channels, operations, &tasks[i]);
+        add_task(channels, operations, models, &tasks[i], with_reply);
+    cJSON_Delete(models);
     char *out = cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);
     if (out == NULL) {

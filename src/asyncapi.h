@@ -14,8 +14,11 @@
  * channel per task (address = its queue, message payload = the plugin's
  * request schema, or any JSON object when it declares none), one receive
  * operation per task, and a reply (its own channel and message) carrying
- * the response schema where the plugin declares one. cfg and tasks are
- * borrowed. Returns the JSON text in a new buffer (caller frees with
+ * the response schema where the plugin declares one and the broker
+ * adapter has request/reply. Messages and their payloads are named after
+ * the task (task "send_mail": SendMailRequest, SendMailResponse; nested
+ * object schemas SendMailRequestAddress, ...), so that code generators
+ * produce types with those names. cfg and tasks are borrowed. Returns the JSON text in a new buffer (caller frees with
  * tm_free) of *len bytes.
  */
 char *tm_asyncapi_render(const struct tm_cfg *cfg, const struct tm_task *tasks,

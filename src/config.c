@@ -5,6 +5,7 @@
 
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -676,45 +677,72 @@ struct task_marks {
     struct tm_mark max_priority_at;
     bool has_queue;
     bool has_dead_letter;
+    bool ok;        /* the task parsed without error */
 };
 
 struct ctx {
     const char *path;
-    char *err;
+    char *err;          /* the errors so far, one per line */
     size_t errlen;
+    size_t errused;     /* bytes of err in use, without the NUL */
+    size_t nerrors;     /* errors recorded, at most max_errors */
+    size_t max_errors;  /* >= 1; parsing stops when it is reached */
     int failed;
     yaml_document_t *doc;
     struct tm_cfg *cfg;
     struct task_marks *marks; /* one per task */
     size_t json_nodes;
     bool url_done;
-    bool has_tasks;
+    bool url_bad;       /* broker.url is given but unusable */
+    bool has_tasks;     /* the tasks key is present */
 };
 
 static void cfg_fail(struct ctx *c, struct tm_mark at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* cfg_fail records the first error as "FILE:LINE:COL: message". Control
- * characters become '?', so the error stays one line. */
+/* cfg_fail records an error as one line "FILE:LINE:COL: message" (a mark
+ * of line 0 means no position: "FILE: message"), after the earlier ones,
+ * until max_errors are recorded. Control characters become '?', so each
+ * error stays one line. */
 static void cfg_fail(struct ctx *c, struct tm_mark at, const char *fmt, ...)
 {
-    if (c->failed)
-        return;
     c->failed = 1;
+    if (c->nerrors >= c->max_errors)
+        return;
+    c->nerrors++;
     if (c->err == NULL || c->errlen == 0)
         return;
-    size_t n = tm_snprintf(c->err, c->errlen, "%s:%d:%d: ", c->path,
-                           at.line, at.col);
-    if (n + 1 < c->errlen) {
+    assert(c->errused < c->errlen && c->err[c->errused] == '\0');
+    char *line = c->err + c->errused;
+    size_t room = c->errlen - c->errused;
+    size_t n = 0;
+    if (c->nerrors > 1 && room > 1) {
+        line[n++] = '\n';
+        line[n] = '\0';
+    }
+    const size_t sep = n; /* the separator is the one control kept */
+    if (at.line > 0)
+        n += tm_snprintf(line + n, room - n, "%s:%d:%d: ", c->path,
+                         at.line, at.col);
+    else
+        n += tm_snprintf(line + n, room - n, "%s: ", c->path);
+    if (n + 1 < room) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->err + n, c->errlen - n, fmt, ap);
+        vsnprintf(line + n, room - n, fmt, ap);
         va_end(ap);
     }
-    for (char *p = c->err; *p != '\0'; p++) {
+    for (char *p = line + sep; *p != '\0'; p++) {
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '?';
     }
+    c->errused += strlen(line);
+}
+
+/* cfg_stop tells that no further error would be recorded: parsing ends. */
+static bool cfg_stop(const struct ctx *c)
+{
+    return c->nerrors >= c->max_errors;
 }
 
 static struct tm_mark mark_of(const yaml_node_t *n)
@@ -1373,7 +1401,8 @@ typedef int (*section_fn)(struct ctx *c, int i, const yaml_node_t *key,
 /*
  * walk_section checks that v, under key k, is a mapping (or null) whose
  * keys are among keys[], each once, and calls fn for each key in file
- * order. Returns 0, or -1 after an error was reported.
+ * order, going on after a bad key until cfg_stop(). Returns 0, or -1
+ * after one or more errors were reported.
  */
 static int walk_section(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v, const char *where,
@@ -1385,18 +1414,23 @@ static int walk_section(struct ctx *c, const yaml_node_t *k,
     if (rc != 0)
         return rc < 0 ? -1 : 0;
     uint32_t seen = 0;
+    int bad = 0;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start;
          p < v->data.mapping.pairs.top; p++) {
         const yaml_node_t *key = node_at(c, p->key);
         const yaml_node_t *val = node_at(c, p->value);
         int i = key_index(c, key, where, keys, n, &seen);
-        if (i < 0)
-            return -1;
-        join_path(path, where, keys[i]);
-        if (fn(c, i, key, val, path, arg) < 0)
-            return -1;
+        if (i >= 0) {
+            join_path(path, where, keys[i]);
+            if (fn(c, i, key, val, path, arg) == 0)
+                continue;
+        }
+        /* an error was reported: go on with the next key */
+        bad = 1;
+        if (cfg_stop(c))
+            break;
     }
-    return 0;
+    return bad ? -1 : 0;
 }
 
 /* task_walk is what a task's keys need besides the task itself. */
@@ -1550,6 +1584,8 @@ static int parse_tasks(struct ctx *c, const yaml_node_t *k,
                        const yaml_node_t *v)
 {
     struct tm_cfg *cfg = c->cfg;
+    int bad = 0;
+    c->has_tasks = true;
     if (want_mapping(c, k, v, "tasks", false) < 0)
         return -1;
     size_t n = (size_t)(v->data.mapping.pairs.top -
@@ -1558,17 +1594,19 @@ static int parse_tasks(struct ctx *c, const yaml_node_t *k,
         cfg_fail(c, mark_of(v), "tasks: expected at least one task");
         return -1;
     }
-    c->has_tasks = true;
     cfg->tasks = tm_calloc(n, sizeof *cfg->tasks);
     c->marks = tm_calloc(n, sizeof *c->marks);
-    for (size_t i = 0; i < n; i++) {
+    /* a task with a bad name is left out (and reported); one whose keys
+     * are bad is kept with marks.ok unset, for check_whole to skip */
+    for (size_t i = 0; i < n && !(bad && cfg_stop(c)); i++) {
         const yaml_node_pair_t *p = &v->data.mapping.pairs.start[i];
         const yaml_node_t *key = node_at(c, p->key);
         char shown[CFG_CLIP + 8];
         if (key->type != YAML_SCALAR_NODE) {
             cfg_fail(c, mark_of(key), "tasks: expected a task name, got %s",
                      node_kind(key));
-            return -1;
+            bad = 1;
+            continue;
         }
         const char *name = scalar_raw(key);
         if (!valid_task_name(name) ||
@@ -1576,23 +1614,29 @@ static int parse_tasks(struct ctx *c, const yaml_node_t *k,
             cfg_fail(c, mark_of(key), "tasks: invalid task name '%s'; use "
                      "letters, digits, '_', '.' and '-'",
                      clip(name, shown, sizeof shown));
-            return -1;
+            bad = 1;
+            continue;
         }
-        for (size_t j = 0; j < i; j++) {
-            if (strcmp(cfg->tasks[j].name, name) == 0) {
-                cfg_fail(c, mark_of(key), "duplicate key '%s' in tasks",
-                         name);
-                return -1;
-            }
+        int dup = 0;
+        for (size_t j = 0; j < cfg->ntasks && !dup; j++)
+            dup = strcmp(cfg->tasks[j].name, name) == 0;
+        if (dup) {
+            cfg_fail(c, mark_of(key), "duplicate key '%s' in tasks", name);
+            bad = 1;
+            continue;
         }
+        /* marks[] is indexed like tasks[], not like the mapping's pairs */
+        struct task_marks *tmk = &c->marks[cfg->ntasks];
         struct tm_cfg_task *t = &cfg->tasks[cfg->ntasks++];
         t->name = tm_strdup(name);
         t->at = mark_of(key);
         task_defaults(t);
-        if (parse_task(c, t, &c->marks[i], key, node_at(c, p->value)) < 0)
-            return -1;
+        if (parse_task(c, t, tmk, key, node_at(c, p->value)) < 0)
+            bad = 1;
+        else
+            tmk->ok = true;
     }
-    return 0;
+    return bad ? -1 : 0;
 }
 
 /* --------------------------------------------------------------- top */
@@ -1675,10 +1719,15 @@ static int cb_broker_key(struct ctx *c, int i, const yaml_node_t *key,
     struct tm_cfg *cfg = c->cfg;
     struct broker_marks *bm = arg;
     if (i == 0) {
+        /* until it parses, checks that need the broker kind are skipped */
+        c->url_bad = true;
         if (get_string(c, key, val, path, &cfg->broker_url) < 0)
             return -1;
         bm->url_at = mark_of(val);
-        return set_url(c, cfg->broker_url, bm->url_at);
+        if (set_url(c, cfg->broker_url, bm->url_at) < 0)
+            return -1;
+        c->url_bad = false;
+        return 0;
     }
     if (is_null(val))
         return 0;
@@ -1856,13 +1905,16 @@ static int parse_top(struct ctx *c, const yaml_node_t *root)
 {
     struct tm_cfg *cfg = c->cfg;
     uint32_t seen = 0;
+    int bad = 0;
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
-         p < root->data.mapping.pairs.top; p++) {
+         p < root->data.mapping.pairs.top && !(bad && cfg_stop(c)); p++) {
         const yaml_node_t *key = node_at(c, p->key);
         const yaml_node_t *val = node_at(c, p->value);
         int i = key_index(c, key, NULL, top_keys, NELEM(top_keys), &seen);
-        if (i < 0)
-            return -1;
+        if (i < 0) {
+            bad = 1;
+            continue;
+        }
         const char *path = top_keys[i];
         int r = 0;
         switch ((enum top_key)i) {
@@ -1912,34 +1964,39 @@ static int parse_top(struct ctx *c, const yaml_node_t *root)
             break;
         }
         if (r < 0)
-            return -1;
+            bad = 1;
     }
-    return 0;
+    return bad ? -1 : 0;
 }
 
-/* check_whole runs the checks that need the whole document. */
+/* check_whole runs the checks that need the whole document. A task that
+ * had errors of its own, and checks that need the broker kind when
+ * broker.url is bad, are skipped: their errors would only repeat. */
 static int check_whole(struct ctx *c, const yaml_node_t *root)
 {
     struct tm_cfg *cfg = c->cfg;
+    int bad = 0;
     if (!c->has_tasks) {
         cfg_fail(c, mark_of(root), "missing required key 'tasks' (a "
                  "mapping of task names to their settings)");
         return -1;
     }
-    if (!c->url_done) {
+    if (!c->url_done && !c->url_bad) {
         struct tm_mark none = { 1, 1 };
         if (set_url(c, cfg->broker_url, none) < 0)
             return -1;
     }
     if (cfg->plugin_dir == NULL)
         cfg->plugin_dir = path_join(cfg->dir, "plugins");
-    for (size_t i = 0; i < cfg->ntasks; i++) {
+    for (size_t i = 0; i < cfg->ntasks && !(bad && cfg_stop(c)); i++) {
         struct tm_cfg_task *t = &cfg->tasks[i];
         const struct task_marks *m = &c->marks[i];
         char where[CFG_PATH_LEN];
+        if (!m->ok)
+            continue;
         join_path(where, "tasks", t->name);
         t->plugin_path = path_join(cfg->plugin_dir, t->plugin);
-        if (cfg->url.kind == TM_BROKER_REDIS &&
+        if (c->url_done && cfg->url.kind == TM_BROKER_REDIS &&
             (t->has_priority || t->has_max_priority)) {
             bool pri_first = t->has_priority &&
                 (!t->has_max_priority ||
@@ -1950,29 +2007,35 @@ static int check_whole(struct ctx *c, const yaml_node_t *root)
                      "%s.%s: priorities are not supported on Redis streams "
                      "(RabbitMQ only)", where,
                      pri_first ? "priority" : "max_priority");
-            return -1;
+            bad = 1;
+            continue;
         }
         if (t->priority > t->max_priority) {
             cfg_fail(c, m->priority_val_at, "%s.priority: %d is above "
                      "max_priority (%d); expected an integer from 0 to %d",
                      where, t->priority, t->max_priority, t->max_priority);
-            return -1;
+            bad = 1;
+            continue;
         }
-        if (cfg->url.kind == TM_BROKER_AMQP) {
+        if (c->url_done && cfg->url.kind == TM_BROKER_AMQP) {
             if (strlen(t->queue) > AMQP_NAME_MAX) {
                 cfg_fail(c, m->has_queue ? m->queue_at : t->at,
                          "%s.queue: longer than %d bytes, the RabbitMQ "
                          "limit", where, AMQP_NAME_MAX);
-                return -1;
+                bad = 1;
+                continue;
             }
             if (strlen(t->dead_letter) > AMQP_NAME_MAX) {
                 cfg_fail(c, m->has_dead_letter ? m->dead_letter_at : t->at,
                          "%s.dead_letter: longer than %d bytes, the "
                          "RabbitMQ limit", where, AMQP_NAME_MAX);
-                return -1;
+                bad = 1;
+                continue;
             }
         }
     }
+    if (bad)
+        return -1;
     if (cfg->instance == NULL) {
         char host[256];
         if (gethostname(host, sizeof host) < 0 || host[0] == '\0')
@@ -2042,9 +2105,11 @@ static void yaml_fail(struct ctx *c, const yaml_parser_t *p,
     }
 }
 
-struct tm_cfg *tm_cfg_load(const char *path, char *err, size_t errlen)
+struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
+                               char *err, size_t errlen, size_t *nerrors)
 {
-    struct ctx c = { .path = path, .err = err, .errlen = errlen };
+    struct ctx c = { .path = path, .err = err, .errlen = errlen,
+                     .max_errors = max_errors > 0 ? max_errors : 1 };
     struct tm_cfg *cfg = tm_calloc(1, sizeof *cfg);
     char *data = NULL;
     size_t len = 0;
@@ -2068,9 +2133,13 @@ struct tm_cfg *tm_cfg_load(const char *path, char *err, size_t errlen)
     cfg->log_format = TM_LOG_TEXT;
 
     if (read_file(path, CFG_MAX_FILE, &data, &len, &opened) < 0) {
-        struct tm_mark none = { 0, 0 };
-        cfg_fail(&c, none, "cannot %s: %s", opened ? "read" : "open",
-                 tm_strerror(errno, ebuf, sizeof ebuf));
+        /* no position to give: one line "cannot open FILE: reason" */
+        const char *why = tm_strerror(errno, ebuf, sizeof ebuf);
+        c.failed = 1;
+        c.nerrors = 1;
+        if (err != NULL && errlen > 0)
+            tm_snprintf(err, errlen, "cannot %s %s: %s",
+                        opened ? "read" : "open", path, why);
         goto fail;
     }
     if (!yaml_parser_initialize(&parser)) {
@@ -2114,16 +2183,29 @@ struct tm_cfg *tm_cfg_load(const char *path, char *err, size_t errlen)
             goto fail;
         }
     }
-    if (parse_top(&c, root) < 0 || check_whole(&c, root) < 0)
+    /* parse_top goes on after errors up to the cap; check_whole then
+     * skips what already failed */
+    if (parse_top(&c, root) < 0 && (cfg_stop(&c) || !c.failed))
+        goto fail;
+    if (check_whole(&c, root) < 0 || c.failed)
         goto fail;
 
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     tm_free(c.marks);
     tm_free(data);
+    if (nerrors != NULL)
+        *nerrors = 0;
     return cfg;
 
 fail:
+    if (c.nerrors == 0) {
+        /* every failure path reports its reason; this is a safety net */
+        struct tm_mark none = { 0, 0 };
+        cfg_fail(&c, none, "invalid configuration");
+    }
+    if (nerrors != NULL)
+        *nerrors = c.nerrors;
     if (doc_ok)
         yaml_document_delete(&doc);
     if (parser_ok)
@@ -2132,6 +2214,11 @@ fail:
     tm_free(data);
     tm_cfg_free(cfg);
     return NULL;
+}
+
+struct tm_cfg *tm_cfg_load(const char *path, char *err, size_t errlen)
+{
+    return tm_cfg_load_all(path, 1, err, errlen, NULL);
 }
 
 void tm_cfg_free(struct tm_cfg *cfg)

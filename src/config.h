@@ -81,9 +81,21 @@ struct tm_cfg {
 /*
  * tm_cfg_load reads and validates the YAML file at path. On success returns
  * a config the caller frees with tm_cfg_free(). On failure returns NULL and
- * writes one line "FILE:LINE:COL: message" (no trailing newline) into err.
+ * writes one line "FILE:LINE:COL: message" (no trailing newline) into err:
+ * the first error of the file.
  */
 struct tm_cfg *tm_cfg_load(const char *path, char *err, size_t errlen);
+
+/*
+ * tm_cfg_load_all is tm_cfg_load that goes on after an error and reports
+ * up to max_errors of them (at least 1), each one line as above, the
+ * lines separated by '\n' in err (cut when errlen is too small). A file
+ * that cannot be read is one line "cannot open FILE: reason". *nerrors
+ * (when not NULL) is set to the number of errors recorded: 0 on success,
+ * max_errors when checking stopped at the cap.
+ */
+struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
+                               char *err, size_t errlen, size_t *nerrors);
 
 /* tm_cfg_free releases a config; NULL is accepted. */
 void tm_cfg_free(struct tm_cfg *cfg);

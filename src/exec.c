@@ -146,14 +146,16 @@ static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
         tm_msg_set_error(m, "invalid body: not valid UTF-8");
         return -1;
     }
-    switch (tm_json_check(m->body, m->body_len)) {
+    size_t bad_at = 0;
+    switch (tm_json_check_at(m->body, m->body_len, &bad_at)) {
     case TM_JSON_OBJECT:
         break;
     case TM_JSON_OTHER:
         tm_msg_set_error(m, "invalid body: not a JSON object");
         return -1;
     case TM_JSON_INVALID:
-        tm_msg_set_error(m, "invalid body: not valid JSON");
+        tm_msg_set_error(m, "invalid body: not valid JSON (at byte %zu)",
+                         bad_at);
         return -1;
     }
     return 0;

@@ -1,6 +1,7 @@
 /* json.c - strict validation of JSON text (RFC 8259), without allocation. */
 #include "json.h"
 
+#include <assert.h>
 #include <stdint.h>
 
 struct jscan {
@@ -26,21 +27,29 @@ static int is_digit(unsigned char c)
     return c >= '0' && c <= '9';
 }
 
-/* string: at '"'; returns 0 and moves past the closing quote, or -1 */
+/* string: at '"'; returns 0 and moves past the closing quote, or -1 with
+ * j->p on the offending byte (or at the end when the text ends early) */
 static int scan_string(struct jscan *j)
 {
     j->p++;
     while (j->p < j->end) {
-        unsigned char c = *j->p++;
-        if (c == '"')
+        unsigned char c = *j->p;
+        if (c == '"') {
+            j->p++;
             return 0;
+        }
         if (c < 0x20)
             return -1;
-        if (c != '\\')
+        if (c != '\\') {
+            j->p++;
             continue;
-        if (j->p >= j->end)
+        }
+        if (j->end - j->p < 2) {
+            j->p = j->end;
             return -1;
-        c = *j->p++;
+        }
+        j->p++;
+        c = *j->p;
         switch (c) {
         case '"':
         case '\\':
@@ -50,12 +59,13 @@ static int scan_string(struct jscan *j)
         case 'n':
         case 'r':
         case 't':
+            j->p++;
             break;
         case 'u':
-            if (j->end - j->p < 4 || !is_hex(j->p[0]) || !is_hex(j->p[1]) ||
-                !is_hex(j->p[2]) || !is_hex(j->p[3]))
-                return -1;
-            j->p += 4;
+            j->p++;
+            for (int i = 0; i < 4; i++, j->p++)
+                if (j->p >= j->end || !is_hex(*j->p))
+                    return -1;
             break;
         default:
             return -1;
@@ -198,15 +208,31 @@ size_t tm_json_scan(const char *s, size_t len)
     return (size_t)(j.p - (const unsigned char *)s);
 }
 
-enum tm_json_check tm_json_check(const char *s, size_t len)
+enum tm_json_check tm_json_check_at(const char *s, size_t len,
+                                    size_t *bad_at)
 {
     struct jscan j = {(const unsigned char *)s,
                       (const unsigned char *)s + len};
     unsigned char first;
+    enum tm_json_check rc = TM_JSON_INVALID;
     if (scan_value(&j, &first) != 0)
-        return TM_JSON_INVALID;
+        goto out;
     skip_ws(&j);
     if (j.p != j.end)
-        return TM_JSON_INVALID;
-    return first == '{' ? TM_JSON_OBJECT : TM_JSON_OTHER;
+        goto out;
+    rc = first == '{' ? TM_JSON_OBJECT : TM_JSON_OTHER;
+out:
+    /* the scanners stop on or just past the offending byte, and never
+     * beyond the end of the text */
+    assert(j.p >= (const unsigned char *)s && j.p <= j.end);
+    if (bad_at != NULL)
+        *bad_at = rc == TM_JSON_INVALID
+                      ? (size_t)(j.p - (const unsigned char *)s)
+                      : 0;
+    return rc;
+}
+
+enum tm_json_check tm_json_check(const char *s, size_t len)
+{
+    return tm_json_check_at(s, len, NULL);
 }

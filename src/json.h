@@ -31,4 +31,13 @@ enum tm_json_check tm_json_check(const char *s, size_t len);
  */
 size_t tm_json_scan(const char *s, size_t len);
 
+/*
+ * tm_json_check_at is tm_json_check that also tells where invalid text
+ * goes wrong: for TM_JSON_INVALID, *bad_at (when bad_at is not NULL) is
+ * the 0-based byte offset where the scan stopped, at most len (len: the
+ * text ended too early); 0 for valid text.
+ */
+enum tm_json_check tm_json_check_at(const char *s, size_t len,
+                                    size_t *bad_at);
+
 #endif /* TASKMILL_JSON_H */

@@ -84,7 +84,8 @@ while IFS=$'\t' read -r dlid origin attempts when error; do
 	assert_eq "${ATTEMPTS_OF[$origin]}" "$(jq -r .attempts <<<"$json")" "attempts of $dlid"
 	assert_eq "${ATTEMPTS_OF[$origin]}" "$attempts" "attempts column of $dlid"
 	assert_ne "" "$(jq -r .error <<<"$json")" "error of $dlid"
-	failed_at=$(jq -r .failed_at <<<"$json")
+	# RFC 3339, as people read it
+	failed_at=$(date -u -d "$(jq -r .failed_at <<<"$json")" +%s%3N)
 	assert_ge "$((t0 - 1000))" "$failed_at" "failed_at of $dlid (epoch ms)"
 	assert_le "$((t1 + 1000))" "$failed_at" "failed_at of $dlid (epoch ms)"
 	want=${BODY_OF[$origin]}
@@ -97,6 +98,8 @@ while IFS=$'\t' read -r dlid origin attempts when error; do
 done <"$TEST_DIR/dlq.list"
 assert_eq 4 "${#SEEN[@]}" "distinct origins in the dead-letter queue"
 assert_eq 4 "$(ready_count "$Q.dlq")" "messages in $Q.dlq (browsing gave them back)"
+tm dlq -c "$CONF" list
+assert_eq $'fail\t'"$Q.dlq"$'\t4' "$(cat "$TM_OUT")" "dlq list of every task"
 
 # replay all: each runs again from attempt 1 and ends in the DLQ again with
 # the same attempt counts (not added to the old ones)

@@ -21,6 +21,9 @@ assert_match '^taskmill [0-9]+\.[0-9]+\.[0-9]+$' \
 grep -q '^plugin_dir: /usr/local/lib/taskmill/plugins$' \
 	"$ROOT/etc/taskmill/taskmill.yaml.example" ||
 	fail "installed example config does not point at the installed plugins"
+above=$(grep -B3 '^plugin_dir:' "$ROOT/etc/taskmill/taskmill.yaml.example")
+[[ $above == *"built by \`make\`"* ]] &&
+	fail "installed example config says its plugin_dir is the build tree: $above"
 
 # The plugin template builds out of tree with pkg-config alone.
 cflags=$(PKG_CONFIG_PATH=$ROOT/usr/local/lib/pkgconfig \

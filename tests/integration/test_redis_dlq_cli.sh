@@ -94,7 +94,12 @@ assert_eq "$first" "$(jq -r .origin_id "$TM_OUT")" "show: origin_id"
 assert_eq add "$(jq -r .task "$TM_OUT")" "show: task"
 assert_eq 1 "$(jq -r .attempts "$TM_OUT")" "show: attempts"
 assert_eq "$(xfield q.add.dlq "${DLQ_OF[$first]}" error)" "$(jq -r .error "$TM_OUT")" "show: error"
-assert_eq "$(xfield q.add.dlq "${DLQ_OF[$first]}" failed_at)" "$(jq -r '.failed_at | tostring' "$TM_OUT")" "show: failed_at"
+# people read times in RFC 3339, as in list; JSON indented with spaces
+assert_match '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$' \
+	"$(jq -r .failed_at "$TM_OUT")" "show: failed_at in RFC 3339"
+assert_eq "$(xfield q.add.dlq "${DLQ_OF[$first]}" failed_at)" "$(iso_to_ms "$(jq -r .failed_at "$TM_OUT")")" "show: failed_at"
+grep -q $'\t' "$TM_OUT" && fail "dlq show indents with tabs: $(head -c 300 "$TM_OUT")"
+assert_eq '  "id": ' "$(sed -n 2p "$TM_OUT" | cut -c1-8)" "show: two-space indentation"
 assert_eq "$(jq -c . <<<"${BODY[$first]}")" "$(jq -c '.body | if type == "string" then fromjson else . end' "$TM_OUT")" \
 	"show: body"
 for missing in 1-1 9999999999999-0 not-an-id; do

@@ -393,12 +393,113 @@ START_TEST(test_missing_file)
     tm_snprintf(path, sizeof path, "%s/does-not-exist.yaml", g_dir);
     ck_assert_ptr_null(tm_cfg_load(path, err, sizeof err));
     tm_snprintf(expect, sizeof expect,
-                "%s:0:0: cannot open: No such file or directory", path);
+                "cannot open %s: No such file or directory", path);
     ck_assert_str_eq(err, expect);
 
     ck_assert_ptr_null(tm_cfg_load(g_dir, err, sizeof err));
-    ck_assert_msg(strstr(err, ":0:0: cannot read: Is a directory") != NULL,
+    tm_snprintf(expect, sizeof expect, "cannot read %s: Is a directory",
+                g_dir);
+    ck_assert_str_eq(err, expect);
+
+    size_t n = 99;
+    ck_assert_ptr_null(tm_cfg_load_all(path, 20, err, sizeof err, &n));
+    ck_assert_uint_eq(n, 1);
+    ck_assert_msg(strncmp(err, "cannot open ", 12) == 0, "%s", err);
+}
+END_TEST
+
+/* count_lines counts the '\n'-separated lines of a non-empty text. */
+static size_t count_lines(const char *s)
+{
+    size_t n = 1;
+    for (; *s != '\0'; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* tm_cfg_load_all reports every error of a file, in file order, each at
+ * its own position, without errors that only follow from another one. */
+START_TEST(test_all_errors)
+{
+    static const char yaml[] =
+        "broker: { url: redis://127.0.0.1:6379/0, colour: red }\n" /* 1 */
+        "pool: { kind: banana }\n"                                 /* 2 */
+        "shutdown_timeout: 10 parsecs\n"                           /* 3 */
+        "bogus: 1\n"                                               /* 4 */
+        "tasks:\n"                                                 /* 5 */
+        "  a: { plugin: a.so, timeout: soon, prefetch: 0 }\n"      /* 6 */
+        "  b/c: { plugin: b.so }\n"                                /* 7 */
+        "  d: { queue: q.d }\n"                                    /* 8 */
+        "  e: { plugin: e.so, priority: 1 }\n";                    /* 9 */
+    char err[8192];
+    size_t n = 0;
+    const char *path = write_file("many.yaml", yaml);
+    ck_assert_ptr_null(tm_cfg_load_all(path, 20, err, sizeof err, &n));
+    if (getenv("TM_TEST_SHOW_ERRORS") != NULL)
+        fprintf(stderr, "%s\n", err);
+    static const char *const want[] = {
+        ":1:42: unknown key 'colour' in broker",
+        ":2:15: pool.kind: unknown value 'banana'",
+        ":3:19: shutdown_timeout: expected",
+        ":4:1: unknown key 'bogus'",
+        ":6:31: tasks.a.timeout: expected",
+        ":6:47: tasks.a.prefetch: expected an integer from 1 to 65535",
+        ":7:3: tasks: invalid task name 'b/c'",
+        ":8:3: tasks.d: missing required key 'plugin'",
+        ":9:22: tasks.e.priority: priorities are not supported on Redis",
+    };
+    size_t nwant = sizeof want / sizeof want[0];
+    ck_assert_uint_eq(n, nwant);
+    ck_assert_uint_eq(count_lines(err), nwant);
+    const char *line = err;
+    for (size_t i = 0; i < nwant; i++) {
+        const char *end = strchr(line, '\n');
+        size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+        ck_assert_msg(strncmp(line, path, strlen(path)) == 0 &&
+                      memmem(line, len, want[i], strlen(want[i])) != NULL,
+                      "error %zu is '%.*s', expected '%s'", i + 1, (int)len,
+                      line, want[i]);
+        line = end != NULL ? end + 1 : line + len;
+    }
+
+    /* tm_cfg_load reports the first of them only */
+    ck_assert_ptr_null(tm_cfg_load(path, err, sizeof err));
+    ck_assert_msg(strchr(err, '\n') == NULL && strstr(err, want[0]) != NULL,
                   "%s", err);
+
+    /* at the cap, checking stops */
+    ck_assert_ptr_null(tm_cfg_load_all(path, 3, err, sizeof err, &n));
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(count_lines(err), 3);
+    ck_assert_msg(strstr(err, want[2]) != NULL, "%s", err);
+
+    /* a bad broker.url is one error, not one per task that needs it */
+    path = write_file("url.yaml", "broker: { url: 'amqp://x:99999/' }\n"
+                      "tasks:\n  e: { plugin: e.so, max_priority: 2 }\n");
+    ck_assert_ptr_null(tm_cfg_load_all(path, 20, err, sizeof err, &n));
+    ck_assert_uint_eq(n, 1);
+    ck_assert_msg(strstr(err, "broker.url") != NULL, "%s", err);
+
+    /* a valid file: no error, *nerrors 0 */
+    path = write_file("good.yaml", TASK);
+    struct tm_cfg *cfg = tm_cfg_load_all(path, 20, err, sizeof err, &n);
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_uint_eq(n, 0);
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+/* Errors past a small buffer are cut, never overrun it. */
+START_TEST(test_all_errors_small_buffer)
+{
+    char err[64];
+    memset(err, 'x', sizeof err);
+    const char *path = write_file("many2.yaml", "a: 1\nb: 2\nc: 3\n" TASK);
+    size_t n = 0;
+    ck_assert_ptr_null(tm_cfg_load_all(path, 20, err, 40, &n));
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(strlen(err), 39);
+    ck_assert_int_eq(err[40], 'x');
 }
 END_TEST
 
@@ -1111,6 +1212,8 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_env_in_config);
     tcase_add_test(tc, test_password_file);
     tcase_add_test(tc, test_missing_file);
+    tcase_add_test(tc, test_all_errors);
+    tcase_add_test(tc, test_all_errors_small_buffer);
     tcase_add_test(tc, test_small_err_buffer);
     tcase_add_test(tc, test_shipped_config);
     tcase_add_test(tc, test_free_null);

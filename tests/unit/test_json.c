@@ -74,6 +74,32 @@ START_TEST(depth_is_bounded)
 }
 END_TEST
 
+/* off returns where tm_json_check_at says s goes wrong. */
+static size_t off(const char *s)
+{
+    size_t at = 12345;
+    ck_assert_int_eq(tm_json_check_at(s, strlen(s), &at), TM_JSON_INVALID);
+    return at;
+}
+
+START_TEST(reports_the_offending_byte)
+{
+    ck_assert_uint_eq(off("{\"a\":1,}"), 7);          /* the '}' */
+    ck_assert_uint_eq(off("{\"a\": tru}"), 9);        /* the '}' */
+    ck_assert_uint_eq(off("{\"a\":\"x\ny\"}"), 7);   /* the newline */
+    ck_assert_uint_eq(off("{\"a\":\"\\x\"}"), 7);    /* the 'x' */
+    ck_assert_uint_eq(off("{\"a\":\"\\u12\"}"), 10); /* the '"' */
+    ck_assert_uint_eq(off("{\"a\":1} x"), 8);         /* the 'x' */
+    ck_assert_uint_eq(off("{\"a\":1"), 6);            /* ended early */
+    ck_assert_uint_eq(off("{\"a\":\"open"), 10);      /* ended early */
+    ck_assert_uint_eq(off(""), 0);
+    size_t at = 7;
+    ck_assert_int_eq(tm_json_check_at("{}", 2, &at), TM_JSON_OBJECT);
+    ck_assert_uint_eq(at, 0);
+    ck_assert_int_eq(tm_json_check_at("{x", 2, NULL), TM_JSON_INVALID);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("json");
@@ -82,6 +108,7 @@ int main(void)
     tcase_add_test(tc, refuses_what_rfc8259_refuses);
     tcase_add_test(tc, length_bounds_the_text);
     tcase_add_test(tc, depth_is_bounded);
+    tcase_add_test(tc, reports_the_offending_byte);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

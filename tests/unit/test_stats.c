@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 
 #include "asyncapi.h"
+#include "broker.h"
 #include "stats.h"
 #include "util.h"
 
@@ -163,6 +164,117 @@ START_TEST(asyncapi_ids_and_refs)
 }
 END_TEST
 
+/* jget follows a path of object keys from o; NULL when one is missing. */
+static const cJSON *jget(const cJSON *o, const char *a, const char *b,
+                         const char *c, const char *d)
+{
+    const char *keys[] = {a, b, c, d};
+    for (size_t i = 0; i < 4 && o != NULL && keys[i] != NULL; i++)
+        o = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
+    return o;
+}
+
+/* jstr is the string at a path, or "" */
+static const char *jstr(const cJSON *o, const char *a, const char *b,
+                        const char *c, const char *d)
+{
+    const cJSON *v = jget(o, a, b, c, d);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* render_two renders tasks "send_mail" (schemas with nested objects, an
+ * enumeration and a plugin title) and "send.mail" (no schema) on a
+ * broker of kind; returns the parsed document. */
+static cJSON *render_two(enum tm_broker_kind kind)
+{
+    struct tm_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.url.kind = kind;
+    cfg.url.scheme = (char *)(kind == TM_BROKER_AMQP ? "amqp" : "redis");
+    cfg.url.host = (char *)"127.0.0.1";
+    cfg.url.port = 1;
+    struct tm_cfg_task ct[2];
+    memset(ct, 0, sizeof ct);
+    ct[0].name = (char *)"send_mail";
+    ct[0].queue = (char *)"q.m";
+    ct[1].name = (char *)"send.mail";
+    ct[1].queue = (char *)"q.m2";
+    struct tm_plugin p;
+    memset(&p, 0, sizeof p);
+    p.desc.name = "mail";
+    p.desc.version = "1";
+    p.desc.request_schema =
+        "{\"title\":\"Mail\",\"type\":\"object\",\"properties\":{"
+        "\"to\":{\"type\":\"object\",\"properties\":{\"addr\":"
+        "{\"type\":\"string\"}}},"
+        "\"prio\":{\"enum\":[\"low\",\"high\"]},"
+        "\"cc\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+        "\"properties\":{\"addr\":{\"type\":\"string\"}}}},"
+        "\"n\":{\"type\":\"integer\"}}}";
+    p.desc.response_schema =
+        "{\"type\":\"object\",\"properties\":{\"sent\":"
+        "{\"type\":\"boolean\"}}}";
+    struct tm_task t[2];
+    memset(t, 0, sizeof t);
+    t[0].cfg = &ct[0];
+    t[0].plugin = &p;
+    t[1].cfg = &ct[1];
+    size_t len;
+    char *text = tm_asyncapi_render(&cfg, t, 2, &len);
+    ck_assert_ptr_nonnull(text);
+    cJSON *doc = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(doc);
+    tm_free(text);
+    return doc;
+}
+
+/* every message and every schema that becomes a type has a name from
+ * its task; a reply only where the broker has request/reply */
+START_TEST(asyncapi_model_names)
+{
+    cJSON *doc = render_two(TM_BROKER_AMQP);
+    const cJSON *ch = cJSON_GetObjectItem(doc, "channels");
+    const cJSON *req = jget(ch, "send_mail", "messages", "request", NULL);
+    ck_assert_str_eq(jstr(req, "name", NULL, NULL, NULL), "SendMailRequest");
+    const cJSON *pl = cJSON_GetObjectItem(req, "payload");
+    ck_assert_str_eq(jstr(pl, "title", NULL, NULL, NULL), "SendMailRequest");
+    ck_assert_str_eq(jstr(pl, "description", NULL, NULL, NULL), "Mail");
+    ck_assert_str_eq(jstr(pl, "properties", "to", "title", NULL),
+                     "SendMailRequestTo");
+    ck_assert_str_eq(jstr(pl, "properties", "prio", "title", NULL),
+                     "SendMailRequestPrio");
+    ck_assert_str_eq(jstr(pl, "properties", "cc", "items", "title"),
+                     "SendMailRequestCcItem");
+    ck_assert_ptr_null(jget(pl, "properties", "n", "title", NULL));
+    /* the second task's PascalCase is taken: a number is added */
+    const cJSON *req2 = jget(ch, "send_mail-2", "messages", "request", NULL);
+    ck_assert_str_eq(jstr(req2, "name", NULL, NULL, NULL),
+                     "SendMail2Request");
+    ck_assert_str_eq(jstr(req2, "payload", "title", NULL, NULL),
+                     "SendMail2Request");
+    const cJSON *reply = jget(doc, "operations", "send_mail", "reply",
+                              "channel");
+    ck_assert_ptr_nonnull(reply);
+    const cJSON *rep = jget(ch, "send_mail_reply", "messages", "reply", NULL);
+    ck_assert_str_eq(jstr(rep, "name", NULL, NULL, NULL), "SendMailResponse");
+    ck_assert_str_eq(jstr(rep, "payload", "title", NULL, NULL),
+                     "SendMailResponse");
+    cJSON_Delete(doc);
+
+    /* on Redis, a reply only when its adapter has request/reply */
+    int redis_replies = tm_broker_redis_ops.request != NULL;
+    doc = render_two(TM_BROKER_REDIS);
+    ck_assert_int_eq(jget(doc, "operations", "send_mail", "reply", NULL) !=
+                         NULL, redis_replies);
+    ck_assert_int_eq(jget(doc, "channels", "send_mail_reply", NULL, NULL) !=
+                         NULL, redis_replies);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(doc,
+                                                            "channels")),
+                     2 + redis_replies);
+    cJSON_Delete(doc);
+}
+END_TEST
+
 static Suite *stats_suite(void)
 {
     Suite *s = suite_create("stats");
@@ -172,6 +284,7 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, percentiles_nearest_rank);
     tcase_add_test(tc, percentiles_keep_the_last_window);
     tcase_add_test(tc, asyncapi_ids_and_refs);
+    tcase_add_test(tc, asyncapi_model_names);
     suite_add_tcase(s, tc);
     return s;
 }

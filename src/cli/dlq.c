@@ -1,0 +1,274 @@
+/* dlq.c - `taskmill dlq`: list, show, replay and purge dead letters. */
+#include "cli.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "broker.h"
+#include "util.h"
+
+/* Most entries `dlq list TASK` and `dlq show` read. */
+#define TM_CLI_DLQ_MAX ((size_t)1 << 20)
+
+/* Spaces per level of the JSON that `dlq show` prints. */
+#define TM_CLI_JSON_INDENT 2
+
+/* rfc3339 writes the epoch milliseconds ms as an RFC 3339 UTC time with
+ * milliseconds ("2026-12-01T03:00:00.000Z") into buf. */
+static void rfc3339(long long ms, char *buf, size_t size)
+{
+    /* floor division, so times before 1970 come out right too */
+    long long s = ms / 1000, frac = ms % 1000;
+    if (frac < 0) {
+        frac += 1000;
+        s--;
+    }
+    time_t secs = (time_t)s;
+    struct tm tmv;
+    char base[40];
+    if (gmtime_r(&secs, &tmv) == NULL ||
+        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tmv) == 0) {
+        tm_snprintf(buf, size, "%lld", ms);
+        return;
+    }
+    tm_snprintf(buf, size, "%s.%03dZ", base, (int)frac);
+}
+
+/* print_scalar prints one JSON value without line breaks (a string key
+ * too, through a temporary string item). */
+static void print_scalar(const cJSON *item)
+{
+    char *s = cJSON_PrintUnformatted(item);
+    fputs(s != NULL ? s : "null", stdout);
+    cJSON_free(s);
+}
+
+/* print_json prints item with TM_CLI_JSON_INDENT spaces per level of
+ * depth, as people read JSON (cJSON_Print would indent with tabs). */
+static void print_json(const cJSON *item, int depth)
+{
+    int container = cJSON_IsObject(item) || cJSON_IsArray(item);
+    if (!container || item->child == NULL) {
+        print_scalar(item);
+        return;
+    }
+    int obj = cJSON_IsObject(item);
+    putchar(obj ? '{' : '[');
+    for (const cJSON *c = item->child; c != NULL; c = c->next) {
+        printf("\n%*s", (depth + 1) * TM_CLI_JSON_INDENT, "");
+        if (obj) {
+            cJSON *key = cJSON_CreateString(c->string != NULL ? c->string
+                                                              : "");
+            print_scalar(key);
+            cJSON_Delete(key);
+            fputs(": ", stdout);
+        }
+        print_json(c, depth + 1);
+        if (c->next != NULL)
+            putchar(',');
+    }
+    printf("\n%*s%c", depth * TM_CLI_JSON_INDENT, "", obj ? '}' : ']');
+}
+
+/* print_entry prints one dead letter as JSON: failed_at in RFC 3339, the
+ * body as JSON when it is JSON, else as a string. */
+static void print_entry(const struct tm_dlq_entry *e)
+{
+    char when[48];
+    rfc3339(e->failed_at, when, sizeof when);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", e->id);
+    cJSON_AddStringToObject(o, "origin_id", e->origin_id ? e->origin_id : "");
+    cJSON_AddStringToObject(o, "task", e->task ? e->task : "");
+    cJSON_AddStringToObject(o, "error", e->error ? e->error : "");
+    cJSON_AddNumberToObject(o, "attempts", (double)e->attempts);
+    cJSON_AddStringToObject(o, "failed_at", when);
+    cJSON *body = e->body ? cJSON_Parse(e->body) : NULL;
+    if (body != NULL)
+        cJSON_AddItemToObject(o, "body", body);
+    else
+        cJSON_AddStringToObject(o, "body", e->body ? e->body : "");
+    print_json(o, 0);
+    putchar('\n');
+    cJSON_Delete(o);
+}
+
+/* list_task prints task t's dead letters, newest first, one per line:
+ * id, original id, attempts, failed_at (RFC 3339), error. */
+static int list_task(struct tm_broker *b, const struct tm_cfg_task *t)
+{
+    struct tm_dlq_entry *e = NULL;
+    size_t n = 0;
+    if (b->ops->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
+        fprintf(stderr, "taskmill: dlq list: %s\n", b->errstr);
+        return TM_EXIT_FAIL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char when[48];
+        rfc3339(e[i].failed_at, when, sizeof when);
+        printf("%s\t%s\t%ld\t%s\t%s\n", e[i].id,
+               e[i].origin_id ? e[i].origin_id : "-", e[i].attempts, when,
+               e[i].error ? e[i].error : "");
+    }
+    tm_dlq_entries_free(e, n);
+    return TM_EXIT_OK;
+}
+
+/* dlq_count returns how many dead letters task i has: from the broker's
+ * depth read where it can tell, else by listing them. -1 on failure,
+ * with b->errstr set. */
+static long long dlq_count(struct tm_broker *b, const struct tm_cfg *cfg,
+                           size_t i)
+{
+    long long depth = -1, pending = -1, dlq = -1;
+    if (b->ops->depth != NULL &&
+        b->ops->depth(b, i, &depth, &pending, &dlq) == 0 && dlq >= 0)
+        return dlq;
+    struct tm_dlq_entry *e = NULL;
+    size_t n = 0;
+    if (b->ops->dlq_list(b, &cfg->tasks[i], TM_CLI_DLQ_MAX, &e, &n) != 0)
+        return -1;
+    tm_dlq_entries_free(e, n);
+    return (long long)n;
+}
+
+/* list_all prints one line per task: name, dead-letter queue, count. */
+static int list_all(struct tm_broker *b, const struct tm_cfg *cfg)
+{
+    int status = TM_EXIT_OK;
+    for (size_t i = 0; i < cfg->ntasks; i++) {
+        const struct tm_cfg_task *t = &cfg->tasks[i];
+        long long n = dlq_count(b, cfg, i);
+        if (n < 0) {
+            fprintf(stderr, "taskmill: dlq list: task '%s': %s\n", t->name,
+                    b->errstr);
+            status = TM_EXIT_FAIL;
+            break;
+        }
+        printf("%s\t%s\t%lld\n", t->name, t->dead_letter, n);
+    }
+    if (b->ops->depth != NULL) {
+        long long unused;
+        b->ops->depth(b, TM_BROKER_DEPTH_CLOSE, &unused, &unused, &unused);
+    }
+    return status;
+}
+
+/* show prints the entry id of task t as JSON. */
+static int show(struct tm_broker *b, const struct tm_cfg_task *t,
+                const char *id)
+{
+    struct tm_dlq_entry *e = NULL;
+    size_t n = 0;
+    int found = 0;
+    if (b->ops->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
+        fprintf(stderr, "taskmill: dlq show: %s\n", b->errstr);
+        return TM_EXIT_FAIL;
+    }
+    for (size_t i = 0; i < n && !found; i++) {
+        if (strcmp(e[i].id, id) == 0) {
+            print_entry(&e[i]);
+            found = 1;
+        }
+    }
+    tm_dlq_entries_free(e, n);
+    if (!found) {
+        fprintf(stderr, "taskmill: no entry '%s' in '%s'\n", id,
+                t->dead_letter);
+        return TM_EXIT_FAIL;
+    }
+    return TM_EXIT_OK;
+}
+
+/* move replays or purges one entry (id) or all (id NULL). */
+static int move(struct tm_broker *b, const struct tm_cfg_task *t,
+                const char *op, const char *id)
+{
+    int replay = strcmp(op, "replay") == 0;
+    long n = replay ? b->ops->dlq_replay(b, t, id)
+                    : b->ops->dlq_purge(b, t, id);
+    if (n < 0) {
+        fprintf(stderr, "taskmill: dlq %s: %s\n", op, b->errstr);
+        return TM_EXIT_FAIL;
+    }
+    if (id != NULL && n == 0) {
+        fprintf(stderr, "taskmill: no entry '%s' in '%s'\n", id,
+                t->dead_letter);
+        return TM_EXIT_FAIL;
+    }
+    printf("%s %ld message%s\n", replay ? "replayed" : "purged", n,
+           n == 1 ? "" : "s");
+    return TM_EXIT_OK;
+}
+
+int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a)
+{
+    static const char *const actions[] = {"list", "show", "replay",
+                                          "purge"};
+    int status = TM_EXIT_USAGE;
+    struct tm_broker *b = NULL;
+    const char *op = a->npos >= 1 ? a->pos[0] : NULL;
+    int known = 0;
+    for (size_t i = 0; op != NULL && i < sizeof actions / sizeof *actions;
+         i++)
+        known |= strcmp(op, actions[i]) == 0;
+    if (!known) {
+        if (op == NULL)
+            tm_cli_usage_error("dlq needs an action: list, show, replay or "
+                               "purge");
+        else
+            tm_cli_usage_error("unknown dlq action '%s'; expected list, "
+                               "show, replay or purge", op);
+        goto out;
+    }
+    int list = strcmp(op, "list") == 0, is_show = strcmp(op, "show") == 0;
+    int max_pos = list ? 2 : 3, min_pos = list ? 1 : is_show ? 3 : 2;
+    if (a->npos < min_pos || a->npos > max_pos) {
+        tm_cli_usage_error("%s", list ? "dlq list takes at most a TASK"
+                                 : is_show ? "dlq show needs TASK and a "
+                                             "dead-letter ID"
+                                           : "dlq replay and purge need "
+                                             "TASK and an optional ID");
+        goto out;
+    }
+    const struct tm_cfg_task *t = NULL;
+    if (a->npos >= 2) {
+        t = tm_cli_find_task(cfg, a->pos[1]);
+        if (t == NULL)
+            goto out;
+    }
+    const char *id = a->npos == 3 ? a->pos[2] : NULL;
+    /* every action but list names a task (min_pos >= 2) */
+    assert(t != NULL || list);
+    if (strcmp(op, "purge") == 0 && id == NULL && !a->yes &&
+        isatty(STDIN_FILENO)) {
+        fprintf(stderr, "taskmill: dlq purge without an ID deletes every "
+                "dead letter of task '%s' (%s); run it again with --yes to "
+                "confirm\n", t->name, t->dead_letter);
+        goto out;
+    }
+    char err[512];
+    b = tm_broker_new(cfg, err, sizeof err);
+    if (b == NULL) {
+        fprintf(stderr, "taskmill: %s\n", err);
+        goto out;
+    }
+    if (list && t == NULL)
+        status = list_all(b, cfg);
+    else if (list)
+        status = list_task(b, t);
+    else if (is_show)
+        status = show(b, t, id);
+    else
+        status = move(b, t, op, id);
+out:
+    if (b != NULL)
+        b->ops->destroy(b);
+    tm_cfg_free(cfg);
+    return status;
+}
