@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -419,6 +420,26 @@ out:
     return status;
 }
 
+/* raise_nofile lifts the soft descriptor limit to the hard one: the
+ * daemon holds broker connections, plugin files, pool sockets and HTTP
+ * connections, and its HTTP server sizes itself to what is allowed. Only
+ * epoll and poll are used, so descriptors past FD_SETSIZE are fine. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        char eb[TM_STRERRNO_BUF];
+        tm_log_warn("daemon", "cannot raise the descriptor limit from %llu "
+                    "to %llu: %s", (unsigned long long)was,
+                    (unsigned long long)rl.rlim_max,
+                    tm_strerror(errno, eb, sizeof eb));
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && (strcmp(argv[1], "--version") == 0 ||
@@ -453,5 +474,6 @@ int main(int argc, char **argv)
         return cmd_dlq(cfg, &a);
     if (a.npos != 0)
         return usage_error("unexpected argument '%s'", a.pos[0]);
+    raise_nofile();
     return tm_daemon_run(cfg);
 }
