@@ -1,10 +1,11 @@
 # Probes under a connection flood: 10,000 idle and 1,000 slowloris
 # connections are held open against the HTTP port (each one the server
 # closes is opened again a second later) while /healthz, /ping and /metrics
-# are probed, several rounds in a row, and tasks are published. Every probe
-# answers 200 within curl's 5 s, every task runs, and the daemon raised its
-# soft descriptor limit to the hard one. Generous bounds: this checks that
-# HTTP keeps answering, not how fast.
+# are probed, several rounds in a row, and tasks are published. The flood
+# ends once the checks are done (HOLD seconds at most). Every probe answers
+# 200 within curl's 5 s, every task runs, and the daemon raised its soft
+# descriptor limit to the hard one. Generous bounds: this checks that HTTP
+# keeps answering, not how fast.
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 need_tools curl
 FLOOD=$TM_BUILD/test-tools/connflood
@@ -59,11 +60,7 @@ kill -0 "$FLOOD_PID" 2>/dev/null || fail "the flood ended before the probes did"
 
 # ---- the flood was real: every connection was established, and the
 # server closed connections (shed or past their request deadline)
-deadline=$(($(now_ms) + (HOLD + 30) * 1000))
-while kill -0 "$FLOOD_PID" 2>/dev/null; do
-	(($(now_ms) < deadline)) || fail "connflood did not end"
-	sleep 0.5
-done
+kill -TERM "$FLOOD_PID"
 wait "$FLOOD_PID" || fail "connflood failed: $(tail -n 3 "$TEST_DIR/flood.log")"
 note "flood totals: $(tr '\n' ' ' <"$TEST_DIR/flood.out")"
 val() { sed -n "s/^$1=//p" "$TEST_DIR/flood.out"; }
