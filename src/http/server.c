@@ -102,6 +102,9 @@ struct tm_http {
 
 /* ---- connection tracking (MHD callbacks, server thread) ---------------- */
 
+/* shed closes c from our side: its socket is shut down and MHD, reading
+ * end-of-file, closes it on its next pass. Server thread only, the thread
+ * that runs MHD: the descriptor cannot have been closed and reused. */
 static void shed(struct tm_http *h, struct tm_http_conn *c)
 {
     if (c->state == TM_HTTP_CONN_SHED)
@@ -113,15 +116,18 @@ static void shed(struct tm_http *h, struct tm_http_conn *c)
 }
 
 /* report logs, at most every TM_HTTP_REPORT_MS, how many connections were
- * shed or cut off since the last report. */
+ * closed since the last report: a warning when some had to make room or
+ * lacked descriptors, a debug line when they only outlived the request
+ * deadline (idle keep-alive connections do, every time). */
 static void report(struct tm_http *h, int64_t now)
 {
     if (now < h->next_report_ms || (h->shed | h->expired | h->starved) == 0)
         return;
-    tm_log_warn(SRC, "closed %lu connection(s) to make room (limit %zu), "
-                "%lu that sent no complete request within %d ms and %lu "
-                "for want of descriptors", h->shed, h->cap, h->expired,
-                TM_HTTP_REQUEST_DEADLINE_MS, h->starved);
+    tm_log_write((h->shed | h->starved) != 0 ? TM_LOG_WARNING : TM_LOG_DEBUG,
+                 SRC, NULL, NULL, "closed %lu connection(s) to make room "
+                 "(limit %zu), %lu for want of descriptors and %lu that "
+                 "sent no complete request within %d ms", h->shed, h->cap,
+                 h->starved, h->expired, TM_HTTP_REQUEST_DEADLINE_MS);
     h->shed = h->expired = h->starved = 0;
     h->next_report_ms = now + TM_HTTP_REPORT_MS;
 }
@@ -144,6 +150,9 @@ static enum MHD_Result cb_accept(void *cls, const struct sockaddr *addr,
     return MHD_YES;
 }
 
+/* cb_connection tracks MHD's connections: a new one waits for its request
+ * from now on (and is shut down at once on a descriptor too close to the
+ * limit); a closed one is forgotten. */
 static void cb_connection(void *cls, struct MHD_Connection *conn,
                           void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
@@ -188,6 +197,8 @@ static void cb_completed(void *cls, struct MHD_Connection *conn,
         tm_http_conns_set(&h->conns, c, TM_HTTP_CONN_WAITING, tm_now_ms());
 }
 
+/* cb_request hands the request to the endpoints; once an answer is
+ * queued the connection is busy, out of reach of the request deadline. */
 static enum MHD_Result cb_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version,
@@ -210,6 +221,8 @@ static enum MHD_Result cb_request(void *cls, struct MHD_Connection *conn,
 static void cb_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    if (!tm_log_enabled(TM_LOG_DEBUG))
+        return; /* a flood makes MHD log a line per connection */
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
