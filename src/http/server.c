@@ -104,7 +104,10 @@ struct tm_http {
 
 /* shed closes c from our side: its socket is shut down and MHD, reading
  * end-of-file, closes it on its next pass. Server thread only, the thread
- * that runs MHD: the descriptor cannot have been closed and reused. */
+ * that runs MHD. MHD reports a connection closed (and cb_connection
+ * forgets it) before it closes the descriptor, in that same thread, so a
+ * tracked descriptor is always the connection's own open socket, never
+ * one reused by a broker connection. */
 static void shed(struct tm_http *h, struct tm_http_conn *c)
 {
     if (c->state == TM_HTTP_CONN_SHED)
