@@ -732,6 +732,8 @@ static void *retire_main(void *arg)
     tm_log_info(SRC, "configuration %u retired%s", r->old->id,
                 rc == 0 ? "" : " (some work abandoned, to be redelivered)");
     if (atomic_load(&r->next->folded)) {
+        /* the depth refresher reads the broker without gen_lock */
+        tm_http_depth_release(r->old->broker);
         gen_free(r->old);
     }
     /* else the daemon is stopping before the new generation could take

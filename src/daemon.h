@@ -16,6 +16,7 @@ enum tm_state {
     TM_STATE_STOPPING = 3
 };
 
+struct tm_broker;
 struct tm_http;
 struct tm_daemon;
 
@@ -126,5 +127,11 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len);
  * with a reason in err when the address cannot be bound. */
 struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen);
 void tm_http_stop(struct tm_http *h);
+
+/* tm_http_depth_release returns once the queue depth refresher no longer
+ * reads from b, which it does without gen_lock. Call it, without gen_lock,
+ * before destroying a broker that was published in d->broker and has been
+ * replaced since; the refresher never picks b up again. */
+void tm_http_depth_release(const struct tm_broker *b);
 
 #endif /* TASKMILL_DAEMON_H */

@@ -1,12 +1,35 @@
 /* main.c - the entry point: picks the command (src/cli/) or the daemon. */
 #include "daemon.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/cli.h"
 #include "crash.h"
 #include "log.h"
+#include "util.h"
+
+/* raise_nofile lifts the soft descriptor limit to the hard one: the
+ * daemon holds broker connections, plugin files, pool sockets and HTTP
+ * connections, and its HTTP server sizes itself to what is allowed. Only
+ * epoll and poll are used, so descriptors past FD_SETSIZE are fine. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        char eb[TM_STRERRNO_BUF];
+        tm_log_warn("daemon", "cannot raise the descriptor limit from %llu "
+                    "to %llu: %s", (unsigned long long)was,
+                    (unsigned long long)rl.rlim_max,
+                    tm_strerror(errno, eb, sizeof eb));
+    }
+}
 
 int main(int argc, char **argv)
 {
@@ -44,5 +67,6 @@ int main(int argc, char **argv)
         return tm_cli_invoke(cfg, &a);
     if (strcmp(a.cmd, "dlq") == 0)
         return tm_cli_dlq(cfg, &a);
+    raise_nofile();
     return tm_daemon_run(cfg);
 }

@@ -134,14 +134,15 @@ int64_t tm_wall_ms(void)
 void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += (time_t)(ns / 1000000000LL);
     ts.tv_nsec += (long)(ns % 1000000000LL);
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(cv, mu, &ts);
+    /* the clock is given here, whatever clock cv was created with */
+    pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &ts);
 }
 
 void tm_sleep_ms(int64_t ms)

@@ -38,7 +38,8 @@ int64_t tm_now_ms(void);
 int64_t tm_wall_ms(void);
 
 /* tm_cond_wait_ns waits on cv, with mu held, for at most ns nanoseconds
- * (CLOCK_REALTIME, the condition's default clock). */
+ * measured on CLOCK_MONOTONIC (whatever clock cv was created with), so
+ * that setting the wall clock neither stretches nor cuts the wait. */
 void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns);
 
 /* tm_sleep_ms sleeps, restarting after signals until ms elapsed. */

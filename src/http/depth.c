@@ -1,0 +1,207 @@
+/* depth.c - the queue depth refresher of taskmill_queue_depth and
+ * friends. */
+#include "http/http_private.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "broker.h"
+#include "daemon.h"
+#include "log.h"
+#include "util.h"
+
+#define SRC "http"
+
+/* Queue depths are read from the broker this often while it is up, and
+ * retried this soon after a failed read or while it is down. */
+#define TM_DEPTH_REFRESH_MS 5000
+#define TM_DEPTH_RETRY_MS 1000
+
+/* one task's counts, as read from the broker */
+struct depth_read {
+    long long depth, pending, dlq;
+    int64_t at_ms;
+};
+
+struct tm_http_depth {
+    struct tm_daemon *d;
+    pthread_t refresher;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* stop requested */
+    int stop;                 /* under mu */
+    struct depth_read *vals;  /* refresher only: one round's reads */
+    size_t nvals;
+};
+
+/* ---- queue depth refresher ----------------------------------------------
+ * Broker reads for taskmill_queue_depth and friends run here, every few
+ * seconds, on the adapter's own monitoring connection: a scrape only reads
+ * the cached values, so no burst of scrapes reaches the broker and no
+ * handler waits for it. */
+
+/*
+ * The refresher reads from the broker without gen_lock: a read may last
+ * the adapter's command timeout for every task when the broker does not
+ * answer, and a reload must not wait for that. It takes gen_lock only to
+ * pick the current broker up and to store what it read.
+ *
+ * What keeps that broker alive in between is depth_use: the daemon calls
+ * tm_http_depth_release() before it destroys a replaced broker, which
+ * waits while in_use points to it. in_use is set while gen_lock is held
+ * and the broker is still d->broker, so once a reload has published a new
+ * one, the old one is never picked up again. One refresher per process
+ * (there is one HTTP server).
+ */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;                  /* in_use cleared */
+    const struct tm_broker *in_use;     /* read by the refresher */
+} depth_use = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL};
+
+/* pick_broker returns d's current broker, marked in use, when it can be
+ * read from (connected, with depth reads), else NULL. Also sets *ntasks. */
+static struct tm_broker *pick_broker(struct tm_daemon *d, size_t *ntasks,
+                                     int need_up)
+{
+    pthread_rwlock_rdlock(&d->gen_lock);
+    struct tm_broker *b = d->broker;
+    if (b == NULL || b->ops->depth == NULL ||
+        (need_up && !atomic_load(&b->up)))
+        b = NULL;
+    *ntasks = d->ntasks;
+    if (b != NULL) {
+        pthread_mutex_lock(&depth_use.mu);
+        assert(depth_use.in_use == NULL);
+        depth_use.in_use = b;
+        pthread_mutex_unlock(&depth_use.mu);
+    }
+    pthread_rwlock_unlock(&d->gen_lock);
+    return b;
+}
+
+static void drop_broker(void)
+{
+    pthread_mutex_lock(&depth_use.mu);
+    depth_use.in_use = NULL;
+    pthread_cond_broadcast(&depth_use.cv);
+    pthread_mutex_unlock(&depth_use.mu);
+}
+
+void tm_http_depth_release(const struct tm_broker *b)
+{
+    pthread_mutex_lock(&depth_use.mu);
+    while (b != NULL && depth_use.in_use == b)
+        pthread_cond_wait(&depth_use.cv, &depth_use.mu);
+    pthread_mutex_unlock(&depth_use.mu);
+}
+
+/* refresh_depths reads every task's counts. Returns 0, 1 when the broker
+ * is not connected or has no depth reads, or -1 when it could not be read
+ * (the last values are kept). */
+static int refresh_depths(struct tm_http_depth *h)
+{
+    struct tm_daemon *d = h->d;
+    size_t n;
+    struct tm_broker *b = pick_broker(d, &n, /* need_up = */ 1);
+    if (b == NULL)
+        return 1;
+    if (n > h->nvals) {
+        h->vals = tm_realloc(h->vals, n * sizeof *h->vals);
+        h->nvals = n;
+    }
+    int rc = 0;
+    size_t got = 0;
+    for (; got < n; got++) {
+        struct depth_read *v = &h->vals[got];
+        if (b->ops->depth(b, got, &v->depth, &v->pending, &v->dlq) != 0) {
+            rc = -1;
+            break;
+        }
+        v->at_ms = tm_now_ms();
+    }
+    /* stored while b is still in use: until then it cannot have been
+     * freed, so d->broker == b means its generation is still current */
+    pthread_rwlock_rdlock(&d->gen_lock);
+    if (d->broker == b) {
+        assert(d->ntasks == n);
+        for (size_t i = 0; i < got; i++) {
+            struct tm_task_stats *s = &d->tasks[i].stats;
+            atomic_store(&s->queue_depth, h->vals[i].depth);
+            atomic_store(&s->queue_pending, h->vals[i].pending);
+            atomic_store(&s->dead_letter_depth, h->vals[i].dlq);
+            atomic_store(&s->depth_at_ms, h->vals[i].at_ms);
+        }
+    }
+    pthread_rwlock_unlock(&d->gen_lock);
+    drop_broker();
+    return rc;
+}
+
+static void *refresher_main(void *arg)
+{
+    struct tm_http_depth *h = arg;
+    int64_t wait_ms = 0;
+    int failing = 0;
+    pthread_mutex_lock(&h->mu);
+    for (;;) {
+        int64_t until = tm_now_ns() + wait_ms * 1000000LL, now;
+        while (!h->stop && (now = tm_now_ns()) < until)
+            tm_cond_wait_ns(&h->cv, &h->mu, until - now);
+        if (h->stop)
+            break;
+        pthread_mutex_unlock(&h->mu);
+        int rc = refresh_depths(h);
+        wait_ms = rc == 0 ? TM_DEPTH_REFRESH_MS : TM_DEPTH_RETRY_MS;
+        if (rc < 0 && !failing)
+            tm_log_debug(SRC, "cannot read queue depths; keeping the last "
+                         "values");
+        else if (rc == 0 && failing)
+            tm_log_debug(SRC, "queue depths readable again");
+        failing = rc < 0;
+        pthread_mutex_lock(&h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    size_t n;
+    struct tm_broker *b = pick_broker(h->d, &n, /* need_up = */ 0);
+    if (b != NULL) {
+        long long x;
+        b->ops->depth(b, TM_BROKER_DEPTH_CLOSE, &x, &x, &x);
+        drop_broker();
+    }
+    return NULL;
+}
+
+struct tm_http_depth *tm_http_depth_start(struct tm_daemon *d)
+{
+    struct tm_http_depth *h = tm_calloc(1, sizeof *h);
+    h->d = d;
+    pthread_cond_init(&h->cv, NULL);
+    pthread_mutex_init(&h->mu, NULL);
+    if (pthread_create(&h->refresher, NULL, refresher_main, h) != 0) {
+        tm_log_warn(SRC, "cannot start the queue depth refresher; "
+                    "taskmill_queue_depth and friends stay absent");
+        pthread_cond_destroy(&h->cv);
+        pthread_mutex_destroy(&h->mu);
+        tm_free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void tm_http_depth_stop(struct tm_http_depth *h)
+{
+    if (h == NULL)
+        return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->refresher, NULL);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    tm_free(h->vals);
+    tm_free(h);
+}
+
+

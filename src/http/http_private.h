@@ -1,0 +1,101 @@
+/* http_private.h - what the HTTP files share: the endpoints, the queue
+ * depth refresher and the connection table. Not installed. */
+#ifndef TASKMILL_HTTP_PRIVATE_H
+#define TASKMILL_HTTP_PRIVATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+struct tm_daemon;
+
+/* ---- endpoints.c ---- */
+
+/*
+ * tm_http_answer serves one request of conn (the arguments of MHD's
+ * access handler). Returns MHD's verdict; sets *queued to 1 once an
+ * answer is queued, or leaves it 0 while the request is still being
+ * received (headers only, or body data that it discards).
+ */
+enum MHD_Result tm_http_answer(struct tm_daemon *d,
+                               struct MHD_Connection *conn, const char *url,
+                               const char *method, size_t *upload_data_size,
+                               void **req_cls, int *queued);
+
+/* ---- depth.c ---- */
+
+struct tm_http_depth;
+
+/* tm_http_depth_start starts the thread that reads queue depths off the
+ * broker every few seconds into d's task stats. Returns NULL (with a
+ * warning logged) when the thread cannot start. */
+struct tm_http_depth *tm_http_depth_start(struct tm_daemon *d);
+
+/* tm_http_depth_stop stops and frees it; NULL accepted. */
+void tm_http_depth_stop(struct tm_http_depth *r);
+
+/* ---- conns.c ---- */
+
+enum tm_http_conn_state {
+    TM_HTTP_CONN_WAITING = 1,  /* waiting for a complete request */
+    TM_HTTP_CONN_BUSY = 2,     /* its answer is being sent */
+    TM_HTTP_CONN_SHED = 3      /* its socket was shut down; MHD reaps it */
+};
+
+/* struct tm_http_conn is one tracked connection. */
+struct tm_http_conn {
+    int fd;
+    enum tm_http_conn_state state;
+    int64_t since_ms;          /* monotonic: in this state since */
+    struct tm_http_conn *prev, *next;
+};
+
+/*
+ * struct tm_http_conns tracks every connection of the HTTP server in two
+ * lists, each ordered by since_ms (oldest first) because a connection is
+ * always appended with the current time: waiting and busy. Shed
+ * connections are in neither list. nlive counts the two lists. Used by
+ * the HTTP thread only: no lock.
+ */
+struct tm_http_conns {
+    struct tm_http_conn waiting;  /* list heads (circular, sentinels) */
+    struct tm_http_conn busy;
+    size_t nlive;
+};
+
+void tm_http_conns_init(struct tm_http_conns *t);
+
+/* tm_http_conns_add tracks a new connection on fd, waiting since now.
+ * Returns it (free it with tm_http_conns_remove). */
+struct tm_http_conn *tm_http_conns_add(struct tm_http_conns *t, int fd,
+                                       int64_t now);
+
+/* tm_http_conns_set moves a live connection to state (WAITING or BUSY),
+ * since now, at the end of that list. Shed connections stay shed. */
+void tm_http_conns_set(struct tm_http_conns *t, struct tm_http_conn *c,
+                       enum tm_http_conn_state state, int64_t now);
+
+/* tm_http_conns_shed takes c out of the lists and marks it shed; the
+ * caller shuts its socket down. */
+void tm_http_conns_shed(struct tm_http_conns *t, struct tm_http_conn *c);
+
+/* tm_http_conns_remove forgets c and frees it; NULL accepted. */
+void tm_http_conns_remove(struct tm_http_conns *t, struct tm_http_conn *c);
+
+/* tm_http_conns_victim returns the connection to shed to make room: the
+ * one waiting for a request the longest, else the oldest busy one; NULL
+ * when there is none. */
+struct tm_http_conn *tm_http_conns_victim(struct tm_http_conns *t);
+
+/* tm_http_conns_expired returns the oldest waiting connection when it has
+ * waited deadline_ms or more at now, else NULL. */
+struct tm_http_conn *tm_http_conns_expired(struct tm_http_conns *t,
+                                           int64_t now, int64_t deadline_ms);
+
+/* tm_http_conns_next_expiry returns when the oldest waiting connection
+ * reaches deadline_ms, or -1 when none waits. */
+int64_t tm_http_conns_next_expiry(const struct tm_http_conns *t,
+                                  int64_t deadline_ms);
+
+#endif /* TASKMILL_HTTP_PRIVATE_H */

@@ -1,0 +1,171 @@
+/* test_http.c - the HTTP server's connection table and its queue depth
+ * refresher. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "broker.h"
+#include "daemon.h"
+#include "http/http_private.h"
+#include "util.h"
+
+/* ---- connection table ---- */
+
+START_TEST(conns_shed_the_longest_waiting_first)
+{
+    struct tm_http_conns t;
+    tm_http_conns_init(&t);
+    ck_assert_ptr_null(tm_http_conns_victim(&t));
+    ck_assert_int_eq(tm_http_conns_next_expiry(&t, 5000), -1);
+    struct tm_http_conn *a = tm_http_conns_add(&t, 10, 100);
+    struct tm_http_conn *b = tm_http_conns_add(&t, 11, 200);
+    struct tm_http_conn *c = tm_http_conns_add(&t, 12, 300);
+    ck_assert_uint_eq(t.nlive, 3);
+    /* a is being answered: b has waited longest */
+    tm_http_conns_set(&t, a, TM_HTTP_CONN_BUSY, 400);
+    ck_assert_ptr_eq(tm_http_conns_victim(&t), b);
+    ck_assert_int_eq(tm_http_conns_next_expiry(&t, 5000), 5200);
+    ck_assert_ptr_null(tm_http_conns_expired(&t, 5199, 5000));
+    ck_assert_ptr_eq(tm_http_conns_expired(&t, 5200, 5000), b);
+    tm_http_conns_shed(&t, b);
+    ck_assert_uint_eq(t.nlive, 2);
+    ck_assert_int_eq(b->state, TM_HTTP_CONN_SHED);
+    /* a shed connection stays shed when its request completes */
+    tm_http_conns_set(&t, b, TM_HTTP_CONN_WAITING, 500);
+    ck_assert_int_eq(b->state, TM_HTTP_CONN_SHED);
+    ck_assert_ptr_eq(tm_http_conns_victim(&t), c);
+    /* a's answer is sent: it waits again, after c */
+    tm_http_conns_set(&t, a, TM_HTTP_CONN_WAITING, 600);
+    tm_http_conns_shed(&t, c);
+    ck_assert_ptr_eq(tm_http_conns_victim(&t), a);
+    ck_assert_int_eq(tm_http_conns_next_expiry(&t, 5000), 5600);
+    /* with nothing waiting, the oldest busy one goes */
+    tm_http_conns_set(&t, a, TM_HTTP_CONN_BUSY, 700);
+    ck_assert_ptr_eq(tm_http_conns_victim(&t), a);
+    ck_assert_ptr_null(tm_http_conns_expired(&t, 100000, 5000));
+    tm_http_conns_remove(&t, a);
+    tm_http_conns_remove(&t, b);
+    tm_http_conns_remove(&t, c);
+    ck_assert_uint_eq(t.nlive, 0);
+    ck_assert_ptr_null(tm_http_conns_victim(&t));
+}
+END_TEST
+
+/* ---- depth refresher ---- */
+
+/* A broker whose depth read blocks until the test lets it go, as one
+ * waiting on a hung broker would. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int entered;      /* reads begun */
+    int go;           /* reads may return */
+} hang = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static int hang_depth(struct tm_broker *b, size_t ti, long long *depth,
+                      long long *pending, long long *dlq)
+{
+    (void)b;
+    if (ti == TM_BROKER_DEPTH_CLOSE)
+        return 0;
+    pthread_mutex_lock(&hang.mu);
+    hang.entered++;
+    pthread_cond_broadcast(&hang.cv);
+    while (!hang.go)
+        pthread_cond_wait(&hang.cv, &hang.mu);
+    pthread_mutex_unlock(&hang.mu);
+    *depth = 7;
+    *pending = 3;
+    *dlq = 1;
+    return 0;
+}
+
+static const struct tm_broker_ops hang_ops = {.kind = "hang",
+                                              .depth = hang_depth};
+
+/* the hanging broker, and whether tm_http_depth_release returned */
+static struct {
+    struct tm_broker b;
+    atomic_int released;
+} hb;
+
+static void *release_main(void *arg)
+{
+    (void)arg;
+    tm_http_depth_release(&hb.b);
+    atomic_store(&hb.released, 1);
+    return NULL;
+}
+
+START_TEST(depth_refresher_does_not_hold_the_generation_lock)
+{
+    struct tm_daemon d;
+    memset(&d, 0, sizeof d);
+    pthread_rwlock_init(&d.gen_lock, NULL);
+    struct tm_task tasks[2];
+    memset(tasks, 0, sizeof tasks);
+    hb.b.ops = &hang_ops;
+    atomic_store(&hb.b.up, 1);
+    d.broker = &hb.b;
+    d.tasks = tasks;
+    d.ntasks = 2;
+
+    struct tm_http_depth *r = tm_http_depth_start(&d);
+    ck_assert_ptr_nonnull(r);
+    pthread_mutex_lock(&hang.mu);
+    while (hang.entered == 0)
+        pthread_cond_wait(&hang.cv, &hang.mu);
+    pthread_mutex_unlock(&hang.mu);
+
+    /* a reload's writer lock is not held up by the hung read */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 3;
+    int rc = pthread_rwlock_timedwrlock(&d.gen_lock, &ts);
+    ck_assert_msg(rc == 0, "the generation lock stays taken while the "
+                  "refresher waits on the broker (%d)", rc);
+    pthread_rwlock_unlock(&d.gen_lock);
+
+    /* releasing the broker waits for the read in progress */
+    pthread_t rel;
+    ck_assert_int_eq(pthread_create(&rel, NULL, release_main, NULL), 0);
+    tm_sleep_ms(200);
+    ck_assert_int_eq(atomic_load(&hb.released), 0);
+    pthread_mutex_lock(&hang.mu);
+    hang.go = 1;
+    pthread_cond_broadcast(&hang.cv);
+    pthread_mutex_unlock(&hang.mu);
+    pthread_join(rel, NULL);
+    ck_assert_int_eq(atomic_load(&hb.released), 1);
+    /* the values read are those of the broker's own generation */
+    ck_assert_int_eq(atomic_load(&tasks[0].stats.queue_depth), 7);
+    ck_assert_int_eq(atomic_load(&tasks[1].stats.queue_pending), 3);
+    ck_assert_int_eq(atomic_load(&tasks[1].stats.dead_letter_depth), 1);
+    tm_http_depth_stop(r);
+    pthread_rwlock_destroy(&d.gen_lock);
+}
+END_TEST
+
+static Suite *http_suite(void)
+{
+    Suite *s = suite_create("http");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, conns_shed_the_longest_waiting_first);
+    tcase_add_test(tc, depth_refresher_does_not_hold_the_generation_lock);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(http_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
