@@ -19,16 +19,14 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
     ab->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *ab->tasks);
     atomic_init(&ab->ndown, (int)cfg->ntasks);
     pthread_mutex_init(&ab->depth_mu, NULL);
+    tm_amqp_publisher_init(&ab->pub, ab);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         at->ab = ab;
         at->cfg = &cfg->tasks[i];
         at->index = i;
         at->counted_down = 1;
-        at->pub.ch = TM_AMQP_CH_PUB;
-        at->rpub.ch = TM_AMQP_CH_REPLY;
         pthread_mutex_init(&at->io_mu, NULL);
-        pthread_mutex_init(&at->q_mu, NULL);
         at->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (at->efd < 0) {
             char eb[TM_STRERRNO_BUF];
@@ -47,30 +45,24 @@ static void ab_destroy(struct tm_broker *b)
     if (b == NULL)
         return;
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    /* what settlement is left is still done before leaving: copies
+     * confirmed (unless publishing is blocked), then their originals */
+    tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
+    tm_amqp_settle_originals(ab, &ab->done);
+    tm_amqp_publisher_close(&ab->pub);
+    tm_free(ab->done.v);
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         pthread_mutex_lock(&at->io_mu);
-        if (at->conn != NULL) {
-            /* what settlement is left is still done before leaving */
-            if (tm_amqp_flush(at) == 0)
-                tm_amqp_close(at->conn);
-            else
-                tm_amqp_drop(at->conn);
-            at->conn = NULL;
-        }
+        if (at->conn != NULL)
+            tm_amqp_close(at->conn);
+        at->conn = NULL;
         tm_amqp_conn_reset(at);
-        tm_amqp_recvec_clear(&at->work);
-        tm_free(at->work.v);
-        tm_free(at->pending.v);
         tm_free(at->acks.above);
-        tm_free(at->pub.st);
-        tm_free(at->rpub.st);
-        tm_free(at->levels);
         tm_free(at->tags);
         tm_free(at->ntags);
         pthread_mutex_unlock(&at->io_mu);
         pthread_mutex_destroy(&at->io_mu);
-        pthread_mutex_destroy(&at->q_mu);
         if (at->efd >= 0)
             close(at->efd);
     }
@@ -125,6 +117,11 @@ static int ab_connect_all(struct tm_broker *b)
         pthread_mutex_unlock(&at->io_mu);
         if (rc != 0)
             return -1;
+    }
+    /* the publishing connection: dead letters, retries, replies */
+    if (ab->ntasks > 0 && tm_amqp_publisher_connect(&ab->pub) != 0) {
+        tm_broker_set_error(b, ECONNREFUSED, "%s", ab->pub.errstr);
+        return -1;
     }
     if (ab->ntasks == 0) {
         atomic_store(&ab->base.up, 1);

@@ -1,6 +1,7 @@
 /* amqp/intake.c - RabbitMQ intake: the delivery pump and the ack floor. */
 #include "amqp.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -79,19 +80,9 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     tm_amqp_delivery_free(at->partial);
     at->partial = NULL;
     at->dlv_state = 0;
-    at->ret_state = 0;
     at->acks.floor = 0;
     at->acks.n = 0;
-    tm_amqp_pub_reset(&at->pub, 0);
-    tm_amqp_pub_reset(&at->rpub, 0);
-    for (size_t i = 0; i < at->nlevels; i++)
-        tm_free(at->levels[i].name);
-    at->nlevels = 0;
     at->stopped = 0;
-    /* settlements of the lost connection cannot be done any more */
-    pthread_mutex_lock(&at->q_mu);
-    tm_amqp_recvec_clear(&at->pending);
-    pthread_mutex_unlock(&at->q_mu);
 }
 
 /* tm_amqp_conn_lost drops the task's connection after an error in
@@ -164,7 +155,6 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
     if (c == NULL)
         return NULL;
     if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
-        tm_amqp_channel(c, TM_AMQP_CH_PUB, 1, buf, size) != 0 ||
         tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
         tm_amqp_declare(c, TM_AMQP_CH_ADMIN, t, buf, size, perm) != 0 ||
         ab_consume(at, c, ctag, buf, size) != 0) {
@@ -186,7 +176,6 @@ static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
                 (unsigned long long)(tm_rand64() ^ at->gen));
     at->salt[8] = '\0';
     tm_amqp_conn_reset(at);
-    tm_amqp_pub_reset(&at->pub, 1);
     tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, t->name, NULL,
                  "consuming queue '%s' "
                  "(prefetch %u; dead letters to '%s')",
@@ -301,20 +290,25 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
     return d;
 }
 
-static void delivery_done(struct tm_amqp_task *at)
+/* delivery_done takes the delivery whose body is complete: to the ready
+ * list, or back to RabbitMQ after wake(). Returns -1 when the connection
+ * failed. */
+static int delivery_done(struct tm_amqp_task *at)
 {
     struct tm_amqp_delivery *d = at->partial;
+    int err = 0;
     at->partial = NULL;
     at->dlv_state = 0;
-    d->body[d->body_len] = '\0';
     if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
-        int err = 0;
         tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
-        tm_amqp_delivery_free(d);
-        return;
+    } else {
+        d->body[d->body_len] = '\0';
+        ready_push(at, d);
+        d = NULL;
     }
-    ready_push(at, d);
+    tm_amqp_delivery_free(d);
+    return err ? -1 : 0;
 }
 
 static int on_method(struct tm_amqp_task *at, amqp_channel_t ch,
@@ -332,35 +326,8 @@ static int on_method(struct tm_amqp_task *at, amqp_channel_t ch,
         amqp_send_method(at->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
         return -1;
     }
-    case AMQP_CONNECTION_BLOCKED_METHOD: {
-        const amqp_connection_blocked_t *x = m->decoded;
-        tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name, NULL,
-                     "RabbitMQ blocks publishing (%.*s): dead letters, "
-                     "retries and replies wait", (int)x->reason.len,
-                     (const char *)x->reason.bytes);
-        return 0;
-    }
-    case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, at->cfg->name, NULL,
-                     "RabbitMQ accepts publishing again");
-        return 0;
     case AMQP_CHANNEL_CLOSE_METHOD: {
         const amqp_channel_close_t *x = m->decoded;
-        if (ch == TM_AMQP_CH_REPLY) {
-            /* a reply the broker refused (e.g. the direct reply-to
-             * consumer is gone): the requester gets nothing, the rest
-             * goes on; the channel is opened again when needed */
-            tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name, NULL,
-                         "reply not delivered: %u %.*s", x->reply_code,
-                         (int)x->reply_text.len,
-                         (const char *)x->reply_text.bytes);
-            tm_amqp_channel_closed_ok(at->conn, ch);
-            tm_amqp_pub_lose_all(&at->rpub);
-            at->rpub.open = 0;
-            if (at->ret_state != 0 && at->ret_ch == ch)
-                at->ret_state = 0;
-            return 0;
-        }
         tm_snprintf(at->errstr, sizeof at->errstr,
                     "channel %u closed by the broker: %u %.*s", ch,
                     x->reply_code, (int)x->reply_text.len,
@@ -384,39 +351,6 @@ static int on_method(struct tm_amqp_task *at, amqp_channel_t ch,
         tm_snprintf(at->errstr, sizeof at->errstr, "RabbitMQ cancelled the "
                     "consumer of '%s' (queue deleted?)", at->cfg->queue);
         return -1;
-    case AMQP_BASIC_ACK_METHOD:
-    case AMQP_BASIC_NACK_METHOD: {
-        uint64_t tag;
-        int multiple;
-        if (m->id == AMQP_BASIC_ACK_METHOD) {
-            const amqp_basic_ack_t *x = m->decoded;
-            tag = x->delivery_tag;
-            multiple = x->multiple;
-        } else {
-            const amqp_basic_nack_t *x = m->decoded;
-            tag = x->delivery_tag;
-            multiple = x->multiple;
-        }
-        unsigned char st = m->id == AMQP_BASIC_ACK_METHOD ? TM_AMQP_ACKED
-                                                           : TM_AMQP_NACKED;
-        if (ch == TM_AMQP_CH_PUB)
-            tm_amqp_pub_confirm(&at->pub, tag, multiple, st);
-        else if (ch == TM_AMQP_CH_REPLY)
-            tm_amqp_pub_confirm(&at->rpub, tag, multiple, st);
-        return 0;
-    }
-    case AMQP_BASIC_RETURN_METHOD: {
-        const amqp_basic_return_t *x = m->decoded;
-        at->ret_state = 1;
-        at->ret_ch = ch;
-        tm_snprintf(at->ret_rk, sizeof at->ret_rk, "%.*s",
-                    (int)x->routing_key.len,
-                    (const char *)x->routing_key.bytes);
-        tm_snprintf(at->ret_text, sizeof at->ret_text, "%u %.*s",
-                    x->reply_code, (int)x->reply_text.len,
-                    (const char *)x->reply_text.bytes);
-        return 0;
-    }
     default:
         return 0;
     }
@@ -438,18 +372,7 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
             }
             at->dlv_state = 2;
             if (at->partial->body_len == 0)
-                delivery_done(at);
-        } else if (at->ret_state == 1 && f->channel == at->ret_ch) {
-            const amqp_basic_properties_t *p =
-                f->payload.properties.decoded;
-            char *mid = (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
-                            ? tm_amqp_bytes_dup(p->message_id)
-                            : NULL;
-            tm_amqp_returned_done(at, mid);
-            /* skip its body frames */
-            at->ret_left = f->payload.properties.body_size;
-            at->ret_state = at->ret_left > 0 ? 2 : 0;
-            tm_free(mid);
+                return delivery_done(at);
         }
         return 0;
     }
@@ -465,24 +388,19 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
             memcpy(d->body + d->body_got, b->bytes, b->len);
             d->body_got += b->len;
             if (d->body_got == d->body_len)
-                delivery_done(at);
-        } else if (at->ret_state == 2 && f->channel == at->ret_ch) {
-            at->ret_left = b->len >= at->ret_left ? 0 : at->ret_left - b->len;
-            if (at->ret_left == 0)
-                at->ret_state = 0;
+                return delivery_done(at);
         }
     }
     return 0;
 }
 
 /*
- * tm_amqp_pump reads every frame available now without blocking, and handles
- * each: deliveries go to the ready list, publisher confirms to their
- * trackers. It also lets rabbitmq-c send a heartbeat when one is due and
+ * pump reads every frame available now without blocking, and handles
+ * each: deliveries go to the ready list. It also lets rabbitmq-c send a heartbeat when one is due and
  * notice a broker silent for two heartbeats (a 1 us timeout rather than
  * 0 keeps that check alive). Returns -1 when the connection failed.
  */
-int tm_amqp_pump(struct tm_amqp_task *at)
+static int pump(struct tm_amqp_task *at)
 {
     amqp_connection_state_t c = at->conn;
     for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
@@ -503,21 +421,36 @@ int tm_amqp_pump(struct tm_amqp_task *at)
     return 0;
 }
 
-/* tm_amqp_wait_readable waits up to ms for the connection's socket. */
-void tm_amqp_wait_readable(struct tm_amqp_task *at, int64_t ms)
-{
-    struct pollfd p = {.fd = amqp_get_sockfd(at->conn), .events = POLLIN};
-    if (ms > INT_MAX)
-        ms = INT_MAX;
-    if (poll(&p, 1, (int)(ms < 0 ? 0 : ms)) < 0) {
-        /* EINTR: the caller loops */
-    }
-}
-
 static int u64_cmp(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* floor_add records n delivery tags as settled, raising the floor over
+ * every run of settled tags right above it. */
+static void floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
+                      size_t n)
+{
+    if (n == 0)
+        return;
+    if (k->n + n > k->cap) {
+        k->cap = (k->n + n) * 2;
+        k->above = tm_realloc(k->above, k->cap * sizeof *k->above);
+    }
+    memcpy(k->above + k->n, tags, n * sizeof *tags);
+    k->n += n;
+    qsort(k->above, k->n, sizeof *k->above, u64_cmp);
+    size_t drop = 0;
+    while (drop < k->n && k->above[drop] <= k->floor + 1) {
+        if (k->above[drop] == k->floor + 1)
+            k->floor++;
+        drop++;
+    }
+    memmove(k->above, k->above + drop, (k->n - drop) * sizeof *k->above);
+    k->n -= drop;
+    /* invariant: every tag left above the floor is beyond floor + 1 */
+    assert(k->n == 0 || k->above[0] > k->floor + 1);
 }
 
 /*
@@ -543,25 +476,8 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
             return;
         }
     }
-    if (k->n + na + nn > k->cap) {
-        k->cap = (k->n + na + nn) * 2;
-        k->above = tm_realloc(k->above, k->cap * sizeof *k->above);
-    }
-    if (na > 0)
-        memcpy(k->above + k->n, acks, na * sizeof *acks);
-    k->n += na;
-    if (nn > 0)
-        memcpy(k->above + k->n, nacks, nn * sizeof *nacks);
-    k->n += nn;
-    qsort(k->above, k->n, sizeof *k->above, u64_cmp);
-    size_t drop = 0;
-    while (drop < k->n && k->above[drop] <= k->floor + 1) {
-        if (k->above[drop] == k->floor + 1)
-            k->floor++;
-        drop++;
-    }
-    memmove(k->above, k->above + drop, (k->n - drop) * sizeof *k->above);
-    k->n -= drop;
+    floor_add(k, acks, na);
+    floor_add(k, nacks, nn);
     /* the largest new ack under the floor acknowledges all below it */
     uint64_t multi = 0;
     for (size_t i = 0; i < na; i++)
@@ -620,18 +536,13 @@ static int resume_consuming(struct tm_amqp_task *at)
     return 0;
 }
 
-/* tm_amqp_serve does what a holder of io_mu owes the connection: read what
- * arrived (heartbeats, confirms, deliveries) and flush settlements. */
+/* tm_amqp_serve does what a holder of io_mu owes the connection: read
+ * what arrived (heartbeats, deliveries, the broker's notices). */
 int tm_amqp_serve(struct tm_amqp_task *at, const char *what)
 {
-    if (at->conn == NULL) {
-        /* settlements of a lost connection are moot */
-        pthread_mutex_lock(&at->q_mu);
-        tm_amqp_recvec_clear(&at->pending);
-        pthread_mutex_unlock(&at->q_mu);
+    if (at->conn == NULL)
         return 0;
-    }
-    if (tm_amqp_pump(at) != 0 || tm_amqp_flush(at) != 0) {
+    if (pump(at) != 0) {
         tm_amqp_conn_lost(at, what);
         return -1;
     }

@@ -99,26 +99,28 @@ fail:
     return -1;
 }
 
-/* tm_amqp_retry_queue returns the name of the retry queue for a delay of ms,
- * declaring it on first use on this connection: messages wait there
- * (per-message expiration) and then dead-letter back, through the default
- * exchange, to the task queue. NULL with the reason in buf when it cannot
- * be declared; *dead is set when the connection failed. */
-const char *tm_amqp_retry_queue(struct tm_amqp_task *at, int64_t ms, char *buf,
-                               size_t size, int *dead)
+/* tm_amqp_retry_queue returns the name of task t's retry queue for a
+ * delay of ms, declaring it on the publishing connection on first use
+ * there: messages wait in it (per-message expiration) and then
+ * dead-letter back, through the default exchange, to the task queue.
+ * NULL with the reason in buf when it cannot be declared; *dead is set
+ * when the connection failed (pc->errstr). */
+const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
+                                const struct tm_cfg_task *t, int64_t ms,
+                                char *buf, size_t size, int *dead)
 {
-    for (size_t i = 0; i < at->nlevels; i++)
-        if (at->levels[i].ms == ms)
-            return at->levels[i].name;
-    const struct tm_cfg_task *t = at->cfg;
     char name[TM_AMQP_SHORTSTR_MAX + 64], eb[256];
     tm_snprintf(name, sizeof name, "%s.retry.%lldms", t->queue,
                 (long long)ms);
     if (strlen(name) > TM_AMQP_SHORTSTR_MAX)
-        tm_snprintf(name, sizeof name, "%.200s.%016llx.retry.%lldms", t->queue,
+        tm_snprintf(name, sizeof name, "%.200s.%016llx.retry.%lldms",
+                    t->queue,
                     (unsigned long long)tm_amqp_fnv64(
                         t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
                     (long long)ms);
+    for (size_t i = 0; i < pc->nlevels; i++)
+        if (strcmp(pc->levels[i].name, name) == 0)
+            return pc->levels[i].name;
     amqp_table_entry_t args[2];
     memset(args, 0, sizeof args);
     args[0].key = amqp_cstring_bytes("x-dead-letter-exchange");
@@ -128,29 +130,28 @@ const char *tm_amqp_retry_queue(struct tm_amqp_task *at, int64_t ms, char *buf,
     args[1].value.kind = AMQP_FIELD_KIND_UTF8;
     args[1].value.value.bytes = amqp_cstring_bytes(t->queue);
     amqp_table_t tbl = {.num_entries = 2, .entries = args};
-    amqp_queue_declare(at->conn, TM_AMQP_CH_ADMIN, amqp_cstring_bytes(name),
+    amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN, amqp_cstring_bytes(name),
                        /* passive = */ 0, /* durable = */ 1,
                        /* exclusive = */ 0, /* auto_delete = */ 0, tbl);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(at->conn);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(pc->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_snprintf(buf, size, "retry queue '%s' cannot be declared: %s",
                     name, tm_amqp_strerror(r, eb, sizeof eb));
         if (!tm_amqp_channel_error(r) ||
-            tm_amqp_channel_closed_ok(at->conn, TM_AMQP_CH_ADMIN) !=
+            tm_amqp_channel_closed_ok(pc->conn, TM_AMQP_PCH_ADMIN) !=
                 AMQP_STATUS_OK ||
-            tm_amqp_channel(at->conn, TM_AMQP_CH_ADMIN, 0, eb, sizeof eb) !=
-                0) {
-            tm_snprintf(at->errstr, sizeof at->errstr, "%s", buf);
+            tm_amqp_channel(pc->conn, TM_AMQP_PCH_ADMIN, 0, eb,
+                            sizeof eb) != 0) {
+            tm_snprintf(pc->errstr, sizeof pc->errstr, "%s", buf);
             *dead = 1;
         }
         return NULL;
     }
-    if (at->nlevels == at->caplevels) {
-        at->caplevels = at->caplevels ? at->caplevels * 2 : 8;
-        at->levels = tm_realloc(at->levels,
-                                at->caplevels * sizeof *at->levels);
+    if (pc->nlevels == pc->caplevels) {
+        pc->caplevels = pc->caplevels ? pc->caplevels * 2 : 8;
+        pc->levels = tm_realloc(pc->levels,
+                                pc->caplevels * sizeof *pc->levels);
     }
-    at->levels[at->nlevels].ms = ms;
-    at->levels[at->nlevels].name = tm_strdup(name);
-    return at->levels[at->nlevels++].name;
+    pc->levels[pc->nlevels].name = tm_strdup(name);
+    return pc->levels[pc->nlevels++].name;
 }
