@@ -353,7 +353,53 @@ static char *dlq_id(const amqp_message_t *msg)
     return tm_asprintf("h-%016llx", (unsigned long long)h);
 }
 
-static void dlq_fill(const amqp_message_t *msg, struct tm_dlq_entry *e)
+/* last_death returns the newest entry of a message's x-death header (the
+ * broker's own dead-lettering, newest first), or NULL. */
+static const amqp_table_t *last_death(const amqp_table_t *h)
+{
+    const amqp_field_value_t *death = tm_amqp_table_get(h, "x-death");
+    if (death == NULL || death->kind != AMQP_FIELD_KIND_ARRAY ||
+        death->value.array.num_entries == 0 ||
+        death->value.array.entries[0].kind != AMQP_FIELD_KIND_TABLE)
+        return NULL;
+    return &death->value.array.entries[0].value.table;
+}
+
+/* broker_death_error describes a dead letter that RabbitMQ moved itself
+ * (no x-error header). The daemon rejects a message whose body exceeds
+ * max_payload without reading it (see intake.c), so a message rejected
+ * from the task queue with a body over the task's max_payload is named
+ * as such; the rest is told by x-death. Returns a new string. */
+static char *broker_death_error(const struct tm_cfg_task *t,
+                                const amqp_message_t *msg,
+                                const amqp_table_t *h)
+{
+    const amqp_table_t *last = last_death(h);
+    char *why = tm_amqp_field_str(tm_amqp_table_get(last, "reason"));
+    char *from = tm_amqp_field_str(tm_amqp_table_get(last, "queue"));
+    char *e;
+    if (why == NULL) {
+        tm_free(from);
+        why = tm_amqp_field_str(
+            tm_amqp_table_get(h, "x-first-death-reason"));
+        from = tm_amqp_field_str(
+            tm_amqp_table_get(h, "x-first-death-queue"));
+    }
+    if (why != NULL && from != NULL && strcmp(why, "rejected") == 0 &&
+        strcmp(from, t->queue) == 0 && msg->body.len > t->max_payload)
+        e = tm_asprintf("invalid: body of %zu bytes exceeds max_payload "
+                        "(%zu bytes)", msg->body.len, t->max_payload);
+    else
+        e = tm_asprintf("dead-lettered by RabbitMQ (%s in '%s')",
+                        why ? why : "unknown reason", from ? from : "?");
+    tm_free(why);
+    tm_free(from);
+    return e;
+}
+
+/* dlq_fill makes the entry of a dead letter of task t. */
+static void dlq_fill(const struct tm_cfg_task *t, const amqp_message_t *msg,
+                     struct tm_dlq_entry *e)
 {
     const amqp_basic_properties_t *p = &msg->properties;
     const amqp_table_t *h = (p->_flags & AMQP_BASIC_HEADERS_FLAG)
@@ -367,33 +413,25 @@ static void dlq_fill(const amqp_message_t *msg, struct tm_dlq_entry *e)
         e->origin_id = tm_amqp_bytes_dup(p->message_id);
     e->task = tm_amqp_field_str(tm_amqp_table_get(h, "x-task"));
     e->error = tm_amqp_field_str(tm_amqp_table_get(h, "x-error"));
-    if (e->error == NULL) {
-        /* dead-lettered by RabbitMQ itself (x-dead-letter-exchange) */
-        char *why =
-            tm_amqp_field_str(tm_amqp_table_get(h, "x-first-death-reason"));
-        char *from =
-            tm_amqp_field_str(tm_amqp_table_get(h, "x-first-death-queue"));
-        e->error = tm_asprintf("dead-lettered by RabbitMQ (%s in '%s')",
-                               why ? why : "unknown reason",
-                               from ? from : "?");
-        tm_free(why);
-        tm_free(from);
-    }
     e->attempts =
         tm_amqp_field_int(tm_amqp_table_get(h, "x-attempts"), &x) == 0
             ? (long)x
             : 0;
+    if (e->error == NULL) {
+        /* dead-lettered by RabbitMQ itself (x-dead-letter-exchange) */
+        e->error = broker_death_error(t, msg, h);
+        if (strncmp(e->error, "invalid:", 8) == 0) {
+            e->attempts = 0; /* never run */
+            if (e->task == NULL)
+                e->task = tm_strdup(t->name);
+        }
+    }
     if (tm_amqp_field_int(tm_amqp_table_get(h, "x-failed-at"), &x) == 0) {
         e->failed_at = x;
     } else {
-        const amqp_field_value_t *death = tm_amqp_table_get(h, "x-death");
-        if (death != NULL && death->kind == AMQP_FIELD_KIND_ARRAY &&
-            death->value.array.num_entries > 0 &&
-            death->value.array.entries[0].kind == AMQP_FIELD_KIND_TABLE &&
-            tm_amqp_field_int(
-                tm_amqp_table_get(&death->value.array.entries[0].value.table,
-                                  "time"),
-                &x) == 0)
+        const amqp_table_t *last = last_death(h);
+        if (last != NULL &&
+            tm_amqp_field_int(tm_amqp_table_get(last, "time"), &x) == 0)
             e->failed_at = x * 1000;
         else if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
             e->failed_at = (int64_t)p->timestamp * 1000;
@@ -435,7 +473,7 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
             cap = cap ? cap * 2 : 64;
             v = tm_realloc(v, cap * sizeof *v);
         }
-        dlq_fill(&dm.msg, &v[k++]);
+        dlq_fill(t, &dm.msg, &v[k++]);
         amqp_destroy_message(&dm.msg);
         amqp_maybe_release_buffers(ab->cli);
     }

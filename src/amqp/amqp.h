@@ -88,6 +88,8 @@ enum {
  * out of rabbitmq-c's frame buffers: ids, properties taskmill republishes,
  * the user headers (in its own pool) and the NUL-terminated body. It
  * belongs to the tm_msg (bctx) until settle() takes it into a record.
+ * An oversized delivery (body_len > the task's max_payload) has no body
+ * storage: its body frames are counted and dropped as they arrive.
  */
 struct tm_amqp_delivery {
     struct tm_amqp_delivery *next; /* ready list */
@@ -96,6 +98,7 @@ struct tm_amqp_delivery {
     unsigned attempt;              /* this run: runs before it + 1 */
     int has_priority;
     uint8_t priority;
+    int oversized;                 /* body not kept: body is NULL */
     char *id;                      /* message_id, or one assigned */
     char *reply_to;                /* NULL when absent */
     char *correlation_id;          /* NULL when absent */

@@ -206,6 +206,9 @@ int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
     return 0;
 }
 
+static int reject_oversized(struct tm_amqp_task *at,
+                            const struct tm_amqp_delivery *d);
+
 /* delivery_start makes the delivery of the deliver + header frames. */
 static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
                                           const amqp_frame_t *f)
@@ -233,8 +236,11 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
     }
     if (size >= SIZE_MAX / 2)
         return NULL;
+    /* a body over max_payload is never held: its frames are dropped as
+     * they come (one frame, at most TM_AMQP_FRAME_MAX bytes, at a time) */
+    int oversized = size > at->cfg->max_payload;
     size_t need = mid.len + 1 + rto.len + 1 + cid.len + 1 + cty.len + 1 +
-                  (size_t)size + 1;
+                  (oversized ? 0 : (size_t)size + 1);
     /* the body is written by the body frames: no need to zero it */
     struct tm_amqp_delivery *d = tm_malloc(sizeof *d + need);
     memset(d, 0, sizeof *d);
@@ -258,7 +264,8 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
         d->correlation_id = NULL;
     if (cty.len == 0)
         d->content_type = NULL;
-    d->body = w;
+    d->oversized = oversized;
+    d->body = oversized ? NULL : w;
     d->body_len = (size_t)size;
     d->tag = at->dlv_tag;
     d->gen = at->gen;
@@ -291,15 +298,17 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
 }
 
 /* delivery_done takes the delivery whose body is complete: to the ready
- * list, or back to RabbitMQ after wake(). Returns -1 when the connection
- * failed. */
+ * list, or back to RabbitMQ after wake(), or to the dead-letter queue
+ * when it is oversized. Returns -1 when the connection failed. */
 static int delivery_done(struct tm_amqp_task *at)
 {
     struct tm_amqp_delivery *d = at->partial;
     int err = 0;
     at->partial = NULL;
     at->dlv_state = 0;
-    if (at->stopped) {
+    if (d->oversized) {
+        err = reject_oversized(at, d) != 0;
+    } else if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
         tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
     } else {
@@ -385,7 +394,8 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
                             "body longer than announced");
                 return -1;
             }
-            memcpy(d->body + d->body_got, b->bytes, b->len);
+            if (!d->oversized)
+                memcpy(d->body + d->body_got, b->bytes, b->len);
             d->body_got += b->len;
             if (d->body_got == d->body_len)
                 return delivery_done(at);
@@ -414,8 +424,14 @@ static int pump(struct tm_amqp_task *at)
                         amqp_error_string2(rc));
             return -1;
         }
+        int body = f.frame_type == AMQP_FRAME_BODY;
+        amqp_channel_t ch = f.channel;
         if (on_frame(at, &f) != 0)
             return -1;
+        /* a body frame is copied or dropped by now: its buffer goes back
+         * at once, so that a large body never piles up in rabbitmq-c */
+        if (body)
+            amqp_maybe_release_buffers_on_channel(c, ch);
     }
     amqp_maybe_release_buffers(c);
     return 0;
@@ -451,6 +467,28 @@ static void floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
     k->n -= drop;
     /* invariant: every tag left above the floor is beyond floor + 1 */
     assert(k->n == 0 || k->above[0] > k->floor + 1);
+}
+
+/* reject_oversized dead-letters a delivery whose body exceeds the task's
+ * max_payload, unread: basic.reject without requeue makes RabbitMQ move
+ * the original, body intact, to the dead-letter queue through the
+ * queue's dead-letter exchange (x-death: reason "rejected"; `dlq list`
+ * names the cause from the body's size). Returns -1 when the connection
+ * failed (at->errstr). */
+static int reject_oversized(struct tm_amqp_task *at,
+                            const struct tm_amqp_delivery *d)
+{
+    tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, at->cfg->name, d->id,
+                 "invalid: body of %zu bytes exceeds max_payload (%zu "
+                 "bytes); dead-lettered unread", d->body_len,
+                 at->cfg->max_payload);
+    if (amqp_basic_reject(at->conn, TM_AMQP_CH_CONSUME, d->tag,
+                          /* requeue = */ 0) != AMQP_STATUS_OK) {
+        tm_snprintf(at->errstr, sizeof at->errstr, "basic.reject failed");
+        return -1;
+    }
+    floor_add(&at->acks, &d->tag, 1);
+    return 0;
 }
 
 /*
