@@ -29,7 +29,7 @@
 
 /* Heartbeat of the consuming connections, in seconds. rabbitmq-c sends
  * one when nothing else was sent for this long; RabbitMQ drops a
- * connection silent for two intervals, and so does tm_amqp_pump. */
+ * connection silent for two intervals, and so do the pumps. */
 #define TM_AMQP_HEARTBEAT_S 30
 
 #define TM_AMQP_FRAME_MAX 131072
@@ -337,6 +337,10 @@ int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
 void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
                            struct tm_amqp_recvec *done);
 void tm_amqp_publisher_close(struct tm_amqp_publisher *pc);
+uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
+                          struct tm_amqp_pub *p, const char *rk,
+                          const amqp_basic_properties_t *props,
+                          const char *body, size_t len, int mandatory);
 
 /* ---- settle.c: settlement ---- */
 void tm_amqp_rec_clear(struct tm_amqp_rec *r);
@@ -350,10 +354,6 @@ uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
                                struct tm_amqp_rec *r);
 uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
                                const struct tm_amqp_rec *r);
-uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
-                          struct tm_amqp_pub *p, const char *rk,
-                          const amqp_basic_properties_t *props,
-                          const char *body, size_t len, int mandatory);
 void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
                               struct tm_amqp_recvec *done);
 size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);

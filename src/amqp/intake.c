@@ -100,11 +100,12 @@ void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what)
     tm_amqp_conn_reset(at);
 }
 
-/* ab_consume sets the prefetch and starts the task's consumer (manual
+/* start_consumer sets the prefetch and starts the task's consumer (manual
  * acks) on c; its consumer tag is written to ctag (TM_AMQP_SHORTSTR_MAX + 1
  * bytes). */
-static int ab_consume(const struct tm_amqp_task *at, amqp_connection_state_t c,
-                      char *ctag, char *buf, size_t size)
+static int start_consumer(const struct tm_amqp_task *at,
+                          amqp_connection_state_t c, char *ctag, char *buf,
+                          size_t size)
 {
     const struct tm_cfg_task *t = at->cfg;
     char eb[256], tag[TM_AMQP_SHORTSTR_MAX + 1];
@@ -157,7 +158,7 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
     if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
         tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
         tm_amqp_declare(c, TM_AMQP_CH_ADMIN, t, buf, size, perm) != 0 ||
-        ab_consume(at, c, ctag, buf, size) != 0) {
+        start_consumer(at, c, ctag, buf, size) != 0) {
         tm_amqp_drop(c);
         return NULL;
     }
@@ -406,9 +407,10 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
 
 /*
  * pump reads every frame available now without blocking, and handles
- * each: deliveries go to the ready list. It also lets rabbitmq-c send a heartbeat when one is due and
- * notice a broker silent for two heartbeats (a 1 us timeout rather than
- * 0 keeps that check alive). Returns -1 when the connection failed.
+ * each: deliveries go to the ready list. It also lets rabbitmq-c send a
+ * heartbeat when one is due and notice a broker silent for two
+ * heartbeats (a 1 us timeout rather than 0 keeps that check alive).
+ * Returns -1 when the connection failed.
  */
 static int pump(struct tm_amqp_task *at)
 {
@@ -567,7 +569,7 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
 static int resume_consuming(struct tm_amqp_task *at)
 {
     char ctag[TM_AMQP_SHORTSTR_MAX + 1];
-    if (ab_consume(at, at->conn, ctag, at->errstr, sizeof at->errstr) != 0)
+    if (start_consumer(at, at->conn, ctag, at->errstr, sizeof at->errstr) != 0)
         return -1;
     tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s", ctag);
     at->stopped = 0;

@@ -357,28 +357,41 @@ static int prepare_retry(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
     return 0;
 }
 
-/* send_pending publishes every copy not sent on this connection yet.
- * Records whose consuming connection is gone are dropped first: RabbitMQ
- * delivers their messages again. Returns -1 when the connection failed
- * (pc->errstr). */
-static int send_pending(struct tm_amqp_publisher *pc)
+/* drop_stale drops the records whose consuming connection is gone: their
+ * originals can no longer be acknowledged, and RabbitMQ delivers those
+ * messages again (a copy already sent then arrives a second time). */
+static void drop_stale(struct tm_amqp_publisher *pc)
 {
     struct tm_amqp_recvec *out = &pc->out;
-    size_t k = 0;
+    size_t k = 0, stale = 0;
     for (size_t i = 0; i < out->n; i++) {
         struct tm_amqp_rec *r = &out->v[i];
-        int unsent = (copy_needed(r) && !r->returned && r->seq == 0) ||
-                     (tm_amqp_needs_reply(r) && r->rseq == 0 &&
-                      r->rst == TM_AMQP_WAITING);
-        if (unsent && task_gen(pc->ab, r->task) != r->gen) {
+        if (task_gen(pc->ab, r->task) != r->gen) {
             tm_amqp_rec_clear(r);
+            stale++;
             continue;
         }
         out->v[k++] = *r;
     }
     out->n = k;
+    if (stale > 0)
+        tm_log_write(TM_LOG_DEBUG, TM_AMQP_SRC, NULL, NULL,
+                     "%zu settlement(s) dropped: their connection was lost "
+                     "and RabbitMQ delivers those messages again", stale);
+}
+
+/* send_pending publishes every copy not sent on this connection yet.
+ * Returns -1 when the connection failed (pc->errstr). */
+static int send_pending(struct tm_amqp_publisher *pc)
+{
+    struct tm_amqp_recvec *out = &pc->out;
     for (size_t i = 0; i < out->n; i++) {
         struct tm_amqp_rec *r = &out->v[i];
+        /* first: a retry impossible becomes a dead letter, which
+         * answers a request */
+        if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
+            prepare_retry(pc, r) != 0)
+            return -1;
         if (tm_amqp_needs_reply(r) && r->rseq == 0 &&
             r->rst == TM_AMQP_WAITING) {
             if (!pc->replies.open) {
@@ -392,9 +405,6 @@ static int send_pending(struct tm_amqp_publisher *pc)
             if (r->rseq == 0)
                 return -1;
         }
-        if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
-            prepare_retry(pc, r) != 0)
-            return -1;
         if (copy_needed(r) && !r->returned && r->seq == 0) {
             r->cst = TM_AMQP_WAITING;
             r->seq = r->settle == TM_SETTLE_DEAD
@@ -470,6 +480,7 @@ static int outstanding(const struct tm_amqp_publisher *pc)
 void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
                            struct tm_amqp_recvec *done)
 {
+    drop_stale(pc);
     if (pc->conn == NULL) {
         if (pc->out.n == 0 || tm_amqp_publisher_connect(pc) != 0)
             return;

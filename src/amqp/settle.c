@@ -1,6 +1,8 @@
 /* amqp/settle.c - RabbitMQ settlement: acks, retries, dead letters. */
 #include "amqp.h"
 
+#include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -31,6 +33,7 @@ void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
     rv->v[rv->n++] = *r;
 }
 
+/* tm_amqp_recvec_clear frees every record of rv and empties it. */
 void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv)
 {
     for (size_t i = 0; i < rv->n; i++)
@@ -43,8 +46,10 @@ static unsigned rec_attempts(const struct tm_amqp_rec *r)
     return r->outcome == TM_OUT_INVALID ? 0u : r->attempt;
 }
 
-/* publish_dead sends the dead-letter copy: the original body and
- * properties, a new message id, and the failure headers. */
+/* tm_amqp_publish_dead sends the dead-letter copy on the publishing
+ * connection: the original body and properties, a new message id, and
+ * the failure headers. Returns its confirm sequence, 0 when the
+ * connection failed (pc->errstr). */
 uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
                               struct tm_amqp_rec *r)
 {
@@ -74,8 +79,9 @@ uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
     return seq;
 }
 
-/* publish_retry sends the retry copy to the retry queue rk, expiring
- * after the delay, with the count of runs so far. */
+/* tm_amqp_publish_retry sends the retry copy to the retry queue r->rk,
+ * expiring after the delay, with the count of runs so far. Returns its
+ * confirm sequence, 0 when the connection failed. */
 uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
                                struct tm_amqp_rec *r)
 {
@@ -135,8 +141,9 @@ static char *reply_body(const struct tm_amqp_publisher *pc,
     return s;
 }
 
-/* publish_reply answers a request on the reply channel (not mandatory:
- * a requester that went away just misses its answer). */
+/* tm_amqp_publish_reply answers a request on the reply channel (not
+ * mandatory: a requester that went away just misses its answer). Returns
+ * its confirm sequence, 0 when the connection failed. */
 uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
                               const struct tm_amqp_rec *r)
 {
@@ -158,14 +165,17 @@ uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
     size_t len;
     int owned;
     char *body = reply_body(pc, r, &len, &owned);
-    uint64_t seq = tm_amqp_pub_send(pc, &pc->replies, d->reply_to, &p, body, len,
-                            /* mandatory = */ 0);
+    uint64_t seq =
+        tm_amqp_pub_send(pc, &pc->replies, d->reply_to, &p, body, len,
+                         /* mandatory = */ 0);
     if (owned)
         cJSON_free(body);
     tm_free(h.e);
     return seq;
 }
 
+/* tm_amqp_needs_reply says whether r answers a request: a success or a
+ * final failure of a message with reply_to and correlation_id. */
 int tm_amqp_needs_reply(const struct tm_amqp_rec *r)
 {
     return r->d != NULL && r->d->reply_to != NULL &&
@@ -173,6 +183,15 @@ int tm_amqp_needs_reply(const struct tm_amqp_rec *r)
            (r->settle == TM_SETTLE_ACK || r->settle == TM_SETTLE_DEAD);
 }
 
+
+/* rec_task_cmp orders records by task, then by delivery tag. */
+static int rec_task_cmp(const void *a, const void *b)
+{
+    const struct tm_amqp_rec *x = a, *y = b;
+    if (x->task != y->task)
+        return x->task < y->task ? -1 : 1;
+    return x->tag < y->tag ? -1 : x->tag > y->tag;
+}
 
 /*
  * tm_amqp_settle_originals settles, on each task's consume channel, the
@@ -184,13 +203,16 @@ int tm_amqp_needs_reply(const struct tm_amqp_rec *r)
 void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
                               struct tm_amqp_recvec *done)
 {
-    for (size_t ti = 0; ti < ab->ntasks && done->n > 0; ti++) {
+    /* one run of records per task */
+    qsort(done->v, done->n, sizeof *done->v, rec_task_cmp);
+    for (size_t lo = 0, hi; lo < done->n; lo = hi) {
+        size_t ti = done->v[lo].task;
+        hi = lo + 1;
+        while (hi < done->n && done->v[hi].task == ti)
+            hi++;
+        assert(ti < ab->ntasks);
         struct tm_amqp_task *at = &ab->tasks[ti];
-        size_t na = 0, nn = 0, stale = 0, mine = 0;
-        for (size_t i = 0; i < done->n; i++)
-            mine += done->v[i].task == ti;
-        if (mine == 0)
-            continue;
+        size_t na = 0, nn = 0, stale = 0, mine = hi - lo;
         pthread_mutex_lock(&at->io_mu);
         if (mine > at->tagcap) {
             at->tagcap = mine * 2;
@@ -198,10 +220,8 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
             at->ntags = tm_realloc(at->ntags,
                                    at->tagcap * sizeof *at->ntags);
         }
-        for (size_t i = 0; i < done->n; i++) {
+        for (size_t i = lo; i < hi; i++) {
             const struct tm_amqp_rec *r = &done->v[i];
-            if (r->task != ti)
-                continue;
             if (at->conn == NULL || r->gen != at->gen)
                 stale++;
             else if (r->requeue)

@@ -15,7 +15,9 @@ QF=$AQ.fail
 NJ=200
 NF=20
 PREFETCH=8
-HOLD_S=12 # longer than two publisher confirm timeouts (5 s)
+# how long the alarm lasts: longer than two publisher confirm timeouts
+# (5 s); TM_ALARM_HOLD_S=75 also outlasts two heartbeat intervals
+HOLD_S=${TM_ALARM_HOLD_S:-12}
 write_amqp_config "$CONF" pool_size=4 <<YAML
 tasks:
   journal: { plugin: journal.so, queue: $QJ, prefetch: 8, config: { path: $JOURNAL } }
