@@ -203,6 +203,8 @@ static int rec_task_cmp(const void *a, const void *b)
 void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
                               struct tm_amqp_recvec *done)
 {
+    if (done->n == 0)
+        return; /* done->v may be NULL: qsort wants an array */
     /* one run of records per task */
     qsort(done->v, done->n, sizeof *done->v, rec_task_cmp);
     for (size_t lo = 0, hi; lo < done->n; lo = hi) {
