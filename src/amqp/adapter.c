@@ -1,6 +1,7 @@
 /* amqp/adapter.c - the RabbitMQ adapter: its vtable and lifecycle. */
 #include "amqp.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -9,6 +10,15 @@
 #include "util.h"
 
 static void ab_destroy(struct tm_broker *b);
+
+/* tm_amqp_node returns the node a new connection goes to. With one node,
+ * that one; choosing among a cluster's nodes (and moving on after a
+ * failure) belongs here. */
+const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab)
+{
+    assert(ab->nnodes > 0);
+    return &ab->nodes[0];
+}
 
 static struct tm_broker *ab_create(const struct tm_cfg *cfg)
 {
@@ -19,7 +29,9 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
     ab->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *ab->tasks);
     atomic_init(&ab->ndown, (int)cfg->ntasks);
     pthread_mutex_init(&ab->depth_mu, NULL);
-    tm_amqp_publisher_init(&ab->pub, ab);
+    ab->nodes = &cfg->url;
+    ab->nnodes = 1;
+    tm_amqp_publisher_init(&ab->pub, ab, &ab->nodes[0]);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         at->ab = ab;

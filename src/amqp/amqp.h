@@ -189,6 +189,7 @@ struct tm_amqp_broker;
  */
 struct tm_amqp_publisher {
     struct tm_amqp_broker *ab;
+    const struct tm_url *node;    /* the node it publishes to */
     amqp_connection_state_t conn; /* NULL while down */
     uint64_t gen;                 /* connection generation, from 1 */
     int blocked;                  /* connection.blocked in force */
@@ -254,7 +255,11 @@ struct tm_amqp_broker {
     atomic_int ndown;             /* tasks without a connection */
     atomic_int ever_up;
     atomic_ullong gens;
-    /* the publishing connection (settle thread) */
+    /* the broker's nodes (borrowed from the configuration): one URL
+     * today; a cluster's several nodes go here */
+    const struct tm_url *nodes;
+    size_t nnodes;
+    /* the publishing connection (settle thread), to nodes[0] */
     struct tm_amqp_publisher pub;
     struct tm_amqp_recvec done;   /* settle thread: originals to settle */
     /* the CLI connection (publish, request, dlq): one thread */
@@ -281,8 +286,10 @@ int tm_amqp_channel_error(amqp_rpc_reply_t r);
 int tm_amqp_channel_closed_ok(amqp_connection_state_t c, amqp_channel_t ch);
 struct timeval tm_amqp_tv_ms(int64_t ms);
 amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
+                                     const struct tm_url *u,
                                      const char *role, int heartbeat,
                                      char *buf, size_t size);
+const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab);
 int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
                     int confirm, char *buf, size_t size);
 void tm_amqp_close(amqp_connection_state_t c);
@@ -332,7 +339,8 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
 
 /* ---- publish.c: the publishing connection ---- */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab);
+                            struct tm_amqp_broker *ab,
+                            const struct tm_url *node);
 int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
 void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
                            struct tm_amqp_recvec *done);

@@ -119,18 +119,18 @@ void tm_amqp_close(amqp_connection_state_t c)
 }
 
 /*
- * tm_amqp_open connects and logs in to the broker of cfg->url: TCP or TLS
- * (amqps://, verifying the peer against the system CA bundle unless
+ * tm_amqp_open connects and logs in to broker node u (borrowed): TCP or
+ * TLS (amqps://, verifying the peer against the system CA bundle unless
  * TASKMILL_AMQP_CACERT names another, or TASKMILL_AMQP_TLS_VERIFY=0),
  * user and password guest/guest when the URL has none. role names the
  * connection in RabbitMQ's management UI. heartbeat in seconds, 0 none.
  * Returns the connection, or NULL with the reason in buf.
  */
 amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
-                                       const char *role, int heartbeat,
-                                       char *buf, size_t size)
+                                     const struct tm_url *u,
+                                     const char *role, int heartbeat,
+                                     char *buf, size_t size)
 {
-    const struct tm_url *u = &ab->base.cfg->url;
     char eb[256];
     amqp_connection_state_t c = amqp_new_connection();
     if (c == NULL) {

@@ -151,8 +151,8 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
     char role[300];
     *perm = 0;
     tm_snprintf(role, sizeof role, "task %s", t->name);
-    amqp_connection_state_t c =
-        tm_amqp_open(at->ab, role, TM_AMQP_HEARTBEAT_S, buf, size);
+    amqp_connection_state_t c = tm_amqp_open(
+        at->ab, tm_amqp_node(at->ab), role, TM_AMQP_HEARTBEAT_S, buf, size);
     if (c == NULL)
         return NULL;
     if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||

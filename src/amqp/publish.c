@@ -15,11 +15,15 @@
 #define PUB_BACKOFF_MIN_MS 500
 #define PUB_BACKOFF_MAX_MS 8000
 
+/* tm_amqp_publisher_init prepares the publishing connection to node
+ * (borrowed); it is opened on first use. */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab)
+                            struct tm_amqp_broker *ab,
+                            const struct tm_url *node)
 {
     memset(pc, 0, sizeof *pc);
     pc->ab = ab;
+    pc->node = node;
     pc->copies.ch = TM_AMQP_PCH_COPY;
     pc->replies.ch = TM_AMQP_PCH_REPLY;
     pc->backoff_ms = PUB_BACKOFF_MIN_MS;
@@ -92,8 +96,8 @@ int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc)
         return 0;
     if (tm_now_ms() < pc->retry_at)
         return -1;
-    amqp_connection_state_t c =
-        tm_amqp_open(pc->ab, "publish", TM_AMQP_HEARTBEAT_S, eb, sizeof eb);
+    amqp_connection_state_t c = tm_amqp_open(
+        pc->ab, pc->node, "publish", TM_AMQP_HEARTBEAT_S, eb, sizeof eb);
     if (c != NULL && (tm_amqp_channel(c, TM_AMQP_PCH_COPY, 1, eb,
                                       sizeof eb) != 0 ||
                       tm_amqp_channel(c, TM_AMQP_PCH_ADMIN, 0, eb,
