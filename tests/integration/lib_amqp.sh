@@ -12,7 +12,8 @@
 #
 # Adds: write_amqp_config, rabbitctl (rabbitmqctl on the test node), and
 # amqptool, a tiny raw AMQP client compiled once per run: ready counts,
-# bulk publishing, a direct reply-to RPC client, plain declarations.
+# bulk publishing, one large message, a direct reply-to RPC client, plain
+# declarations.
 
 : "${TEST_DIR:?lib_amqp.sh is sourced after lib.sh}"
 declare -F start_daemon >/dev/null || {
@@ -198,6 +199,35 @@ int main(int argc, char **argv)
                 printf("%s\n", id);
         }
         wait_confirms(n);
+    } else if (strcmp(cmd, "big") == 0 && argc >= 6) {
+        /* big QUEUE BYTES ID: one JSON message of exactly BYTES bytes
+         * ({"pad":"xxx..."}) with message id ID, confirmed */
+        size_t n = strtoul(argv[4], NULL, 10);
+        if (n < 16) {
+            fprintf(stderr, "amqptool: big: at least 16 bytes\n");
+            return 2;
+        }
+        char *body = malloc(n);
+        if (body == NULL)
+            return 1;
+        memset(body, 'x', n);
+        memcpy(body, "{\"pad\":\"", 8);
+        memcpy(body + n - 2, "\"}", 2);
+        amqp_confirm_select(c, 1);
+        check(amqp_get_rpc_reply(c), "confirm.select");
+        amqp_basic_properties_t p;
+        memset(&p, 0, sizeof p);
+        p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG;
+        p.delivery_mode = 2;
+        p.message_id = amqp_cstring_bytes(argv[5]);
+        amqp_bytes_t b = {n, body};
+        if (amqp_basic_publish(c, 1, amqp_empty_bytes,
+                               amqp_cstring_bytes(queue), 1, 0, &p, b) != 0) {
+            fprintf(stderr, "amqptool: publish failed\n");
+            return 1;
+        }
+        wait_confirms(1);
+        free(body);
     } else if (strcmp(cmd, "rpc") == 0 && argc >= 6) {
         /* rpc QUEUE BODY SECONDS: request with direct reply-to */
         amqp_basic_consume(c, 1, amqp_cstring_bytes("amq.rabbitmq.reply-to"),

@@ -152,7 +152,7 @@ fi
 export REDIS_PORT
 echo "# binary: $TM_BUILD/taskmill$( ((SANITIZED)) && echo ' (ASan+UBSan)')"
 
-# ---- RabbitMQ: BEGIN (maintained with src/broker_amqp.c) -----------------
+# ---- RabbitMQ: BEGIN (maintained with src/amqp/) --------------------------
 # One rabbitmq-server per run, started only when a test_amqp_* test is
 # selected: loopback, free AMQP, distribution and epmd ports, node
 # taskmill-test-$$@localhost, data, logs, config and Erlang cookie (HOME) in

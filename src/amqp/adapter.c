@@ -1,0 +1,161 @@
+/* amqp/adapter.c - the RabbitMQ adapter: its vtable and lifecycle. */
+#include "amqp.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+static void ab_destroy(struct tm_broker *b);
+
+/* tm_amqp_node returns the node a new connection goes to. With one node,
+ * that one; choosing among a cluster's nodes (and moving on after a
+ * failure) belongs here. */
+const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab)
+{
+    assert(ab->nnodes > 0);
+    return &ab->nodes[0];
+}
+
+static struct tm_broker *ab_create(const struct tm_cfg *cfg)
+{
+    struct tm_amqp_broker *ab = tm_calloc(1, sizeof *ab);
+    ab->base.ops = &tm_broker_amqp_ops;
+    ab->base.cfg = cfg;
+    ab->ntasks = cfg->ntasks;
+    ab->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *ab->tasks);
+    atomic_init(&ab->ndown, (int)cfg->ntasks);
+    pthread_mutex_init(&ab->depth_mu, NULL);
+    ab->nodes = &cfg->url;
+    ab->nnodes = 1;
+    tm_amqp_publisher_init(&ab->pub, ab, &ab->nodes[0]);
+    for (size_t i = 0; i < cfg->ntasks; i++) {
+        struct tm_amqp_task *at = &ab->tasks[i];
+        at->ab = ab;
+        at->cfg = &cfg->tasks[i];
+        at->index = i;
+        at->counted_down = 1;
+        pthread_mutex_init(&at->io_mu, NULL);
+        at->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (at->efd < 0) {
+            char eb[TM_STRERRNO_BUF];
+            tm_log_err(TM_AMQP_SRC, "eventfd: %s",
+                       tm_strerror(errno, eb, sizeof eb));
+            ab->ntasks = i + 1;
+            ab_destroy(&ab->base);
+            return NULL;
+        }
+    }
+    return &ab->base;
+}
+
+static void ab_destroy(struct tm_broker *b)
+{
+    if (b == NULL)
+        return;
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    /* what settlement is left is still done before leaving: copies
+     * confirmed (unless publishing is blocked), then their originals */
+    tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
+    tm_amqp_settle_originals(ab, &ab->done);
+    tm_amqp_publisher_close(&ab->pub);
+    tm_free(ab->done.v);
+    for (size_t i = 0; i < ab->ntasks; i++) {
+        struct tm_amqp_task *at = &ab->tasks[i];
+        pthread_mutex_lock(&at->io_mu);
+        if (at->conn != NULL)
+            tm_amqp_close(at->conn);
+        at->conn = NULL;
+        tm_amqp_conn_reset(at);
+        tm_free(at->acks.above);
+        tm_free(at->tags);
+        tm_free(at->ntags);
+        pthread_mutex_unlock(&at->io_mu);
+        pthread_mutex_destroy(&at->io_mu);
+        if (at->efd >= 0)
+            close(at->efd);
+    }
+    pthread_mutex_lock(&ab->depth_mu);
+    tm_amqp_close(ab->dconn);
+    ab->dconn = NULL;
+    pthread_mutex_unlock(&ab->depth_mu);
+    pthread_mutex_destroy(&ab->depth_mu);
+    tm_amqp_close(ab->cli);
+    tm_free(ab->tasks);
+    tm_free(ab);
+}
+
+/* ab_wake makes blocked fetch calls return, and cancels the consumers:
+ * intake is stopping (shutdown, or a reload handing over to a new
+ * configuration), and deliveries not handed over yet go back to RabbitMQ
+ * at once. Running work is still settled afterwards. */
+static void ab_wake(struct tm_broker *b)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    atomic_fetch_add(&ab->wake_seq, 1);
+    for (size_t i = 0; i < ab->ntasks; i++) {
+        struct tm_amqp_task *at = &ab->tasks[i];
+        tm_amqp_signal_intake(at);
+        pthread_mutex_lock(&at->io_mu);
+        if (at->conn != NULL && tm_amqp_stop_consuming(at) != 0)
+            tm_amqp_conn_lost(at, "stop");
+        pthread_mutex_unlock(&at->io_mu);
+    }
+}
+
+static int64_t ab_tick_ms(struct tm_broker *b)
+{
+    (void)b;
+    return 1000;
+}
+
+static int ab_connect_all(struct tm_broker *b)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    for (size_t i = 0; i < ab->ntasks; i++) {
+        struct tm_amqp_task *at = &ab->tasks[i];
+        int perm = 0, rc = 0;
+        pthread_mutex_lock(&at->io_mu);
+        if (at->conn != NULL)
+            tm_amqp_serve(at, "connect"); /* still alive? */
+        if (at->conn == NULL)
+            rc = tm_amqp_task_connect(at, &perm);
+        if (rc != 0)
+            tm_broker_set_error(b, perm ? EINVAL : ECONNREFUSED, "%s",
+                                at->errstr);
+        pthread_mutex_unlock(&at->io_mu);
+        if (rc != 0)
+            return -1;
+    }
+    /* the publishing connection: dead letters, retries, replies */
+    if (ab->ntasks > 0 && tm_amqp_publisher_connect(&ab->pub) != 0) {
+        tm_broker_set_error(b, ECONNREFUSED, "%s", ab->pub.errstr);
+        return -1;
+    }
+    if (ab->ntasks == 0) {
+        atomic_store(&ab->base.up, 1);
+        atomic_store(&ab->ever_up, 1);
+    }
+    return 0;
+}
+
+const struct tm_broker_ops tm_broker_amqp_ops = {
+    .kind = "amqp",
+    .create = ab_create,
+    .connect = ab_connect_all,
+    .fetch = tm_amqp_fetch,
+    .settle = tm_amqp_settle,
+    .wake = ab_wake,
+    .tick = tm_amqp_tick,
+    .tick_ms = ab_tick_ms,
+    .publish = tm_amqp_publish,
+    .dlq_list = tm_amqp_dlq_list,
+    .dlq_replay = tm_amqp_dlq_replay,
+    .dlq_purge = tm_amqp_dlq_purge,
+    .destroy = ab_destroy,
+    .depth = tm_amqp_depth,
+    .request = tm_amqp_request,
+};

@@ -1,0 +1,697 @@
+/* amqp/admin.c - RabbitMQ CLI and monitoring: publish, request, dlq, depth. */
+#include "amqp.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+static int cli_ready(struct tm_amqp_broker *ab)
+{
+    char eb[512];
+    if (ab->cli != NULL)
+        return 0;
+    amqp_connection_state_t c =
+        tm_amqp_open(ab, tm_amqp_node(ab), "cli", 0, eb, sizeof eb);
+    if (c == NULL) {
+        tm_broker_set_error(&ab->base, ECONNREFUSED, "%s", eb);
+        return -1;
+    }
+    if (tm_amqp_channel(c, TM_AMQP_CLI_PUB, 1, eb, sizeof eb) != 0 ||
+        tm_amqp_channel(c, TM_AMQP_CLI_GET, 0, eb, sizeof eb) != 0) {
+        tm_broker_set_error(&ab->base, EIO, "%s", eb);
+        tm_amqp_drop(c);
+        return -1;
+    }
+    ab->cli = c;
+    ab->cli_seq = 0;
+    return 0;
+}
+
+static void cli_lost(struct tm_amqp_broker *ab)
+{
+    tm_amqp_drop(ab->cli);
+    ab->cli = NULL;
+}
+
+static int cli_declare(struct tm_amqp_broker *ab, const struct tm_cfg_task *t)
+{
+    char eb[768];
+    int perm = 0;
+    if (cli_ready(ab) != 0)
+        return -1;
+    if (tm_amqp_declare(ab->cli, TM_AMQP_CLI_GET, t, eb, sizeof eb, &perm) !=
+        0) {
+        tm_broker_set_error(&ab->base, perm ? EINVAL : EIO, "%s", eb);
+        cli_lost(ab);
+        return -1;
+    }
+    return 0;
+}
+
+/* struct cli_wait is what the CLI waits for: a publisher confirm, and
+ * the reply to a request. */
+struct cli_wait {
+    uint64_t seq;          /* 0: no confirm awaited */
+    int confirm;           /* TM_AMQP_WAITING, TM_AMQP_ACKED, TM_AMQP_NACKED */
+    int returned;
+    char ret_text[128];
+    const char *corr;      /* NULL: no reply awaited */
+    char *reply;           /* the reply's body (owned) */
+    char outcome[32];      /* its x-outcome header */
+};
+
+/* cli_wait reads frames until w is satisfied or deadline (monotonic ms)
+ * passes. Returns 0, or -1 (b->err ETIMEDOUT on a timeout). */
+static int cli_wait(struct tm_amqp_broker *ab, int64_t deadline,
+                    struct cli_wait *w)
+{
+    amqp_connection_state_t c = ab->cli;
+    for (;;) {
+        if ((w->seq == 0 || w->confirm != TM_AMQP_WAITING) &&
+            (w->corr == NULL || w->reply != NULL))
+            return 0;
+        int64_t left = deadline - tm_now_ms();
+        if (left <= 0) {
+            tm_broker_set_error(&ab->base, ETIMEDOUT, "timed out");
+            return -1;
+        }
+        struct timeval tv = tm_amqp_tv_ms(left);
+        amqp_frame_t f;
+        int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
+        if (rc == AMQP_STATUS_TIMEOUT)
+            continue;
+        if (rc != AMQP_STATUS_OK) {
+            tm_broker_set_error(&ab->base, EIO, "%s",
+                                amqp_error_string2(rc));
+            cli_lost(ab);
+            return -1;
+        }
+        if (f.frame_type != AMQP_FRAME_METHOD)
+            continue; /* the content of a returned message */
+        const amqp_method_t *m = &f.payload.method;
+        switch (m->id) {
+        case AMQP_BASIC_ACK_METHOD: {
+            const amqp_basic_ack_t *x = m->decoded;
+            if (f.channel == TM_AMQP_CLI_PUB &&
+                (x->delivery_tag == w->seq ||
+                 (x->multiple && x->delivery_tag >= w->seq)))
+                w->confirm = TM_AMQP_ACKED;
+            break;
+        }
+        case AMQP_BASIC_NACK_METHOD: {
+            const amqp_basic_nack_t *x = m->decoded;
+            if (f.channel == TM_AMQP_CLI_PUB &&
+                (x->delivery_tag == w->seq ||
+                 (x->multiple && x->delivery_tag >= w->seq)))
+                w->confirm = TM_AMQP_NACKED;
+            break;
+        }
+        case AMQP_BASIC_RETURN_METHOD: {
+            const amqp_basic_return_t *x = m->decoded;
+            w->returned = 1;
+            tm_snprintf(w->ret_text, sizeof w->ret_text, "%u %.*s",
+                        x->reply_code, (int)x->reply_text.len,
+                        (const char *)x->reply_text.bytes);
+            break;
+        }
+        case AMQP_BASIC_DELIVER_METHOD: {
+            amqp_message_t msg;
+            amqp_rpc_reply_t r = amqp_read_message(c, f.channel, &msg, 0);
+            if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+                char eb[256];
+                tm_broker_set_error(&ab->base, EIO, "reading a reply: %s",
+                                    tm_amqp_strerror(r, eb, sizeof eb));
+                cli_lost(ab);
+                return -1;
+            }
+            const amqp_basic_properties_t *p = &msg.properties;
+            if (w->corr != NULL && w->reply == NULL &&
+                (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) &&
+                p->correlation_id.len == strlen(w->corr) &&
+                memcmp(p->correlation_id.bytes, w->corr,
+                       p->correlation_id.len) == 0) {
+                w->reply = tm_amqp_bytes_dup(msg.body);
+                char *o = NULL;
+                if (p->_flags & AMQP_BASIC_HEADERS_FLAG)
+                    o = tm_amqp_field_str(
+                        tm_amqp_table_get(&p->headers, "x-outcome"));
+                tm_snprintf(w->outcome, sizeof w->outcome, "%s",
+                            o != NULL ? o : "success");
+                tm_free(o);
+            }
+            amqp_destroy_message(&msg);
+            break;
+        }
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD: {
+            amqp_rpc_reply_t r;
+            memset(&r, 0, sizeof r);
+            r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
+            r.reply = *m;
+            char eb[256];
+            tm_broker_set_error(&ab->base, EIO, "%s",
+                                tm_amqp_strerror(r, eb, sizeof eb));
+            cli_lost(ab);
+            return -1;
+        }
+        default:
+            break;
+        }
+        amqp_maybe_release_buffers(c);
+    }
+}
+
+/* cli_publish publishes on the CLI's confirm channel through the default
+ * exchange and waits for the confirm. With w, the caller's wait state is
+ * used (and may also wait for a reply). */
+static int cli_publish(struct tm_amqp_broker *ab, const char *rk,
+                       const amqp_basic_properties_t *props,
+                       const char *body, size_t len, struct cli_wait *w,
+                       int64_t deadline)
+{
+    struct cli_wait own;
+    if (w == NULL) {
+        memset(&own, 0, sizeof own);
+        w = &own;
+    }
+    amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
+    int rc = amqp_basic_publish(ab->cli, TM_AMQP_CLI_PUB, amqp_empty_bytes,
+                                amqp_cstring_bytes(rk), /* mandatory = */ 1,
+                                /* immediate = */ 0, props, b);
+    if (rc != AMQP_STATUS_OK) {
+        tm_broker_set_error(&ab->base, EIO, "basic.publish to '%s': %s", rk,
+                            amqp_error_string2(rc));
+        cli_lost(ab);
+        return -1;
+    }
+    w->seq = ++ab->cli_seq;
+    w->confirm = TM_AMQP_WAITING;
+    if (cli_wait(ab, deadline, w) != 0) {
+        if (ab->base.err == ETIMEDOUT && w->confirm == TM_AMQP_WAITING)
+            tm_broker_set_error(&ab->base, ETIMEDOUT, "no publisher "
+                                "confirm from RabbitMQ in time");
+        return -1;
+    }
+    if (w->confirm == TM_AMQP_NACKED) {
+        tm_broker_set_error(&ab->base, EIO, "RabbitMQ refused the message "
+                            "(basic.nack)");
+        return -1;
+    }
+    if (w->returned) {
+        tm_broker_set_error(&ab->base, EIO, "RabbitMQ could not route the "
+                            "message to queue '%s' (%s)", rk, w->ret_text);
+        return -1;
+    }
+    return 0;
+}
+
+int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *body, size_t len, int priority, char *id,
+                      size_t idlen)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    if (cli_declare(ab, t) != 0)
+        return -1;
+    char uuid[40];
+    tm_amqp_uuid(uuid, sizeof uuid);
+    amqp_basic_properties_t p;
+    tm_amqp_new_message_props(&p, t, priority, uuid);
+    if (cli_publish(ab, t->queue, &p, body, len, NULL,
+                    tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS) != 0)
+        return -1;
+    tm_snprintf(id, idlen, "%s", uuid);
+    return 0;
+}
+
+/*
+ * tm_amqp_request publishes a request with reply_to (an exclusive, auto-delete
+ * queue of this connection) and a correlation id, then waits up to
+ * timeout_ms for the answer.
+ */
+int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *body, size_t len, int priority,
+                      int64_t timeout_ms, char *id, size_t idlen,
+                      char **reply, int *task_failed)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    char eb[256];
+    *reply = NULL;
+    *task_failed = 0;
+    if (id != NULL && idlen > 0)
+        id[0] = '\0';
+    if (cli_declare(ab, t) != 0)
+        return -1;
+    amqp_queue_declare_ok_t *q = amqp_queue_declare(
+        ab->cli, TM_AMQP_CLI_GET, amqp_empty_bytes, /* passive = */ 0,
+        /* durable = */ 0, /* exclusive = */ 1, /* auto_delete = */ 1,
+        amqp_empty_table);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->cli);
+    if (q == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_broker_set_error(b, EIO, "declaring a reply queue: %s",
+                            tm_amqp_strerror(r, eb, sizeof eb));
+        cli_lost(ab);
+        return -1;
+    }
+    char *rq = tm_amqp_bytes_dup(q->queue);
+    amqp_basic_consume(ab->cli, TM_AMQP_CLI_GET, amqp_cstring_bytes(rq),
+                       amqp_empty_bytes, /* no_local = */ 0,
+                       /* no_ack = */ 1, /* exclusive = */ 1,
+                       amqp_empty_table);
+    r = amqp_get_rpc_reply(ab->cli);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_broker_set_error(b, EIO, "consuming the reply queue: %s",
+                            tm_amqp_strerror(r, eb, sizeof eb));
+        tm_free(rq);
+        cli_lost(ab);
+        return -1;
+    }
+    char uuid[40];
+    tm_amqp_uuid(uuid, sizeof uuid);
+    amqp_basic_properties_t p;
+    tm_amqp_new_message_props(&p, t, priority, uuid);
+    p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG;
+    p.reply_to = amqp_cstring_bytes(rq);
+    p.correlation_id = amqp_cstring_bytes(uuid);
+    struct cli_wait w;
+    memset(&w, 0, sizeof w);
+    w.corr = uuid;
+    int64_t start = tm_now_ms();
+    int64_t deadline = start + (timeout_ms > 0 ? timeout_ms : 0);
+    int64_t cdeadline = start + TM_AMQP_CONFIRM_TIMEOUT_MS;
+    int rc = cli_publish(ab, t->queue, &p, body, len, &w,
+                         cdeadline < deadline ? cdeadline : deadline);
+    tm_free(rq);
+    if (rc != 0 && !(b->err == ETIMEDOUT && w.confirm == TM_AMQP_ACKED)) {
+        tm_free(w.reply);
+        return -1;
+    }
+    if (id != NULL)
+        tm_snprintf(id, idlen, "%s", uuid);
+    if (w.reply == NULL && cli_wait(ab, deadline, &w) != 0) {
+        if (b->err == ETIMEDOUT)
+            tm_broker_set_error(b, ETIMEDOUT, "no reply within %.3g s",
+                                (double)timeout_ms / 1000.0);
+        tm_free(w.reply);
+        return -1;
+    }
+    *reply = w.reply;
+    *task_failed = strcmp(w.outcome, "success") != 0;
+    return 0;
+}
+
+/* struct dlq_msg is one dead letter read with basic.get (unacked). */
+struct dlq_msg {
+    uint64_t tag;
+    amqp_message_t msg;
+};
+
+/* dlq_get reads the next dead letter without acknowledging it. Returns
+ * 1 with *out filled, 0 when the queue has no more, -1 on error; *left
+ * is the broker's count of messages behind it. */
+static int dlq_get(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
+                   struct dlq_msg *out, long *left)
+{
+    char eb[256];
+    amqp_rpc_reply_t r = amqp_basic_get(ab->cli, TM_AMQP_CLI_GET,
+                                        amqp_cstring_bytes(t->dead_letter),
+                                        /* no_ack = */ 0);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_broker_set_error(&ab->base, EIO, "basic.get '%s': %s",
+                            t->dead_letter,
+                            tm_amqp_strerror(r, eb, sizeof eb));
+        cli_lost(ab);
+        return -1;
+    }
+    if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+        return 0;
+    const amqp_basic_get_ok_t *ok = r.reply.decoded;
+    out->tag = ok->delivery_tag;
+    *left = (long)ok->message_count;
+    r = amqp_read_message(ab->cli, TM_AMQP_CLI_GET, &out->msg, 0);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_broker_set_error(&ab->base, EIO, "reading from '%s': %s",
+                            t->dead_letter,
+                            tm_amqp_strerror(r, eb, sizeof eb));
+        cli_lost(ab);
+        return -1;
+    }
+    return 1;
+}
+
+/* dlq_id is a dead letter's id: its message_id, or a hash of its body
+ * and headers for one that has none (dead-lettered by someone else). */
+static char *dlq_id(const amqp_message_t *msg)
+{
+    const amqp_basic_properties_t *p = &msg->properties;
+    if ((p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && p->message_id.len > 0)
+        return tm_amqp_bytes_dup(p->message_id);
+    uint64_t h =
+        tm_amqp_fnv64(msg->body.bytes, msg->body.len, TM_AMQP_FNV64_INIT);
+    if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
+        h = tm_amqp_fnv64(&p->timestamp, sizeof p->timestamp, h);
+    return tm_asprintf("h-%016llx", (unsigned long long)h);
+}
+
+/* last_death returns the newest entry of a message's x-death header (the
+ * broker's own dead-lettering, newest first), or NULL. */
+static const amqp_table_t *last_death(const amqp_table_t *h)
+{
+    const amqp_field_value_t *death = tm_amqp_table_get(h, "x-death");
+    if (death == NULL || death->kind != AMQP_FIELD_KIND_ARRAY ||
+        death->value.array.num_entries == 0 ||
+        death->value.array.entries[0].kind != AMQP_FIELD_KIND_TABLE)
+        return NULL;
+    return &death->value.array.entries[0].value.table;
+}
+
+/* broker_death_error describes a dead letter that RabbitMQ moved itself
+ * (no x-error header). The daemon rejects a message whose body exceeds
+ * max_payload without reading it (see intake.c), so a message rejected
+ * from the task queue with a body over the task's max_payload is named
+ * as such; the rest is told by x-death. Returns a new string. */
+static char *broker_death_error(const struct tm_cfg_task *t,
+                                const amqp_message_t *msg,
+                                const amqp_table_t *h)
+{
+    const amqp_table_t *last = last_death(h);
+    char *why = tm_amqp_field_str(tm_amqp_table_get(last, "reason"));
+    char *from = tm_amqp_field_str(tm_amqp_table_get(last, "queue"));
+    char *e;
+    if (why == NULL) {
+        tm_free(from);
+        why = tm_amqp_field_str(
+            tm_amqp_table_get(h, "x-first-death-reason"));
+        from = tm_amqp_field_str(
+            tm_amqp_table_get(h, "x-first-death-queue"));
+    }
+    if (why != NULL && from != NULL && strcmp(why, "rejected") == 0 &&
+        strcmp(from, t->queue) == 0 && msg->body.len > t->max_payload)
+        e = tm_asprintf("invalid: body of %zu bytes exceeds max_payload "
+                        "(%zu bytes)", msg->body.len, t->max_payload);
+    else
+        e = tm_asprintf("dead-lettered by RabbitMQ (%s in '%s')",
+                        why ? why : "unknown reason", from ? from : "?");
+    tm_free(why);
+    tm_free(from);
+    return e;
+}
+
+/* dlq_fill makes the entry of a dead letter of task t. */
+static void dlq_fill(const struct tm_cfg_task *t, const amqp_message_t *msg,
+                     struct tm_dlq_entry *e)
+{
+    const amqp_basic_properties_t *p = &msg->properties;
+    const amqp_table_t *h = (p->_flags & AMQP_BASIC_HEADERS_FLAG)
+                                ? &p->headers
+                                : NULL;
+    long long x;
+    memset(e, 0, sizeof *e);
+    e->id = dlq_id(msg);
+    e->origin_id = tm_amqp_field_str(tm_amqp_table_get(h, "x-origin-id"));
+    if (e->origin_id == NULL && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
+        e->origin_id = tm_amqp_bytes_dup(p->message_id);
+    e->task = tm_amqp_field_str(tm_amqp_table_get(h, "x-task"));
+    e->error = tm_amqp_field_str(tm_amqp_table_get(h, "x-error"));
+    e->attempts =
+        tm_amqp_field_int(tm_amqp_table_get(h, "x-attempts"), &x) == 0
+            ? (long)x
+            : 0;
+    if (e->error == NULL) {
+        /* dead-lettered by RabbitMQ itself (x-dead-letter-exchange) */
+        e->error = broker_death_error(t, msg, h);
+        if (strncmp(e->error, "invalid:", 8) == 0) {
+            e->attempts = 0; /* never run */
+            if (e->task == NULL)
+                e->task = tm_strdup(t->name);
+        }
+    }
+    if (tm_amqp_field_int(tm_amqp_table_get(h, "x-failed-at"), &x) == 0) {
+        e->failed_at = x;
+    } else {
+        const amqp_table_t *last = last_death(h);
+        if (last != NULL &&
+            tm_amqp_field_int(tm_amqp_table_get(last, "time"), &x) == 0)
+            e->failed_at = x * 1000;
+        else if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
+            e->failed_at = (int64_t)p->timestamp * 1000;
+    }
+    e->body = tm_amqp_bytes_dup(msg->body);
+}
+
+int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                       size_t max, struct tm_dlq_entry **out, size_t *n)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    *out = NULL;
+    *n = 0;
+    if (cli_declare(ab, t) != 0)
+        return -1;
+    struct tm_dlq_entry *v = NULL;
+    size_t k = 0, cap = 0;
+    uint64_t last = 0;
+    long budget = -1;
+    int rc = 0;
+    /* browse: every message is read unacknowledged, then all are given
+     * back (nack, requeue) to their places; the count at the first read
+     * bounds the walk when dead letters keep arriving */
+    while (k < max && budget != 0) {
+        struct dlq_msg dm;
+        long left = 0;
+        int got = dlq_get(ab, t, &dm, &left);
+        if (got < 0) {
+            rc = -1;
+            break;
+        }
+        if (got == 0)
+            break;
+        if (budget < 0)
+            budget = left + 1;
+        budget--;
+        last = dm.tag;
+        if (k == cap) {
+            cap = cap ? cap * 2 : 64;
+            v = tm_realloc(v, cap * sizeof *v);
+        }
+        dlq_fill(t, &dm.msg, &v[k++]);
+        amqp_destroy_message(&dm.msg);
+        amqp_maybe_release_buffers(ab->cli);
+    }
+    if (rc == 0 && last != 0 &&
+        amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, last, /* multiple = */ 1,
+                        /* requeue = */ 1) != AMQP_STATUS_OK) {
+        tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
+                            t->dead_letter);
+        rc = -1;
+    }
+    if (rc != 0) {
+        tm_dlq_entries_free(v, k);
+        return -1;
+    }
+    /* newest first */
+    for (size_t i = 0; i < k / 2; i++) {
+        struct tm_dlq_entry x = v[i];
+        v[i] = v[k - 1 - i];
+        v[k - 1 - i] = x;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+/* dlq_walk visits the dead letters, oldest first: each one matching id
+ * (all when id is NULL) is replayed to the task queue (replay) or
+ * dropped, then acknowledged; the others go back where they were.
+ * Returns the count handled, or -1. */
+static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
+                     const char *id, int replay)
+{
+    if (cli_declare(ab, t) != 0)
+        return -1;
+    long done = 0, budget = -1;
+    uint64_t kept = 0;
+    int rc = 0;
+    while (budget != 0) {
+        struct dlq_msg dm;
+        long left = 0;
+        int got = dlq_get(ab, t, &dm, &left);
+        if (got < 0)
+            return -1;
+        if (got == 0)
+            break;
+        if (budget < 0)
+            budget = left + 1;
+        budget--;
+        char *mid = dlq_id(&dm.msg);
+        int match = id == NULL || strcmp(mid, id) == 0;
+        tm_free(mid);
+        if (!match) {
+            kept = dm.tag;
+            amqp_destroy_message(&dm.msg);
+            continue;
+        }
+        if (replay) {
+            /* the original message again: its id, body and properties,
+             * without the failure headers, attempts starting over */
+            const amqp_basic_properties_t *op = &dm.msg.properties;
+            const amqp_table_t *oh = (op->_flags & AMQP_BASIC_HEADERS_FLAG)
+                                         ? &op->headers
+                                         : NULL;
+            char *origin =
+                tm_amqp_field_str(tm_amqp_table_get(oh, "x-origin-id"));
+            char fresh[40];
+            if (origin == NULL || origin[0] == '\0') {
+                tm_free(origin);
+                tm_amqp_uuid(fresh, sizeof fresh);
+                origin = tm_strdup(fresh);
+            }
+            amqp_basic_properties_t p = *op;
+            p._flags &= ~(amqp_flags_t)(AMQP_BASIC_EXPIRATION_FLAG |
+                                        AMQP_BASIC_USER_ID_FLAG);
+            p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG |
+                        AMQP_BASIC_HEADERS_FLAG |
+                        AMQP_BASIC_DELIVERY_MODE_FLAG;
+            p.message_id = amqp_cstring_bytes(origin);
+            p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+            struct tm_amqp_hdrs h = {0};
+            tm_amqp_hdr_user(&h, oh);
+            p.headers = tm_amqp_hdr_table(&h);
+            rc = cli_publish(ab, t->queue, &p, dm.msg.body.bytes,
+                             dm.msg.body.len, NULL,
+                             tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS);
+            tm_free(h.e);
+            tm_free(origin);
+            if (rc != 0) {
+                amqp_destroy_message(&dm.msg);
+                return -1;
+            }
+        }
+        amqp_destroy_message(&dm.msg);
+        if (amqp_basic_ack(ab->cli, TM_AMQP_CLI_GET, dm.tag, 0) !=
+            AMQP_STATUS_OK) {
+            tm_broker_set_error(&ab->base, EIO, "basic.ack on '%s' failed",
+                                t->dead_letter);
+            cli_lost(ab);
+            return -1;
+        }
+        done++;
+        amqp_maybe_release_buffers(ab->cli);
+        if (id != NULL)
+            break;
+    }
+    if (kept != 0 && amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, kept,
+                                     /* multiple = */ 1,
+                                     /* requeue = */ 1) != AMQP_STATUS_OK) {
+        tm_broker_set_error(&ab->base, EIO, "basic.nack on '%s' failed",
+                            t->dead_letter);
+        cli_lost(ab);
+        return -1;
+    }
+    /* a round trip, so that the acks are through before the exit */
+    amqp_basic_qos(ab->cli, TM_AMQP_CLI_GET, 0, 0, 0);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->cli);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        char eb[256];
+        tm_broker_set_error(&ab->base, EIO, "%s",
+                            tm_amqp_strerror(r, eb, sizeof eb));
+        cli_lost(ab);
+        return -1;
+    }
+    return done;
+}
+
+long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *id)
+{
+    return dlq_walk((struct tm_amqp_broker *)b, t, id, 1);
+}
+
+long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
+                         const char *id)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    if (id != NULL)
+        return dlq_walk(ab, t, id, 0);
+    if (cli_declare(ab, t) != 0)
+        return -1;
+    amqp_queue_purge_ok_t *ok = amqp_queue_purge(
+        ab->cli, TM_AMQP_CLI_GET, amqp_cstring_bytes(t->dead_letter));
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->cli);
+    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+        char eb[256];
+        tm_broker_set_error(b, EIO, "queue.purge '%s': %s", t->dead_letter,
+                            tm_amqp_strerror(r, eb, sizeof eb));
+        cli_lost(ab);
+        return -1;
+    }
+    return (long)ok->message_count;
+}
+
+/* depth_count reads a queue's ready count with a passive declare: 0 for a
+ * queue that does not exist; -1 when the connection failed. */
+static long long depth_count(struct tm_amqp_broker *ab, const char *queue,
+                             int *dead)
+{
+    char eb[256];
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(
+        ab->dconn, 1, amqp_cstring_bytes(queue), /* passive = */ 1, 0, 0, 0,
+        amqp_empty_table);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->dconn);
+    if (ok != NULL && r.reply_type == AMQP_RESPONSE_NORMAL)
+        return (long long)ok->message_count;
+    if (tm_amqp_channel_error(r) &&
+        tm_amqp_channel_closed_ok(ab->dconn, 1) == AMQP_STATUS_OK &&
+        tm_amqp_channel(ab->dconn, 1, 0, eb, sizeof eb) == 0)
+        return tm_amqp_reply_code(r) == AMQP_NOT_FOUND ? 0 : -1;
+    tm_log_write(TM_LOG_DEBUG, TM_AMQP_SRC, NULL, NULL, "depth of '%s': %s",
+                 queue, tm_amqp_strerror(r, eb, sizeof eb));
+    *dead = 1;
+    return -1;
+}
+
+/* tm_amqp_depth reads, on a monitoring connection of its own, the task queue's
+ * and the dead-letter queue's ready counts. AMQP does not tell how many
+ * deliveries are unacknowledged: pending is -1. */
+int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
+                    long long *pending, long long *dlq_depth)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    int rc = -1;
+    char eb[512];
+    pthread_mutex_lock(&ab->depth_mu);
+    if (ti == TM_BROKER_DEPTH_CLOSE) {
+        tm_amqp_close(ab->dconn);
+        ab->dconn = NULL;
+        rc = 0;
+        goto out;
+    }
+    *depth = *pending = *dlq_depth = -1;
+    if (ti >= ab->ntasks)
+        goto out;
+    if (ab->dconn == NULL) {
+        amqp_connection_state_t c =
+            tm_amqp_open(ab, tm_amqp_node(ab), "monitor", 0, eb, sizeof eb);
+        if (c == NULL || tm_amqp_channel(c, 1, 0, eb, sizeof eb) != 0) {
+            tm_log_write(TM_LOG_DEBUG, TM_AMQP_SRC, NULL, NULL, "depth: %s",
+                         eb);
+            tm_amqp_drop(c);
+            goto out;
+        }
+        ab->dconn = c;
+    }
+    int dead = 0;
+    const struct tm_cfg_task *t = ab->tasks[ti].cfg;
+    *depth = depth_count(ab, t->queue, &dead);
+    if (!dead)
+        *dlq_depth = depth_count(ab, t->dead_letter, &dead);
+    if (dead) {
+        tm_amqp_drop(ab->dconn);
+        ab->dconn = NULL;
+        goto out;
+    }
+    rc = 0;
+out:
+    pthread_mutex_unlock(&ab->depth_mu);
+    return rc;
+}

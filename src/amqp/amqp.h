@@ -1,0 +1,387 @@
+/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/). */
+#ifndef TASKMILL_AMQP_H
+#define TASKMILL_AMQP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/time.h> /* struct timeval: rabbitmq-c timeouts */
+
+/* rabbitmq-c 0.12 moved its headers under rabbitmq-c/; Debian 12 ships
+ * 0.11 with the old names. */
+#if defined(__has_include) && __has_include(<rabbitmq-c/amqp.h>)
+#include <rabbitmq-c/amqp.h>
+#else
+#include <amqp.h>
+#endif
+
+#include "broker.h"
+
+/* TM_AMQP_SRC prefixes the adapter's log lines. */
+#define TM_AMQP_SRC "broker:amqp"
+
+/* TCP connect timeout, and the timeout of the login handshake and of
+ * every synchronous AMQP method (declare, qos, consume, get). */
+#define TM_AMQP_CONNECT_TIMEOUT_MS 5000
+
+#define TM_AMQP_RPC_TIMEOUT_MS 5000
+
+/* Heartbeat of the consuming connections, in seconds. rabbitmq-c sends
+ * one when nothing else was sent for this long; RabbitMQ drops a
+ * connection silent for two intervals, and so do the pumps. */
+#define TM_AMQP_HEARTBEAT_S 30
+
+#define TM_AMQP_FRAME_MAX 131072
+
+/* How long a publisher confirm may take before the connection is
+ * considered broken (the settle thread waits for it: it must stay well
+ * under the daemon's 10 s liveness limit). */
+#define TM_AMQP_CONFIRM_TIMEOUT_MS 5000
+
+/* Frames read per pump, so that a busy socket cannot starve the rest. */
+#define TM_AMQP_PUMP_MAX 4096
+
+/* The dead-letter exchange shared by every task: direct, durable; each
+ * task queue routes to it with its dead-letter queue's name as the key. */
+#define TM_AMQP_DLX "taskmill.dlx"
+
+/* The system CA bundle (Debian), used to verify amqps:// peers unless
+ * TASKMILL_AMQP_CACERT names another file. */
+#define TM_AMQP_CACERT_DEFAULT "/etc/ssl/certs/ca-certificates.crt"
+
+/* AMQP short strings (names, ids) hold at most 255 bytes. */
+#define TM_AMQP_SHORTSTR_MAX 255
+
+/* The x-error header carries at most this much of the failure text. */
+#define TM_AMQP_ERROR_HEADER_MAX 4096
+
+/* Channels of a consuming connection: it never publishes, so a broker
+ * that blocks publishers (memory or disk alarm) never blocks its acks. */
+enum {
+    TM_AMQP_CH_CONSUME = 1, /* basic.consume, acks, nacks, rejects */
+    TM_AMQP_CH_ADMIN = 2    /* synchronous declarations */
+};
+
+/* Channels of the publishing connection. Replies have their own channel:
+ * a reply to a requester that is gone may close it (direct reply-to),
+ * which must not disturb dead-lettering. */
+enum {
+    TM_AMQP_PCH_COPY = 1,  /* confirm mode: dead letters, retries */
+    TM_AMQP_PCH_ADMIN = 2, /* retry queue declarations */
+    TM_AMQP_PCH_REPLY = 3  /* confirm mode: request/reply answers */
+};
+
+/* Channels of the CLI connection. */
+enum { TM_AMQP_CLI_PUB = 1, TM_AMQP_CLI_GET = 2 };
+
+/* Confirm states of one publish. */
+enum {
+    TM_AMQP_WAITING = 0, /* not sent yet, or sent and not confirmed */
+    TM_AMQP_ACKED = 1,
+    TM_AMQP_NACKED = 2,
+    TM_AMQP_LOST = 3 /* its channel closed: it will never be confirmed */
+};
+
+/*
+ * struct tm_amqp_delivery is one message read from a task queue, copied
+ * out of rabbitmq-c's frame buffers: ids, properties taskmill republishes,
+ * the user headers (in its own pool) and the NUL-terminated body. It
+ * belongs to the tm_msg (bctx) until settle() takes it into a record.
+ * An oversized delivery (body_len > the task's max_payload) has no body
+ * storage: its body frames are counted and dropped as they arrive.
+ */
+struct tm_amqp_delivery {
+    struct tm_amqp_delivery *next; /* ready list */
+    uint64_t tag;                  /* delivery tag on TM_AMQP_CH_CONSUME */
+    uint64_t gen;                  /* connection it came on */
+    unsigned attempt;              /* this run: runs before it + 1 */
+    int has_priority;
+    uint8_t priority;
+    int oversized;                 /* body not kept: body is NULL */
+    char *id;                      /* message_id, or one assigned */
+    char *reply_to;                /* NULL when absent */
+    char *correlation_id;          /* NULL when absent */
+    char *content_type;            /* NULL when absent */
+    amqp_table_t headers;          /* as received; empty when none */
+    amqp_pool_t pool;              /* holds headers when has_pool */
+    int has_pool;
+    size_t body_len;
+    size_t body_got;
+    char *body;                    /* body_len + 1 bytes */
+    char mem[];                    /* storage of the strings and the body */
+};
+
+/*
+ * struct tm_amqp_rec is one settlement handed over by settle(): what to do
+ * with a delivery. Plain acks carry only the tag and go straight to the
+ * consume channel; the rest own the delivery and texts, and wait in the
+ * publisher until their copies (dead letter or retry, and reply) are
+ * confirmed: only then is the original acknowledged.
+ */
+struct tm_amqp_rec {
+    enum tm_settle settle;
+    enum tm_outcome outcome;
+    size_t task;               /* index in ab->tasks */
+    uint64_t tag;
+    uint64_t gen;              /* task connection the delivery came on */
+    unsigned attempt;
+    int64_t delay_ms;
+    int64_t failed_at;         /* epoch ms */
+    char *error;               /* owned, or NULL */
+    char *result;              /* owned, or NULL */
+    size_t result_len;
+    struct tm_amqp_delivery *d; /* owned, or NULL for a plain ack */
+    /* publishing state, on the publisher's current connection */
+    const char *rk;            /* queue the copy goes to */
+    uint64_t seq;              /* confirm sequence on PCH_COPY, 0 unsent */
+    uint64_t rseq;             /* confirm sequence on PCH_REPLY, 0 unsent */
+    unsigned char cst, rst;    /* confirm states of the copy, the reply */
+    int returned;              /* the broker could not route the copy */
+    int requeue;               /* settle the original with a nack */
+    char copy_id[40];          /* message id of the dead-letter copy */
+};
+
+struct tm_amqp_recvec {
+    struct tm_amqp_rec *v;
+    size_t n, cap;
+};
+
+/* struct tm_amqp_pub numbers the publishes of one confirm-mode channel;
+ * the broker confirms them by these numbers, from 1. */
+struct tm_amqp_pub {
+    amqp_channel_t ch;
+    int open;
+    uint64_t next_seq;
+};
+
+/*
+ * struct tm_amqp_acks keeps the multiple-ack floor of the consume channel:
+ * every delivery tag <= floor is settled (acked, nacked or rejected);
+ * above holds the settled tags beyond it, sorted. One basic.ack with
+ * multiple=1 then covers a run of in-order completions.
+ */
+struct tm_amqp_acks {
+    uint64_t floor;
+    uint64_t *above;
+    size_t n, cap;
+};
+
+/* struct tm_amqp_level is a retry queue declared on the publisher's
+ * current connection. */
+struct tm_amqp_level {
+    char *name;
+};
+
+struct tm_amqp_broker;
+
+/*
+ * struct tm_amqp_publisher is the publishing connection of one broker
+ * node: every retry, dead-letter and reply copy of the daemon goes out on
+ * it with publisher confirms, never on a consuming connection. Used by the
+ * settle thread only (settle(), tick(), and destroy() after the threads
+ * stopped), so it needs no lock.
+ *
+ * A broker short of memory or disk blocks connections that publish
+ * (connection.blocked): then nothing is sent, no confirm is timed out,
+ * and the records stay in out, their originals unacknowledged (the
+ * prefetch window bounds how many), until connection.unblocked.
+ */
+struct tm_amqp_publisher {
+    struct tm_amqp_broker *ab;
+    const struct tm_url *node;    /* the node it publishes to */
+    amqp_connection_state_t conn; /* NULL while down */
+    uint64_t gen;                 /* connection generation, from 1 */
+    int blocked;                  /* connection.blocked in force */
+    int was_up;                   /* its loss is worth a warning */
+    int64_t retry_at;             /* monotonic ms: next connect attempt */
+    int64_t backoff_ms;
+    struct tm_amqp_pub copies;    /* TM_AMQP_PCH_COPY */
+    struct tm_amqp_pub replies;   /* TM_AMQP_PCH_REPLY */
+    struct tm_amqp_recvec out;    /* records waiting for their copies */
+    struct tm_amqp_level *levels; /* retry queues declared */
+    size_t nlevels, caplevels;
+    /* a returned message being skipped (basic.return, header, body) */
+    int ret_state;                /* 0 none, 1 header next, 2 body */
+    amqp_channel_t ret_ch;
+    uint64_t ret_left;
+    char ret_rk[TM_AMQP_SHORTSTR_MAX + 1];
+    char ret_text[128];
+    char errstr[512];
+    uint64_t err_hash;            /* of the last connect failure logged */
+};
+
+/*
+ * struct tm_amqp_task is one task's consuming connection and what hangs
+ * on it. io_mu is held by whichever thread does I/O on the connection,
+ * briefly: the task's intake thread inside fetch() (not while it
+ * connects or waits), the settle thread in settle() and tick(), the main
+ * thread in connect() and wake(). Everything below io_mu is guarded by
+ * it.
+ */
+struct tm_amqp_task {
+    struct tm_amqp_broker *ab;
+    const struct tm_cfg_task *cfg;
+    size_t index;
+    int efd;                      /* eventfd: deliveries read, or wake */
+
+    pthread_mutex_t io_mu;
+    amqp_connection_state_t conn; /* NULL while down */
+    uint64_t gen;                 /* connection generation */
+    int was_up;                   /* its loss is worth a warning */
+    int counted_down;             /* counted in ab->ndown */
+    int stopped;                  /* consumer cancelled after wake() */
+    unsigned seen_wake;           /* intake: wake_seq last noticed */
+    char consumer_tag[TM_AMQP_SHORTSTR_MAX + 1];
+    char salt[17];                /* for ids assigned on this connection */
+    struct tm_amqp_acks acks;
+    /* a delivery being received: deliver, then header, then body frames */
+    int dlv_state;                /* 0 none, 1 header next, 2 body */
+    uint64_t dlv_tag;
+    struct tm_amqp_delivery *partial;
+    struct tm_amqp_delivery *ready, *ready_tail;
+    size_t nready;
+    uint64_t *tags, *ntags;       /* settle scratch: acks, nacks */
+    size_t tagcap;
+    char errstr[512];
+    uint64_t err_hash;            /* of the last reconnect failure logged */
+};
+
+struct tm_amqp_broker {
+    struct tm_broker base;
+    struct tm_amqp_task *tasks;
+    size_t ntasks;
+    atomic_uint wake_seq;         /* wake() calls */
+    atomic_int ndown;             /* tasks without a connection */
+    atomic_int ever_up;
+    atomic_ullong gens;
+    /* the broker's nodes (borrowed from the configuration): one URL
+     * today; a cluster's several nodes go here */
+    const struct tm_url *nodes;
+    size_t nnodes;
+    /* the publishing connection (settle thread), to nodes[0] */
+    struct tm_amqp_publisher pub;
+    struct tm_amqp_recvec done;   /* settle thread: originals to settle */
+    /* the CLI connection (publish, request, dlq): one thread */
+    amqp_connection_state_t cli;
+    uint64_t cli_seq;
+    /* the monitoring connection (depth) */
+    pthread_mutex_t depth_mu;
+    amqp_connection_state_t dconn;
+};
+
+/* struct tm_amqp_hdrs builds a header table; entries point at the
+ * caller's strings, valid until the publish call returns. */
+struct tm_amqp_hdrs {
+    amqp_table_entry_t *e;
+    int n, cap;
+};
+
+#define TM_AMQP_FNV64_INIT 0xcbf29ce484222325ULL
+
+/* ---- conn.c: connections, channels, errors ---- */
+const char *tm_amqp_strerror(amqp_rpc_reply_t r, char *buf, size_t size);
+int tm_amqp_reply_code(amqp_rpc_reply_t r);
+int tm_amqp_channel_error(amqp_rpc_reply_t r);
+int tm_amqp_channel_closed_ok(amqp_connection_state_t c, amqp_channel_t ch);
+struct timeval tm_amqp_tv_ms(int64_t ms);
+amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
+                                     const struct tm_url *u,
+                                     const char *role, int heartbeat,
+                                     char *buf, size_t size);
+const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab);
+int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
+                    int confirm, char *buf, size_t size);
+void tm_amqp_close(amqp_connection_state_t c);
+void tm_amqp_drop(amqp_connection_state_t c);
+
+/* ---- topology.c: declarations ---- */
+int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
+                    const struct tm_cfg_task *t, char *buf, size_t size,
+                    int *perm);
+const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
+                                const struct tm_cfg_task *t, int64_t ms,
+                                char *buf, size_t size, int *dead);
+
+/* ---- props.c: properties, header tables, ids ---- */
+amqp_bytes_t tm_amqp_bytes_of(const char *s);
+char *tm_amqp_bytes_dup(amqp_bytes_t b);
+void tm_amqp_uuid(char *buf, size_t size);
+uint64_t tm_amqp_fnv64(const void *p, size_t n, uint64_t h);
+const amqp_field_value_t *tm_amqp_table_get(const amqp_table_t *t,
+                                            const char *key);
+int tm_amqp_field_int(const amqp_field_value_t *v, long long *out);
+char *tm_amqp_field_str(const amqp_field_value_t *v);
+void tm_amqp_hdr_str(struct tm_amqp_hdrs *h, const char *key,
+                     const char *val, size_t max);
+void tm_amqp_hdr_i64(struct tm_amqp_hdrs *h, const char *key, int64_t v);
+void tm_amqp_hdr_user(struct tm_amqp_hdrs *h, const amqp_table_t *src);
+amqp_table_t tm_amqp_hdr_table(const struct tm_amqp_hdrs *h);
+void tm_amqp_base_props(amqp_basic_properties_t *p,
+                        const struct tm_amqp_delivery *d);
+void tm_amqp_new_message_props(amqp_basic_properties_t *p,
+                               const struct tm_cfg_task *t, int priority,
+                               const char *id);
+
+/* ---- intake.c: consuming connections, the pump, the ack floor ---- */
+void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
+void tm_amqp_conn_reset(struct tm_amqp_task *at);
+void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what);
+int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm);
+int tm_amqp_serve(struct tm_amqp_task *at, const char *what);
+void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
+                         size_t na, const uint64_t *nacks, size_t nn,
+                         int *err);
+int tm_amqp_stop_consuming(struct tm_amqp_task *at);
+void tm_amqp_signal_intake(struct tm_amqp_task *at);
+int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
+                  int timeout_ms, struct tm_batch **out);
+
+/* ---- publish.c: the publishing connection ---- */
+void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
+                            struct tm_amqp_broker *ab,
+                            const struct tm_url *node);
+int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
+void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
+                           struct tm_amqp_recvec *done);
+void tm_amqp_publisher_close(struct tm_amqp_publisher *pc);
+uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
+                          struct tm_amqp_pub *p, const char *rk,
+                          const amqp_basic_properties_t *props,
+                          const char *body, size_t len, int mandatory);
+
+/* ---- settle.c: settlement ---- */
+void tm_amqp_rec_clear(struct tm_amqp_rec *r);
+void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
+                         const struct tm_amqp_rec *r);
+void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv);
+int tm_amqp_needs_reply(const struct tm_amqp_rec *r);
+uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
+                              struct tm_amqp_rec *r);
+uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
+                               struct tm_amqp_rec *r);
+uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
+                               const struct tm_amqp_rec *r);
+void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
+                              struct tm_amqp_recvec *done);
+size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
+void tm_amqp_tick(struct tm_broker *b);
+
+/* ---- admin.c: CLI and monitoring ---- */
+int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
+                    const char *body, size_t len, int priority, char *id,
+                    size_t idlen);
+int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
+                    const char *body, size_t len, int priority,
+                    int64_t timeout_ms, char *id, size_t idlen, char **reply,
+                    int *task_failed);
+int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                     size_t max, struct tm_dlq_entry **out, size_t *n);
+long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *id);
+long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const char *id);
+int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
+                  long long *pending, long long *dlq_depth);
+
+#endif /* TASKMILL_AMQP_H */

@@ -1,0 +1,712 @@
+/* amqp/intake.c - RabbitMQ intake: the delivery pump and the ack floor. */
+#include "amqp.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+void tm_amqp_delivery_free(struct tm_amqp_delivery *d)
+{
+    if (d == NULL)
+        return;
+    if (d->has_pool)
+        empty_amqp_pool(&d->pool);
+    tm_free(d);
+}
+
+/* The broker is up while every task has its connection; the reconnect
+ * counter counts recoveries after a loss. */
+static void task_up(struct tm_amqp_task *at)
+{
+    struct tm_amqp_broker *ab = at->ab;
+    if (!at->counted_down)
+        return;
+    at->counted_down = 0;
+    if (atomic_fetch_sub(&ab->ndown, 1) == 1) {
+        if (atomic_exchange(&ab->base.up, 1) == 0 &&
+            atomic_load(&ab->ever_up))
+            atomic_fetch_add(&ab->base.reconnects, 1);
+        atomic_store(&ab->ever_up, 1);
+    }
+}
+
+static void task_down(struct tm_amqp_task *at)
+{
+    struct tm_amqp_broker *ab = at->ab;
+    if (at->counted_down)
+        return;
+    at->counted_down = 1;
+    atomic_fetch_add(&ab->ndown, 1);
+    atomic_store(&ab->base.up, 0);
+}
+
+static void ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
+{
+    d->next = NULL;
+    if (at->ready_tail != NULL)
+        at->ready_tail->next = d;
+    else
+        at->ready = d;
+    at->ready_tail = d;
+    at->nready++;
+}
+
+static struct tm_amqp_delivery *ready_pop(struct tm_amqp_task *at)
+{
+    struct tm_amqp_delivery *d = at->ready;
+    if (d != NULL) {
+        at->ready = d->next;
+        if (at->ready == NULL)
+            at->ready_tail = NULL;
+        at->nready--;
+        d->next = NULL;
+    }
+    return d;
+}
+
+/* tm_amqp_conn_reset forgets everything tied to the connection (which is
+ * gone): unacknowledged deliveries are redelivered by RabbitMQ. */
+void tm_amqp_conn_reset(struct tm_amqp_task *at)
+{
+    struct tm_amqp_delivery *d;
+    while ((d = ready_pop(at)) != NULL)
+        tm_amqp_delivery_free(d);
+    tm_amqp_delivery_free(at->partial);
+    at->partial = NULL;
+    at->dlv_state = 0;
+    at->acks.floor = 0;
+    at->acks.n = 0;
+    at->stopped = 0;
+}
+
+/* tm_amqp_conn_lost drops the task's connection after an error in
+ * at->errstr. */
+void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what)
+{
+    if (at->was_up)
+        tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name, NULL,
+                     "%s: %s; reconnecting (RabbitMQ redelivers what was "
+                     "not acknowledged)", what, at->errstr);
+    at->was_up = 0;
+    task_down(at);
+    tm_amqp_drop(at->conn);
+    at->conn = NULL;
+    tm_amqp_conn_reset(at);
+}
+
+/* start_consumer sets the prefetch and starts the task's consumer (manual
+ * acks) on c; its consumer tag is written to ctag (TM_AMQP_SHORTSTR_MAX + 1
+ * bytes). */
+static int start_consumer(const struct tm_amqp_task *at,
+                          amqp_connection_state_t c, char *ctag, char *buf,
+                          size_t size)
+{
+    const struct tm_cfg_task *t = at->cfg;
+    char eb[256], tag[TM_AMQP_SHORTSTR_MAX + 1];
+    amqp_basic_qos(c, TM_AMQP_CH_CONSUME, /* prefetch_size = */ 0,
+                   (uint16_t)t->prefetch, /* global = */ 0);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_snprintf(buf, size, "basic.qos: %s",
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    tm_snprintf(tag, sizeof tag, "taskmill.%s.%s.%llu",
+                at->ab->base.cfg->instance ? at->ab->base.cfg->instance : "",
+                t->name, (unsigned long long)tm_rand64() % 1000000);
+    amqp_basic_consume_ok_t *ok = amqp_basic_consume(
+        c, TM_AMQP_CH_CONSUME, amqp_cstring_bytes(t->queue),
+        amqp_cstring_bytes(tag), /* no_local = */ 0, /* no_ack = */ 0,
+        /* exclusive = */ 0, amqp_empty_table);
+    r = amqp_get_rpc_reply(c);
+    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_snprintf(buf, size, "basic.consume '%s': %s", t->queue,
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    tm_snprintf(ctag, TM_AMQP_SHORTSTR_MAX + 1, "%.*s",
+                (int)ok->consumer_tag.len,
+                (const char *)ok->consumer_tag.bytes);
+    return 0;
+}
+
+/*
+ * task_open opens a connection for the task: channels, topology, qos
+ * (prefetch) and the consumer with manual acks. It touches no shared
+ * state, so it runs without io_mu (a slow connect must not hold up the
+ * settle thread). Returns the connection, or NULL with the reason in buf
+ * (and *perm set when the broker refused the topology).
+ */
+static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
+                                         char *ctag, char *buf, size_t size,
+                                         int *perm)
+{
+    const struct tm_cfg_task *t = at->cfg;
+    char role[300];
+    *perm = 0;
+    tm_snprintf(role, sizeof role, "task %s", t->name);
+    amqp_connection_state_t c = tm_amqp_open(
+        at->ab, tm_amqp_node(at->ab), role, TM_AMQP_HEARTBEAT_S, buf, size);
+    if (c == NULL)
+        return NULL;
+    if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
+        tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
+        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, t, buf, size, perm) != 0 ||
+        start_consumer(at, c, ctag, buf, size) != 0) {
+        tm_amqp_drop(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* task_install makes c the task's connection (io_mu held). */
+static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
+                         const char *ctag)
+{
+    const struct tm_cfg_task *t = at->cfg;
+    at->conn = c;
+    tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s", ctag);
+    at->gen = atomic_fetch_add(&at->ab->gens, 1) + 1;
+    tm_snprintf(at->salt, sizeof at->salt, "%016llx",
+                (unsigned long long)(tm_rand64() ^ at->gen));
+    at->salt[8] = '\0';
+    tm_amqp_conn_reset(at);
+    tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, t->name, NULL,
+                 "consuming queue '%s' "
+                 "(prefetch %u; dead letters to '%s')",
+                 t->queue, t->prefetch, t->dead_letter);
+    at->was_up = 1;
+    at->err_hash = 0;
+    task_up(at);
+}
+
+/* tm_amqp_task_connect opens and installs the task's connection; io_mu is held
+ * on entry and on return, but not while connecting. */
+int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
+{
+    char eb[512], ctag[TM_AMQP_SHORTSTR_MAX + 1];
+    pthread_mutex_unlock(&at->io_mu);
+    amqp_connection_state_t c = task_open(at, ctag, eb, sizeof eb, perm);
+    pthread_mutex_lock(&at->io_mu);
+    if (c == NULL) {
+        tm_snprintf(at->errstr, sizeof at->errstr, "%s", eb);
+        return -1;
+    }
+    if (at->conn != NULL) {
+        /* another thread connected meanwhile */
+        tm_amqp_close(c);
+        return 0;
+    }
+    task_install(at, c, ctag);
+    return 0;
+}
+
+static int reject_oversized(struct tm_amqp_task *at,
+                            const struct tm_amqp_delivery *d);
+
+/* delivery_start makes the delivery of the deliver + header frames. */
+static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
+                                          const amqp_frame_t *f)
+{
+    const amqp_basic_properties_t *p = f->payload.properties.decoded;
+    uint64_t size = f->payload.properties.body_size;
+    char assigned[64] = "";
+    amqp_bytes_t none = {0, NULL};
+    amqp_bytes_t mid = (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+                           ? p->message_id
+                           : none;
+    amqp_bytes_t rto = (p->_flags & AMQP_BASIC_REPLY_TO_FLAG) ? p->reply_to
+                                                                : none;
+    amqp_bytes_t cid = (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)
+                           ? p->correlation_id
+                           : none;
+    amqp_bytes_t cty = (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
+                           ? p->content_type
+                           : none;
+    if (mid.len == 0 || memchr(mid.bytes, '\0', mid.len) != NULL) {
+        tm_snprintf(assigned, sizeof assigned, "amqp-%llu-%s",
+                    (unsigned long long)at->dlv_tag, at->salt);
+        mid.len = strlen(assigned);
+        mid.bytes = assigned;
+    }
+    if (size >= SIZE_MAX / 2)
+        return NULL;
+    /* a body over max_payload is never held: its frames are dropped as
+     * they come (one frame, at most TM_AMQP_FRAME_MAX bytes, at a time) */
+    int oversized = size > at->cfg->max_payload;
+    size_t need = mid.len + 1 + rto.len + 1 + cid.len + 1 + cty.len + 1 +
+                  (oversized ? 0 : (size_t)size + 1);
+    /* the body is written by the body frames: no need to zero it */
+    struct tm_amqp_delivery *d = tm_malloc(sizeof *d + need);
+    memset(d, 0, sizeof *d);
+    char *w = d->mem;
+#define TM_AMQP_COPY(field, b)                         \
+    do {                                          \
+        d->field = w;                             \
+        if ((b).len > 0)                          \
+            memcpy(w, (b).bytes, (b).len);        \
+        w[(b).len] = '\0';                        \
+        w += (b).len + 1;                         \
+    } while (0)
+    TM_AMQP_COPY(id, mid);
+    TM_AMQP_COPY(reply_to, rto);
+    TM_AMQP_COPY(correlation_id, cid);
+    TM_AMQP_COPY(content_type, cty);
+#undef TM_AMQP_COPY
+    if (rto.len == 0)
+        d->reply_to = NULL;
+    if (cid.len == 0)
+        d->correlation_id = NULL;
+    if (cty.len == 0)
+        d->content_type = NULL;
+    d->oversized = oversized;
+    d->body = oversized ? NULL : w;
+    d->body_len = (size_t)size;
+    d->tag = at->dlv_tag;
+    d->gen = at->gen;
+    if (p->_flags & AMQP_BASIC_PRIORITY_FLAG) {
+        d->has_priority = 1;
+        d->priority = p->priority;
+    }
+    long long runs = 0, redeliveries = 0;
+    if ((p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.num_entries > 0) {
+        init_amqp_pool(&d->pool, 1024);
+        d->has_pool = 1;
+        if (amqp_table_clone(&p->headers, &d->headers, &d->pool) !=
+            AMQP_STATUS_OK)
+            memset(&d->headers, 0, sizeof d->headers);
+        /* x-attempts: runs so far (set by retries); x-delivery-count:
+         * redeliveries counted by quorum queues */
+        if (tm_amqp_field_int(tm_amqp_table_get(&p->headers, "x-attempts"),
+                              &runs) != 0 ||
+            runs < 0)
+            runs = 0;
+        if (tm_amqp_field_int(
+                tm_amqp_table_get(&p->headers, "x-delivery-count"),
+                &redeliveries) != 0 ||
+            redeliveries < 0)
+            redeliveries = 0;
+    }
+    long long attempt = runs + redeliveries + 1;
+    d->attempt = attempt > 1000000000LL ? 1000000000U : (unsigned)attempt;
+    return d;
+}
+
+/* delivery_done takes the delivery whose body is complete: to the ready
+ * list, or back to RabbitMQ after wake(), or to the dead-letter queue
+ * when it is oversized. Returns -1 when the connection failed. */
+static int delivery_done(struct tm_amqp_task *at)
+{
+    struct tm_amqp_delivery *d = at->partial;
+    int err = 0;
+    at->partial = NULL;
+    at->dlv_state = 0;
+    if (d->oversized) {
+        err = reject_oversized(at, d) != 0;
+    } else if (at->stopped) {
+        /* consumption was cancelled (wake): give it back at once */
+        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+    } else {
+        d->body[d->body_len] = '\0';
+        ready_push(at, d);
+        d = NULL;
+    }
+    tm_amqp_delivery_free(d);
+    return err ? -1 : 0;
+}
+
+static int on_method(struct tm_amqp_task *at, amqp_channel_t ch,
+                     const amqp_method_t *m)
+{
+    switch (m->id) {
+    case AMQP_CONNECTION_CLOSE_METHOD: {
+        const amqp_connection_close_t *x = m->decoded;
+        tm_snprintf(at->errstr, sizeof at->errstr,
+                    "connection closed by the broker: %u %.*s",
+                    x->reply_code, (int)x->reply_text.len,
+                    (const char *)x->reply_text.bytes);
+        amqp_connection_close_ok_t ok;
+        memset(&ok, 0, sizeof ok);
+        amqp_send_method(at->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        return -1;
+    }
+    case AMQP_CHANNEL_CLOSE_METHOD: {
+        const amqp_channel_close_t *x = m->decoded;
+        tm_snprintf(at->errstr, sizeof at->errstr,
+                    "channel %u closed by the broker: %u %.*s", ch,
+                    x->reply_code, (int)x->reply_text.len,
+                    (const char *)x->reply_text.bytes);
+        return -1;
+    }
+    case AMQP_BASIC_DELIVER_METHOD: {
+        const amqp_basic_deliver_t *x = m->decoded;
+        if (ch != TM_AMQP_CH_CONSUME)
+            return 0;
+        if (at->dlv_state != 0) {
+            tm_snprintf(at->errstr, sizeof at->errstr, "protocol error: a "
+                        "delivery started inside another");
+            return -1;
+        }
+        at->dlv_tag = x->delivery_tag;
+        at->dlv_state = 1;
+        return 0;
+    }
+    case AMQP_BASIC_CANCEL_METHOD:
+        tm_snprintf(at->errstr, sizeof at->errstr, "RabbitMQ cancelled the "
+                    "consumer of '%s' (queue deleted?)", at->cfg->queue);
+        return -1;
+    default:
+        return 0;
+    }
+}
+
+static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
+{
+    if (f->frame_type == AMQP_FRAME_METHOD)
+        return on_method(at, f->channel, &f->payload.method);
+    if (f->frame_type == AMQP_FRAME_HEADER) {
+        if (f->channel == TM_AMQP_CH_CONSUME && at->dlv_state == 1) {
+            at->partial = delivery_start(at, f);
+            if (at->partial == NULL) {
+                tm_snprintf(at->errstr, sizeof at->errstr, "a message of "
+                            "%llu bytes is too large to hold",
+                            (unsigned long long)
+                                f->payload.properties.body_size);
+                return -1;
+            }
+            at->dlv_state = 2;
+            if (at->partial->body_len == 0)
+                return delivery_done(at);
+        }
+        return 0;
+    }
+    if (f->frame_type == AMQP_FRAME_BODY) {
+        const amqp_bytes_t *b = &f->payload.body_fragment;
+        if (f->channel == TM_AMQP_CH_CONSUME && at->dlv_state == 2) {
+            struct tm_amqp_delivery *d = at->partial;
+            if (b->len > d->body_len - d->body_got) {
+                tm_snprintf(at->errstr, sizeof at->errstr, "protocol error: "
+                            "body longer than announced");
+                return -1;
+            }
+            if (!d->oversized)
+                memcpy(d->body + d->body_got, b->bytes, b->len);
+            d->body_got += b->len;
+            if (d->body_got == d->body_len)
+                return delivery_done(at);
+        }
+    }
+    return 0;
+}
+
+/*
+ * pump reads every frame available now without blocking, and handles
+ * each: deliveries go to the ready list. It also lets rabbitmq-c send a
+ * heartbeat when one is due and notice a broker silent for two
+ * heartbeats (a 1 us timeout rather than 0 keeps that check alive).
+ * Returns -1 when the connection failed.
+ */
+static int pump(struct tm_amqp_task *at)
+{
+    amqp_connection_state_t c = at->conn;
+    for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
+        amqp_frame_t f;
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
+        int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
+        if (rc == AMQP_STATUS_TIMEOUT)
+            break;
+        if (rc != AMQP_STATUS_OK) {
+            tm_snprintf(at->errstr, sizeof at->errstr, "%s",
+                        amqp_error_string2(rc));
+            return -1;
+        }
+        int body = f.frame_type == AMQP_FRAME_BODY;
+        amqp_channel_t ch = f.channel;
+        if (on_frame(at, &f) != 0)
+            return -1;
+        /* a body frame is copied or dropped by now: its buffer goes back
+         * at once, so that a large body never piles up in rabbitmq-c */
+        if (body)
+            amqp_maybe_release_buffers_on_channel(c, ch);
+    }
+    amqp_maybe_release_buffers(c);
+    return 0;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* floor_add records n delivery tags as settled, raising the floor over
+ * every run of settled tags right above it. */
+static void floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
+                      size_t n)
+{
+    if (n == 0)
+        return;
+    if (k->n + n > k->cap) {
+        k->cap = (k->n + n) * 2;
+        k->above = tm_realloc(k->above, k->cap * sizeof *k->above);
+    }
+    memcpy(k->above + k->n, tags, n * sizeof *tags);
+    k->n += n;
+    qsort(k->above, k->n, sizeof *k->above, u64_cmp);
+    size_t drop = 0;
+    while (drop < k->n && k->above[drop] <= k->floor + 1) {
+        if (k->above[drop] == k->floor + 1)
+            k->floor++;
+        drop++;
+    }
+    memmove(k->above, k->above + drop, (k->n - drop) * sizeof *k->above);
+    k->n -= drop;
+    /* invariant: every tag left above the floor is beyond floor + 1 */
+    assert(k->n == 0 || k->above[0] > k->floor + 1);
+}
+
+/* reject_oversized dead-letters a delivery whose body exceeds the task's
+ * max_payload, unread: basic.reject without requeue makes RabbitMQ move
+ * the original, body intact, to the dead-letter queue through the
+ * queue's dead-letter exchange (x-death: reason "rejected"; `dlq list`
+ * names the cause from the body's size). Returns -1 when the connection
+ * failed (at->errstr). */
+static int reject_oversized(struct tm_amqp_task *at,
+                            const struct tm_amqp_delivery *d)
+{
+    tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, at->cfg->name, d->id,
+                 "invalid: body of %zu bytes exceeds max_payload (%zu "
+                 "bytes); dead-lettered unread", d->body_len,
+                 at->cfg->max_payload);
+    if (amqp_basic_reject(at->conn, TM_AMQP_CH_CONSUME, d->tag,
+                          /* requeue = */ 0) != AMQP_STATUS_OK) {
+        tm_snprintf(at->errstr, sizeof at->errstr, "basic.reject failed");
+        return -1;
+    }
+    floor_add(&at->acks, &d->tag, 1);
+    return 0;
+}
+
+/*
+ * tm_amqp_settle_tags acknowledges acks and gives back nacks (requeue) on the
+ * consume channel. Nacks go first; then one basic.ack with multiple=1
+ * covers every ack up to the settled floor (all lower tags are settled),
+ * and acks above it go one by one. *err is set on a connection error.
+ */
+void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
+                        size_t na, const uint64_t *nacks, size_t nn,
+                        int *err)
+{
+    struct tm_amqp_acks *k = &at->acks;
+    amqp_connection_state_t c = at->conn;
+    if (c == NULL || na + nn == 0)
+        return;
+    for (size_t i = 0; i < nn; i++) {
+        if (amqp_basic_nack(c, TM_AMQP_CH_CONSUME, nacks[i],
+                            /* multiple = */ 0,
+                            /* requeue = */ 1) != AMQP_STATUS_OK) {
+            tm_snprintf(at->errstr, sizeof at->errstr, "basic.nack failed");
+            *err = 1;
+            return;
+        }
+    }
+    floor_add(k, acks, na);
+    floor_add(k, nacks, nn);
+    /* the largest new ack under the floor acknowledges all below it */
+    uint64_t multi = 0;
+    for (size_t i = 0; i < na; i++)
+        if (acks[i] <= k->floor && acks[i] > multi)
+            multi = acks[i];
+    int rc = AMQP_STATUS_OK;
+    if (multi > 0)
+        rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi, /* multiple = */ 1);
+    for (size_t i = 0; i < na && rc == AMQP_STATUS_OK; i++)
+        if (acks[i] > k->floor)
+            rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, acks[i], 0);
+    if (rc != AMQP_STATUS_OK) {
+        tm_snprintf(at->errstr, sizeof at->errstr, "basic.ack: %s",
+                    amqp_error_string2(rc));
+        *err = 1;
+    }
+}
+
+/* tm_amqp_stop_consuming cancels the task's consumer (wake()) without waiting
+ * for the broker's answer, and gives back the deliveries not handed over
+ * yet, so that RabbitMQ can deliver them elsewhere at once; what arrives
+ * after is given back as it comes (delivery_done). io_mu held. */
+int tm_amqp_stop_consuming(struct tm_amqp_task *at)
+{
+    if (at->stopped || at->conn == NULL)
+        return 0;
+    at->stopped = 1;
+    amqp_basic_cancel_t cancel;
+    memset(&cancel, 0, sizeof cancel);
+    cancel.consumer_tag = amqp_cstring_bytes(at->consumer_tag);
+    cancel.nowait = 1;
+    if (amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
+                         AMQP_BASIC_CANCEL_METHOD,
+                         &cancel) != AMQP_STATUS_OK) {
+        tm_snprintf(at->errstr, sizeof at->errstr, "basic.cancel failed");
+        return -1;
+    }
+    int err = 0;
+    struct tm_amqp_delivery *d;
+    while (!err && (d = ready_pop(at)) != NULL) {
+        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+        tm_amqp_delivery_free(d);
+    }
+    return err ? -1 : 0;
+}
+
+/* resume_consuming starts the consumer again when intake comes back
+ * after a wake() (a reload that did not happen). io_mu held. */
+static int resume_consuming(struct tm_amqp_task *at)
+{
+    char ctag[TM_AMQP_SHORTSTR_MAX + 1];
+    if (start_consumer(at, at->conn, ctag, at->errstr, sizeof at->errstr) != 0)
+        return -1;
+    tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s", ctag);
+    at->stopped = 0;
+    return 0;
+}
+
+/* tm_amqp_serve does what a holder of io_mu owes the connection: read
+ * what arrived (heartbeats, deliveries, the broker's notices). */
+int tm_amqp_serve(struct tm_amqp_task *at, const char *what)
+{
+    if (at->conn == NULL)
+        return 0;
+    if (pump(at) != 0) {
+        tm_amqp_conn_lost(at, what);
+        return -1;
+    }
+    return 0;
+}
+
+/* tm_amqp_signal_intake wakes the task's intake thread if it waits in
+ * fetch. */
+void tm_amqp_signal_intake(struct tm_amqp_task *at)
+{
+    uint64_t one = 1;
+    if (write(at->efd, &one, sizeof one) < 0) {
+        /* the counter is saturated: it is signalled anyway */
+    }
+}
+
+static void cb_release_batch(struct tm_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        tm_amqp_delivery_free(b->msgs[i].bctx);
+    tm_free(b);
+}
+
+/* woken says whether wake() was called since this task's intake last
+ * noticed; noticing it makes this fetch return at once. */
+static int woken(struct tm_amqp_task *at)
+{
+    unsigned seq = atomic_load(&at->ab->wake_seq);
+    if (seq == at->seen_wake)
+        return 0;
+    at->seen_wake = seq;
+    return 1;
+}
+
+/*
+ * tm_amqp_fetch reads up to max deliveries for task ti. It holds io_mu only
+ * while it touches the connection: connecting and waiting (poll on the
+ * socket and the task's eventfd) happen without it, so the settle thread
+ * can settle at any time. The first call after wake() returns 0 at once;
+ * a call after that (intake started again) consumes again.
+ */
+int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
+                    int timeout_ms, struct tm_batch **out)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    struct tm_amqp_task *at = &ab->tasks[ti];
+    int n = 0;
+    *out = NULL;
+    pthread_mutex_lock(&at->io_mu);
+    if (woken(at))
+        goto out;
+    if (at->conn == NULL) {
+        int perm = 0;
+        if (tm_amqp_task_connect(at, &perm) != 0) {
+            /* a new reason is worth a line; the same again is noise */
+            uint64_t h = tm_amqp_fnv64(at->errstr, strlen(at->errstr),
+                                       TM_AMQP_FNV64_INIT);
+            tm_log_write(h != at->err_hash ? (perm ? TM_LOG_ERR
+                                                   : TM_LOG_WARNING)
+                                           : TM_LOG_DEBUG,
+                         TM_AMQP_SRC, at->cfg->name, NULL, "%s; retrying",
+                         at->errstr);
+            at->err_hash = h;
+            task_down(at);
+            n = -1;
+            goto out;
+        }
+    }
+    if (at->stopped && resume_consuming(at) != 0) {
+        tm_amqp_conn_lost(at, "consume");
+        n = -1;
+        goto out;
+    }
+    int64_t deadline = tm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    for (;;) {
+        if (at->conn == NULL) {
+            n = -1; /* lost by the settle thread meanwhile */
+            goto out;
+        }
+        if (tm_amqp_serve(at, "consume") != 0) {
+            n = -1;
+            goto out;
+        }
+        if (at->nready > 0 && max > 0)
+            break;
+        if (woken(at))
+            goto out;
+        int64_t left = deadline - tm_now_ms();
+        if (left <= 0)
+            goto out;
+        struct pollfd p[2] = {
+            {.fd = amqp_get_sockfd(at->conn), .events = POLLIN},
+            {.fd = at->efd, .events = POLLIN},
+        };
+        pthread_mutex_unlock(&at->io_mu);
+        if (poll(p, 2, (int)(left < INT_MAX ? left : INT_MAX)) > 0 &&
+            (p[1].revents & POLLIN)) {
+            uint64_t cnt;
+            if (read(at->efd, &cnt, sizeof cnt) < 0) {
+                /* EAGAIN: taken already */
+            }
+        }
+        pthread_mutex_lock(&at->io_mu);
+    }
+    size_t k = at->nready < max ? at->nready : max;
+    struct tm_batch *batch = tm_batch_new(k);
+    batch->release = cb_release_batch;
+    int64_t now = tm_now_ns();
+    for (size_t i = 0; i < k; i++) {
+        struct tm_amqp_delivery *d = ready_pop(at);
+        struct tm_msg *m = &batch->msgs[i];
+        m->task_index = ti;
+        m->id = d->id;
+        m->id_len = strlen(d->id);
+        m->body = d->body;
+        m->body_len = d->body_len;
+        m->attempt = d->attempt;
+        m->tag = d->tag;
+        m->bctx = d;
+        m->t_recv_ns = now;
+    }
+    *out = batch;
+    n = (int)k;
+out:
+    pthread_mutex_unlock(&at->io_mu);
+    return n;
+}

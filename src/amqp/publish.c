@@ -1,0 +1,541 @@
+/* amqp/publish.c - RabbitMQ publishing connection: copies with confirms. */
+#include "amqp.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <poll.h>
+#include <string.h>
+
+#include "core.h" /* tm_retry_delay_ms: the retry queue of a delay */
+#include "log.h"
+#include "util.h"
+
+/* Reconnect backoff of the publishing connection: first and largest
+ * wait, in ms (it is only tried while copies wait for it). */
+#define PUB_BACKOFF_MIN_MS 500
+#define PUB_BACKOFF_MAX_MS 8000
+
+/* tm_amqp_publisher_init prepares the publishing connection to node
+ * (borrowed); it is opened on first use. */
+void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
+                            struct tm_amqp_broker *ab,
+                            const struct tm_url *node)
+{
+    memset(pc, 0, sizeof *pc);
+    pc->ab = ab;
+    pc->node = node;
+    pc->copies.ch = TM_AMQP_PCH_COPY;
+    pc->replies.ch = TM_AMQP_PCH_REPLY;
+    pc->backoff_ms = PUB_BACKOFF_MIN_MS;
+}
+
+/* copy_needed says whether the record publishes a dead-letter or retry
+ * copy. */
+static int copy_needed(const struct tm_amqp_rec *r)
+{
+    return r->settle == TM_SETTLE_DEAD || r->settle == TM_SETTLE_RETRY;
+}
+
+/* rec_final says whether every copy of r has its answer from the broker
+ * (confirmed, refused, returned, or lost with the reply channel). */
+static int rec_final(const struct tm_amqp_rec *r)
+{
+    if (copy_needed(r) && !r->returned &&
+        (r->seq == 0 || r->cst == TM_AMQP_WAITING))
+        return 0;
+    if (tm_amqp_needs_reply(r) && r->rst == TM_AMQP_WAITING)
+        return 0;
+    return 1;
+}
+
+/* forget_connection resets what belongs to the lost connection: copies
+ * not confirmed are sent again on the next one (their originals are
+ * still unacknowledged, so at worst a copy goes out twice). */
+static void forget_connection(struct tm_amqp_publisher *pc)
+{
+    for (size_t i = 0; i < pc->out.n; i++) {
+        struct tm_amqp_rec *r = &pc->out.v[i];
+        if (r->cst == TM_AMQP_WAITING)
+            r->seq = 0;
+        if (r->rst == TM_AMQP_WAITING)
+            r->rseq = 0;
+    }
+    for (size_t i = 0; i < pc->nlevels; i++)
+        tm_free(pc->levels[i].name);
+    pc->nlevels = 0;
+    pc->copies.open = 0;
+    pc->replies.open = 0;
+    pc->ret_state = 0;
+    pc->blocked = 0;
+}
+
+/* publisher_lost drops the connection after an error in pc->errstr. */
+static void publisher_lost(struct tm_amqp_publisher *pc)
+{
+    if (pc->was_up)
+        tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, NULL, NULL,
+                     "publishing connection: %s; reconnecting (copies not "
+                     "confirmed are sent again)", pc->errstr);
+    pc->was_up = 0;
+    tm_amqp_drop(pc->conn);
+    pc->conn = NULL;
+    forget_connection(pc);
+}
+
+/*
+ * tm_amqp_publisher_connect opens the publishing connection unless it is
+ * open: the copy channel in confirm mode and the declaration channel (the
+ * reply channel is opened on first use). Returns 0, or -1 with the reason
+ * in pc->errstr (logged once per new reason), after which no attempt is
+ * made before the backoff has passed.
+ */
+int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc)
+{
+    char eb[512];
+    if (pc->conn != NULL)
+        return 0;
+    if (tm_now_ms() < pc->retry_at)
+        return -1;
+    amqp_connection_state_t c = tm_amqp_open(
+        pc->ab, pc->node, "publish", TM_AMQP_HEARTBEAT_S, eb, sizeof eb);
+    if (c != NULL && (tm_amqp_channel(c, TM_AMQP_PCH_COPY, 1, eb,
+                                      sizeof eb) != 0 ||
+                      tm_amqp_channel(c, TM_AMQP_PCH_ADMIN, 0, eb,
+                                      sizeof eb) != 0)) {
+        tm_amqp_drop(c);
+        c = NULL;
+    }
+    if (c == NULL) {
+        uint64_t h = tm_amqp_fnv64(eb, strlen(eb), TM_AMQP_FNV64_INIT);
+        tm_log_write(h != pc->err_hash ? TM_LOG_WARNING : TM_LOG_DEBUG,
+                     TM_AMQP_SRC, NULL, NULL,
+                     "publishing connection: %s; retrying", eb);
+        pc->err_hash = h;
+        tm_snprintf(pc->errstr, sizeof pc->errstr, "%s", eb);
+        pc->retry_at = tm_now_ms() + pc->backoff_ms;
+        pc->backoff_ms = pc->backoff_ms * 2 > PUB_BACKOFF_MAX_MS
+                             ? PUB_BACKOFF_MAX_MS
+                             : pc->backoff_ms * 2;
+        return -1;
+    }
+    pc->conn = c;
+    pc->gen++;
+    pc->was_up = 1;
+    pc->err_hash = 0;
+    pc->backoff_ms = PUB_BACKOFF_MIN_MS;
+    forget_connection(pc);
+    pc->copies.open = 1;
+    pc->copies.next_seq = 1;
+    return 0;
+}
+
+/* tm_amqp_pub_send publishes one message on a confirm channel of the
+ * publishing connection, through the default exchange. Returns its
+ * confirm sequence, or 0 when the connection failed (pc->errstr). */
+uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
+                          struct tm_amqp_pub *p, const char *rk,
+                          const amqp_basic_properties_t *props,
+                          const char *body, size_t len, int mandatory)
+{
+    amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
+    int rc = amqp_basic_publish(pc->conn, p->ch, amqp_empty_bytes,
+                                amqp_cstring_bytes(rk), mandatory,
+                                /* immediate = */ 0, props, b);
+    if (rc != AMQP_STATUS_OK) {
+        tm_snprintf(pc->errstr, sizeof pc->errstr,
+                    "basic.publish to '%s': %s", rk, amqp_error_string2(rc));
+        return 0;
+    }
+    return p->next_seq++;
+}
+
+/* confirm applies a basic.ack or basic.nack of channel ch to the records
+ * it covers. */
+static void confirm(struct tm_amqp_publisher *pc, amqp_channel_t ch,
+                    uint64_t tag, int multiple, unsigned char st)
+{
+    for (size_t i = 0; i < pc->out.n; i++) {
+        struct tm_amqp_rec *r = &pc->out.v[i];
+        uint64_t seq = ch == TM_AMQP_PCH_COPY ? r->seq : r->rseq;
+        unsigned char *x = ch == TM_AMQP_PCH_COPY ? &r->cst : &r->rst;
+        if (seq != 0 && *x == TM_AMQP_WAITING &&
+            (seq == tag || (multiple && seq < tag)))
+            *x = st;
+    }
+}
+
+/* returned_done matches a message the broker could not route (mandatory
+ * publish: the dead-letter or retry queue is gone) with its record. */
+static void returned_done(struct tm_amqp_publisher *pc, const char *msgid)
+{
+    pc->ret_state = 0;
+    for (size_t i = 0; i < pc->out.n; i++) {
+        struct tm_amqp_rec *r = &pc->out.v[i];
+        if (r->returned || r->seq == 0 || r->rk == NULL ||
+            strcmp(r->rk, pc->ret_rk) != 0 ||
+            (msgid != NULL &&
+             strcmp(r->settle == TM_SETTLE_DEAD ? r->copy_id : r->d->id,
+                    msgid) != 0))
+            continue;
+        r->returned = 1;
+        tm_log_write(TM_LOG_ERR, TM_AMQP_SRC,
+                     pc->ab->tasks[r->task].cfg->name, r->d->id,
+                     "RabbitMQ could not route the %s copy to '%s' (%s); "
+                     "the message stays in the queue and is delivered "
+                     "again",
+                     r->settle == TM_SETTLE_DEAD ? "dead-letter" : "retry",
+                     pc->ret_rk, pc->ret_text);
+        return;
+    }
+    tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, NULL, msgid,
+                 "RabbitMQ returned a message sent to '%s' (%s)", pc->ret_rk,
+                 pc->ret_text);
+}
+
+/* on_method handles one method frame of the publishing connection.
+ * Returns -1 when the connection is unusable (pc->errstr). */
+static int on_method(struct tm_amqp_publisher *pc, amqp_channel_t ch,
+                     const amqp_method_t *m)
+{
+    switch (m->id) {
+    case AMQP_CONNECTION_CLOSE_METHOD: {
+        const amqp_connection_close_t *x = m->decoded;
+        tm_snprintf(pc->errstr, sizeof pc->errstr,
+                    "connection closed by the broker: %u %.*s",
+                    x->reply_code, (int)x->reply_text.len,
+                    (const char *)x->reply_text.bytes);
+        amqp_connection_close_ok_t ok;
+        memset(&ok, 0, sizeof ok);
+        amqp_send_method(pc->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        return -1;
+    }
+    case AMQP_CONNECTION_BLOCKED_METHOD: {
+        const amqp_connection_blocked_t *x = m->decoded;
+        if (!pc->blocked)
+            tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, NULL, NULL,
+                         "RabbitMQ blocks publishing (%.*s): dead letters, "
+                         "retries and replies wait, and their messages stay "
+                         "unacknowledged",
+                         (int)x->reason.len, (const char *)x->reason.bytes);
+        pc->blocked = 1;
+        return 0;
+    }
+    case AMQP_CONNECTION_UNBLOCKED_METHOD:
+        if (pc->blocked)
+            tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, NULL, NULL,
+                         "RabbitMQ accepts publishing again");
+        pc->blocked = 0;
+        return 0;
+    case AMQP_CHANNEL_CLOSE_METHOD: {
+        const amqp_channel_close_t *x = m->decoded;
+        if (ch == TM_AMQP_PCH_REPLY) {
+            /* a reply the broker refused (e.g. the direct reply-to
+             * consumer is gone): the requester gets nothing, the rest
+             * goes on; the channel is opened again when needed */
+            tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, NULL, NULL,
+                         "reply not delivered: %u %.*s", x->reply_code,
+                         (int)x->reply_text.len,
+                         (const char *)x->reply_text.bytes);
+            tm_amqp_channel_closed_ok(pc->conn, ch);
+            for (size_t i = 0; i < pc->out.n; i++)
+                if (pc->out.v[i].rseq != 0 &&
+                    pc->out.v[i].rst == TM_AMQP_WAITING)
+                    pc->out.v[i].rst = TM_AMQP_LOST;
+            pc->replies.open = 0;
+            if (pc->ret_state != 0 && pc->ret_ch == ch)
+                pc->ret_state = 0;
+            return 0;
+        }
+        tm_snprintf(pc->errstr, sizeof pc->errstr,
+                    "channel %u closed by the broker: %u %.*s", ch,
+                    x->reply_code, (int)x->reply_text.len,
+                    (const char *)x->reply_text.bytes);
+        return -1;
+    }
+    case AMQP_BASIC_ACK_METHOD: {
+        const amqp_basic_ack_t *x = m->decoded;
+        confirm(pc, ch, x->delivery_tag, x->multiple, TM_AMQP_ACKED);
+        return 0;
+    }
+    case AMQP_BASIC_NACK_METHOD: {
+        const amqp_basic_nack_t *x = m->decoded;
+        confirm(pc, ch, x->delivery_tag, x->multiple, TM_AMQP_NACKED);
+        return 0;
+    }
+    case AMQP_BASIC_RETURN_METHOD: {
+        const amqp_basic_return_t *x = m->decoded;
+        pc->ret_state = 1;
+        pc->ret_ch = ch;
+        tm_snprintf(pc->ret_rk, sizeof pc->ret_rk, "%.*s",
+                    (int)x->routing_key.len,
+                    (const char *)x->routing_key.bytes);
+        tm_snprintf(pc->ret_text, sizeof pc->ret_text, "%u %.*s",
+                    x->reply_code, (int)x->reply_text.len,
+                    (const char *)x->reply_text.bytes);
+        return 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+static int on_frame(struct tm_amqp_publisher *pc, const amqp_frame_t *f)
+{
+    if (f->frame_type == AMQP_FRAME_METHOD)
+        return on_method(pc, f->channel, &f->payload.method);
+    if (f->frame_type == AMQP_FRAME_HEADER && pc->ret_state == 1 &&
+        f->channel == pc->ret_ch) {
+        const amqp_basic_properties_t *p = f->payload.properties.decoded;
+        char *mid = (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+                        ? tm_amqp_bytes_dup(p->message_id)
+                        : NULL;
+        returned_done(pc, mid);
+        tm_free(mid);
+        /* skip its body frames */
+        pc->ret_left = f->payload.properties.body_size;
+        pc->ret_state = pc->ret_left > 0 ? 2 : 0;
+    } else if (f->frame_type == AMQP_FRAME_BODY && pc->ret_state == 2 &&
+               f->channel == pc->ret_ch) {
+        size_t n = f->payload.body_fragment.len;
+        pc->ret_left = n >= pc->ret_left ? 0 : pc->ret_left - n;
+        if (pc->ret_left == 0)
+            pc->ret_state = 0;
+    }
+    return 0;
+}
+
+/* pump reads every frame available now, without blocking (a 1 us timeout
+ * keeps rabbitmq-c's heartbeat checks alive). Returns -1 when the
+ * connection failed (pc->errstr). */
+static int pump(struct tm_amqp_publisher *pc)
+{
+    for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
+        amqp_frame_t f;
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
+        int rc = amqp_simple_wait_frame_noblock(pc->conn, &f, &tv);
+        if (rc == AMQP_STATUS_TIMEOUT)
+            break;
+        if (rc != AMQP_STATUS_OK) {
+            tm_snprintf(pc->errstr, sizeof pc->errstr, "%s",
+                        amqp_error_string2(rc));
+            return -1;
+        }
+        if (on_frame(pc, &f) != 0)
+            return -1;
+    }
+    amqp_maybe_release_buffers(pc->conn);
+    return 0;
+}
+
+/* task_gen returns the generation of task i's consuming connection, 0
+ * while it is down. */
+static uint64_t task_gen(struct tm_amqp_broker *ab, size_t i)
+{
+    struct tm_amqp_task *at = &ab->tasks[i];
+    pthread_mutex_lock(&at->io_mu);
+    uint64_t gen = at->conn != NULL ? at->gen : 0;
+    pthread_mutex_unlock(&at->io_mu);
+    return gen;
+}
+
+/* prepare_retry finds (declaring it on first use) the retry queue of r;
+ * a retry impossible there becomes a dead letter. Returns -1 when the
+ * connection failed. */
+static int prepare_retry(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
+{
+    const struct tm_cfg_task *t = pc->ab->tasks[r->task].cfg;
+    char why[512];
+    int dead = 0;
+    int64_t base = tm_retry_delay_ms(t, r->attempt, 0.0);
+    r->rk = tm_amqp_retry_queue(pc, t, base, why, sizeof why, &dead);
+    if (dead)
+        return -1;
+    if (r->rk == NULL) {
+        tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, t->name, r->d->id,
+                     "%s; dead-lettering instead", why);
+        char *e = tm_asprintf("%s; %s", r->error ? r->error : "error", why);
+        tm_free(r->error);
+        r->error = e;
+        r->settle = TM_SETTLE_DEAD;
+    }
+    return 0;
+}
+
+/* drop_stale drops the records whose consuming connection is gone: their
+ * originals can no longer be acknowledged, and RabbitMQ delivers those
+ * messages again (a copy already sent then arrives a second time). */
+static void drop_stale(struct tm_amqp_publisher *pc)
+{
+    struct tm_amqp_recvec *out = &pc->out;
+    size_t k = 0, stale = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        struct tm_amqp_rec *r = &out->v[i];
+        if (task_gen(pc->ab, r->task) != r->gen) {
+            tm_amqp_rec_clear(r);
+            stale++;
+            continue;
+        }
+        out->v[k++] = *r;
+    }
+    out->n = k;
+    if (stale > 0)
+        tm_log_write(TM_LOG_DEBUG, TM_AMQP_SRC, NULL, NULL,
+                     "%zu settlement(s) dropped: their connection was lost "
+                     "and RabbitMQ delivers those messages again", stale);
+}
+
+/* send_pending publishes every copy not sent on this connection yet.
+ * Returns -1 when the connection failed (pc->errstr). */
+static int send_pending(struct tm_amqp_publisher *pc)
+{
+    struct tm_amqp_recvec *out = &pc->out;
+    for (size_t i = 0; i < out->n; i++) {
+        struct tm_amqp_rec *r = &out->v[i];
+        /* first: a retry impossible becomes a dead letter, which
+         * answers a request */
+        if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
+            prepare_retry(pc, r) != 0)
+            return -1;
+        if (tm_amqp_needs_reply(r) && r->rseq == 0 &&
+            r->rst == TM_AMQP_WAITING) {
+            if (!pc->replies.open) {
+                if (tm_amqp_channel(pc->conn, TM_AMQP_PCH_REPLY, 1,
+                                    pc->errstr, sizeof pc->errstr) != 0)
+                    return -1;
+                pc->replies.open = 1;
+                pc->replies.next_seq = 1;
+            }
+            r->rseq = tm_amqp_publish_reply(pc, r);
+            if (r->rseq == 0)
+                return -1;
+        }
+        if (copy_needed(r) && !r->returned && r->seq == 0) {
+            r->cst = TM_AMQP_WAITING;
+            r->seq = r->settle == TM_SETTLE_DEAD
+                         ? tm_amqp_publish_dead(pc, r)
+                         : tm_amqp_publish_retry(pc, r);
+            if (r->seq == 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* take_final moves the records whose copies are all answered to done,
+ * deciding how their originals are settled: acked when the copy is
+ * confirmed, given back (nack, requeue) when the broker refused it. */
+static void take_final(struct tm_amqp_publisher *pc,
+                       struct tm_amqp_recvec *done)
+{
+    struct tm_amqp_recvec *out = &pc->out;
+    size_t k = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        struct tm_amqp_rec *r = &out->v[i];
+        if (!rec_final(r)) {
+            out->v[k++] = *r;
+            continue;
+        }
+        const char *task = pc->ab->tasks[r->task].cfg->name;
+        if (tm_amqp_needs_reply(r) && r->rst != TM_AMQP_ACKED)
+            tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, task, r->d->id,
+                         "the reply to '%s' was not confirmed; the "
+                         "requester gets no answer", r->d->reply_to);
+        if (copy_needed(r) && (r->returned || r->cst != TM_AMQP_ACKED)) {
+            if (!r->returned)
+                tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, task, r->d->id,
+                             "RabbitMQ refused the %s copy for '%s'; the "
+                             "message stays in the queue and is delivered "
+                             "again",
+                             r->settle == TM_SETTLE_DEAD ? "dead-letter"
+                                                         : "retry",
+                             r->rk);
+            r->requeue = 1;
+        }
+        tm_amqp_recvec_push(done, r);
+    }
+    out->n = k;
+}
+
+/* outstanding says whether a copy was sent and awaits its confirm. */
+static int outstanding(const struct tm_amqp_publisher *pc)
+{
+    for (size_t i = 0; i < pc->out.n; i++) {
+        const struct tm_amqp_rec *r = &pc->out.v[i];
+        if ((r->seq != 0 && r->cst == TM_AMQP_WAITING && !r->returned) ||
+            (r->rseq != 0 && r->rst == TM_AMQP_WAITING))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * tm_amqp_publisher_run moves the records in pc->out forward: it
+ * (re)connects when copies wait, reads confirms and notifications,
+ * publishes what is not sent yet and, with wait, waits for the confirms
+ * up to TM_AMQP_CONFIRM_TIMEOUT_MS. Records whose copies are all
+ * answered go to done, for their originals to be settled.
+ *
+ * While the broker blocks the connection nothing is sent and nothing
+ * times out: the records wait, and the call returns at once. A confirm
+ * missing past the timeout on a connection that is not blocked means the
+ * connection is broken: it is dropped, and its unconfirmed copies are
+ * sent again on the next one.
+ */
+void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
+                           struct tm_amqp_recvec *done)
+{
+    drop_stale(pc);
+    if (pc->conn == NULL) {
+        if (pc->out.n == 0 || tm_amqp_publisher_connect(pc) != 0)
+            return;
+    }
+    int64_t deadline = tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS;
+    for (;;) {
+        if (pump(pc) != 0)
+            goto lost;
+        if (!pc->blocked && send_pending(pc) != 0)
+            goto lost;
+        take_final(pc, done);
+        if (!wait || pc->blocked || !outstanding(pc))
+            return;
+        int64_t left = deadline - tm_now_ms();
+        if (left <= 0) {
+            tm_snprintf(pc->errstr, sizeof pc->errstr,
+                        "no publisher confirm from RabbitMQ within %d s",
+                        TM_AMQP_CONFIRM_TIMEOUT_MS / 1000);
+            goto lost;
+        }
+        struct pollfd p = {.fd = amqp_get_sockfd(pc->conn),
+                           .events = POLLIN};
+        if (poll(&p, 1, (int)(left < 1000 ? left : 1000)) < 0) {
+            /* EINTR: the loop reads and checks again */
+        }
+    }
+lost:
+    assert(pc->conn != NULL);
+    publisher_lost(pc);
+}
+
+/* tm_amqp_publisher_close closes the connection (after a last run by the
+ * caller) and frees what it holds; records still waiting are dropped:
+ * their originals were never acknowledged, so RabbitMQ delivers them
+ * again. */
+void tm_amqp_publisher_close(struct tm_amqp_publisher *pc)
+{
+    if (pc->out.n > 0)
+        tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, NULL, NULL,
+                     "%zu settlement(s) left unconfirmed%s; RabbitMQ "
+                     "delivers those messages again",
+                     pc->out.n, pc->blocked ? " (publishing blocked)" : "");
+    tm_amqp_recvec_clear(&pc->out);
+    tm_free(pc->out.v);
+    pc->out.v = NULL;
+    pc->out.cap = 0;
+    if (pc->conn != NULL)
+        tm_amqp_close(pc->conn);
+    pc->conn = NULL;
+    forget_connection(pc);
+    tm_free(pc->levels);
+    pc->levels = NULL;
+    pc->caplevels = 0;
+}
