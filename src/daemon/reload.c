@@ -1,0 +1,161 @@
+/* reload.c - SIGHUP and plugin_watch reloads: a new generation starts,
+ * the replaced one is retired in the background. */
+#include "daemon_private.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+/* ---- reload ------------------------------------------------------------- */
+
+struct retire {
+    struct tm_gen *old;
+    struct tm_gen *next;
+};
+
+/* retire_main stops the replaced generation, lets the new one fold its
+ * counters in, then frees it. */
+static void *retire_main(void *arg)
+{
+    struct retire *r = arg;
+    struct tm_daemon *d = r->old->d;
+    int64_t deadline = tm_now_ns() +
+                       r->old->cfg->shutdown_timeout_ms * 1000000LL;
+    int rc = tm_gen_stop(r->old, deadline, /* finish_queued = */ 1);
+    /* what the old pool and broker counted after the swap */
+    atomic_fetch_add(&d->restarts_before,
+                     atomic_load(&r->old->pool->restarts) -
+                         r->old->restarts_at_swap);
+    atomic_fetch_add(&d->reconnects_before,
+                     atomic_load(&r->old->broker->reconnects) -
+                         r->old->reconnects_at_swap);
+    atomic_store(&r->next->prev_done, 1);
+    uint64_t one = 1;
+    if (write(r->next->done_fd, &one, sizeof one) < 0) {
+        /* awake anyway */
+    }
+    while (!atomic_load(&r->next->folded) && !atomic_load(&r->next->stopping))
+        tm_sleep_ms(5);
+    tm_log_info(TM_DAEMON_SRC, "configuration %u retired%s", r->old->id,
+                rc == 0 ? "" : " (some work abandoned, to be redelivered)");
+    if (atomic_load(&r->next->folded)) {
+        tm_gen_free(r->old);
+    }
+    /* else the daemon is stopping before the new generation could take
+     * the counters over; the process exits with the old one unfreed */
+    tm_free(r);
+    atomic_store(&d->retiring, 0);
+    return NULL;
+}
+
+/* global_changes names keys a reload cannot apply; returns 0 when none. */
+static int global_changes(const struct tm_cfg *a, const struct tm_cfg *b,
+                          char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+#define TM_DIFF(cond, key)                                                 \
+    do {                                                                   \
+        if (cond)                                                          \
+            n += tm_snprintf(buf + n, size - n, "%s%s", n ? ", " : "", key); \
+    } while (0)
+#define TM_STRNE(x, y) \
+    (((x) == NULL) != ((y) == NULL) || ((x) != NULL && strcmp((x), (y)) != 0))
+    TM_DIFF(TM_STRNE(a->broker_url, b->broker_url) ||
+                TM_STRNE(a->url.password, b->url.password),
+            "broker");
+    TM_DIFF(a->pool_kind != b->pool_kind, "pool.kind");
+    TM_DIFF(a->pool_size != b->pool_size, "pool.size");
+    TM_DIFF(a->max_tasks_per_child != b->max_tasks_per_child,
+            "pool.max_tasks_per_child");
+    TM_DIFF(TM_STRNE(a->instance, b->instance), "instance");
+    TM_DIFF(TM_STRNE(a->http_listen, b->http_listen), "http.listen");
+    TM_DIFF(TM_STRNE(a->http_token, b->http_token), "http.token");
+    TM_DIFF(a->plugin_watch != b->plugin_watch, "plugin_watch");
+    TM_DIFF(TM_STRNE(a->plugin_dir, b->plugin_dir), "plugin_dir");
+#undef TM_STRNE
+#undef TM_DIFF
+    return n > 0;
+}
+
+void tm_reload(struct tm_daemon *d)
+{
+    char err[1024];
+    if (atomic_load(&d->retiring)) {
+        /* one retirement at a time: try again on the next tick */
+        atomic_store(&d->reload, 1);
+        return;
+    }
+    struct tm_cfg *cfg = tm_cfg_load(d->config_path, err, sizeof err);
+    if (cfg == NULL) {
+        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
+                   "%s", err);
+        return;
+    }
+    struct tm_gen *old = d->gen;
+    char keys[256];
+    if (global_changes(old->cfg, cfg, keys, sizeof keys)) {
+        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
+                   "%s changed, which needs a restart", keys);
+        tm_cfg_free(cfg);
+        return;
+    }
+    tm_log_setup(cfg->log_level, cfg->log_format);
+    struct tm_gen *g = tm_gen_create(d, cfg, old, err, sizeof err);
+    if (g == NULL) {
+        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
+                   "%s", err);
+        return;
+    }
+    /* the old intake stops before the new one starts, so that what
+     * arrives from now on runs on the new configuration; what the old
+     * one holds runs on to the end, on its own code */
+    tm_intake_stop(old);
+    if (tm_gen_start(g) != 0) {
+        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
+                   "the new configuration did not start");
+        tm_gen_stop(g, tm_now_ns(), 0);
+        tm_gen_free(g);
+        tm_intake_start(old);
+        return;
+    }
+    size_t added = 0, kept = 0, changed = 0, removed = 0;
+    for (size_t i = 0; i < g->ntasks; i++) {
+        long j = g->snap_from[i];
+        if (j < 0)
+            added++;
+        else if (g->tasks[i].plugin == old->tasks[j].plugin)
+            kept++;
+        else
+            changed++;
+    }
+    for (size_t j = 0; j < old->ntasks; j++) {
+        int found = 0;
+        for (size_t i = 0; i < g->ntasks; i++)
+            if (g->snap_from[i] == (long)j)
+                found = 1;
+        removed += !found;
+    }
+    old->restarts_at_swap = atomic_load(&old->pool->restarts);
+    old->reconnects_at_swap = atomic_load(&old->broker->reconnects);
+    atomic_fetch_add(&d->restarts_before, old->restarts_at_swap);
+    atomic_fetch_add(&d->reconnects_before, old->reconnects_at_swap);
+    tm_gen_publish(d, g);
+    tm_log_info(TM_DAEMON_SRC, "reloaded %s as configuration %u: %zu task(s) added, "
+                "%zu changed, %zu removed, %zu unchanged", d->config_path,
+                g->id, added, changed, removed, kept);
+    atomic_store(&d->retiring, 1);
+    struct retire *r = tm_calloc(1, sizeof *r);
+    r->old = old;
+    r->next = g;
+    pthread_t th;
+    if (pthread_create(&th, NULL, retire_main, r) != 0) {
+        retire_main(r);
+        return;
+    }
+    pthread_detach(th);
+}
+
