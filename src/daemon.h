@@ -36,6 +36,11 @@ struct tm_gen {
     struct tm_broker *broker;
     struct tm_pool *pool;
     atomic_int stopping;            /* intake stops */
+    /* set when this generation gives up on its running calls (its drain
+     * reached shutdown_timeout): should_stop() answers yes to them, and
+     * to no other generation's; its plugins stay loaded until they
+     * return */
+    atomic_int abandon;
 
     /* finished messages: a lock-free stack pushed by workers, taken whole
      * by the settle thread */

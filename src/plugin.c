@@ -293,7 +293,7 @@ static struct tm_plugin *load(const char *path, const char *load_path,
     struct tm_plugin *p = tm_calloc(1, sizeof *p);
     p->path = tm_strdup(path);
     p->dl = dl;
-    p->refs = 1;
+    atomic_init(&p->refs, 1);
     p->dev = st->st_dev;
     p->ino = st->st_ino;
     p->size = st->st_size;
@@ -392,12 +392,12 @@ int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
 
 void tm_plugin_ref(struct tm_plugin *p)
 {
-    p->refs++;
+    atomic_fetch_add(&p->refs, 1);
 }
 
 void tm_plugin_free(struct tm_plugin *p)
 {
-    if (p == NULL || --p->refs > 0)
+    if (p == NULL || atomic_fetch_sub(&p->refs, 1) > 1)
         return;
     if (p->inited && p->desc.cb_fini != NULL)
         p->desc.cb_fini(p->task_data);

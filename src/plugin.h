@@ -2,6 +2,7 @@
 #ifndef TASKMILL_PLUGIN_H
 #define TASKMILL_PLUGIN_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -16,7 +17,7 @@ struct tm_plugin {
                                     struct_size are zero */
     void *task_data;             /* from cb_init */
     int inited;                  /* cb_init succeeded */
-    int refs;                    /* owners; see tm_plugin_ref() */
+    atomic_int refs;             /* owners; see tm_plugin_ref() */
     dev_t dev;                   /* identity of the file loaded, to see */
     ino_t ino;                   /* when it changes (reload) */
     off_t size;
@@ -55,7 +56,8 @@ int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
                    char *err, size_t errlen);
 
 /* tm_plugin_ref adds an owner (a reloaded configuration keeps an unchanged
- * task's plugin, with its task data, running). Main thread only. */
+ * task's plugin, with its task data, running). Any thread: a retired
+ * configuration drops its references from its own thread. */
 void tm_plugin_ref(struct tm_plugin *p);
 
 /* tm_plugin_free drops an owner; the last one calls cb_fini when cb_init

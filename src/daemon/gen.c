@@ -10,6 +10,10 @@
 #include "log.h"
 #include "util.h"
 
+/* How often a retired generation looks whether its abandoned calls have
+ * returned. */
+#define TM_LINGER_POLL_MS 50
+
 /* ---- plugins -------------------------------------------------------- */
 
 /* same_task says whether a task's configuration is unchanged, so that a
@@ -115,19 +119,50 @@ void tm_tasks_unload(struct tm_task *tasks, size_t n)
 
 /* ---- generations -------------------------------------------------------- */
 
-/* tm_gen_free releases what tm_gen_create made; the generation is stopped. */
+/* wait_idle waits, however long it takes, until no call runs in g's pool:
+ * a call abandoned at the drain deadline still runs the generation's
+ * plugin code with its task and worker data. */
+static void wait_idle(struct tm_gen *g)
+{
+    unsigned busy = g->pool->ops->busy(g->pool);
+    if (busy == 0)
+        return;
+    tm_log_info(TM_DAEMON_SRC, "configuration %u: waiting for %u abandoned "
+                "call(s) to return before unloading its plugins", g->id,
+                busy);
+    int64_t since = tm_now_ms();
+    while (g->pool->ops->busy(g->pool) > 0)
+        tm_sleep_ms(TM_LINGER_POLL_MS);
+    tm_log_info(TM_DAEMON_SRC, "configuration %u: its last call returned "
+                "%lld ms later", g->id, (long long)(tm_now_ms() - since));
+}
+
+/* release_list drops messages nobody settles: they stay unacknowledged
+ * and the broker delivers them again. */
+static void release_list(struct tm_msg *m)
+{
+    while (m != NULL) {
+        struct tm_msg *next = m->next;
+        tm_msg_release(m);
+        m = next;
+    }
+}
+
 void tm_gen_free(struct tm_gen *g)
 {
     if (g == NULL)
         return;
-    if (g->pool != NULL)
+    if (g->pool != NULL) {
+        /* the pool goes first (its workers run worker fini), the plugins
+         * (cb_fini, dlclose) last, and only once nothing runs their code */
+        wait_idle(g);
         g->pool->ops->destroy(g->pool);
-    while (g->unsettled != NULL) {
-        /* whatever settlement failed is left for redelivery */
-        struct tm_msg *m = g->unsettled;
-        g->unsettled = m->next;
-        tm_msg_release(m);
     }
+    /* whatever settlement failed, and calls that returned after the
+     * settle thread ended, are left for redelivery */
+    release_list(g->unsettled);
+    g->unsettled = NULL;
+    release_list(atomic_exchange(&g->done_head, NULL));
     if (g->broker != NULL)
         g->broker->ops->destroy(g->broker);
     if (g->done_fd >= 0)
@@ -164,6 +199,7 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
     g->task_ptrs = tm_calloc(g->ntasks, sizeof *g->task_ptrs);
     for (size_t i = 0; i < g->ntasks; i++) {
         g->tasks[i].gen = g;
+        g->tasks[i].abandon = &g->abandon;
         g->task_ptrs[i] = &g->tasks[i];
     }
     if (load_tasks(cfg, g->tasks, prev, err, errlen) != 0)
@@ -265,10 +301,12 @@ int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
     for (size_t i = 0; i < g->ntasks; i++)
         g->tasks[i].intake_started = 0;
     if (drained != 0) {
-        atomic_store(&tm_exec_abandon, 1);
-        tm_log_err(TM_DAEMON_SRC, "shutdown_timeout of %lld ms reached with tasks "
-                   "still running; they are abandoned and will be "
-                   "delivered again", (long long)g->cfg->shutdown_timeout_ms);
+        /* should_stop() says yes to this generation's calls only */
+        atomic_store(&g->abandon, 1);
+        tm_log_err(TM_DAEMON_SRC, "configuration %u: shutdown_timeout of "
+                   "%lld ms reached with tasks still running; they are "
+                   "abandoned and will be delivered again", g->id,
+                   (long long)g->cfg->shutdown_timeout_ms);
     }
     /* finished messages still get acknowledged, within a short grace */
     g->settle_deadline_ns = (drained == 0 ? deadline : tm_now_ns()) +

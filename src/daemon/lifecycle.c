@@ -251,9 +251,10 @@ int tm_daemon_run(struct tm_cfg *cfg)
         tm_log_info(TM_DAEMON_SRC, "stopped cleanly");
     tm_http_stop(d->http);
     d->http = NULL;
-    if (atomic_load(&tm_exec_abandon)) {
+    if (atomic_load(&g->abandon)) {
         /* workers may still be inside task code: stop (or kill) the pool,
-         * but do not unload the plugins under running threads */
+         * but do not unload the plugins under running threads; the
+         * process exits */
         g->pool->ops->destroy(g->pool);
         return status;
     }

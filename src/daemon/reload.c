@@ -17,7 +17,10 @@ struct retire {
 };
 
 /* retire_main stops the replaced generation, lets the new one fold its
- * counters in, then frees it. */
+ * counters in, then frees it: at once when its calls finished in time,
+ * otherwise after its last abandoned call returned, however long that
+ * takes (tm_gen_free waits), since those calls run its plugins' code with
+ * their task and worker data. */
 static void *retire_main(void *arg)
 {
     struct retire *r = arg;
@@ -41,13 +44,16 @@ static void *retire_main(void *arg)
         tm_sleep_ms(5);
     tm_log_info(TM_DAEMON_SRC, "configuration %u retired%s", r->old->id,
                 rc == 0 ? "" : " (some work abandoned, to be redelivered)");
-    if (atomic_load(&r->next->folded)) {
-        tm_gen_free(r->old);
-    }
+    struct tm_gen *old = r->old;
+    int folded = atomic_load(&r->next->folded);
+    tm_free(r);
+    /* Nothing refers to old any more but its own abandoned calls: the
+     * next reload may start while this thread waits for them. */
+    atomic_store(&d->retiring, 0);
+    if (folded)
+        tm_gen_free(old);
     /* else the daemon is stopping before the new generation could take
      * the counters over; the process exits with the old one unfreed */
-    tm_free(r);
-    atomic_store(&d->retiring, 0);
     return NULL;
 }
 

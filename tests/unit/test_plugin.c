@@ -683,25 +683,32 @@ END_TEST
 
 static void *abandon_soon(void *arg)
 {
-    (void)arg;
+    atomic_int *flag = arg;
     tm_sleep_ms(30);
-    atomic_store(&tm_exec_abandon, 1);
+    atomic_store(flag, 1);
     return NULL;
 }
 
 START_TEST(test_run_sleep_abandoned)
 {
-    /* No deadline, but the daemon abandons running work. */
-    struct fixture f;
+    /* No deadline, but the task's generation abandons its running work;
+     * a task of another generation (another flag) runs on. */
+    struct fixture f, other;
+    atomic_int flag = 0, other_flag = 0;
     ck_assert_int_eq(fixture_init(&f, "sleep", "{}", 0), 0);
+    ck_assert_int_eq(fixture_init(&other, "sleep", "{}", 0), 0);
+    f.task.abandon = &flag;
+    other.task.abandon = &other_flag;
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, abandon_soon, NULL), 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, abandon_soon, &flag), 0);
     int64_t t0 = tm_now_ms();
     expect(&f, "{\"ms\":10000}", TM_OUT_ERROR, NULL, "interrupted");
     ck_assert_int_lt(tm_now_ms() - t0, 5000);
     pthread_join(th, NULL);
-    atomic_store(&tm_exec_abandon, 0);
+    ck_assert_int_eq(atomic_load(&flag), 1);
+    expect(&other, "{\"ms\":50}", TM_OUT_SUCCESS, NULL, NULL);
     fixture_free(&f);
+    fixture_free(&other);
 }
 END_TEST
 
