@@ -36,12 +36,13 @@ static int same_task(const struct tm_cfg_task *a, const struct tm_cfg_task *b)
 }
 
 /* load_tasks loads and initialises the plugins of cfg's tasks. With prev
- * (a reload), an unchanged task keeps prev's plugin, and a plugin file
- * that changed since prev loaded it is loaded from a fresh copy. */
+ * (a reload), an unchanged task whose plugin file did not change keeps
+ * prev's plugin, task data and all; any other task loads its file again
+ * (a copy of its own, see tm_plugin_load). */
 static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
                       const struct tm_gen *prev, char *err, size_t errlen)
 {
-    char reason[512];
+    char reason[1024];
     int rc = -1;
     /* whether each of prev's plugin files changed: one stat each */
     size_t nprev = prev != NULL ? prev->ntasks : 0;
@@ -52,7 +53,6 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
         const struct tm_cfg_task *t = &cfg->tasks[i];
         tasks[i].cfg = t;
         tasks[i].index = i;
-        int fresh = 0;
         for (size_t j = 0; j < nprev; j++) {
             const struct tm_task *o = &prev->tasks[j];
             if (!changed[j] && same_task(o->cfg, t)) {
@@ -60,15 +60,11 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
                 tasks[i].plugin = o->plugin;
                 break;
             }
-            if (changed[j] && strcmp(o->plugin->path, t->plugin_path) == 0)
-                fresh = 1;
         }
         if (tasks[i].plugin != NULL)
             continue;
-        tasks[i].plugin = fresh ? tm_plugin_load_fresh(t->plugin_path, reason,
-                                                       sizeof reason)
-                                : tm_plugin_load(t->plugin_path, reason,
-                                                 sizeof reason);
+        tasks[i].plugin = tm_plugin_load(t->plugin_path, reason,
+                                         sizeof reason);
         if (tasks[i].plugin == NULL)
             goto fail;
         for (size_t j = 0; j < i; j++) {
