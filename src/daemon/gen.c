@@ -190,7 +190,7 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
     g->ntasks = cfg->ntasks;
     g->done_fd = -1;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
+    tm_cond_init(&g->cv);
     g->tasks = tm_calloc(g->ntasks, sizeof *g->tasks);
     g->task_ptrs = tm_calloc(g->ntasks, sizeof *g->task_ptrs);
     for (size_t i = 0; i < g->ntasks; i++) {

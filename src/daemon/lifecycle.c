@@ -124,7 +124,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     atomic_store(&d->main_tick_ms, tm_now_ms());
     atomic_store(&d->settle_tick_ms, tm_now_ms());
     pthread_mutex_init(&d->stop_mu, NULL);
-    pthread_cond_init(&d->stop_cv, NULL);
+    tm_cond_init(&d->stop_cv);
     pthread_rwlock_init(&d->gen_lock, NULL);
 
     /* signals are taken by one thread; every other thread blocks them */
