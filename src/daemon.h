@@ -20,6 +20,20 @@ struct tm_http;
 struct tm_daemon;
 
 /*
+ * struct tm_beat is the heartbeat of one of the daemon's own loops (the
+ * main loop, a generation's settle loop), for /healthz and /ping. The loop
+ * ticks each time round. Around a broker call, which the adapter bounds
+ * with its own timeouts, it marks itself waiting: a loop waiting for a
+ * hung broker is alive, not wedged. Written by its loop only.
+ */
+struct tm_beat {
+    atomic_int active;              /* the loop runs; else not counted */
+    atomic_llong tick_ms;           /* monotonic: last time round */
+    atomic_llong io_since_ms;       /* monotonic: in a broker call since
+                                       then; 0 when not in one */
+};
+
+/*
  * struct tm_gen is one generation of the running configuration: its tasks
  * and plugins, broker connections, pool, intake threads and settle thread.
  * A reload (SIGHUP, plugin_watch) starts a new generation and retires the
@@ -49,6 +63,7 @@ struct tm_gen {
     pthread_t settle_thread;
     int settle_started;
     atomic_int settle_stop;
+    struct tm_beat settle_beat;     /* its settle loop */
     int64_t settle_deadline_ns;
     struct tm_msg **scratch;        /* settle thread only */
     size_t scratch_cap;
@@ -85,8 +100,7 @@ struct tm_daemon {
     unsigned gens;                  /* generations started */
 
     atomic_int state;               /* enum tm_state */
-    atomic_llong main_tick_ms;      /* monotonic: main loop alive */
-    atomic_llong settle_tick_ms;    /* monotonic: settle loop alive */
+    struct tm_beat main_beat;       /* the main loop */
     int64_t start_wall_ms;
     int64_t start_mono_ms;
 
@@ -116,11 +130,17 @@ void tm_tasks_unload(struct tm_task *tasks, size_t n);
  * 2 configuration error). Takes ownership of cfg. */
 int tm_daemon_run(struct tm_cfg *cfg);
 
-/* tm_daemon_ready returns 1 when /ping should answer 200; otherwise 0
- * with a reason in why. */
+/* tm_daemon_ready returns 1 when /ping should answer 200: running, the
+ * broker connected, every task subscribed, and the main and settle loops
+ * going round (a loop stuck in a broker call for long is not ready);
+ * otherwise 0 with a reason in why. The caller holds gen_lock (read) or
+ * is the main thread. */
 int tm_daemon_ready(struct tm_daemon *d, char *why, size_t size);
 
-/* tm_daemon_alive returns 1 while the daemon's own loops tick. */
+/* tm_daemon_alive returns 1 while the daemon's own loops are not wedged:
+ * each one went round recently, or waits in a broker call that its
+ * adapter bounds (a hung or unreachable broker is not a reason to restart
+ * the daemon). Takes gen_lock (read) itself. */
 int tm_daemon_alive(struct tm_daemon *d);
 
 /* tm_metrics_render returns the Prometheus text exposition of d in a new

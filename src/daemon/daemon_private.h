@@ -77,6 +77,21 @@ void tm_settle_carry(struct tm_task_stats *dst,
                      const struct tm_task_stats *src,
                      const struct tm_task_stats *sub);
 
+/* ---- liveness (health.c) -------------------------------------------- */
+
+/* tm_beat_start marks b's loop running (counted from now on); tm_beat_stop
+ * marks it ended (no longer counted). */
+void tm_beat_start(struct tm_beat *b);
+void tm_beat_stop(struct tm_beat *b);
+
+/* tm_beat_tick notes that b's loop went round. */
+void tm_beat_tick(struct tm_beat *b);
+
+/* tm_beat_io_begin and tm_beat_io_end bracket one broker call of b's loop
+ * (bounded by the adapter's timeouts); io_end also ticks. */
+void tm_beat_io_begin(struct tm_beat *b);
+void tm_beat_io_end(struct tm_beat *b);
+
 /* ---- reload (reload.c) and plugin_watch (plugin_watch.c) ------------ */
 
 /* tm_reload re-reads the configuration file and, when it is good and

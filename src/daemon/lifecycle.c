@@ -103,12 +103,12 @@ static int stop_requested(struct tm_daemon *d)
 /* main_wait sleeps up to ms or until a stop is requested, ticking. */
 static void main_wait(struct tm_daemon *d, int64_t ms)
 {
-    atomic_store(&d->main_tick_ms, tm_now_ms());
+    tm_beat_tick(&d->main_beat);
     pthread_mutex_lock(&d->stop_mu);
     if (!stop_requested(d))
         tm_cond_wait_ns(&d->stop_cv, &d->stop_mu, ms * 1000000LL);
     pthread_mutex_unlock(&d->stop_mu);
-    atomic_store(&d->main_tick_ms, tm_now_ms());
+    tm_beat_tick(&d->main_beat);
 }
 
 int tm_daemon_run(struct tm_cfg *cfg)
@@ -121,8 +121,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     d->start_wall_ms = tm_wall_ms();
     d->start_mono_ms = tm_now_ms();
     atomic_store(&d->state, TM_STATE_STARTING);
-    atomic_store(&d->main_tick_ms, tm_now_ms());
-    atomic_store(&d->settle_tick_ms, tm_now_ms());
+    tm_beat_start(&d->main_beat);
     pthread_mutex_init(&d->stop_mu, NULL);
     tm_cond_init(&d->stop_cv);
     pthread_rwlock_init(&d->gen_lock, NULL);
@@ -173,7 +172,10 @@ int tm_daemon_run(struct tm_cfg *cfg)
     int64_t backoff = TM_RECONNECT_MIN_MS;
     int logged = 0;
     while (!stop_requested(d)) {
-        if (g->broker->ops->connect(g->broker) == 0)
+        tm_beat_io_begin(&d->main_beat);
+        int connected = g->broker->ops->connect(g->broker) == 0;
+        tm_beat_io_end(&d->main_beat);
+        if (connected)
             break;
         if (g->broker->err == EINVAL) {
             /* the broker refused the configuration itself (a queue that
@@ -236,6 +238,9 @@ int tm_daemon_run(struct tm_cfg *cfg)
         }
     }
     tm_notify("STOPPING=1");
+    /* the main loop ended: stopping is bounded by shutdown_timeout (and a
+     * second signal), so liveness no longer counts it */
+    tm_beat_stop(&d->main_beat);
 
     /* graceful stop: readiness is already 503; intake first, then running
      * work, then settlement */

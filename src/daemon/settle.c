@@ -129,7 +129,9 @@ static void settle_list(struct tm_gen *g, struct tm_msg *list)
     n = 0;
     for (struct tm_msg *m = list; m != NULL; m = m->next)
         g->scratch[n++] = m;
+    tm_beat_io_begin(&g->settle_beat);
     size_t failed = g->broker->ops->settle(g->broker, g->scratch, n);
+    tm_beat_io_end(&g->settle_beat);
     /* the ones that failed come first: keep them for the next try */
     for (size_t i = 0; i < failed; i++) {
         g->scratch[i]->next = g->unsettled;
@@ -206,15 +208,14 @@ static void fold(struct tm_gen *g)
 void *tm_settle_main(void *arg)
 {
     struct tm_gen *g = arg;
-    struct tm_daemon *d = g->d;
     struct tm_broker *b = g->broker;
     int64_t last_resettle = 0, next_tick = 0;
     int64_t tick_ms = b->ops->tick_ms != NULL ? b->ops->tick_ms(b) : 1000;
     if (tick_ms > 1000)
         tick_ms = 1000;
+    tm_beat_start(&g->settle_beat);
     for (;;) {
-        if (d->gen == g)
-            atomic_store(&d->settle_tick_ms, tm_now_ms());
+        tm_beat_tick(&g->settle_beat);
         struct pollfd pfd = {.fd = g->done_fd, .events = POLLIN};
         int timeout = g->unsettled != NULL ? TM_RESETTLE_MS : (int)tick_ms;
         if (atomic_load_explicit(&g->done_head, memory_order_acquire) ==
@@ -235,7 +236,9 @@ void *tm_settle_main(void *arg)
         if (b->ops->tick != NULL && now >= next_tick &&
             !atomic_load(&g->stopping)) {
             next_tick = now + tick_ms;
+            tm_beat_io_begin(&g->settle_beat);
             b->ops->tick(b);
+            tm_beat_io_end(&g->settle_beat);
         }
         if (g->unsettled != NULL && now - last_resettle >= TM_RESETTLE_MS) {
             last_resettle = now;
@@ -258,6 +261,7 @@ void *tm_settle_main(void *arg)
             }
         }
     }
+    tm_beat_stop(&g->settle_beat);
     return NULL;
 }
 
