@@ -97,6 +97,7 @@ struct tm_daemon {
 
     struct tm_http *http;
     const char *config_path;
+
     unsigned gens;                  /* generations started */
 
     atomic_int state;               /* enum tm_state */
@@ -105,7 +106,12 @@ struct tm_daemon {
     int64_t start_mono_ms;
 
     pthread_mutex_t stop_mu;
-    pthread_cond_t stop_cv;         /* signals, reload requests */
+    pthread_cond_t stop_cv;         /* signals, reload requests; with
+                                       stop_mu, also guards freeing and
+                                       exiting */
+    int freeing;                    /* retired generations being freed */
+    int exiting;                    /* tm_daemon_run returns: no retired
+                                       generation is freed from now on */
     atomic_int signals;             /* termination signals received */
     atomic_int reload;              /* reload requested */
     atomic_int retiring;            /* a generation is being retired */

@@ -38,8 +38,15 @@ int tm_gen_start(struct tm_gen *g);
  */
 int tm_gen_stop(struct tm_gen *g, int64_t deadline_ns, int finish_queued);
 
+/* tm_gen_wait_idle waits, however long it takes, until no call runs in
+ * g's pool: a call abandoned at the drain deadline still runs the
+ * generation's plugin code with its task and worker data. */
+void tm_gen_wait_idle(struct tm_gen *g);
+
 /* tm_gen_free releases what tm_gen_create made; the generation is
- * stopped. NULL is accepted. */
+ * stopped. It first waits (tm_gen_wait_idle) for abandoned calls, so its
+ * plugins are unloaded only once nothing runs their code. NULL is
+ * accepted. */
 void tm_gen_free(struct tm_gen *g);
 
 /* tm_gen_publish makes g the generation HTTP and the main loop see. */

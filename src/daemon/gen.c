@@ -115,10 +115,7 @@ void tm_tasks_unload(struct tm_task *tasks, size_t n)
 
 /* ---- generations -------------------------------------------------------- */
 
-/* wait_idle waits, however long it takes, until no call runs in g's pool:
- * a call abandoned at the drain deadline still runs the generation's
- * plugin code with its task and worker data. */
-static void wait_idle(struct tm_gen *g)
+void tm_gen_wait_idle(struct tm_gen *g)
 {
     unsigned busy = g->pool->ops->busy(g->pool);
     if (busy == 0)
@@ -151,7 +148,7 @@ void tm_gen_free(struct tm_gen *g)
     if (g->pool != NULL) {
         /* the pool goes first (its workers run worker fini), the plugins
          * (cb_fini, dlclose) last, and only once nothing runs their code */
-        wait_idle(g);
+        tm_gen_wait_idle(g);
         g->pool->ops->destroy(g->pool);
     }
     /* whatever settlement failed, and calls that returned after the

@@ -11,6 +11,10 @@
 #include "notify.h"
 #include "util.h"
 
+/* How long the exit waits for a retired generation being freed (pool
+ * and broker shutdown, plugin fini): seconds at most. */
+#define TM_EXIT_FREE_WAIT_MS 10000
+
 /* The daemon lives in static storage: the detached signal thread may still
  * look at it while the process exits. */
 static struct tm_daemon the_daemon;
@@ -256,6 +260,13 @@ int tm_daemon_run(struct tm_cfg *cfg)
         tm_log_info(TM_DAEMON_SRC, "stopped cleanly");
     tm_http_stop(d->http);
     d->http = NULL;
+    /* a retired generation being freed finishes first; none starts */
+    pthread_mutex_lock(&d->stop_mu);
+    d->exiting = 1;
+    int64_t until = tm_now_ns() + TM_EXIT_FREE_WAIT_MS * 1000000LL;
+    while (d->freeing > 0 && tm_now_ns() < until)
+        tm_cond_wait_ns(&d->stop_cv, &d->stop_mu, 100000000LL);
+    pthread_mutex_unlock(&d->stop_mu);
     if (atomic_load(&g->abandon)) {
         /* workers may still be inside task code: stop (or kill) the pool,
          * but do not unload the plugins under running threads; the

@@ -16,6 +16,25 @@ struct retire {
     struct tm_gen *next;
 };
 
+/* free_retired frees a retired generation, unless the process is exiting
+ * (tm_daemon_run waits for frees under way before it returns, so that
+ * none runs into the exit). */
+static void free_retired(struct tm_daemon *d, struct tm_gen *old)
+{
+    pthread_mutex_lock(&d->stop_mu);
+    int exiting = d->exiting;
+    if (!exiting)
+        d->freeing++;
+    pthread_mutex_unlock(&d->stop_mu);
+    if (exiting)
+        return;
+    tm_gen_free(old);
+    pthread_mutex_lock(&d->stop_mu);
+    d->freeing--;
+    pthread_cond_broadcast(&d->stop_cv);
+    pthread_mutex_unlock(&d->stop_mu);
+}
+
 /* retire_main stops the replaced generation, lets the new one fold its
  * counters in, then frees it: at once when its calls finished in time,
  * otherwise after its last abandoned call returned, however long that
@@ -47,13 +66,21 @@ static void *retire_main(void *arg)
     struct tm_gen *old = r->old;
     int folded = atomic_load(&r->next->folded);
     tm_free(r);
-    /* Nothing refers to old any more but its own abandoned calls: the
-     * next reload may start while this thread waits for them. */
-    atomic_store(&d->retiring, 0);
-    if (folded)
-        tm_gen_free(old);
-    /* else the daemon is stopping before the new generation could take
-     * the counters over; the process exits with the old one unfreed */
+    if (!folded) {
+        /* the daemon is stopping before the new generation could take
+         * the counters over; the process exits with the old one unfreed */
+        atomic_store(&d->retiring, 0);
+    } else if (!atomic_load(&old->abandon)) {
+        free_retired(d, old);
+        atomic_store(&d->retiring, 0);
+    } else {
+        /* Nothing refers to old any more but its own abandoned calls:
+         * the next reload may start while this thread waits for them,
+         * however long that takes. */
+        atomic_store(&d->retiring, 0);
+        tm_gen_wait_idle(old);
+        free_retired(d, old);
+    }
     return NULL;
 }
 
