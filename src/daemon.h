@@ -98,7 +98,15 @@ struct tm_daemon {
     struct tm_http *http;
     const char *config_path;
 
-    unsigned gens;                  /* generations started */
+    /* Reload visibility (metrics, /status). config_generation is the
+     * running configuration's number: 1 at start, one more for each
+     * reload that took effect (a refused one takes no number). The last
+     * reload took effect (1) or was refused (0); 1 before any reload.
+     * last_reload_ok_wall_ms: when the running configuration took effect
+     * (start or reload), epoch ms. Written by the main thread. */
+    atomic_uint config_generation;
+    atomic_int last_reload_ok;
+    atomic_llong last_reload_ok_wall_ms;
 
     atomic_int state;               /* enum tm_state */
     struct tm_beat main_beat;       /* the main loop */

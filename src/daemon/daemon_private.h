@@ -49,7 +49,8 @@ void tm_gen_wait_idle(struct tm_gen *g);
  * accepted. */
 void tm_gen_free(struct tm_gen *g);
 
-/* tm_gen_publish makes g the generation HTTP and the main loop see. */
+/* tm_gen_publish makes g the generation HTTP and the main loop see: the
+ * configuration took effect (start or reload), as number g->id. */
 void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g);
 
 /* ---- intake (intake.c) ---------------------------------------------- */

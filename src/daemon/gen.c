@@ -182,7 +182,8 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
 {
     struct tm_gen *g = tm_calloc(1, sizeof *g);
     g->d = d;
-    g->id = ++d->gens;
+    /* the number it gets if it takes effect (tm_gen_publish) */
+    g->id = atomic_load(&d->config_generation) + 1;
     g->cfg = cfg;
     g->ntasks = cfg->ntasks;
     g->done_fd = -1;
@@ -320,6 +321,9 @@ int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
 void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g)
 {
     pthread_rwlock_wrlock(&d->gen_lock);
+    atomic_store(&d->config_generation, g->id);
+    atomic_store(&d->last_reload_ok, 1);
+    atomic_store(&d->last_reload_ok_wall_ms, tm_wall_ms());
     d->gen = g;
     d->cfg = g->cfg;
     d->tasks = g->tasks;

@@ -114,6 +114,78 @@ static int global_changes(const struct tm_cfg *a, const struct tm_cfg *b,
     return n > 0;
 }
 
+/* refuse logs why a reload did not take effect; the running
+ * configuration stays, and keeps its number. */
+static void refuse(struct tm_daemon *d, const char *why)
+{
+    atomic_store(&d->last_reload_ok, 0);
+    tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration "
+               "stays: %s", why);
+}
+
+/* struct summary is the reload log line's account of the tasks. */
+struct summary {
+    size_t added, changed, removed, kept;
+    char text[1024];            /* "; added: a (p 1.0); changed: ..." */
+    size_t len;
+    const char *section;        /* the last section name written */
+};
+
+/* note appends "NAME (DETAIL)" to the section of sum (a new section
+ * starts with "; SECTION: ", the next entries of it with ", "). */
+static void note(struct summary *sum, const char *section, const char *name,
+                 const char *detail)
+{
+    size_t room = sizeof sum->text - sum->len;
+    if (room <= 1)
+        return;
+    int same = sum->section != NULL && strcmp(sum->section, section) == 0;
+    sum->len += tm_snprintf(sum->text + sum->len, room, "%s%s%s%s%s%s",
+                            same ? ", " : "; ", same ? "" : section,
+                            same ? "" : ": ", name,
+                            detail[0] != '\0' ? " " : "", detail);
+    sum->section = section;
+}
+
+/* summarize compares the tasks of g with those of old (its snap_from
+ * says which task each one continues). */
+static void summarize(const struct tm_gen *old, const struct tm_gen *g,
+                      struct summary *sum)
+{
+    char detail[256];
+    memset(sum, 0, sizeof *sum);
+    for (size_t i = 0; i < g->ntasks; i++) {
+        const struct tm_task *t = &g->tasks[i];
+        const struct tm_plugin *p = t->plugin;
+        long j = g->snap_from[i];
+        if (j < 0) {
+            sum->added++;
+            tm_snprintf(detail, sizeof detail, "(%s %s)", p->desc.name,
+                        p->desc.version);
+            note(sum, "added", t->cfg->name, detail);
+        } else if (p == old->tasks[j].plugin) {
+            sum->kept++;
+        } else {
+            const struct tm_plugin *o = old->tasks[j].plugin;
+            sum->changed++;
+            tm_snprintf(detail, sizeof detail, "(%s %s -> %s %s)",
+                        o->desc.name, o->desc.version, p->desc.name,
+                        p->desc.version);
+            note(sum, "changed", t->cfg->name, detail);
+        }
+    }
+    for (size_t j = 0; j < old->ntasks; j++) {
+        int found = 0;
+        for (size_t i = 0; i < g->ntasks; i++)
+            if (g->snap_from[i] == (long)j)
+                found = 1;
+        if (!found) {
+            sum->removed++;
+            note(sum, "removed", old->tasks[j].cfg->name, "");
+        }
+    }
+}
+
 void tm_reload(struct tm_daemon *d)
 {
     char err[1024];
@@ -124,23 +196,22 @@ void tm_reload(struct tm_daemon *d)
     }
     struct tm_cfg *cfg = tm_cfg_load(d->config_path, err, sizeof err);
     if (cfg == NULL) {
-        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
-                   "%s", err);
+        refuse(d, err);
         return;
     }
     struct tm_gen *old = d->gen;
     char keys[256];
     if (global_changes(old->cfg, cfg, keys, sizeof keys)) {
-        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
-                   "%s changed, which needs a restart", keys);
+        tm_snprintf(err, sizeof err, "%s changed, which needs a restart",
+                    keys);
+        refuse(d, err);
         tm_cfg_free(cfg);
         return;
     }
     tm_log_setup(cfg->log_level, cfg->log_format);
     struct tm_gen *g = tm_gen_create(d, cfg, old, err, sizeof err);
     if (g == NULL) {
-        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
-                   "%s", err);
+        refuse(d, err);
         return;
     }
     /* the old intake stops before the new one starts, so that what
@@ -148,38 +219,23 @@ void tm_reload(struct tm_daemon *d)
      * one holds runs on to the end, on its own code */
     tm_intake_stop(old);
     if (tm_gen_start(g) != 0) {
-        tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration stays: "
-                   "the new configuration did not start");
+        refuse(d, "the new configuration did not start");
         tm_gen_stop(g, tm_now_ns(), 0);
         tm_gen_free(g);
         tm_intake_start(old);
         return;
     }
-    size_t added = 0, kept = 0, changed = 0, removed = 0;
-    for (size_t i = 0; i < g->ntasks; i++) {
-        long j = g->snap_from[i];
-        if (j < 0)
-            added++;
-        else if (g->tasks[i].plugin == old->tasks[j].plugin)
-            kept++;
-        else
-            changed++;
-    }
-    for (size_t j = 0; j < old->ntasks; j++) {
-        int found = 0;
-        for (size_t i = 0; i < g->ntasks; i++)
-            if (g->snap_from[i] == (long)j)
-                found = 1;
-        removed += !found;
-    }
+    struct summary sum;
+    summarize(old, g, &sum);
     old->restarts_at_swap = atomic_load(&old->pool->restarts);
     old->reconnects_at_swap = atomic_load(&old->broker->reconnects);
     atomic_fetch_add(&d->restarts_before, old->restarts_at_swap);
     atomic_fetch_add(&d->reconnects_before, old->reconnects_at_swap);
     tm_gen_publish(d, g);
-    tm_log_info(TM_DAEMON_SRC, "reloaded %s as configuration %u: %zu task(s) added, "
-                "%zu changed, %zu removed, %zu unchanged", d->config_path,
-                g->id, added, changed, removed, kept);
+    tm_log_info(TM_DAEMON_SRC, "reloaded %s as configuration %u: %zu "
+                "task(s) added, %zu changed, %zu removed, %zu unchanged%s",
+                d->config_path, g->id, sum.added, sum.changed, sum.removed,
+                sum.kept, sum.text);
     atomic_store(&d->retiring, 1);
     struct retire *r = tm_calloc(1, sizeof *r);
     r->old = old;
