@@ -16,6 +16,14 @@
 #include "log.h"
 #include "util.h"
 
+/* TM_MFD_EXEC is memfd_create's MFD_EXEC (Linux 6.3, uapi
+ * linux/memfd.h), which older C library headers lack. */
+#ifdef MFD_EXEC
+#define TM_MFD_EXEC MFD_EXEC
+#else
+#define TM_MFD_EXEC 0x0010U
+#endif
+
 /* TM_DESC_MIN_SIZE is the smallest descriptor the loader accepts: every
  * field up to and including cb_run, the last one ABI 1.0 requires. */
 #define TM_DESC_MIN_SIZE \
@@ -283,7 +291,13 @@ static int copy_sealed(const char *path, int fd, const struct stat *st,
     char name[64];
     tm_snprintf(name, sizeof name, "taskmill-plugin:%s",
                 base != NULL ? base + 1 : path);
-    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    /* MFD_EXEC: where vm.memfd_noexec makes memory files non-executable
+     * by default (Linux 6.3+), ask for an executable one; older kernels
+     * do not know the flag (EINVAL) and make them executable anyway */
+    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
+                                     TM_MFD_EXEC);
+    if (mfd < 0 && errno == EINVAL)
+        mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (mfd < 0) {
         int e = errno;
         set_err(err, errlen, "%s: cannot make a sealed copy: memfd_create: "
