@@ -80,7 +80,7 @@ UNIT_SRCS = $(wildcard tests/unit/test_*.c)
 UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check check-unit check-integration check-asan check-tsan \
-	demo bench install clean plugins test-plugins unit-bins
+	check-soak demo bench install clean plugins test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
 
@@ -176,6 +176,19 @@ check-tsan:
 		BUILD=build-tsan SANITIZER=thread OPTIMIZATION=-O1 check-unit && \
 	TM_BUILD=$(abspath build-tsan) $$wrap tests/integration/run.sh \
 		$(TSAN_TESTS)
+
+# The soak test (tests/integration/soak.sh, outside the default run until
+# the fault fixes are in): 200,000 messages through 2 daemons under random
+# faults; the summary (counts, duplicate rate, time) is printed at the end.
+# The default, smaller size: TM_BUILD=$$PWD/build TM_TEST_TIMEOUT=300
+# tests/integration/run.sh tests/integration/soak.sh
+check-soak: all test-plugins
+	@rm -f $(abspath $(BUILD))/soak-report.txt; \
+	rc=0; SOAK=1 SOAK_REPORT=$(abspath $(BUILD))/soak-report.txt \
+		TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-1800} \
+		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
+		tests/integration/soak.sh || rc=$$?; \
+	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; exit $$rc
 
 check: deps
 	@$(MAKE) --no-print-directory check-unit

@@ -7,8 +7,9 @@
 # whole run (or uses TM_TEST_REDIS_PORT, a redis already running on
 # 127.0.0.1, whose data every test flushes), then runs every
 # tests/integration/test_*.sh (or only those named: "happy_path",
-# "test_cli.sh", ...) each in its own bash process with lib.sh sourced, its
-# own scratch dir, a FLUSHALL before it and a watchdog
+# "test_cli.sh", ...; or a path such as tests/integration/soak.sh for a
+# test kept out of the default glob) each in its own bash process with
+# lib.sh sourced, its own scratch dir, a FLUSHALL before it and a watchdog
 # timeout (TM_TEST_TIMEOUT, default 120 s). Prints "ok - NAME" or
 # "not ok - NAME" per test and one closing "N passed, N failed" line; exits 1
 # if any test failed. A test that calls `skip` counts as skipped, or as failed
@@ -64,6 +65,11 @@ SAN_PATTERN+='|WARNING: ThreadSanitizer|FATAL: ThreadSanitizer|ThreadSanitizer: 
 tests=()
 if (($#)); then
 	for name in "$@"; do
+		# a path (with a slash) to a test outside the default glob
+		if [[ $name == */* && -f $name ]]; then
+			tests+=("$(cd "$(dirname "$name")" && pwd)/${name##*/}")
+			continue
+		fi
 		name=${name##*/}
 		name=${name%.sh}
 		name=${name#test_}
