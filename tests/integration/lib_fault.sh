@@ -49,6 +49,9 @@ fault_proxy_start() {
 	pid=$!
 	printf -v "FAULT_PID_$name" '%s' "$pid"
 	tm_on_exit "fault_proxy_stop $name"
+	# run.sh also kills what daemon.pids lists, should the test's own
+	# clean-up not run (the watchdog's SIGKILL)
+	echo "$pid" >>"$TEST_DIR/daemon.pids"
 	for ((i = 0; i < 100; i++)); do
 		{ read -r lport && read -r cport; } <"$out" || true
 		[[ -n $cport ]] && break
