@@ -148,6 +148,8 @@ fault_proxy_start D "$dead"
 out=$(timeout 10 redis-cli -h 127.0.0.1 -p "$FAULT_PORT_D" PING 2>&1) || true
 assert_ne PONG "$out" "PING through a proxy to a dead port"
 assert_eq 0 "$(fault_proxy_stat D conns)" "connections to the dead target"
+grep -q 'connect to the target: Connection refused' "$TEST_DIR/proxy.D.log" ||
+	fail "the proxy did not report the refused connect"
 
 # ---- SIGTERM: the proxy exits 0
 pid=$FAULT_PID_D

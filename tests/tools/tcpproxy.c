@@ -594,11 +594,8 @@ static void conn_io(struct tm_conn *c, const struct pollfd *p)
     short cr = p[c->cpoll].revents, sr = p[c->spoll].revents;
     short ce = p[c->cpoll].events, se = p[c->spoll].events;
 
-    if ((cr & POLLERR) || (sr & POLLERR) ||
-        ((cr & POLLHUP) && !(ce & POLLIN)) ||
-        ((sr & POLLHUP) && !(se & POLLIN) && !c->connecting))
-        goto reset;
-    if (c->connecting && (sr & (POLLOUT | POLLHUP))) {
+    /* the connect's outcome first, so that a refusal is reported */
+    if (c->connecting && (sr & (POLLOUT | POLLHUP | POLLERR))) {
         int err = 0;
         socklen_t len = sizeof err;
         if (getsockopt(c->sfd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 ||
@@ -609,6 +606,10 @@ static void conn_io(struct tm_conn *c, const struct pollfd *p)
         c->connecting = 0;
         sr &= (short)~POLLOUT; /* it was not a writability report */
     }
+    if ((cr & POLLERR) || (sr & POLLERR) ||
+        ((cr & POLLHUP) && !(ce & POLLIN)) ||
+        ((sr & POLLHUP) && !(se & POLLIN) && !c->connecting))
+        goto reset;
     if ((cr & (POLLIN | POLLHUP)) && (ce & POLLIN) &&
         dir_read(&c->up, c->cfd) < 0)
         goto reset;
