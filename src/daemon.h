@@ -38,7 +38,11 @@ struct tm_beat {
  * and plugins, broker connections, pool, intake threads and settle thread.
  * A reload (SIGHUP, plugin_watch) starts a new generation and retires the
  * old one in the background: its intake stops at once, what it holds runs
- * to the end and is settled, then it is freed.
+ * to the end (up to shutdown_timeout) and is settled, then it is freed.
+ * Calls still running at that deadline are abandoned (abandon is set for
+ * this generation alone), and the generation, with its plugins' code,
+ * task data and worker data, is freed only once the last of them has
+ * returned (tm_gen_wait_idle), however long that takes.
  */
 struct tm_gen {
     struct tm_daemon *d;
