@@ -54,6 +54,9 @@ struct tm_task {
     const struct tm_cfg_task *cfg;
     size_t index;
     struct tm_plugin *plugin;
+    /* its generation's give-up flag (struct tm_gen.abandon): should_stop()
+     * answers yes once it is set; NULL outside the daemon (invoke) */
+    const atomic_int *abandon;
     struct tm_task_stats stats;
     atomic_int subscribed;              /* consumer group/queue ready */
     atomic_int waiting_room;            /* intake waits for prefetch room */
@@ -70,10 +73,6 @@ void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t);
  * 20% jitter drawn from r (0 <= r < 1). */
 int64_t tm_retry_delay_ms(const struct tm_cfg_task *t, unsigned attempt,
                           double r);
-
-/* tm_exec_abandon, once set, makes the host's should_stop() answer yes in
- * every run: the daemon is giving up on running work. */
-extern atomic_int tm_exec_abandon;
 
 /* tm_exec_host returns the host service table given to plugins. */
 const struct tm_host *tm_exec_host(void);

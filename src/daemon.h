@@ -21,11 +21,29 @@ struct tm_http;
 struct tm_daemon;
 
 /*
+ * struct tm_beat is the heartbeat of one of the daemon's own loops (the
+ * main loop, a generation's settle loop), for /healthz and /ping. The loop
+ * ticks each time round. Around a broker call, which the adapter bounds
+ * with its own timeouts, it marks itself waiting: a loop waiting for a
+ * hung broker is alive, not wedged. Written by its loop only.
+ */
+struct tm_beat {
+    atomic_int active;              /* the loop runs; else not counted */
+    atomic_llong tick_ms;           /* monotonic: last time round */
+    atomic_llong io_since_ms;       /* monotonic: in a broker call since
+                                       then; 0 when not in one */
+};
+
+/*
  * struct tm_gen is one generation of the running configuration: its tasks
  * and plugins, broker connections, pool, intake threads and settle thread.
  * A reload (SIGHUP, plugin_watch) starts a new generation and retires the
  * old one in the background: its intake stops at once, what it holds runs
- * to the end and is settled, then it is freed.
+ * to the end (up to shutdown_timeout) and is settled, then it is freed.
+ * Calls still running at that deadline are abandoned (abandon is set for
+ * this generation alone), and the generation, with its plugins' code,
+ * task data and worker data, is freed only once the last of them has
+ * returned (tm_gen_wait_idle), however long that takes.
  */
 struct tm_gen {
     struct tm_daemon *d;
@@ -37,6 +55,11 @@ struct tm_gen {
     struct tm_broker *broker;
     struct tm_pool *pool;
     atomic_int stopping;            /* intake stops */
+    /* set when this generation gives up on its running calls (its drain
+     * reached shutdown_timeout): should_stop() answers yes to them, and
+     * to no other generation's; its plugins stay loaded until they
+     * return */
+    atomic_int abandon;
 
     /* finished messages: a lock-free stack pushed by workers, taken whole
      * by the settle thread */
@@ -45,6 +68,7 @@ struct tm_gen {
     pthread_t settle_thread;
     int settle_started;
     atomic_int settle_stop;
+    struct tm_beat settle_beat;     /* its settle loop */
     int64_t settle_deadline_ns;
     struct tm_msg **scratch;        /* settle thread only */
     size_t scratch_cap;
@@ -78,16 +102,29 @@ struct tm_daemon {
 
     struct tm_http *http;
     const char *config_path;
-    unsigned gens;                  /* generations started */
+
+    /* Reload visibility (metrics, /status). config_generation is the
+     * running configuration's number: 1 at start, one more for each
+     * reload that took effect (a refused one takes no number). The last
+     * reload took effect (1) or was refused (0); 1 before any reload.
+     * last_reload_ok_wall_ms: when the running configuration took effect
+     * (start or reload), epoch ms. Written by the main thread. */
+    atomic_uint config_generation;
+    atomic_int last_reload_ok;
+    atomic_llong last_reload_ok_wall_ms;
 
     atomic_int state;               /* enum tm_state */
-    atomic_llong main_tick_ms;      /* monotonic: main loop alive */
-    atomic_llong settle_tick_ms;    /* monotonic: settle loop alive */
+    struct tm_beat main_beat;       /* the main loop */
     int64_t start_wall_ms;
     int64_t start_mono_ms;
 
     pthread_mutex_t stop_mu;
-    pthread_cond_t stop_cv;         /* signals, reload requests */
+    pthread_cond_t stop_cv;         /* signals, reload requests; with
+                                       stop_mu, also guards freeing and
+                                       exiting */
+    int freeing;                    /* retired generations being freed */
+    int exiting;                    /* tm_daemon_run returns: no retired
+                                       generation is freed from now on */
     atomic_int signals;             /* termination signals received */
     atomic_int reload;              /* reload requested */
     atomic_int retiring;            /* a generation is being retired */
@@ -112,11 +149,17 @@ void tm_tasks_unload(struct tm_task *tasks, size_t n);
  * 2 configuration error). Takes ownership of cfg. */
 int tm_daemon_run(struct tm_cfg *cfg);
 
-/* tm_daemon_ready returns 1 when /ping should answer 200; otherwise 0
- * with a reason in why. */
+/* tm_daemon_ready returns 1 when /ping should answer 200: running, the
+ * broker connected, every task subscribed, and the main and settle loops
+ * going round (a loop stuck in a broker call for long is not ready);
+ * otherwise 0 with a reason in why. The caller holds gen_lock (read) or
+ * is the main thread. */
 int tm_daemon_ready(struct tm_daemon *d, char *why, size_t size);
 
-/* tm_daemon_alive returns 1 while the daemon's own loops tick. */
+/* tm_daemon_alive returns 1 while the daemon's own loops are not wedged:
+ * each one went round recently, or waits in a broker call that its
+ * adapter bounds (a hung or unreachable broker is not a reason to restart
+ * the daemon). Takes gen_lock (read) itself. */
 int tm_daemon_alive(struct tm_daemon *d);
 
 /* tm_metrics_render returns the Prometheus text exposition of d in a new

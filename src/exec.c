@@ -13,10 +13,6 @@
 /* Largest result a plugin may set: results travel in replies and logs. */
 #define TM_RESULT_MAX (16u * 1024u * 1024u)
 
-/* tm_exec_abandon is set when the daemon gives up on running work (second
- * signal, shutdown timeout); should_stop() then answers yes. */
-atomic_int tm_exec_abandon;
-
 /* struct tm_run is a call plus what the host needs to file its result. */
 struct tm_run {
     struct tm_call call;
@@ -80,9 +76,14 @@ static int64_t cb_host_now_ms(void)
     return tm_now_ms();
 }
 
+/* cb_host_should_stop answers for the call's own generation: a reload
+ * that gives up on the replaced configuration's calls never stops the
+ * calls of the configuration that replaced it. */
 static int cb_host_should_stop(const struct tm_call *call)
 {
-    if (atomic_load_explicit(&tm_exec_abandon, memory_order_relaxed))
+    const struct tm_task *t = run_of(call)->m->task;
+    if (t != NULL && t->abandon != NULL &&
+        atomic_load_explicit(t->abandon, memory_order_relaxed))
         return 1;
     return call->deadline_ms > 0 && tm_now_ms() >= call->deadline_ms;
 }

@@ -189,6 +189,20 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     family(&b, "taskmill_build_info", "gauge",
            "Build information; the value is always 1.");
     mb_printf(&b, "taskmill_build_info{version=\"%s\"} 1\n", TM_VERSION);
+    family(&b, "taskmill_config_generation", "gauge",
+           "Number of the running configuration: 1 at start, one more per "
+           "reload that took effect.");
+    mb_printf(&b, "taskmill_config_generation %u\n",
+              atomic_load(&d->config_generation));
+    family(&b, "taskmill_config_last_reload_successful", "gauge",
+           "Whether the last configuration reload attempt took effect.");
+    mb_printf(&b, "taskmill_config_last_reload_successful %d\n",
+              atomic_load(&d->last_reload_ok));
+    family(&b, "taskmill_config_last_reload_success_timestamp_seconds",
+           "gauge", "Time the running configuration took effect.");
+    mb_printf(&b, "taskmill_config_last_reload_success_timestamp_seconds "
+              "%.3f\n",
+              (double)atomic_load(&d->last_reload_ok_wall_ms) / 1000.0);
 
     family(&b, "taskmill_tasks_total", "counter",
            "Task attempts by how they ended.");

@@ -8,12 +8,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <fcntl.h>
+#include <sys/mman.h> /* memfd_create */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "util.h"
+
+/* TM_MFD_EXEC is memfd_create's MFD_EXEC (Linux 6.3, uapi
+ * linux/memfd.h), which older C library headers lack. */
+#ifdef MFD_EXEC
+#define TM_MFD_EXEC MFD_EXEC
+#else
+#define TM_MFD_EXEC 0x0010U
+#endif
 
 /* TM_DESC_MIN_SIZE is the smallest descriptor the loader accepts: every
  * field up to and including cb_run, the last one ABI 1.0 requires. */
@@ -42,101 +51,159 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     }
 }
 
-/* dir_of returns a newly allocated copy of the directory part of path:
- * "." when it has none, "/" for a file in the root. */
-static char *dir_of(const char *path)
+/* The owner a plugin file and each directory above it may have: root or
+ * the daemon's effective user. Anyone else could replace the code. */
+static int trusted_owner(uid_t uid)
 {
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        return tm_strdup(".");
-    while (slash > path && slash[-1] == '/')
-        slash--;
-    if (slash == path)
-        return tm_strdup("/");
-    return tm_strndup(path, (size_t)(slash - path));
+    return uid == 0 || uid == geteuid();
 }
 
-/* check_dir refuses a directory writable by group or others: whoever can
- * write there can swap the plugin for their own code. Returns 0 or -1. */
-static int check_dir(const char *path, const char *dir, char *err,
-                     size_t errlen)
-{
-    struct stat st;
-    char ebuf[TM_STRERRNO_BUF];
+/* struct problems collects every reason to refuse one file, so that one
+ * refusal names them all, with the commands that fix them. */
+struct problems {
+    char text[1024];             /* "a; b; c" */
+    size_t len;
+    char chmod[1024];            /* paths for "chmod go-w" */
+    size_t chmod_len;
+    char chown[1024];            /* paths for "chown root" */
+    size_t chown_len;
+};
 
-    if (stat(dir, &st) != 0) {
-        int e = errno;
-        set_err(err, errlen, "%s: cannot open directory %s: %s", path, dir,
-                tm_strerror(e, ebuf, sizeof ebuf));
-        return -1;
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-        set_err(err, errlen,
-                "%s: refused: directory %s is writable by group or others "
-                "(mode %04o); run chmod go-w %s",
-                path, dir, (unsigned)(st.st_mode & 07777), dir);
-        return -1;
-    }
-    return 0;
+static void problem(struct problems *pr, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void problem(struct problems *pr, const char *fmt, ...)
+{
+    if (pr->len > 0)
+        pr->len += tm_snprintf(pr->text + pr->len, sizeof pr->text - pr->len,
+                               "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(pr->text + pr->len, sizeof pr->text - pr->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        pr->len += (size_t)n < sizeof pr->text - pr->len
+                       ? (size_t)n
+                       : sizeof pr->text - pr->len - 1;
+}
+
+/* add_path appends " path" to one of the fix lists. */
+static void add_path(char *buf, size_t size, size_t *len, const char *path)
+{
+    *len += tm_snprintf(buf + *len, size - *len, " %s", path);
 }
 
 /*
- * check_file checks that path names a regular file that neither it nor
- * its directory is writable by group or others. For a symbolic link the
- * directory of the link and that of its target are both checked. Returns
- * 0, or -1 with the reason in err.
+ * check_node records what is wrong with one file or directory st at path:
+ * an owner other than root or the daemon's user, or write permission for
+ * group or others. A sticky directory (mode 1777, like /tmp) above the
+ * plugin's own directory is accepted: others may add entries there, but
+ * may not rename or remove the ones they do not own, so the path below
+ * it stays ours. The plugin's own directory must not be writable by
+ * others at all, sticky or not: that is where plugin_watch looks and
+ * where a plugin name is looked up. (OpenSSH's secure_filename, which
+ * stops at the user's home directory, accepts no sticky ancestor; this
+ * walk goes up to / and so meets /tmp.)
  */
-static int check_file(const char *path, struct stat *out, char *err,
-                      size_t errlen)
+static void check_node(struct problems *pr, const char *label,
+                       const char *fix_path, const struct stat *st,
+                       int sticky_ok)
 {
-    struct stat st;
+    if (!trusted_owner(st->st_uid)) {
+        problem(pr, "%s is owned by uid %u, neither root nor uid %u", label,
+                (unsigned)st->st_uid, (unsigned)geteuid());
+        add_path(pr->chown, sizeof pr->chown, &pr->chown_len, fix_path);
+    }
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+        !(sticky_ok && (st->st_mode & S_ISVTX) != 0)) {
+        problem(pr, "%s is writable by group or others (mode %04o)", label,
+                (unsigned)(st->st_mode & 07777));
+        add_path(pr->chmod, sizeof pr->chmod, &pr->chmod_len, fix_path);
+    }
+}
+
+/* real_path returns the absolute path of the file open on fd, as the
+ * kernel knows it (symbolic links in the directories above resolved), in
+ * a new string; NULL when it cannot tell. */
+static char *real_path(int fd)
+{
+    char link[64], buf[PATH_MAX];
+    tm_snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, buf, sizeof buf - 1);
+    if (n <= 0 || buf[0] != '/')
+        return NULL;
+    buf[n] = '\0';
+    return tm_strdup(buf);
+}
+
+/*
+ * check_chain records the problems of the file st (open on fd, named path)
+ * and of every directory that holds it, up to /. The directories are those
+ * of the file actually opened, so a symbolic link among them is judged by
+ * where it leads. Returns 0, or -1 with err when the path cannot be
+ * resolved or a directory cannot be examined.
+ */
+static int check_chain(const char *path, int fd, const struct stat *st,
+                       struct problems *pr, char *err, size_t errlen)
+{
     char ebuf[TM_STRERRNO_BUF];
-    char *dir = NULL;
-    char *real = NULL;
-    char *real_dir = NULL;
     int rc = -1;
-
-    if (stat(path, &st) != 0) {
-        int e = errno;
-        set_err(err, errlen, "%s: cannot open: %s", path,
-                tm_strerror(e, ebuf, sizeof ebuf));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: refused: not a regular file", path);
-        goto out;
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-        set_err(err, errlen,
-                "%s: refused: file is writable by group or others "
-                "(mode %04o); run chmod go-w %s",
-                path, (unsigned)(st.st_mode & 07777), path);
-        goto out;
-    }
-    dir = dir_of(path);
-    if (check_dir(path, dir, err, errlen) != 0)
-        goto out;
-
-    /* The file may be reached through symbolic links; the directory that
-     * really holds it must be safe too. */
-    real = realpath(path, NULL);
+    check_node(pr, "file", path, st, 0);
+    char *real = real_path(fd);
     if (real == NULL) {
-        int e = errno;
-        set_err(err, errlen, "%s: cannot resolve: %s", path,
-                tm_strerror(e, ebuf, sizeof ebuf));
-        goto out;
+        /* no /proc: resolve the name instead */
+        char *r = realpath(path, NULL);
+        if (r == NULL) {
+            int e = errno;
+            set_err(err, errlen, "%s: cannot resolve: %s", path,
+                    tm_strerror(e, ebuf, sizeof ebuf));
+            goto out;
+        }
+        real = tm_strdup(r);
+        free(r); /* from realpath(3): plain malloc */
     }
-    real_dir = dir_of(real);
-    if (strcmp(real_dir, dir) != 0 &&
-        check_dir(path, real_dir, err, errlen) != 0)
-        goto out;
-    *out = st;
+    /* from the file's own directory up to the root */
+    int own = 1;
+    for (char *slash = strrchr(real, '/'); slash != NULL;
+         slash = strrchr(real, '/')) {
+        if (slash == real)
+            slash[1] = '\0'; /* "/" itself */
+        else
+            slash[0] = '\0';
+        struct stat ds;
+        if (stat(real, &ds) != 0) {
+            int e = errno;
+            set_err(err, errlen, "%s: cannot examine directory %s: %s",
+                    path, real, tm_strerror(e, ebuf, sizeof ebuf));
+            goto out;
+        }
+        char label[PATH_MAX + 16];
+        tm_snprintf(label, sizeof label, "directory %s", real);
+        check_node(pr, label, real, &ds, !own);
+        own = 0;
+        if (strcmp(real, "/") == 0)
+            break;
+    }
     rc = 0;
 out:
-    tm_free(dir);
-    free(real); /* from realpath(3): plain malloc */
-    tm_free(real_dir);
+    tm_free(real);
     return rc;
+}
+
+/* refuse writes the one-line refusal of path from pr. */
+static void refuse(const char *path, const struct problems *pr, char *err,
+                   size_t errlen)
+{
+    char fix[2200];
+    size_t n = 0;
+    fix[0] = '\0';
+    if (pr->chmod_len > 0)
+        n += tm_snprintf(fix + n, sizeof fix - n, "; run chmod go-w%s",
+                         pr->chmod);
+    if (pr->chown_len > 0)
+        n += tm_snprintf(fix + n, sizeof fix - n, "; run chown root%s",
+                         pr->chown);
+    set_err(err, errlen, "%s: refused: %s%s", path, pr->text, fix);
 }
 
 /* dl_reason returns dlerror()'s text without the leading "<path>: " that
@@ -211,65 +278,107 @@ static int check_desc(const char *path, const struct tm_task_plugin *d,
     return 0;
 }
 
-/* copy_private copies path into a new private directory and returns the
- * copy's name (caller frees), or NULL with err. glibc's dlopen returns an
- * already loaded object for a path, or a file, it has seen, so a changed
- * plugin is loaded from a copy with a new name and inode. */
-static char *copy_private(const char *path, char *err, size_t errlen)
+/* copy_sealed copies the file open on fd (st as fstat saw it) into a new
+ * sealed memory file and returns its descriptor, or -1 with err. The copy
+ * is what gets mapped: a later write into the plugin file (cp over it)
+ * cannot change code that runs, and nothing can change the copy. */
+static int copy_sealed(const char *path, int fd, const struct stat *st,
+                       char *err, size_t errlen)
 {
     char ebuf[TM_STRERRNO_BUF];
-    const char *tmp = getenv("TMPDIR");
-    char *dir = tm_asprintf("%s/taskmill-plugin-XXXXXX",
-                            tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
-    if (mkdtemp(dir) == NULL) {
-        int e = errno;
-        set_err(err, errlen, "%s: cannot make a private copy: %s", path,
-                tm_strerror(e, ebuf, sizeof ebuf));
-        tm_free(dir);
-        return NULL;
-    }
-    const char *base = strrchr(path, '/');
-    char *copy = tm_asprintf("%s/%s", dir, base != NULL ? base + 1 : path);
-    int in = open(path, O_RDONLY | O_CLOEXEC);
-    int out = open(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0500);
-    int ok = in >= 0 && out >= 0;
     char buf[65536];
-    while (ok) {
-        ssize_t n = read(in, buf, sizeof buf);
+    const char *base = strrchr(path, '/');
+    char name[64];
+    tm_snprintf(name, sizeof name, "taskmill-plugin:%s",
+                base != NULL ? base + 1 : path);
+    /* MFD_EXEC: where vm.memfd_noexec makes memory files non-executable
+     * by default (Linux 6.3+), ask for an executable one; older kernels
+     * do not know the flag (EINVAL) and make them executable anyway */
+    int mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING |
+                                     TM_MFD_EXEC);
+    if (mfd < 0 && errno == EINVAL)
+        mfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (mfd < 0) {
+        int e = errno;
+        set_err(err, errlen, "%s: cannot make a sealed copy: memfd_create: "
+                "%s", path, tm_strerror(e, ebuf, sizeof ebuf));
+        return -1;
+    }
+    off_t off = 0;
+    for (;;) {
+        ssize_t n = pread(fd, buf, sizeof buf, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            set_err(err, errlen, "%s: cannot read: %s", path,
+                    tm_strerror(e, ebuf, sizeof ebuf));
+            goto fail;
+        }
         if (n == 0)
             break;
-        if (n < 0 || write(out, buf, (size_t)n) != n)
-            ok = 0;
+        for (ssize_t w = 0; w < n;) {
+            ssize_t k = write(mfd, buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0) {
+                int e = errno;
+                set_err(err, errlen, "%s: cannot make a sealed copy: %s",
+                        path, tm_strerror(e, ebuf, sizeof ebuf));
+                goto fail;
+            }
+            w += k;
+        }
+        off += n;
     }
-    int e = errno;
-    if (in >= 0)
-        close(in);
-    if (out >= 0 && close(out) != 0)
-        ok = 0;
-    if (!ok) {
-        set_err(err, errlen, "%s: cannot make a private copy: %s", path,
+    /* the file was written while it was read: not what was checked */
+    struct stat now;
+    if (fstat(fd, &now) != 0 || off != st->st_size ||
+        now.st_size != st->st_size ||
+        now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != st->st_mtim.tv_nsec) {
+        set_err(err, errlen, "%s: refused: the file changed while it was "
+                "read; load it again once it is complete", path);
+        goto fail;
+    }
+    if (fcntl(mfd, F_ADD_SEALS,
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) !=
+        0) {
+        int e = errno;
+        set_err(err, errlen, "%s: cannot seal its copy: %s", path,
                 tm_strerror(e, ebuf, sizeof ebuf));
-        unlink(copy);
-        rmdir(dir);
-        tm_free(copy);
-        copy = NULL;
+        goto fail;
     }
-    tm_free(dir);
-    return copy;
+    return mfd;
+fail:
+    close(mfd);
+    return -1;
 }
 
-/* load loads the checked file path from load_path (the same file, or a
- * private copy of it). */
-static struct tm_plugin *load(const char *path, const char *load_path,
+/* mapped_name writes the name the dynamic loader knows the copy on mfd
+ * by. glibc returns an already loaded object for a name it has seen, so
+ * the descriptor stays open (its number unused by any other copy) for as
+ * long as the object is loaded. */
+static void mapped_name(int mfd, char *buf, size_t size)
+{
+    tm_snprintf(buf, size, "/proc/self/fd/%d", mfd);
+}
+
+/* bind loads the sealed copy mfd of the checked file path (st) and checks
+ * its descriptor. Returns the plugin, which owns mfd from then on, or NULL
+ * with err (mfd is then left to the caller). */
+static struct tm_plugin *bind(const char *path, int mfd,
                               const struct stat *st, char *err,
                               size_t errlen)
 {
     typedef const struct tm_task_plugin *(*descriptor_fn)(void);
-    void *dl = dlopen(load_path, RTLD_NOW | RTLD_LOCAL);
+    char name[64];
+    mapped_name(mfd, name, sizeof name);
+    void *dl = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (dl == NULL) {
         set_err(err, errlen,
                 "%s: cannot load: %s; check its dependencies with ldd(1)",
-                path, dl_reason(load_path));
+                path, dl_reason(name));
         return NULL;
     }
 
@@ -293,7 +402,8 @@ static struct tm_plugin *load(const char *path, const char *load_path,
     struct tm_plugin *p = tm_calloc(1, sizeof *p);
     p->path = tm_strdup(path);
     p->dl = dl;
-    p->refs = 1;
+    p->fd = mfd;
+    atomic_init(&p->refs, 1);
     p->dev = st->st_dev;
     p->ino = st->st_ino;
     p->size = st->st_size;
@@ -314,52 +424,66 @@ fail:
     return NULL;
 }
 
-static struct tm_plugin *load_checked(const char *path, int fresh, char *err,
-                                      size_t errlen)
-{
-    struct stat st;
-    if (err != NULL && errlen > 0)
-        err[0] = '\0';
-    if (check_file(path, &st, err, errlen) != 0)
-        return NULL;
-    char *load_path;
-    if (fresh) {
-        load_path = copy_private(path, err, errlen);
-        if (load_path == NULL)
-            return NULL;
-    } else {
-        /* A name without a slash would make dlopen search the library
-         * path instead of loading the file just checked. */
-        load_path = strchr(path, '/') != NULL ? tm_strdup(path)
-                                              : tm_asprintf("./%s", path);
-    }
-    struct tm_plugin *p = load(path, load_path, &st, err, errlen);
-    if (fresh) {
-        /* the mapping stays; the name and directory go */
-        char *dir = dir_of(load_path);
-        unlink(load_path);
-        rmdir(dir);
-        tm_free(dir);
-    }
-    tm_free(load_path);
-    return p;
-}
-
 struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
 {
-    return load_checked(path, 0, err, errlen);
-}
-
-struct tm_plugin *tm_plugin_load_fresh(const char *path, char *err,
-                                       size_t errlen)
-{
-    return load_checked(path, 1, err, errlen);
+    char ebuf[TM_STRERRNO_BUF];
+    struct problems pr;
+    struct tm_plugin *p = NULL;
+    int mfd = -1;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    /* O_NOFOLLOW: the name itself must be the file; O_NONBLOCK: a FIFO
+     * put in its place cannot hang the open */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP)
+            set_err(err, errlen, "%s: refused: is a symbolic link (plugins "
+                    "are opened without following links; name the file "
+                    "itself)", path);
+        else
+            set_err(err, errlen, "%s: cannot open: %s", path,
+                    tm_strerror(e, ebuf, sizeof ebuf));
+        goto out;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        set_err(err, errlen, "%s: cannot examine: %s", path,
+                tm_strerror(e, ebuf, sizeof ebuf));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: refused: not a regular file", path);
+        goto out;
+    }
+    memset(&pr, 0, sizeof pr);
+    if (check_chain(path, fd, &st, &pr, err, errlen) != 0)
+        goto out;
+    if (pr.len > 0) {
+        refuse(path, &pr, err, errlen);
+        goto out;
+    }
+    /* what is loaded is a copy of exactly the file checked (the same
+     * descriptor), never the name again */
+    mfd = copy_sealed(path, fd, &st, err, errlen);
+    if (mfd < 0)
+        goto out;
+    p = bind(path, mfd, &st, err, errlen);
+    if (p != NULL)
+        mfd = -1; /* the plugin's now */
+out:
+    if (mfd >= 0)
+        close(mfd);
+    if (fd >= 0)
+        close(fd);
+    return p;
 }
 
 int tm_plugin_changed(const struct tm_plugin *p)
 {
     struct stat st;
-    if (stat(p->path, &st) != 0)
+    if (lstat(p->path, &st) != 0)
         return 1;
     int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
     return st.st_dev != p->dev || st.st_ino != p->ino ||
@@ -392,17 +516,30 @@ int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
 
 void tm_plugin_ref(struct tm_plugin *p)
 {
-    p->refs++;
+    atomic_fetch_add(&p->refs, 1);
 }
 
 void tm_plugin_free(struct tm_plugin *p)
 {
-    if (p == NULL || --p->refs > 0)
+    if (p == NULL || atomic_fetch_sub(&p->refs, 1) > 1)
         return;
     if (p->inited && p->desc.cb_fini != NULL)
         p->desc.cb_fini(p->task_data);
-    if (p->dl != NULL)
+    if (p->dl != NULL) {
         dlclose(p->dl);
+        /* An object the loader keeps mapped (marked NODELETE, e.g. by
+         * unique C++ symbols) keeps its name: its copy's descriptor then
+         * stays open, so that no later copy gets that name. */
+        char name[64];
+        mapped_name(p->fd, name, sizeof name);
+        void *still = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+        if (still != NULL)
+            dlclose(still);
+        else
+            close(p->fd);
+    } else if (p->fd >= 0) {
+        close(p->fd);
+    }
     tm_free(p->path);
     tm_free(p);
 }

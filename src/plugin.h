@@ -2,6 +2,7 @@
 #ifndef TASKMILL_PLUGIN_H
 #define TASKMILL_PLUGIN_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -10,38 +11,44 @@
 
 /* struct tm_plugin is one loaded plugin file bound to one task. */
 struct tm_plugin {
-    char *path;                  /* as loaded */
-    void *dl;                    /* dlopen handle */
+    char *path;                  /* as configured */
+    void *dl;                    /* dlopen handle of the sealed copy */
+    int fd;                      /* the sealed copy (a memfd); open while
+                                    the copy is loaded */
     struct tm_task_plugin desc;  /* copy; fields past the plugin's
                                     struct_size are zero */
     void *task_data;             /* from cb_init */
     int inited;                  /* cb_init succeeded */
-    int refs;                    /* owners; see tm_plugin_ref() */
-    dev_t dev;                   /* identity of the file loaded, to see */
-    ino_t ino;                   /* when it changes (reload) */
-    off_t size;
+    atomic_int refs;             /* owners; see tm_plugin_ref() */
+    dev_t dev;                   /* identity of the file checked and */
+    ino_t ino;                   /* copied, to see when it changes */
+    off_t size;                  /* (reload) */
     int64_t mtime_ns;
 };
 
 /*
  * tm_plugin_load opens the shared object at path and checks it, in order:
- * the file and its directory are not writable by group or others; dlopen
- * with RTLD_NOW | RTLD_LOCAL succeeds; the symbol TM_TASK_SYMBOL exists;
- * the descriptor's struct_size, magic, ABI major, signature, name, version
- * and cb_run are sane. Returns a plugin the caller frees with
- * tm_plugin_free(), or NULL with one line in err naming the path, the
- * reason, and the expected and found values where there are some.
+ *  - the name is the file itself (opened with O_NOFOLLOW, so a symbolic
+ *    link is refused) and a regular file;
+ *  - the file, and every directory above it up to /, is owned by root or
+ *    the daemon's effective user and is not writable by group or others;
+ *    a sticky directory above the plugin's own directory (like /tmp) may
+ *    be; one refusal names every problem found, with the commands that
+ *    fix them;
+ *  - what was checked (the same descriptor, fstat-ed) is copied into a
+ *    sealed memory file, which is what gets loaded: no window between
+ *    check and load, and a later write into the file (cp over it) never
+ *    changes code that runs;
+ *  - dlopen with RTLD_NOW | RTLD_LOCAL succeeds; the symbol TM_TASK_SYMBOL
+ *    exists; the descriptor's struct_size, magic, ABI major, signature,
+ *    name, version and cb_run are sane.
+ * Every load is a separate object with its own static data, also for a
+ * file loaded before (a changed plugin on reload). Returns a plugin the
+ * caller frees with tm_plugin_free(), or NULL with one line in err naming
+ * the path, the reason, and the expected and found values where there are
+ * some.
  */
 struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen);
-
-/*
- * tm_plugin_load_fresh is tm_plugin_load for a file that may have changed
- * since an earlier load of the same path: it loads a private copy, so the
- * new code gets a handle of its own while the old one stays mapped for the
- * messages still running on it.
- */
-struct tm_plugin *tm_plugin_load_fresh(const char *path, char *err,
-                                       size_t errlen);
 
 /* tm_plugin_changed returns 1 when the file at p->path is no longer the
  * one loaded (replaced, rewritten, removed), else 0. */
@@ -55,7 +62,8 @@ int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
                    char *err, size_t errlen);
 
 /* tm_plugin_ref adds an owner (a reloaded configuration keeps an unchanged
- * task's plugin, with its task data, running). Main thread only. */
+ * task's plugin, with its task data, running). Any thread: a retired
+ * configuration drops its references from its own thread. */
 void tm_plugin_ref(struct tm_plugin *p);
 
 /* tm_plugin_free drops an owner; the last one calls cb_fini when cb_init

@@ -131,7 +131,17 @@ int64_t tm_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000LL;
 }
 
-void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns)
+void tm_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+/* monotonic_after returns CLOCK_MONOTONIC now + ns as a timespec. */
+static struct timespec monotonic_after(int64_t ns)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -141,7 +151,14 @@ void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    /* the clock is given here, whatever clock cv was created with */
+    return ts;
+}
+
+void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns)
+{
+    if (ns < 0)
+        ns = 0;
+    struct timespec ts = monotonic_after(ns);
     pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &ts);
 }
 
@@ -149,9 +166,9 @@ void tm_sleep_ms(int64_t ms)
 {
     if (ms <= 0)
         return;
-    struct timespec ts = {.tv_sec = ms / 1000,
-                          .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    struct timespec until = monotonic_after(ms * 1000000LL);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) ==
+           EINTR) {
     }
 }
 

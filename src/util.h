@@ -37,12 +37,21 @@ int64_t tm_now_ns(void);
 int64_t tm_now_ms(void);
 int64_t tm_wall_ms(void);
 
+/* tm_cond_init initialises cv to measure timed waits on CLOCK_MONOTONIC
+ * (pthread_condattr_setclock), so that pthread_cond_timedwait deadlines
+ * on it are monotonic ones: setting the wall clock neither stretches nor
+ * cuts a wait. Destroy it with pthread_cond_destroy. */
+void tm_cond_init(pthread_cond_t *cv);
+
 /* tm_cond_wait_ns waits on cv, with mu held, for at most ns nanoseconds
- * measured on CLOCK_MONOTONIC (whatever clock cv was created with), so
- * that setting the wall clock neither stretches nor cuts the wait. */
+ * measured on CLOCK_MONOTONIC, whatever clock cv was initialised with
+ * (pthread_cond_clockwait): a wall clock step during the wait changes
+ * nothing. It may return early (signal, spurious wake-up); callers look at
+ * their condition again. */
 void tm_cond_wait_ns(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns);
 
-/* tm_sleep_ms sleeps, restarting after signals until ms elapsed. */
+/* tm_sleep_ms sleeps ms milliseconds of CLOCK_MONOTONIC, to an absolute
+ * deadline, so that signals do not stretch it. */
 void tm_sleep_ms(int64_t ms);
 
 /* tm_utf8_valid returns 1 when s[0..len) is valid UTF-8 (no overlongs, no

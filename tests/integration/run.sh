@@ -7,16 +7,18 @@
 # whole run (or uses TM_TEST_REDIS_PORT, a redis already running on
 # 127.0.0.1, whose data every test flushes), then runs every
 # tests/integration/test_*.sh (or only those named: "happy_path",
-# "test_cli.sh", ...) each in its own bash process with lib.sh sourced, its
-# own scratch dir, a FLUSHALL before it and a watchdog
+# "test_cli.sh", ...; or a path such as tests/integration/soak.sh for a
+# test kept out of the default glob) each in its own bash process with
+# lib.sh sourced, its own scratch dir, a FLUSHALL before it and a watchdog
 # timeout (TM_TEST_TIMEOUT, default 120 s). Prints "ok - NAME" or
 # "not ok - NAME" per test and one closing "N passed, N failed" line; exits 1
 # if any test failed. A test that calls `skip` counts as skipped, or as failed
 # when CI=true or TM_SKIPS_AS_FAILS=1.
 #
 # TM_KEEP_SCRATCH=1 keeps the scratch dir (logs, configs) for inspection.
-# When TM_BUILD ends in build-asan, sanitizer reports in any log of a test
-# (daemon or CLI stderr) fail that test.
+# When TM_BUILD ends in build-asan or build-tsan, sanitizer reports (ASan,
+# UBSan, LeakSanitizer, ThreadSanitizer) in any log of a test (daemon or CLI
+# stderr) fail that test. TSAN_OPTIONS set by the caller is kept.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -40,17 +42,34 @@ for tool in redis-server redis-cli curl timeout; do
 done
 
 SANITIZED=0
+SAN_NAME=
 if [[ $TM_BUILD == *build-asan ]]; then
 	SANITIZED=1
+	SAN_NAME=ASan+UBSan
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+elif [[ $TM_BUILD == *build-tsan ]]; then
+	# ThreadSanitizer: report every race and keep going (halt_on_error=0),
+	# with exit status 0 (exitcode=0) so that a test runs to its end and
+	# the log scan below fails it, with all its reports; both stacks of a
+	# lock-order inversion, and a longer per-thread history than the
+	# default so that the "previous access" stack is rarely lost.
+	SANITIZED=1
+	SAN_NAME=TSan
+	export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:exitcode=0:second_deadlock_stack=1:history_size=4}
 fi
 SAN_PATTERN='ERROR: AddressSanitizer|runtime error:|LeakSanitizer'
+SAN_PATTERN+='|WARNING: ThreadSanitizer|FATAL: ThreadSanitizer|ThreadSanitizer: CHECK failed'
 
 # The tests to run: all of them, or those named on the command line.
 tests=()
 if (($#)); then
 	for name in "$@"; do
+		# a path (with a slash) to a test outside the default glob
+		if [[ $name == */* && -f $name ]]; then
+			tests+=("$(cd "$(dirname "$name")" && pwd)/${name##*/}")
+			continue
+		fi
 		name=${name##*/}
 		name=${name%.sh}
 		name=${name#test_}
@@ -118,6 +137,7 @@ start_redis() {
 		port_is_free "$port" || continue
 		redis-server --bind 127.0.0.1 --port "$port" --dir "$SCRATCH" \
 			--save '' --appendonly no --daemonize no \
+			--enable-debug-command local \
 			--logfile "$SCRATCH/redis.log" &
 		REDIS_PID=$!
 		for ((i = 0; i < 100; i++)); do
@@ -150,7 +170,7 @@ else
 	echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$REDIS_PORT"
 fi
 export REDIS_PORT
-echo "# binary: $TM_BUILD/taskmill$( ((SANITIZED)) && echo ' (ASan+UBSan)')"
+echo "# binary: $TM_BUILD/taskmill${SAN_NAME:+ ($SAN_NAME)}"
 
 # ---- RabbitMQ: BEGIN (maintained with src/amqp/) --------------------------
 # One rabbitmq-server per run, started only when a test_amqp_* test is
@@ -296,7 +316,7 @@ for t in "${tests[@]}"; do
 		why="${why:+$why; }sanitizer report"
 		{
 			echo "#   --- sanitizer report"
-			grep -Eh -A 12 "$SAN_PATTERN" "$dir"/*.log | head -n 60 | sed 's/^/#   /'
+			grep -Eh -A 30 "$SAN_PATTERN" "$dir"/*.log | head -n 120 | sed 's/^/#   /'
 		} >"$dir/sanitizer.txt"
 	fi
 

@@ -368,7 +368,8 @@ START_TEST(test_refuse_group_writable_dir)
                 scratch, scratch);
     refused(path, want);
 
-    ck_assert_int_eq(chmod(scratch, 01777), 0); /* like /tmp */
+    /* the plugin's own directory may not be sticky and world-writable */
+    ck_assert_int_eq(chmod(scratch, 01777), 0);
     refused(path, "(mode 1777)");
 
     ck_assert_int_eq(chmod(scratch, 0755), 0);
@@ -376,27 +377,158 @@ START_TEST(test_refuse_group_writable_dir)
 }
 END_TEST
 
-START_TEST(test_refuse_symlink_into_unsafe_dir)
+START_TEST(test_refuse_writable_ancestor)
 {
-    /* safe/ok.so -> unsafe/ok.so: the directory really holding the file
-     * is group-writable. */
-    char safe[PATH_MAX], unsafe[PATH_MAX], target[PATH_MAX],
-        link[PATH_MAX];
-    tm_snprintf(safe, sizeof safe, "%s/safe", scratch);
-    tm_snprintf(unsafe, sizeof unsafe, "%s/unsafe", scratch);
-    ck_assert_int_eq(mkdir(safe, 0755), 0);
-    ck_assert_int_eq(mkdir(unsafe, 0755), 0);
-    tm_snprintf(target, sizeof target, "%s/ok.so", unsafe);
-    tm_snprintf(link, sizeof link, "%s/ok.so", safe);
+    /* scratch/a/b/ok.so: every directory up to / counts */
+    char a[PATH_MAX], b[PATH_MAX], path[PATH_MAX];
+    tm_snprintf(a, sizeof a, "%s/a", scratch);
+    tm_snprintf(b, sizeof b, "%s/a/b", scratch);
+    tm_snprintf(path, sizeof path, "%s/a/b/ok.so", scratch);
+    ck_assert_int_eq(mkdir(a, 0755), 0);
+    ck_assert_int_eq(mkdir(b, 0755), 0);
+    copy_file(plugin_path("test-plugins", "ok"), path, 0644);
+    tm_plugin_free(load(path));
+
+    ck_assert_int_eq(chmod(a, 0775), 0);
+    char want[PATH_MAX + 128];
+    tm_snprintf(want, sizeof want,
+                "refused: directory %s is writable by group or others "
+                "(mode 0775); run chmod go-w %s",
+                a, a);
+    refused(path, want);
+    ck_assert_int_eq(chmod(a, 0757), 0);
+    refused(path, "(mode 0757)");
+
+    /* a sticky ancestor (like /tmp) is accepted: others cannot rename or
+     * remove what they do not own in it */
+    ck_assert_int_eq(chmod(a, 01777), 0);
+    tm_plugin_free(load(path));
+    ck_assert_int_eq(chmod(a, 0755), 0);
+}
+END_TEST
+
+START_TEST(test_refuse_names_every_problem)
+{
+    char path[PATH_MAX];
+    tm_snprintf(path, sizeof path, "%s/ok.so", scratch);
+    copy_file(plugin_path("test-plugins", "ok"), path, 0664);
+    ck_assert_int_eq(chmod(scratch, 0775), 0);
+    char want[3 * PATH_MAX + 256];
+    tm_snprintf(want, sizeof want,
+                "%s: refused: file is writable by group or others (mode "
+                "0664); directory %s is writable by group or others (mode "
+                "0775); run chmod go-w %s %s",
+                path, scratch, path, scratch);
+    const char *err = refused(path, "refused: ");
+    ck_assert_str_eq(err, want);
+    ck_assert_int_eq(chmod(scratch, 0755), 0);
+}
+END_TEST
+
+START_TEST(test_refuse_foreign_owner)
+{
+    /* the file and every directory above it belong to root or to the
+     * daemon's user; chown needs root */
+    if (geteuid() != 0)
+        return;
+    const uid_t nobody = 65534;
+    char path[PATH_MAX];
+    tm_snprintf(path, sizeof path, "%s/ok.so", scratch);
+    copy_file(plugin_path("test-plugins", "ok"), path, 0644);
+    ck_assert_int_eq(chown(path, nobody, (gid_t)-1), 0);
+    char want[PATH_MAX + 128];
+    tm_snprintf(want, sizeof want,
+                "refused: file is owned by uid 65534, neither root nor uid "
+                "0; run chown root %s",
+                path);
+    refused(path, want);
+
+    ck_assert_int_eq(chown(path, 0, (gid_t)-1), 0);
+    ck_assert_int_eq(chown(scratch, nobody, (gid_t)-1), 0);
+    tm_snprintf(want, sizeof want,
+                "refused: directory %s is owned by uid 65534, neither root "
+                "nor uid 0; run chown root %s",
+                scratch, scratch);
+    refused(path, want);
+
+    ck_assert_int_eq(chown(scratch, 0, (gid_t)-1), 0);
+    tm_plugin_free(load(path));
+}
+END_TEST
+
+START_TEST(test_refuse_symlink)
+{
+    /* the configured name must be the file itself: a link could be
+     * turned to other code between check and use */
+    char target[PATH_MAX], link[PATH_MAX];
+    tm_snprintf(target, sizeof target, "%s/real.so", scratch);
+    tm_snprintf(link, sizeof link, "%s/ok.so", scratch);
     copy_file(plugin_path("test-plugins", "ok"), target, 0644);
     ck_assert_int_eq(symlink(target, link), 0);
+    refused(link, "refused: is a symbolic link");
+    tm_plugin_free(load(target));
+}
+END_TEST
 
-    tm_plugin_free(load(link));
+START_TEST(test_symlinked_directory_judged_by_target)
+{
+    /* a link among the directories is judged by where it leads */
+    char unsafe[PATH_MAX], target[PATH_MAX], dirlink[PATH_MAX],
+        path[PATH_MAX];
+    tm_snprintf(unsafe, sizeof unsafe, "%s/unsafe", scratch);
+    tm_snprintf(target, sizeof target, "%s/unsafe/ok.so", scratch);
+    tm_snprintf(dirlink, sizeof dirlink, "%s/safe", scratch);
+    tm_snprintf(path, sizeof path, "%s/safe/ok.so", scratch);
+    ck_assert_int_eq(mkdir(unsafe, 0755), 0);
+    copy_file(plugin_path("test-plugins", "ok"), target, 0644);
+    ck_assert_int_eq(symlink(unsafe, dirlink), 0);
+    tm_plugin_free(load(path));
 
     ck_assert_int_eq(chmod(unsafe, 0775), 0);
-    const char *err = refused(link, "is writable by group or others "
+    const char *err = refused(path, "is writable by group or others "
                                     "(mode 0775)");
-    ck_assert_ptr_nonnull(strstr(err, "/unsafe"));
+    ck_assert_ptr_nonnull(strstr(err, "directory "));
+    ck_assert_ptr_nonnull(strstr(err, "/unsafe "));
+}
+END_TEST
+
+START_TEST(test_cp_over_loaded_plugin)
+{
+    /* cp writes into the file in place (same inode): the code already
+     * loaded is a copy, untouched; loading the file again gets the new
+     * code as an object of its own. */
+    char path[PATH_MAX];
+    tm_snprintf(path, sizeof path, "%s/ok.so", scratch);
+    copy_file(plugin_path("test-plugins", "ok"), path, 0644);
+    struct tm_plugin *p = load(path);
+    struct tm_task_env env = {.struct_size = sizeof env, .task = "t1",
+                              .config_json = "{}",
+                              .host = tm_exec_host()};
+    char err[ERRLEN];
+    ck_assert_int_eq(tm_plugin_init(p, &env, err, sizeof err), 0);
+    ck_assert_int_eq(tm_plugin_changed(p), 0);
+
+    struct stat before, after;
+    ck_assert_int_eq(stat(path, &before), 0);
+    copy_file(plugin_path("plugins", "noop"), path, 0644);
+    ck_assert_int_eq(stat(path, &after), 0);
+    ck_assert_uint_eq(before.st_ino, after.st_ino);
+    ck_assert_int_eq(tm_plugin_changed(p), 1);
+
+    /* the running code and its read-only data are what was loaded */
+    ck_assert_str_eq(p->desc.name, "test-ok");
+    ck_assert_str_eq(p->desc.version, "0.0.1");
+    struct tm_call call = {.struct_size = sizeof call, .body = "{}",
+                           .body_len = 2, .id = "1-0", .attempt = 1,
+                           .task_data = p->task_data,
+                           .host = tm_exec_host()};
+    ck_assert_int_eq(p->desc.cb_run(&call), TM_TASK_OK);
+
+    struct tm_plugin *q = load(path);
+    ck_assert_str_eq(q->desc.name, "noop");
+    ck_assert_str_eq(p->desc.name, "test-ok");
+    tm_plugin_free(q);
+    tm_plugin_free(p); /* cb_fini of the old code frees its task data */
 }
 END_TEST
 
@@ -683,25 +815,32 @@ END_TEST
 
 static void *abandon_soon(void *arg)
 {
-    (void)arg;
+    atomic_int *flag = arg;
     tm_sleep_ms(30);
-    atomic_store(&tm_exec_abandon, 1);
+    atomic_store(flag, 1);
     return NULL;
 }
 
 START_TEST(test_run_sleep_abandoned)
 {
-    /* No deadline, but the daemon abandons running work. */
-    struct fixture f;
+    /* No deadline, but the task's generation abandons its running work;
+     * a task of another generation (another flag) runs on. */
+    struct fixture f, other;
+    atomic_int flag = 0, other_flag = 0;
     ck_assert_int_eq(fixture_init(&f, "sleep", "{}", 0), 0);
+    ck_assert_int_eq(fixture_init(&other, "sleep", "{}", 0), 0);
+    f.task.abandon = &flag;
+    other.task.abandon = &other_flag;
     pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, abandon_soon, NULL), 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, abandon_soon, &flag), 0);
     int64_t t0 = tm_now_ms();
     expect(&f, "{\"ms\":10000}", TM_OUT_ERROR, NULL, "interrupted");
     ck_assert_int_lt(tm_now_ms() - t0, 5000);
     pthread_join(th, NULL);
-    atomic_store(&tm_exec_abandon, 0);
+    ck_assert_int_eq(atomic_load(&flag), 1);
+    expect(&other, "{\"ms\":50}", TM_OUT_SUCCESS, NULL, NULL);
     fixture_free(&f);
+    fixture_free(&other);
 }
 END_TEST
 
@@ -915,7 +1054,12 @@ static Suite *plugin_suite(void)
     tcase_add_test(tc, test_refuse_undefined);
     tcase_add_test(tc, test_refuse_group_writable_file);
     tcase_add_test(tc, test_refuse_group_writable_dir);
-    tcase_add_test(tc, test_refuse_symlink_into_unsafe_dir);
+    tcase_add_test(tc, test_refuse_writable_ancestor);
+    tcase_add_test(tc, test_refuse_names_every_problem);
+    tcase_add_test(tc, test_refuse_foreign_owner);
+    tcase_add_test(tc, test_refuse_symlink);
+    tcase_add_test(tc, test_symlinked_directory_judged_by_target);
+    tcase_add_test(tc, test_cp_over_loaded_plugin);
     tcase_add_test(tc, test_name_without_slash);
     tcase_add_test(tc, test_reason_truncated_safely);
     suite_add_tcase(s, tc);

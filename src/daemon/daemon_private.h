@@ -1,0 +1,113 @@
+/* daemon_private.h - what the daemon's own files share: generations,
+ * intake, settlement, reload and plugin_watch. Not installed; only
+ * src/daemon/ includes it. */
+#ifndef TASKMILL_DAEMON_PRIVATE_H
+#define TASKMILL_DAEMON_PRIVATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+
+/* Log source of the daemon's own lines. */
+#define TM_DAEMON_SRC "daemon"
+
+/* Reconnect backoff: first delay and cap. */
+#define TM_RECONNECT_MIN_MS 100
+#define TM_RECONNECT_MAX_MS 5000
+
+/* ---- generations (gen.c) -------------------------------------------- */
+
+/* tm_gen_create loads a generation for cfg (taken over, also on failure):
+ * plugins, broker adapter, pool (not started). With prev, unchanged tasks
+ * keep their plugins and every task keeps its counters. Returns NULL with
+ * one line in err. */
+struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
+                             struct tm_gen *prev, char *err, size_t errlen);
+
+/* tm_gen_start starts the pool, the settle thread and the intake
+ * threads. Returns 0 or -1. */
+int tm_gen_start(struct tm_gen *g);
+
+/*
+ * tm_gen_stop stops a started generation: intake first, then running work
+ * until deadline_ns, then settlement. With finish_queued (a reload), the
+ * messages it already holds run too; otherwise (shutdown) those not yet
+ * started are left unacknowledged. Returns 0 when everything finished and
+ * was settled, -1 when work was abandoned.
+ */
+int tm_gen_stop(struct tm_gen *g, int64_t deadline_ns, int finish_queued);
+
+/* tm_gen_wait_idle waits, however long it takes, until no call runs in
+ * g's pool: a call abandoned at the drain deadline still runs the
+ * generation's plugin code with its task and worker data. */
+void tm_gen_wait_idle(struct tm_gen *g);
+
+/* tm_gen_free releases what tm_gen_create made; the generation is
+ * stopped. It first waits (tm_gen_wait_idle) for abandoned calls, so its
+ * plugins are unloaded only once nothing runs their code. NULL is
+ * accepted. */
+void tm_gen_free(struct tm_gen *g);
+
+/* tm_gen_publish makes g the generation HTTP and the main loop see: the
+ * configuration took effect (start or reload), as number g->id. */
+void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g);
+
+/* ---- intake (intake.c) ---------------------------------------------- */
+
+/* tm_intake_start starts one intake thread per task of g. */
+void tm_intake_start(struct tm_gen *g);
+
+/* tm_intake_stop stops reading new messages and joins the intake
+ * threads; what was read runs on. */
+void tm_intake_stop(struct tm_gen *g);
+
+/* tm_backoff_jitter returns ms plus up to half of it at random. */
+int64_t tm_backoff_jitter(int64_t ms);
+
+/* tm_backoff_next doubles a reconnect delay up to TM_RECONNECT_MAX_MS. */
+int64_t tm_backoff_next(int64_t ms);
+
+/* ---- settlement (settle.c) ------------------------------------------ */
+
+/* tm_settle_pool_done is the pools' done callback (ctx: the generation):
+ * pushes finished messages on the generation's completion stack. */
+void tm_settle_pool_done(void *ctx, struct tm_msg *list);
+
+/* tm_settle_main is the body of a generation's settle thread (arg: the
+ * generation). */
+void *tm_settle_main(void *arg);
+
+/* tm_settle_carry adds src to dst, counter by counter; sub, when given,
+ * is taken off. Only the settle thread of dst's generation (or its
+ * creator, before that thread starts) writes dst. */
+void tm_settle_carry(struct tm_task_stats *dst,
+                     const struct tm_task_stats *src,
+                     const struct tm_task_stats *sub);
+
+/* ---- liveness (health.c) -------------------------------------------- */
+
+/* tm_beat_start marks b's loop running (counted from now on); tm_beat_stop
+ * marks it ended (no longer counted). */
+void tm_beat_start(struct tm_beat *b);
+void tm_beat_stop(struct tm_beat *b);
+
+/* tm_beat_tick notes that b's loop went round. */
+void tm_beat_tick(struct tm_beat *b);
+
+/* tm_beat_io_begin and tm_beat_io_end bracket one broker call of b's loop
+ * (bounded by the adapter's timeouts); io_end also ticks. */
+void tm_beat_io_begin(struct tm_beat *b);
+void tm_beat_io_end(struct tm_beat *b);
+
+/* ---- reload (reload.c) and plugin_watch (plugin_watch.c) ------------ */
+
+/* tm_reload re-reads the configuration file and, when it is good and
+ * needs no restart, replaces the running generation. Main thread only. */
+void tm_reload(struct tm_daemon *d);
+
+/* tm_plugin_watch_main asks for a reload when a .so file in plugin_dir
+ * changes (arg: the daemon). */
+void *tm_plugin_watch_main(void *arg);
+
+#endif /* TASKMILL_DAEMON_PRIVATE_H */

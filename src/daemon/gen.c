@@ -1,0 +1,335 @@
+/* gen.c - generations of the running configuration: their plugins,
+ * creation, start, stop and release. */
+#include "daemon_private.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+/* How often a retired generation looks whether its abandoned calls have
+ * returned. */
+#define TM_LINGER_POLL_MS 50
+
+/* ---- plugins -------------------------------------------------------- */
+
+/* same_task says whether a task's configuration is unchanged, so that a
+ * reload may keep its plugin, task data and all, running. */
+static int same_task(const struct tm_cfg_task *a, const struct tm_cfg_task *b)
+{
+    return strcmp(a->name, b->name) == 0 &&
+           strcmp(a->plugin_path, b->plugin_path) == 0 &&
+           strcmp(a->queue, b->queue) == 0 &&
+           strcmp(a->group, b->group) == 0 && a->prefetch == b->prefetch &&
+           a->timeout_ms == b->timeout_ms &&
+           a->claim_idle_ms == b->claim_idle_ms && a->maxlen == b->maxlen &&
+           a->on_error == b->on_error && a->max_retries == b->max_retries &&
+           a->backoff_ms == b->backoff_ms &&
+           a->max_backoff_ms == b->max_backoff_ms &&
+           strcmp(a->dead_letter, b->dead_letter) == 0 &&
+           a->max_payload == b->max_payload &&
+           a->max_priority == b->max_priority && a->priority == b->priority &&
+           strcmp(a->config_json, b->config_json) == 0;
+}
+
+/* load_tasks loads and initialises the plugins of cfg's tasks. With prev
+ * (a reload), an unchanged task whose plugin file did not change keeps
+ * prev's plugin, task data and all; any other task loads its file again
+ * (a copy of its own, see tm_plugin_load). */
+static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
+                      const struct tm_gen *prev, char *err, size_t errlen)
+{
+    char reason[1024];
+    int rc = -1;
+    /* whether each of prev's plugin files changed: one stat each */
+    size_t nprev = prev != NULL ? prev->ntasks : 0;
+    char *changed = tm_calloc(nprev ? nprev : 1, 1);
+    for (size_t j = 0; j < nprev; j++)
+        changed[j] = (char)tm_plugin_changed(prev->tasks[j].plugin);
+    for (size_t i = 0; i < cfg->ntasks; i++) {
+        const struct tm_cfg_task *t = &cfg->tasks[i];
+        tasks[i].cfg = t;
+        tasks[i].index = i;
+        for (size_t j = 0; j < nprev; j++) {
+            const struct tm_task *o = &prev->tasks[j];
+            if (!changed[j] && same_task(o->cfg, t)) {
+                tm_plugin_ref(o->plugin);
+                tasks[i].plugin = o->plugin;
+                break;
+            }
+        }
+        if (tasks[i].plugin != NULL)
+            continue;
+        tasks[i].plugin = tm_plugin_load(t->plugin_path, reason,
+                                         sizeof reason);
+        if (tasks[i].plugin == NULL)
+            goto fail;
+        for (size_t j = 0; j < i; j++) {
+            const struct tm_plugin *o = tasks[j].plugin;
+            if (strcmp(o->desc.name, tasks[i].plugin->desc.name) == 0 &&
+                strcmp(o->path, tasks[i].plugin->path) != 0) {
+                tm_snprintf(reason, sizeof reason,
+                            "%s: plugin name '%s' is already loaded from %s",
+                            t->plugin_path, o->desc.name, o->path);
+                goto fail;
+            }
+        }
+        struct tm_task_env env = {
+            .struct_size = sizeof env,
+            .task = t->name,
+            .queue = t->queue,
+            .config_json = t->config_json,
+            .host = tm_exec_host(),
+        };
+        if (tm_plugin_init(tasks[i].plugin, &env, reason,
+                           sizeof reason) != 0)
+            goto fail;
+        continue;
+    fail:
+        tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.plugin: %s", cfg->path,
+                    t->plugin_at.line, t->plugin_at.col, t->name, reason);
+        goto out;
+    }
+    rc = 0;
+out:
+    tm_free(changed);
+    return rc;
+}
+
+int tm_tasks_load(const struct tm_cfg *cfg, struct tm_task *tasks,
+                  char *err, size_t errlen)
+{
+    return load_tasks(cfg, tasks, NULL, err, errlen);
+}
+
+void tm_tasks_unload(struct tm_task *tasks, size_t n)
+{
+    for (size_t i = n; i-- > 0;) {
+        tm_plugin_free(tasks[i].plugin);
+        tasks[i].plugin = NULL;
+    }
+}
+
+/* ---- generations -------------------------------------------------------- */
+
+void tm_gen_wait_idle(struct tm_gen *g)
+{
+    unsigned busy = g->pool->ops->busy(g->pool);
+    if (busy == 0)
+        return;
+    tm_log_info(TM_DAEMON_SRC, "configuration %u: waiting for %u abandoned "
+                "call(s) to return before unloading its plugins", g->id,
+                busy);
+    int64_t since = tm_now_ms();
+    while (g->pool->ops->busy(g->pool) > 0)
+        tm_sleep_ms(TM_LINGER_POLL_MS);
+    tm_log_info(TM_DAEMON_SRC, "configuration %u: its last call returned "
+                "%lld ms later", g->id, (long long)(tm_now_ms() - since));
+}
+
+/* release_list drops messages nobody settles: they stay unacknowledged
+ * and the broker delivers them again. */
+static void release_list(struct tm_msg *m)
+{
+    while (m != NULL) {
+        struct tm_msg *next = m->next;
+        tm_msg_release(m);
+        m = next;
+    }
+}
+
+void tm_gen_free(struct tm_gen *g)
+{
+    if (g == NULL)
+        return;
+    if (g->pool != NULL) {
+        /* the pool goes first (its workers run worker fini), the plugins
+         * (cb_fini, dlclose) last, and only once nothing runs their code */
+        tm_gen_wait_idle(g);
+        g->pool->ops->destroy(g->pool);
+    }
+    /* whatever settlement failed, and calls that returned after the
+     * settle thread ended, are left for redelivery */
+    release_list(g->unsettled);
+    g->unsettled = NULL;
+    release_list(atomic_exchange(&g->done_head, NULL));
+    if (g->broker != NULL)
+        g->broker->ops->destroy(g->broker);
+    if (g->done_fd >= 0)
+        close(g->done_fd);
+    tm_tasks_unload(g->tasks, g->ntasks);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    tm_free(g->tasks);
+    tm_free(g->task_ptrs);
+    tm_free(g->scratch);
+    tm_free(g->snap);
+    tm_free(g->snap_from);
+    tm_cfg_free(g->cfg);
+    tm_free(g);
+}
+
+/* tm_gen_create loads a generation for cfg (taken over, also on failure):
+ * plugins, broker adapter, pool (not started). With prev, unchanged tasks
+ * keep their plugins and every task keeps its counters. Returns NULL with
+ * one line in err. */
+struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
+                                 struct tm_gen *prev, char *err,
+                                 size_t errlen)
+{
+    struct tm_gen *g = tm_calloc(1, sizeof *g);
+    g->d = d;
+    /* the number it gets if it takes effect (tm_gen_publish) */
+    g->id = atomic_load(&d->config_generation) + 1;
+    g->cfg = cfg;
+    g->ntasks = cfg->ntasks;
+    g->done_fd = -1;
+    pthread_mutex_init(&g->mu, NULL);
+    tm_cond_init(&g->cv);
+    g->tasks = tm_calloc(g->ntasks, sizeof *g->tasks);
+    g->task_ptrs = tm_calloc(g->ntasks, sizeof *g->task_ptrs);
+    for (size_t i = 0; i < g->ntasks; i++) {
+        g->tasks[i].gen = g;
+        g->tasks[i].abandon = &g->abandon;
+        g->task_ptrs[i] = &g->tasks[i];
+    }
+    if (load_tasks(cfg, g->tasks, prev, err, errlen) != 0)
+        goto fail;
+    g->broker = tm_broker_new(cfg, err, errlen);
+    if (g->broker == NULL)
+        goto fail;
+    g->broker->resumed = prev != NULL;
+    const struct tm_pool_ops *pops = tm_pool_ops_for(cfg->pool_kind);
+    if (pops == NULL) {
+        tm_snprintf(err, errlen, "pool kind not supported by this build");
+        goto fail;
+    }
+    g->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g->done_fd < 0) {
+        char eb[TM_STRERRNO_BUF];
+        tm_snprintf(err, errlen, "eventfd: %s",
+                    tm_strerror(errno, eb, sizeof eb));
+        goto fail;
+    }
+    g->pool = pops->create(cfg, g->task_ptrs, g->ntasks, tm_settle_pool_done, g);
+    if (prev != NULL) {
+        g->prev = prev;
+        g->snap = tm_calloc(g->ntasks, sizeof *g->snap);
+        g->snap_from = tm_calloc(g->ntasks, sizeof *g->snap_from);
+        for (size_t i = 0; i < g->ntasks; i++) {
+            g->snap_from[i] = -1;
+            for (size_t j = 0; j < prev->ntasks; j++) {
+                if (strcmp(prev->tasks[j].cfg->name,
+                           g->tasks[i].cfg->name) != 0)
+                    continue;
+                /* snap holds what was copied; the rest is folded later */
+                const struct tm_task_stats *old = &prev->tasks[j].stats;
+                tm_settle_carry(&g->snap[i], old, NULL);
+                tm_settle_carry(&g->tasks[i].stats, &g->snap[i], NULL);
+                g->tasks[i].stats.rate = old->rate;
+                g->tasks[i].stats.durs = old->durs;
+                g->snap_from[i] = (long)j;
+            }
+        }
+    }
+    return g;
+fail:
+    tm_gen_free(g);
+    return NULL;
+}
+
+/* tm_gen_start starts the pool, the settle thread and the intake threads. */
+int tm_gen_start(struct tm_gen *g)
+{
+    if (g->pool->ops->start(g->pool) != 0) {
+        tm_log_err(TM_DAEMON_SRC, "cannot start the %s pool", g->pool->ops->kind);
+        return -1;
+    }
+    if (pthread_create(&g->settle_thread, NULL, tm_settle_main, g) != 0) {
+        tm_log_err(TM_DAEMON_SRC, "cannot start the settle thread");
+        g->pool->ops->drain(g->pool, tm_now_ns());
+        return -1;
+    }
+    g->settle_started = 1;
+    tm_intake_start(g);
+    return 0;
+}
+
+static long long gen_inflight(const struct tm_gen *g)
+{
+    long long n = 0;
+    for (size_t i = 0; i < g->ntasks; i++)
+        n += atomic_load(&g->tasks[i].stats.inflight);
+    return n;
+}
+
+/*
+ * tm_gen_stop stops a started generation: intake first, then running work
+ * until deadline_ns, then settlement. With finish_queued (a reload), the
+ * messages it already holds run too; otherwise (shutdown) those not yet
+ * started are left unacknowledged. Returns 0 when everything finished and
+ * was settled, -1 when work was abandoned.
+ */
+int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
+{
+    atomic_store(&g->stopping, 1);
+    pthread_mutex_lock(&g->mu);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    g->broker->ops->wake(g->broker);
+    int drained = 0;
+    if (finish_queued) {
+        tm_intake_stop(g);
+        while (gen_inflight(g) > 0 && tm_now_ns() < deadline)
+            tm_sleep_ms(10);
+        drained = g->pool->ops->drain(g->pool, deadline);
+    } else {
+        drained = g->pool->ops->drain(g->pool, deadline);
+        for (size_t i = 0; i < g->ntasks; i++)
+            if (g->tasks[i].intake_started)
+                pthread_join(g->tasks[i].intake, NULL);
+    }
+    for (size_t i = 0; i < g->ntasks; i++)
+        g->tasks[i].intake_started = 0;
+    if (drained != 0) {
+        /* should_stop() says yes to this generation's calls only */
+        atomic_store(&g->abandon, 1);
+        tm_log_err(TM_DAEMON_SRC, "configuration %u: shutdown_timeout of "
+                   "%lld ms reached with tasks still running; they are "
+                   "abandoned and will be delivered again", g->id,
+                   (long long)g->cfg->shutdown_timeout_ms);
+    }
+    /* finished messages still get acknowledged, within a short grace */
+    g->settle_deadline_ns = (drained == 0 ? deadline : tm_now_ns()) +
+                            2000000000LL;
+    atomic_store(&g->settle_stop, 1);
+    uint64_t one = 1;
+    if (write(g->done_fd, &one, sizeof one) < 0) {
+        /* already signalled */
+    }
+    if (g->settle_started) {
+        pthread_join(g->settle_thread, NULL);
+        g->settle_started = 0;
+    }
+    return drained == 0 && g->unsettled == NULL ? 0 : -1;
+}
+
+/* publish makes g the generation HTTP and the main loop see. */
+void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g)
+{
+    pthread_rwlock_wrlock(&d->gen_lock);
+    atomic_store(&d->config_generation, g->id);
+    atomic_store(&d->last_reload_ok, 1);
+    atomic_store(&d->last_reload_ok_wall_ms, tm_wall_ms());
+    d->gen = g;
+    d->cfg = g->cfg;
+    d->tasks = g->tasks;
+    d->ntasks = g->ntasks;
+    d->broker = g->broker;
+    d->pool = g->pool;
+    pthread_rwlock_unlock(&d->gen_lock);
+}
+
