@@ -112,6 +112,9 @@ struct tm_daemon {
     atomic_uint config_generation;
     atomic_int last_reload_ok;
     atomic_llong last_reload_ok_wall_ms;
+    /* why the last reload was refused ("" after one that took effect);
+     * written and read under gen_lock */
+    char last_reload_error[1024];
 
     atomic_int state;               /* enum tm_state */
     struct tm_beat main_beat;       /* the main loop */

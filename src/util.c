@@ -229,3 +229,22 @@ uint64_t tm_rand64(void)
     state ^= state >> 27;
     return state * 0x2545F4914F6CDD1DULL;
 }
+
+void tm_rfc3339(long long ms, char *buf, size_t size)
+{
+    /* floor division, so times before 1970 come out right too */
+    long long s = ms / 1000, frac = ms % 1000;
+    if (frac < 0) {
+        frac += 1000;
+        s--;
+    }
+    time_t secs = (time_t)s;
+    struct tm tmv;
+    char base[40];
+    if (gmtime_r(&secs, &tmv) == NULL ||
+        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tmv) == 0) {
+        tm_snprintf(buf, size, "%lld", ms);
+        return;
+    }
+    tm_snprintf(buf, size, "%s.%03dZ", base, (int)frac);
+}

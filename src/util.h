@@ -63,4 +63,9 @@ uint64_t tm_rand64(void);
 
 #define TM_STRERRNO_BUF 128
 
+/* tm_rfc3339 writes the epoch milliseconds ms as an RFC 3339 UTC time
+ * with milliseconds ("2026-12-01T03:00:00.000Z") into buf, the form every
+ * time shown to people takes; the number itself if it cannot. */
+void tm_rfc3339(long long ms, char *buf, size_t size);
+
 #endif /* TASKMILL_UTIL_H */

@@ -18,27 +18,6 @@
 /* Spaces per level of the JSON that `dlq show` prints. */
 #define TM_CLI_JSON_INDENT 2
 
-/* rfc3339 writes the epoch milliseconds ms as an RFC 3339 UTC time with
- * milliseconds ("2026-12-01T03:00:00.000Z") into buf. */
-static void rfc3339(long long ms, char *buf, size_t size)
-{
-    /* floor division, so times before 1970 come out right too */
-    long long s = ms / 1000, frac = ms % 1000;
-    if (frac < 0) {
-        frac += 1000;
-        s--;
-    }
-    time_t secs = (time_t)s;
-    struct tm tmv;
-    char base[40];
-    if (gmtime_r(&secs, &tmv) == NULL ||
-        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tmv) == 0) {
-        tm_snprintf(buf, size, "%lld", ms);
-        return;
-    }
-    tm_snprintf(buf, size, "%s.%03dZ", base, (int)frac);
-}
-
 /* print_scalar prints one JSON value without line breaks (a string key
  * too, through a temporary string item). */
 static void print_scalar(const cJSON *item)
@@ -80,7 +59,7 @@ static void print_json(const cJSON *item, int depth)
 static void print_entry(const struct tm_dlq_entry *e)
 {
     char when[48];
-    rfc3339(e->failed_at, when, sizeof when);
+    tm_rfc3339(e->failed_at, when, sizeof when);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", e->id);
     cJSON_AddStringToObject(o, "origin_id", e->origin_id ? e->origin_id : "");
@@ -110,7 +89,7 @@ static int list_task(struct tm_broker *b, const struct tm_cfg_task *t)
     }
     for (size_t i = 0; i < n; i++) {
         char when[48];
-        rfc3339(e[i].failed_at, when, sizeof when);
+        tm_rfc3339(e[i].failed_at, when, sizeof when);
         printf("%s\t%s\t%ld\t%s\t%s\n", e[i].id,
                e[i].origin_id ? e[i].origin_id : "-", e[i].attempts, when,
                e[i].error ? e[i].error : "");

@@ -324,6 +324,7 @@ void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g)
     atomic_store(&d->config_generation, g->id);
     atomic_store(&d->last_reload_ok, 1);
     atomic_store(&d->last_reload_ok_wall_ms, tm_wall_ms());
+    d->last_reload_error[0] = '\0';
     d->gen = g;
     d->cfg = g->cfg;
     d->tasks = g->tasks;

@@ -120,7 +120,11 @@ static int global_changes(const struct tm_cfg *a, const struct tm_cfg *b,
  * configuration stays, and keeps its number. */
 static void refuse(struct tm_daemon *d, const char *why)
 {
+    pthread_rwlock_wrlock(&d->gen_lock);
     atomic_store(&d->last_reload_ok, 0);
+    tm_snprintf(d->last_reload_error, sizeof d->last_reload_error, "%s",
+                why);
+    pthread_rwlock_unlock(&d->gen_lock);
     tm_log_err(TM_DAEMON_SRC, "reload refused, the running configuration "
                "stays: %s", why);
 }

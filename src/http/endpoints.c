@@ -130,6 +130,17 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
     cJSON_AddNumberToObject(j, "uptime_seconds",
                             (double)((tm_now_ms() - d->start_mono_ms) /
                                      1000));
+    cJSON *cf = cJSON_AddObjectToObject(j, "config");
+    cJSON_AddNumberToObject(cf, "generation",
+                            atomic_load(&d->config_generation));
+    cJSON_AddBoolToObject(cf, "last_reload_successful",
+                          atomic_load(&d->last_reload_ok));
+    char when[40];
+    tm_rfc3339(atomic_load(&d->last_reload_ok_wall_ms), when, sizeof when);
+    cJSON_AddStringToObject(cf, "last_reload_success_time", when);
+    if (d->last_reload_error[0] != '\0')
+        cJSON_AddStringToObject(cf, "last_reload_error",
+                                d->last_reload_error);
     cJSON *b = cJSON_AddObjectToObject(j, "broker");
     cJSON_AddStringToObject(b, "kind", d->broker != NULL
                                            ? d->broker->ops->kind

@@ -64,7 +64,8 @@ wait_metric taskmill_tasks_total 'task="add",outcome="invalid"' 1 20
 # ---- /status
 expect_code 200 /status
 assert_match '^application/json' "$(resp_header Content-Type)" "/status Content-Type"
-expect_json 'keys == ["broker","pool","tasks","uptime_seconds","version"]' "top-level keys"
+expect_json 'keys == ["broker","config","pool","tasks","uptime_seconds","version"]' "top-level keys"
+expect_json '.config.generation == 1 and .config.last_reload_successful == true' "config generation at start"
 expect_json '.version | type == "string" and length > 0' "version"
 expect_json '.uptime_seconds | type == "number" and . >= 0' "uptime_seconds"
 expect_json '.broker | keys == ["connected","kind","url"]' "broker keys"

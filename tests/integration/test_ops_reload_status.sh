@@ -79,6 +79,12 @@ wait_until "[[ \$(refusals) == 1 ]]" 10
 wait_until "[[ \$(metric taskmill_config_last_reload_successful) == 0 ]]" 5
 gen_is 2 0
 assert_eq "$ts2" "$(stamp)" "success timestamp after a refusal"
+st=$(curl -s "http://127.0.0.1:$HTTP_PORT/status")
+assert_eq 2 "$(jq -r .config.generation <<<"$st")" "/status config.generation"
+assert_eq false "$(jq -r .config.last_reload_successful <<<"$st")" \
+	"/status config.last_reload_successful"
+assert_match 'tasks\.c\.plugin' "$(jq -r .config.last_reload_error <<<"$st")" \
+	"/status config.last_reload_error"
 
 # 3. refused as a bad file
 printf 'tasks: [\n' >"$CONF"
@@ -95,6 +101,15 @@ assert_match 'removed: a' "$line" "reload line, removed"
 assert_match '2 unchanged' "$line" "reload line, unchanged count"
 wait_until "[[ \$(metric taskmill_config_last_reload_successful) == 1 ]]" 5
 gen_is 3 1
+st=$(curl -s "http://127.0.0.1:$HTTP_PORT/status")
+assert_eq 3 "$(jq -r .config.generation <<<"$st")" "/status config.generation"
+assert_eq true "$(jq -r .config.last_reload_successful <<<"$st")" \
+	"/status config.last_reload_successful"
+assert_eq null "$(jq -r .config.last_reload_error <<<"$st")" \
+	"/status: no error after a reload that took effect"
+assert_match '^20[0-9-]+T[0-9:.]+Z$' \
+	"$(jq -r .config.last_reload_success_time <<<"$st")" \
+	"/status config.last_reload_success_time"
 rc=0
 stop_daemon || rc=$?
 assert_eq 0 "$rc" "exit status"
