@@ -312,6 +312,7 @@ static void settle_batch(struct tm_gen *g, struct tm_msg *list)
         if (m->outcome == TM_OUT_NONE)
             continue;
         stats_record(t, m);
+        tm_circuit_note(&t->circuit, t->cfg, m->outcome);
         if (m->settle == TM_SETTLE_RETRY)
             atomic_fetch_add_explicit(&t->stats.retries, 1,
                                       memory_order_relaxed);
@@ -457,6 +458,13 @@ static void *intake_main(void *arg)
             if (room <= 0)
                 wait_ms(g, 100);
             atomic_store(&t->waiting_room, 0);
+            continue;
+        }
+        /* an open circuit breaker holds the task's messages in the broker */
+        int64_t hold = tm_circuit_gate(&t->circuit, t->cfg,
+                                       atomic_load(&t->stats.inflight), &room);
+        if (hold > 0) {
+            wait_ms(g, hold);
             continue;
         }
         struct tm_batch *batch = NULL;
