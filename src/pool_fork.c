@@ -431,6 +431,14 @@ static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
                          c->corrupt != NULL ? "sent a malformed reply" : why);
         return;
     }
+    if (c->timed_out) {
+        /* killed for a limit, after the message at fault had answered */
+        c->young_deaths = 0;
+        c->respawn_at_ns = now;
+        tm_log_info(SRC, "worker %u (pid %d) %s after a run past its "
+                    "limit; restarting it", c->index, (int)pid, why);
+        return;
+    }
     if (now - c->born_ns < FP_YOUNG_NS)
         c->young_deaths++;
     else
