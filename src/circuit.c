@@ -111,7 +111,6 @@ void tm_circuit_note(struct tm_circuit *c, const struct tm_cfg_task *t,
 int64_t tm_circuit_gate(struct tm_circuit *c, const struct tm_cfg_task *t,
                         long long inflight, long *room)
 {
-    (void)t;
     if (atomic_load_explicit(&c->state, memory_order_acquire) ==
         TM_CIRCUIT_CLOSED)
         return 0;

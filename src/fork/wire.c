@@ -19,57 +19,55 @@ enum tm_fork_check tm_fork_resp_check(const char *buf, size_t len,
 {
     struct tm_fork_resp rs;
     uint32_t magic;
+    const char *bad = NULL;
+    enum tm_fork_check rc = TM_FORK_MORE;
+
     if (len >= sizeof magic) {
         memcpy(&magic, buf, sizeof magic);
         if (magic != TM_FORK_MAGIC_RESP) {
-            *why = "bad magic number";
-            return TM_FORK_CORRUPT;
+            bad = "bad magic number";
+            goto out;
         }
     }
     if (len < sizeof rs)
-        return TM_FORK_MORE;
+        goto out;
     memcpy(&rs, buf, sizeof rs);
-    if (rs.seq != ex->seq) {
-        *why = "it answers a message it was not running";
-        return TM_FORK_CORRUPT;
-    }
-    if (rs.task_index != ex->task_index) {
-        *why = "wrong task index";
-        return TM_FORK_CORRUPT;
-    }
-    if (rs.outcome <= TM_OUT_NONE || rs.outcome >= TM_OUT_COUNT) {
-        *why = "no such outcome";
-        return TM_FORK_CORRUPT;
-    }
-    if (rs.error_len > TM_FORK_ERROR_MAX) {
-        *why = "error text too long";
-        return TM_FORK_CORRUPT;
-    }
-    if (rs.result_len > TM_FORK_RESULT_MAX) {
-        *why = "result too long";
-        return TM_FORK_CORRUPT;
-    }
-    if (rs.t_start_ns < ex->not_before_ns || rs.t_end_ns < rs.t_start_ns ||
-        rs.t_end_ns > ex->not_after_ns) {
-        *why = "run times outside the run";
-        return TM_FORK_CORRUPT;
-    }
+    /* every header field before any length is trusted */
+    if (rs.seq != ex->seq)
+        bad = "it answers a message it was not running";
+    else if (rs.task_index != ex->task_index)
+        bad = "wrong task index";
+    else if (rs.outcome <= TM_OUT_NONE || rs.outcome >= TM_OUT_COUNT)
+        bad = "no such outcome";
+    else if (rs.error_len > TM_FORK_ERROR_MAX)
+        bad = "error text too long";
+    else if (rs.result_len > TM_FORK_RESULT_MAX)
+        bad = "result too long";
+    else if (rs.t_start_ns < ex->not_before_ns ||
+             rs.t_end_ns < rs.t_start_ns || rs.t_end_ns > ex->not_after_ns)
+        bad = "run times outside the run";
+    if (bad != NULL)
+        goto out;
     /* both lengths are bounded above: no overflow */
     size_t total = sizeof rs + rs.error_len + (size_t)rs.result_len;
     if (len < total)
-        return TM_FORK_MORE;
+        goto out;
     const char *text = buf + sizeof rs;
-    if (!text_ok(text, rs.error_len)) {
-        *why = "error text is not UTF-8 text";
-        return TM_FORK_CORRUPT;
-    }
-    if (!text_ok(text + rs.error_len, (size_t)rs.result_len)) {
-        *why = "result is not UTF-8 text";
-        return TM_FORK_CORRUPT;
-    }
+    if (!text_ok(text, rs.error_len))
+        bad = "error text is not UTF-8 text";
+    else if (!text_ok(text + rs.error_len, (size_t)rs.result_len))
+        bad = "result is not UTF-8 text";
+    if (bad != NULL)
+        goto out;
     *out = rs;
     *frame_len = total;
-    return TM_FORK_FRAME;
+    rc = TM_FORK_FRAME;
+out:
+    if (bad != NULL) {
+        *why = bad;
+        rc = TM_FORK_CORRUPT;
+    }
+    return rc;
 }
 
 void tm_fork_buf_put(struct tm_fork_buf *b, const void *data, size_t n)
