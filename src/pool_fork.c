@@ -20,6 +20,7 @@
 #include "core.h"
 #include "fork/child.h"
 #include "fork/wire.h"
+#include "fork/zygote.h"
 #include "log.h"
 #include "util.h"
 
@@ -94,6 +95,7 @@ struct fp_child {
     int64_t born_ns;
     int64_t respawn_at_ns;      /* 0: no restart pending */
     unsigned young_deaths;
+    int zygote;                 /* forked by the zygote, which reaps it */
 };
 
 struct fpool {
@@ -117,6 +119,9 @@ struct fpool {
     int thread_started;
     pid_t parent_pid;
     struct fp_child *kids;
+    const struct tm_cfg *cfg;   /* borrowed; outlives the pool */
+    unsigned zgen;              /* generation in the zygote; 0: none */
+    unsigned zattached;         /* the same, as attached (to detach) */
 };
 
 struct fp_list {
@@ -286,18 +291,27 @@ static const char *sig_name(int sig, char *buf, size_t size)
     return buf;
 }
 
-/* wait_child waits for a child to end, killing it at until (monotonic
- * ns) if it has not; returns its wait status. */
-static int wait_child(pid_t pid, int64_t until)
+/* wait_child waits for c's process to end, killing it at until
+ * (monotonic ns) if it has not; returns its wait status. */
+static int wait_child(const struct fp_child *c, int64_t until)
 {
     int status = 0;
+    if (c->zygote) {
+        if (tm_zygote_wait(c->pid, until, &status) == 0)
+            return status;
+        kill(c->pid, SIGKILL);
+        if (tm_zygote_wait(c->pid, tm_now_ns() + FP_KILL_GRACE_NS,
+                           &status) != 0)
+            status = SIGKILL; /* as WIFSIGNALED/WTERMSIG read it */
+        return status;
+    }
     for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR))
+        pid_t r = waitpid(c->pid, &status, WNOHANG);
+        if (r == c->pid || (r < 0 && errno != EINTR))
             return status;
         if (tm_now_ns() >= until) {
-            kill(pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            kill(c->pid, SIGKILL);
+            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
             }
             return status;
         }
@@ -328,7 +342,7 @@ static int64_t damp(struct fpool *fp, size_t t, int64_t now)
  * instead), after a growing delay when the child keeps dying idle. */
 static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
 {
-    int status = wait_child(c->pid, tm_now_ns() + FP_KILL_GRACE_NS);
+    int status = wait_child(c, tm_now_ns() + FP_KILL_GRACE_NS);
     close(c->fd);
     c->fd = -1;
 
@@ -700,14 +714,14 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
     }
 }
 
-/* spawn starts child c. Returns 0, or -1 with a restart scheduled. */
-static int spawn(struct fpool *fp, struct fp_child *c)
+/* fork_direct forks child c from the dispatcher thread: only when there
+ * is no zygote. Returns its pid with its socket in *fd, or -1. */
+static pid_t fork_direct(struct fpool *fp, struct fp_child *c, int *fd)
 {
     int sv[2];
     char eb[TM_STRERRNO_BUF];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         tm_log_err(SRC, "socketpair: %s", tm_strerror(errno, eb, sizeof eb));
-        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
         return -1;
     }
     pid_t pid = fork();
@@ -715,7 +729,6 @@ static int spawn(struct fpool *fp, struct fp_child *c)
         tm_log_err(SRC, "fork: %s", tm_strerror(errno, eb, sizeof eb));
         close(sv[0]);
         close(sv[1]);
-        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
         return -1;
     }
     if (pid == 0) {
@@ -737,10 +750,34 @@ static int spawn(struct fpool *fp, struct fp_child *c)
         tm_fork_child_main(&a);
     }
     close(sv[1]);
-    if (set_nonblock(sv[0]) != 0)
+    *fd = sv[0];
+    return pid;
+}
+
+/* spawn starts child c, forked by the zygote when there is one. Returns
+ * 0, or -1 with a restart scheduled. */
+static int spawn(struct fpool *fp, struct fp_child *c)
+{
+    int fd = -1;
+    pid_t pid = -1;
+    c->zygote = 0;
+    if (fp->zgen != 0) {
+        pid = tm_zygote_spawn(fp->zgen, c->index, fp->max_tasks, &fd);
+        if (pid > 0)
+            c->zygote = 1;
+        else
+            fp->zgen = 0; /* gone: this pool forks from now on */
+    }
+    if (pid < 0)
+        pid = fork_direct(fp, c, &fd);
+    if (pid < 0) {
+        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
+        return -1;
+    }
+    if (set_nonblock(fd) != 0)
         tm_log_warn(SRC, "worker %u: cannot make its socket non-blocking",
                     c->index);
-    c->fd = sv[0];
+    c->fd = fd;
     c->pid = pid;
     c->born_ns = tm_now_ns();
     c->last_end_ns = c->born_ns;
@@ -865,7 +902,7 @@ static void *dispatcher_main(void *arg)
         struct fp_child *c = &fp->kids[i];
         if (c->pid == 0)
             continue;
-        wait_child(c->pid, until);
+        wait_child(c, until);
         close(c->fd);
         c->fd = -1;
         c->pid = 0;
@@ -889,6 +926,7 @@ static struct tm_pool *fp_create(const struct tm_cfg *cfg,
     fp->base.done = done;
     fp->base.done_ctx = done_ctx;
     fp->max_tasks = cfg->max_tasks_per_child;
+    fp->cfg = cfg;
     fp->qcap = (size_t)cfg->pool_size * FP_SLOTS_PER_WORKER;
     fp->tq = tm_calloc(ntasks ? ntasks : 1, sizeof *fp->tq);
     fp->wake_fd = -1;
@@ -906,7 +944,19 @@ static struct tm_pool *fp_create(const struct tm_cfg *cfg,
 static int fp_start(struct tm_pool *p)
 {
     struct fpool *fp = (struct fpool *)p;
+    char err[512];
     fp->parent_pid = getpid();
+    /* the first pool starts the zygote while the daemon has no other
+     * thread; later ones (reloads) have it load their tasks */
+    if (tm_zygote_attach(fp->cfg, p->tasks, p->ntasks, &fp->zgen, err,
+                         sizeof err) != 0) {
+        tm_log_err(SRC, "%s", err);
+        return -1;
+    }
+    fp->zattached = fp->zgen;
+    if (fp->zgen == 0)
+        tm_log_warn(SRC, "no worker zygote: workers are forked by the "
+                    "pool's dispatcher thread");
     fp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (fp->wake_fd < 0) {
         char eb[TM_STRERRNO_BUF];
@@ -928,8 +978,7 @@ fail:
     for (unsigned i = 0; i < p->size; i++) {
         struct fp_child *c = &fp->kids[i];
         if (c->pid != 0) {
-            kill(c->pid, SIGKILL);
-            waitpid(c->pid, NULL, 0);
+            wait_child(c, tm_now_ns());
             close(c->fd);
             c->pid = 0;
             c->fd = -1;
@@ -1035,6 +1084,7 @@ static void fp_destroy(struct tm_pool *p)
     }
     if (fp->wake_fd >= 0)
         close(fp->wake_fd);
+    tm_zygote_detach(fp->zattached);
     pthread_mutex_destroy(&fp->mu);
     pthread_cond_destroy(&fp->not_full);
     pthread_cond_destroy(&fp->idle);
