@@ -4,7 +4,8 @@
 # only child is the zygote; the workers, first ones and replacements, are
 # the zygote's children. A reload's new tasks are loaded by the zygote
 # itself (its cb_init makes the task data the new workers use), as the
-# daemon has threads by then.
+# daemon has threads by then. A zygote that dies takes its workers along
+# and the pool goes on forking them itself.
 . "$TM_SRCDIR/tests/integration/lib_fork.sh"
 
 POOL=2
@@ -69,9 +70,17 @@ done
 assert_eq 0 "$(grep -c 'no worker zygote\|zygote is forked while\|zygote.*is gone' "$DAEMON_LOG" || true)" \
 	"zygote warnings in the log"
 
+# a zygote killed takes its workers along; the pool then forks itself
+kill -KILL "$zygote"
+wait_until "grep -q 'zygote (pid $zygote) is gone' '$DAEMON_LOG'" 15
+wait_children "$POOL" 15
+for tag in $(daemon_children); do
+	assert_eq "$DAEMON_PID" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag without a zygote"
+done
+rcall XADD q.a '*' body '{"n":2}' >/dev/null
+wait_metric taskmill_tasks_total 'task="a",outcome="success"' 2 15
+daemon_alive || fail "daemon died with its zygote"
+
 rc=0
 stop_daemon || rc=$?
 assert_eq 0 "$rc" "daemon exit status after SIGTERM"
-tag_alive "$zygote:$(proc_field "$zygote" 22 2>/dev/null || echo 0)" &&
-	fail "the zygote outlived the daemon"
-true
