@@ -451,6 +451,8 @@ static void c_gone(void)
                "forked by the pool from now on", (int)zc.pid);
     close(zc.fd);
     zc.fd = -1;
+    /* it may still run when it broke the protocol rather than exited */
+    kill(zc.pid, SIGKILL);
     int status;
     while (waitpid(zc.pid, &status, 0) < 0 && errno == EINTR) {
     }
