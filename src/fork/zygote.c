@@ -1,12 +1,9 @@
-/* fork/zygote.c - the single-threaded process that forks the workers. */
-#include "fork/zygote.h"
+/* fork/zygote.c - the zygote process (forks the workers, reaps them,
+ * loads the generations started after it) and the protocol helpers. */
+#include "fork/zygote_proto.h"
 
-#include <assert.h>
-#include <dirent.h>
 #include <errno.h>
-#include <limits.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -17,45 +14,11 @@
 
 #include "core.h"
 #include "fork/child.h"
-#include "log.h"
 #include "util.h"
 
-#define SRC "pool:fork"
-
-/* The zygote's process name, as ps(1) and /proc/PID/comm show it. */
-#define ZY_NAME "tm-zygote"
-/* How long the daemon gives the zygote to exit once told to. */
-#define ZY_EXIT_GRACE_NS (2000LL * 1000000LL)
-
-/* ---- protocol: daemon <-> zygote, over a SOCK_SEQPACKET pair ---------- */
-
-enum zy_op { ZY_LOAD = 1, ZY_DROP = 2, ZY_SPAWN = 3 };
-
-struct zy_req {
-    uint32_t op;
-    uint32_t gen;
-    uint32_t index;             /* ZY_SPAWN */
-    uint32_t max_tasks;         /* ZY_SPAWN */
-    uint64_t fingerprint;       /* ZY_LOAD: of the tasks it must find */
-    char path[PATH_MAX];        /* ZY_LOAD: the configuration file */
-};
-
-enum zy_kind { ZY_REPLY = 1, ZY_EXIT = 2 };
-
-/* struct zy_msg is a reply to the last request (a ZY_SPAWN reply carries
- * the worker's socket as SCM_RIGHTS), or the exit of a worker, sent
- * whenever it happens. */
-struct zy_msg {
-    uint32_t kind;
-    int32_t rc;                 /* ZY_REPLY: 0 or -1 */
-    int32_t pid;                /* the worker */
-    int32_t status;             /* ZY_EXIT: its wait status */
-    char err[256];              /* ZY_REPLY with rc -1 */
-};
-
-/* fingerprint sums up what the daemon and the zygote must agree on about
+/* tm_zy_fingerprint sums up what the daemon and the zygote must agree on about
  * each task of a generation (FNV-1a). */
-static uint64_t fingerprint(struct tm_task **tasks, size_t n)
+uint64_t tm_zy_fingerprint(struct tm_task **tasks, size_t n)
 {
     uint64_t h = 1469598103934665603ULL;
 #define ZY_MIX(p, len)                                                     \
@@ -80,8 +43,8 @@ static uint64_t fingerprint(struct tm_task **tasks, size_t n)
     return h;
 }
 
-/* send_msg sends m, with fd attached when fd >= 0. Returns 0 or -1. */
-static int send_msg(int sock, const void *m, size_t len, int fd)
+/* tm_zy_send sends m, with fd attached when fd >= 0. Returns 0 or -1. */
+int tm_zy_send(int sock, const void *m, size_t len, int fd)
 {
     struct iovec iov = {.iov_base = (void *)m, .iov_len = len};
     union {
@@ -109,10 +72,10 @@ static int send_msg(int sock, const void *m, size_t len, int fd)
     }
 }
 
-/* recv_msg receives one message into m (len bytes at most) and a passed
+/* tm_zy_recv receives one message into m (len bytes at most) and a passed
  * descriptor into *fd (-1 when none; fd may be NULL). Returns the size,
  * 0 when the peer is gone, -1 with errno (EAGAIN when dontwait). */
-static ssize_t recv_msg(int sock, void *m, size_t len, int *fd, int dontwait)
+ssize_t tm_zy_recv(int sock, void *m, size_t len, int *fd, int dontwait)
 {
     struct iovec iov = {.iov_base = m, .iov_len = len};
     union {
@@ -234,7 +197,7 @@ static int z_load(const struct zy_req *rq, char *err, size_t errlen)
         g.own[i].index = i;
         g.tasks[i] = &g.own[i];
     }
-    if (fingerprint(g.tasks, g.ntasks) != rq->fingerprint) {
+    if (tm_zy_fingerprint(g.tasks, g.ntasks) != rq->fingerprint) {
         tm_snprintf(err, errlen, "%s changed while it was being loaded",
                     rq->path);
         goto out;
@@ -343,18 +306,13 @@ static int z_reap(void)
         if (pid <= 0)
             return 0;
         struct zy_msg m = {.kind = ZY_EXIT, .pid = pid, .status = status};
-        if (send_msg(z_ctl, &m, sizeof m, -1) != 0)
+        if (tm_zy_send(z_ctl, &m, sizeof m, -1) != 0)
             return -1;
     }
 }
 
-static void zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
-                        size_t ntasks) __attribute__((noreturn));
-
-/* zygote_main serves the daemon until it closes the socket: the
- * generation it was forked with is number 1. */
-static void zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
-                        size_t ntasks)
+void tm_zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
+                    size_t ntasks)
 {
     z_ctl = ctl;
     prctl(PR_SET_NAME, ZY_NAME);
@@ -382,7 +340,7 @@ static void zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
             break;
         if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
-        ssize_t n = recv_msg(z_ctl, &rq, sizeof rq, NULL, 1);
+        ssize_t n = tm_zy_recv(z_ctl, &rq, sizeof rq, NULL, 1);
         if (n < 0 && errno == EAGAIN)
             continue;
         if (n != (ssize_t)sizeof rq)
@@ -411,7 +369,7 @@ static void zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
             tm_snprintf(m.err, sizeof m.err, "unknown request %u", rq.op);
             break;
         }
-        int sent = send_msg(z_ctl, &m, sizeof m, fd);
+        int sent = tm_zy_send(z_ctl, &m, sizeof m, fd);
         if (fd >= 0)
             close(fd);
         if (sent != 0)
@@ -421,263 +379,3 @@ static void zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
     _exit(0);
 }
 
-/* ---- the daemon's side --------------------------------------------------- */
-
-struct zy_exit {
-    pid_t pid;
-    int status;
-};
-
-/* zc is the daemon's handle on the zygote; mu serialises requests and
- * every read of the socket (replies and exits share it). */
-static struct {
-    pthread_mutex_t mu;
-    int fd;                     /* -1: no zygote (never, gone, done) */
-    pid_t pid;
-    int started;                /* one was started: never fork another */
-    unsigned refs;              /* generations attached */
-    unsigned next_gen;
-    struct zy_exit *exits;      /* reported, not yet waited for */
-    size_t nexits, cap;
-} zc = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
-
-/* c_gone forgets a zygote that stopped answering (mu held). Its workers
- * die with it. */
-static void c_gone(void)
-{
-    if (zc.fd < 0)
-        return;
-    tm_log_err(SRC, "the worker zygote (pid %d) is gone; workers are "
-               "forked by the pool from now on", (int)zc.pid);
-    close(zc.fd);
-    zc.fd = -1;
-    /* it may still run when it broke the protocol rather than exited */
-    kill(zc.pid, SIGKILL);
-    int status;
-    while (waitpid(zc.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-}
-
-/* c_recv reads one message (mu held): exits are filed, a reply is
- * returned. Returns 1 for a reply (in *m, a passed descriptor in *fd), 2
- * for an exit filed, 0 for nothing yet (dontwait), -1 when the zygote is
- * gone. */
-static int c_recv(struct zy_msg *m, int *fd, int dontwait)
-{
-    ssize_t n = recv_msg(zc.fd, m, sizeof *m, fd, dontwait);
-    if (n < 0 && dontwait && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return 0;
-    if (n != (ssize_t)sizeof *m) {
-        if (fd != NULL && *fd >= 0)
-            close(*fd);
-        c_gone();
-        return -1;
-    }
-    if (m->kind == ZY_REPLY)
-        return 1;
-    if (zc.nexits == zc.cap) {
-        zc.cap = zc.cap ? zc.cap * 2 : 16;
-        zc.exits = tm_realloc(zc.exits, zc.cap * sizeof *zc.exits);
-    }
-    zc.exits[zc.nexits++] = (struct zy_exit){m->pid, m->status};
-    return 2;
-}
-
-/* c_request sends rq and waits for its reply (mu held). Returns 0, or -1
- * when the zygote is gone. */
-static int c_request(const struct zy_req *rq, struct zy_msg *reply, int *fd)
-{
-    if (zc.fd < 0 || send_msg(zc.fd, rq, sizeof *rq, -1) != 0) {
-        c_gone();
-        return -1;
-    }
-    int rc;
-    while ((rc = c_recv(reply, fd, 0)) == 2) {
-        /* an exit came first: filed */
-    }
-    return rc == 1 ? 0 : -1;
-}
-
-/* threads_now counts the calling process's threads. */
-static int threads_now(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/task");
-    if (d == NULL)
-        return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
-/* c_start forks the zygote with tasks as generation 1 (mu held). */
-static int c_start(struct tm_task **tasks, size_t ntasks)
-{
-    char eb[TM_STRERRNO_BUF];
-    int sv[2];
-    zc.started = 1;
-    int nthreads = threads_now();
-    if (nthreads != 1)
-        tm_log_warn(SRC, "the worker zygote is forked while %d threads "
-                    "run", nthreads);
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-        tm_log_err(SRC, "socketpair: %s", tm_strerror(errno, eb, sizeof eb));
-        return -1;
-    }
-    pid_t daemon_pid = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        tm_log_err(SRC, "fork: %s", tm_strerror(errno, eb, sizeof eb));
-        close(sv[0]);
-        close(sv[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        close(sv[0]);
-        zygote_main(sv[1], daemon_pid, tasks, ntasks);
-    }
-    close(sv[1]);
-    zc.fd = sv[0];
-    zc.pid = pid;
-    zc.next_gen = 2;
-    tm_log_debug(SRC, "worker zygote started (pid %d)", (int)pid);
-    return 0;
-}
-
-int tm_zygote_attach(const struct tm_cfg *cfg, struct tm_task **tasks,
-                     size_t ntasks, unsigned *gen, char *err, size_t errlen)
-{
-    int rc = 0;
-    *gen = 0;
-    pthread_mutex_lock(&zc.mu);
-    if (!zc.started) {
-        if (c_start(tasks, ntasks) == 0) {
-            *gen = 1;
-            zc.refs++;
-        }
-        goto out;
-    }
-    if (zc.fd < 0)
-        goto out; /* no zygote: the pool forks */
-    static struct zy_req rq;
-    memset(&rq, 0, sizeof rq);
-    rq.op = ZY_LOAD;
-    rq.gen = zc.next_gen++;
-    rq.fingerprint = fingerprint(tasks, ntasks);
-    if (strlen(cfg->path) >= sizeof rq.path) {
-        tm_snprintf(err, errlen, "configuration path too long");
-        rc = -1;
-        goto out;
-    }
-    memcpy(rq.path, cfg->path, strlen(cfg->path) + 1);
-    struct zy_msg reply;
-    if (c_request(&rq, &reply, NULL) != 0)
-        goto out;
-    if (reply.rc != 0) {
-        reply.err[sizeof reply.err - 1] = '\0';
-        tm_snprintf(err, errlen, "the worker zygote could not load it: %s",
-                    reply.err);
-        rc = -1;
-        goto out;
-    }
-    *gen = rq.gen;
-    zc.refs++;
-out:
-    pthread_mutex_unlock(&zc.mu);
-    return rc;
-}
-
-void tm_zygote_detach(unsigned gen)
-{
-    if (gen == 0)
-        return;
-    pthread_mutex_lock(&zc.mu);
-    assert(zc.refs > 0);
-    struct zy_req rq = {.op = ZY_DROP, .gen = gen};
-    struct zy_msg reply;
-    if (zc.fd >= 0)
-        c_request(&rq, &reply, NULL);
-    if (--zc.refs == 0 && zc.fd >= 0) {
-        /* the last generation: closing the socket ends the zygote */
-        close(zc.fd);
-        zc.fd = -1;
-        int64_t until = tm_now_ns() + ZY_EXIT_GRACE_NS;
-        int status;
-        while (waitpid(zc.pid, &status, WNOHANG) == 0) {
-            if (tm_now_ns() >= until) {
-                kill(zc.pid, SIGKILL);
-                waitpid(zc.pid, &status, 0);
-                break;
-            }
-            tm_sleep_ms(1);
-        }
-        tm_free(zc.exits);
-        zc.exits = NULL;
-        zc.nexits = zc.cap = 0;
-    }
-    pthread_mutex_unlock(&zc.mu);
-}
-
-pid_t tm_zygote_spawn(unsigned gen, unsigned index, unsigned max_tasks,
-                      int *fd)
-{
-    pid_t pid = -1;
-    struct zy_req rq = {.op = ZY_SPAWN, .gen = gen, .index = index,
-                        .max_tasks = max_tasks};
-    struct zy_msg reply;
-    int got = -1;
-    pthread_mutex_lock(&zc.mu);
-    if (c_request(&rq, &reply, &got) == 0) {
-        if (reply.rc == 0 && reply.pid > 0 && got >= 0) {
-            pid = reply.pid;
-            *fd = got;
-            got = -1;
-        } else {
-            reply.err[sizeof reply.err - 1] = '\0';
-            tm_log_err(SRC, "worker zygote: %s", reply.err);
-        }
-    }
-    if (got >= 0)
-        close(got);
-    pthread_mutex_unlock(&zc.mu);
-    return pid;
-}
-
-/* c_take removes pid's exit from the filed ones (mu held). */
-static int c_take(pid_t pid, int *status)
-{
-    for (size_t i = 0; i < zc.nexits; i++) {
-        if (zc.exits[i].pid == pid) {
-            *status = zc.exits[i].status;
-            zc.exits[i] = zc.exits[--zc.nexits];
-            return 1;
-        }
-    }
-    return 0;
-}
-
-int tm_zygote_wait(pid_t pid, int64_t deadline_ns, int *status)
-{
-    for (;;) {
-        int found = 0;
-        pthread_mutex_lock(&zc.mu);
-        struct zy_msg m;
-        while (!(found = c_take(pid, status)) && zc.fd >= 0 &&
-               c_recv(&m, NULL, 1) == 2) {
-            /* filed an exit: look again */
-        }
-        if (!found && zc.fd < 0) {
-            /* gone, and its workers with it */
-            *status = SIGKILL; /* as WIFSIGNALED/WTERMSIG read it */
-            found = 1;
-        }
-        pthread_mutex_unlock(&zc.mu);
-        if (found)
-            return 0;
-        if (tm_now_ns() >= deadline_ns)
-            return -1;
-        tm_sleep_ms(1);
-    }
-}
