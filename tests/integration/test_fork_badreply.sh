@@ -39,6 +39,8 @@ N_BAD=${#MODES[@]}
 wait_metric taskmill_tasks_total 'task="bad",outcome="success"' 1 15
 wait_metric taskmill_tasks_total 'task="noop",outcome="success"' "$N_NOOP" 15
 wait_until "[[ \$(xlen q.bad.dlq) == $N_BAD ]]" 15
+# a few samples at least, however fast the run was
+wait_until "(( \$(grep -c . '$TEST_DIR/ping.samples') >= 3 ))" 10
 ping_watch_stop
 daemon_alive || fail "daemon died"
 
