@@ -1352,13 +1352,15 @@ fail:
 enum task_key {
     TK_PLUGIN, TK_QUEUE, TK_GROUP, TK_PREFETCH, TK_TIMEOUT, TK_CLAIM_IDLE,
     TK_MAXLEN, TK_ON_ERROR, TK_MAX_RETRIES, TK_BACKOFF, TK_MAX_BACKOFF,
-    TK_DEAD_LETTER, TK_MAX_PAYLOAD, TK_MAX_PRIORITY, TK_PRIORITY, TK_CONFIG
+    TK_DEAD_LETTER, TK_MAX_PAYLOAD, TK_MAX_PRIORITY, TK_PRIORITY, TK_CONFIG,
+    TK_CIRCUIT_FAILURES, TK_CIRCUIT_COOL_OFF, TK_CIRCUIT_MAX_COOL_OFF
 };
 
 static const char *const task_keys[] = {
     "plugin", "queue", "group", "prefetch", "timeout", "claim_idle",
     "maxlen", "on_error", "max_retries", "backoff", "max_backoff",
-    "dead_letter", "max_payload", "max_priority", "priority", "config"
+    "dead_letter", "max_payload", "max_priority", "priority", "config",
+    "circuit_failures", "circuit_cool_off", "circuit_max_cool_off"
 };
 
 static const struct choice on_error_choices[] = {
@@ -1391,6 +1393,9 @@ static void task_defaults(struct tm_cfg_task *t)
     t->max_payload = (size_t)1 << 20;
     t->max_priority = 0;
     t->priority = 0;
+    t->circuit_failures = 5;
+    t->circuit_cool_off_ms = 5000;
+    t->circuit_max_cool_off_ms = 300000;
 }
 
 /* section_fn handles key keys[i] of a section, its full path in path. */
@@ -1439,6 +1444,7 @@ struct task_walk {
     struct task_marks *tmk;
     bool has_max_backoff;
     const yaml_node_t *max_backoff_v;
+    const yaml_node_t *max_cool_off_v;  /* circuit_max_cool_off, if given */
 };
 
 static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
@@ -1535,6 +1541,17 @@ static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
         cJSON_free(text);
         break;
     }
+    case TK_CIRCUIT_FAILURES:
+        r = get_int(c, key, val, path, 0, 1000000, &x);
+        t->circuit_failures = (unsigned)x;
+        break;
+    case TK_CIRCUIT_COOL_OFF:
+        r = get_duration(c, key, val, path, 1, &t->circuit_cool_off_ms);
+        break;
+    case TK_CIRCUIT_MAX_COOL_OFF:
+        r = get_duration(c, key, val, path, 1, &t->circuit_max_cool_off_ms);
+        tw->max_cool_off_v = val;
+        break;
     }
     return r < 0 ? -1 : 0;
 }
@@ -1546,7 +1563,7 @@ static int parse_task(struct ctx *c, struct tm_cfg_task *t,
 {
     char where[CFG_PATH_LEN], a[32], b[32];
     join_path(where, "tasks", t->name);
-    struct task_walk tw = { t, tmk, false, NULL };
+    struct task_walk tw = { t, tmk, false, NULL, NULL };
     if (walk_section(c, k, v, where, task_keys, NELEM(task_keys),
                      cb_task_key, &tw) < 0)
         return -1;
@@ -1565,6 +1582,16 @@ static int parse_task(struct ctx *c, struct tm_cfg_task *t,
     }
     if (!has_max_backoff && t->max_backoff_ms < t->backoff_ms)
         t->max_backoff_ms = t->backoff_ms;
+    if (t->circuit_max_cool_off_ms < t->circuit_cool_off_ms) {
+        if (tw.max_cool_off_v != NULL) {
+            cfg_fail(c, mark_of(tw.max_cool_off_v), "%s.circuit_max_cool_off:"
+                     " must be at least circuit_cool_off (%s), got %s", where,
+                     fmt_ms(t->circuit_cool_off_ms, a, sizeof a),
+                     fmt_ms(t->circuit_max_cool_off_ms, b, sizeof b));
+            return -1;
+        }
+        t->circuit_max_cool_off_ms = t->circuit_cool_off_ms;
+    }
     if (t->queue == NULL)
         t->queue = tm_asprintf("taskmill.%s", t->name);
     if (t->dead_letter == NULL)

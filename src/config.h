@@ -52,6 +52,12 @@ struct tm_cfg_task {
     bool has_priority;       /* key given */
     bool has_max_priority;   /* key given */
     char *config_json;       /* `config:` mapping as JSON, default "{}" */
+    /* circuit breaker: crashes or timeouts in a row that pause intake
+     * (default 5; 0 = never), the first pause (default 5 s), doubling up
+     * to the longest (default 5 min; >= circuit_cool_off) */
+    unsigned circuit_failures;
+    int64_t circuit_cool_off_ms;
+    int64_t circuit_max_cool_off_ms;
     struct tm_mark at;       /* the task's name key */
     struct tm_mark plugin_at; /* the plugin: value, for plugin refusals */
 };

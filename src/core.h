@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "broker.h"
+#include "circuit.h"
 #include "config.h"
 #include "msg.h"
 #include "plugin.h"
@@ -60,6 +61,7 @@ struct tm_task {
     struct tm_task_stats stats;
     atomic_int subscribed;              /* consumer group/queue ready */
     atomic_int waiting_room;            /* intake waits for prefetch room */
+    struct tm_circuit circuit;          /* pauses intake after crashes */
     pthread_t intake;
     int intake_started;
 };

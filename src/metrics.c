@@ -224,6 +224,15 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     task_series(&b, d, "taskmill_tasks_inflight", "gauge",
                 "Messages received and not yet settled.",
                 offsetof(struct tm_task_stats, inflight), 1);
+    family(&b, "taskmill_task_circuit_open", "gauge",
+           "1 while the task's circuit breaker holds its intake back "
+           "(open or half-open) after crashes or timeouts.");
+    for (size_t i = 0; i < d->ntasks; i++) {
+        label(d->tasks[i].cfg->name, lb, sizeof lb);
+        mb_printf(&b, "taskmill_task_circuit_open{task=\"%s\"} %d\n", lb,
+                  tm_circuit_state(&d->tasks[i].circuit, tm_now_ms()) !=
+                      TM_CIRCUIT_CLOSED);
+    }
     family(&b, "taskmill_task_duration_seconds", "histogram",
            "Time spent running a task.");
     for (size_t i = 0; i < d->ntasks; i++) {

@@ -37,7 +37,9 @@ struct tm_pool_ops {
 
     /* submit hands the n messages of the array msgs (usually a batch's
      * msgs[]) to the workers. It blocks while the pool is full
-     * (backpressure), and returns how many it accepted, in array order: n,
+     * (backpressure; the fork pool counts per task, so that a task held
+     * back never blocks another's intake), and returns how many it
+     * accepted, in array order: n,
      * or fewer once the pool is draining (the caller leaves the rest
      * unacknowledged). */
     size_t (*submit)(struct tm_pool *p, struct tm_msg *msgs, size_t n);

@@ -1,7 +1,9 @@
-/* pool_fork.c - the pre-forked process pool: crashing task code costs one
- * attempt, never the daemon. */
+/* pool_fork.c - the pre-forked process pool, parent side: crashing task
+ * code costs an attempt of its own task, never the daemon nor the other
+ * tasks. The child side is fork/child.c, the frames fork/wire.c. */
 #include "pool.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -11,72 +13,62 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core.h"
+#include "fork/child.h"
+#include "fork/wire.h"
+#include "fork/zygote.h"
 #include "log.h"
 #include "util.h"
 
 #define SRC "pool:fork"
 
 /*
- * The parent keeps the broker; children only run tasks. Each child talks
- * to the parent over a socketpair with a small framed protocol:
- *
- *   parent -> child   struct fp_req, then id, invalid reason, body bytes
- *   child -> parent   struct fp_resp, then error, result bytes
- *
- * The parent sends a child a few messages at once (one write for the
- * batch) and the child answers each as soon as it has run it, so a crash
- * is charged to exactly the message that was running: the ones after it
- * in the batch go back to the queue, never started.
+ * The parent keeps the broker; children only run tasks. The parent sends
+ * a child a few messages at once (one write for the batch) and the child
+ * answers each as soon as it has run it, so a crash is charged to exactly
+ * the message that was running: the ones after it in the batch go back to
+ * the queue, never started.
  *
  * One dispatcher thread in the parent owns every child: it polls their
- * sockets, writes batches, reads answers, enforces timeouts (SIGTERM, then
- * SIGKILL after a grace period), reaps and restarts children, with a
- * growing delay when they keep dying young.
+ * sockets, writes batches, reads and checks answers, enforces timeouts
+ * (SIGTERM, then SIGKILL after a grace period), reaps and restarts
+ * children.
+ *
+ * Messages wait in one queue per task, served in turn. A task whose
+ * messages keep killing their process is damped on its own: after a
+ * second crash or timeout in a row its queue is held back for a delay
+ * that doubles with each further one, and while its circuit breaker is
+ * open it is not served at all; the dead child is replaced at once, so
+ * the other tasks lose nothing but the fork.
  */
 
-#define FP_MAGIC_REQ 0x544d5251u  /* "TMRQ" */
-#define FP_MAGIC_RESP 0x544d5253u /* "TMRS" */
-/* Queue slots per worker, as in the thread pool. */
+/* Queue slots per worker, per task: as in the thread pool. */
 #define FP_SLOTS_PER_WORKER 64
 /* Most messages sent to one child at once. */
 #define FP_BATCH_MAX 16
 /* Time a child gets to exit after SIGTERM before SIGKILL. */
 #define FP_KILL_GRACE_NS (1000LL * 1000000LL)
-/* A child that dies younger than this counts towards the crash-loop
- * damping; restart delays double from FP_RESTART_MIN to FP_RESTART_MAX. */
+/* A child that dies young while idle (no message charged: a worker init
+ * that fails, a broken environment) is restarted after a delay doubling
+ * from FP_RESTART_MIN to FP_RESTART_MAX. */
 #define FP_YOUNG_NS (1000LL * 1000000LL)
 #define FP_RESTART_MIN_NS (100LL * 1000000LL)
 #define FP_RESTART_MAX_NS (5000LL * 1000000LL)
+/* A task whose runs crash or time out n >= 2 times in a row is held back
+ * FP_HOLD_MIN * 2^(n-2), at most FP_HOLD_MAX. */
+#define FP_HOLD_MIN_NS (50LL * 1000000LL)
+#define FP_HOLD_MAX_NS (2000LL * 1000000LL)
 
-struct fp_req {
-    uint32_t magic;
-    uint32_t task_index;
-    uint32_t attempt;
-    uint32_t id_len;
-    uint32_t invalid_len;
-    uint32_t has_body;
-    uint64_t body_len;
-};
-
-struct fp_resp {
-    uint32_t magic;
-    uint32_t outcome;
-    uint32_t error_len;
-    uint32_t pad;
-    uint64_t result_len;
-    int64_t t_start_ns;
-    int64_t t_end_ns;
-};
-
-struct fp_buf {
-    char *p;
-    size_t len, off, cap;
+/* struct fp_tq is one task's queue of messages not sent to a child. */
+struct fp_tq {
+    struct tm_msg *head, *tail; /* under mu */
+    size_t len;                 /* under mu */
+    int64_t hold_until_ns;      /* dispatcher only: damped until then */
+    unsigned failures;          /* dispatcher only: crashes in a row */
 };
 
 struct fp_child {
@@ -86,15 +78,24 @@ struct fp_child {
     struct tm_msg *out_head;    /* sent, not answered, in order */
     struct tm_msg *out_tail;
     size_t nout;
+    /* sequence numbers: out_head's, and the next one to send; the i-th
+     * unanswered message has seq_head + i, so seq_next - seq_head == nout.
+     * They go on across restarts: a reply never matches another child's
+     * request. */
+    uint64_t seq_head, seq_next;
     int64_t cur_start_ns;       /* the running message started (about) */
+    int64_t last_end_ns;        /* no run of this child started earlier */
     unsigned tasks_done;        /* since the child started */
-    struct fp_buf w, r;
+    struct tm_fork_buf w, r;
     int killing;                /* 1: SIGTERM sent; 2: SIGKILL sent */
-    int timed_out;              /* killed for the running message's limit */
+    int timed_out;              /* killed for the limit of message kill_seq */
+    uint64_t kill_seq;
+    const char *corrupt;        /* killed for a malformed reply: why */
     int64_t kill_at_ns;         /* SIGKILL after this */
     int64_t born_ns;
     int64_t respawn_at_ns;      /* 0: no restart pending */
     unsigned young_deaths;
+    int zygote;                 /* forked by the zygote, which reaps it */
 };
 
 struct fpool {
@@ -103,8 +104,10 @@ struct fpool {
     pthread_mutex_t mu;
     pthread_cond_t not_full;    /* submitters */
     pthread_cond_t idle;        /* drain */
-    struct tm_msg *q_head, *q_tail;  /* queued, not sent to a child */
-    size_t qlen, qcap;
+    struct fp_tq *tq;           /* per task */
+    size_t qlen;                /* queued in every tq (mu) */
+    size_t qcap;                /* per task */
+    size_t rr;                  /* dispatcher: the task served next */
     size_t outstanding;         /* sent to children, not answered (mu) */
     size_t popped;              /* dispatcher only */
     atomic_uint busy;
@@ -116,239 +119,10 @@ struct fpool {
     int thread_started;
     pid_t parent_pid;
     struct fp_child *kids;
+    const struct tm_cfg *cfg;   /* borrowed; outlives the pool */
+    unsigned zgen;              /* generation in the zygote; 0: none */
+    unsigned zattached;         /* the same, as attached (to detach) */
 };
-
-/* ---- buffers and I/O ------------------------------------------------ */
-
-static void buf_put(struct fp_buf *b, const void *data, size_t n)
-{
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        b->p = tm_realloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-}
-
-static int write_full(int fd, const void *data, size_t n)
-{
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static void wake(struct fpool *fp)
-{
-    uint64_t one = 1;
-    if (write(fp->wake_fd, &one, sizeof one) < 0) {
-        /* saturated: the dispatcher is awake anyway */
-    }
-}
-
-/* ---- the child ------------------------------------------------------- */
-
-/* child_take copies the next n bytes the parent sent into dst, reading
- * from fd in bulk (a whole batch per read when it fits) through b.
- * Returns 0, or -1 when the parent closed the socket. */
-static int child_take(int fd, struct fp_buf *b, void *dst, size_t n)
-{
-    char *out = dst;
-    while (n > 0) {
-        if (b->off == b->len) {
-            if (b->cap == 0) {
-                b->cap = 256 * 1024;
-                b->p = tm_malloc(b->cap);
-            }
-            b->off = b->len = 0;
-            ssize_t r = read(fd, b->p, b->cap);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                return -1;
-            b->len = (size_t)r;
-        }
-        size_t k = b->len - b->off < n ? b->len - b->off : n;
-        memcpy(out, b->p + b->off, k);
-        b->off += k;
-        out += k;
-        n -= k;
-    }
-    return 0;
-}
-
-static void child_exit_now(int status, void *arg)
-{
-    (void)arg;
-    _exit(status);
-}
-
-static void child_main(struct fpool *fp, struct fp_child *me, int fd)
-{
-    on_exit(child_exit_now, NULL);
-    struct tm_pool *p = &fp->base;
-
-    /* die with the parent, even when it is killed with SIGKILL */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != fp->parent_pid)
-        _exit(1);
-    /* the parent stops gracefully; children only obey SIGTERM/SIGKILL */
-    signal(SIGINT, SIG_IGN);
-    signal(SIGHUP, SIG_IGN);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, NULL);
-    /* other children's sockets and the parent's wake-up belong to the
-     * parent */
-    for (unsigned i = 0; i < p->size; i++)
-        if (fp->kids[i].fd >= 0)
-            close(fp->kids[i].fd);
-    close(fp->wake_fd);
-
-    /* file-level so that they stay reachable when task code calls exit()
-     * in the middle of a run (leak checkers look at globals) */
-    static void **wdata;
-    static struct fp_buf in, out;
-    wdata = tm_calloc(p->ntasks ? p->ntasks : 1, sizeof *wdata);
-    for (size_t t = 0; t < p->ntasks; t++) {
-        const struct tm_task_plugin *d = &p->tasks[t]->plugin->desc;
-        if (d->cb_worker_init != NULL &&
-            d->cb_worker_init(p->tasks[t]->plugin->task_data,
-                              &wdata[t]) != 0) {
-            tm_log_err(SRC, "worker %u: task '%s' refused its worker init",
-                       me->index, p->tasks[t]->cfg->name);
-            _exit(3);
-        }
-    }
-
-    unsigned done = 0;
-    static struct fp_buf rb; /* what the parent sent, read in bulk */
-    for (;;) {
-        struct fp_req rq;
-        if (child_take(fd, &rb, &rq, sizeof rq) != 0)
-            break; /* the parent closed: stop */
-        if (rq.magic != FP_MAGIC_REQ || rq.task_index >= p->ntasks)
-            _exit(4);
-        size_t need = (size_t)rq.id_len + rq.invalid_len + rq.body_len + 3;
-        if (need > in.cap) {
-            in.p = tm_realloc(in.p, need);
-            in.cap = need;
-        }
-        char *id = in.p;
-        char *invalid = id + rq.id_len + 1;
-        char *body = invalid + rq.invalid_len + 1;
-        if (child_take(fd, &rb, id, rq.id_len) != 0 ||
-            child_take(fd, &rb, invalid, rq.invalid_len) != 0 ||
-            child_take(fd, &rb, body, rq.body_len) != 0)
-            break;
-        id[rq.id_len] = '\0';
-        invalid[rq.invalid_len] = '\0';
-        body[rq.body_len] = '\0';
-
-        struct tm_msg m;
-        memset(&m, 0, sizeof m);
-        m.task = p->tasks[rq.task_index];
-        m.task_index = rq.task_index;
-        m.id = id;
-        m.id_len = rq.id_len;
-        m.body = rq.has_body ? body : NULL;
-        m.body_len = rq.body_len;
-        /* the reason is static in the parent; here it points into the
-         * buffer, which lives until the run ends */
-        m.invalid = rq.invalid_len > 0 ? invalid : NULL;
-        m.attempt = rq.attempt;
-        tm_exec_run(&m, wdata[rq.task_index]);
-
-        struct fp_resp rs = {
-            .magic = FP_MAGIC_RESP,
-            .outcome = (uint32_t)m.outcome,
-            .error_len = m.error ? (uint32_t)strlen(m.error) : 0,
-            .result_len = m.result ? m.result_len : 0,
-            .t_start_ns = m.t_start_ns,
-            .t_end_ns = m.t_end_ns,
-        };
-        out.len = 0;
-        buf_put(&out, &rs, sizeof rs);
-        if (rs.error_len)
-            buf_put(&out, m.error, rs.error_len);
-        if (rs.result_len)
-            buf_put(&out, m.result, rs.result_len);
-        tm_free(m.error);
-        tm_free(m.result);
-        if (write_full(fd, out.p, out.len) != 0)
-            break;
-        done++;
-        if (fp->max_tasks > 0 && done >= fp->max_tasks)
-            break; /* recycled: the parent starts a fresh child */
-    }
-    for (size_t t = 0; t < p->ntasks; t++) {
-        const struct tm_task_plugin *d = &p->tasks[t]->plugin->desc;
-        if (d->cb_worker_fini != NULL)
-            d->cb_worker_fini(p->tasks[t]->plugin->task_data, wdata[t]);
-    }
-    /* _exit: no atexit handlers or stdio flushes inherited from the
-     * parent run here */
-    _exit(0);
-}
-
-static int set_nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-/* spawn starts child c. Returns 0, or -1 with a restart scheduled. */
-static int spawn(struct fpool *fp, struct fp_child *c)
-{
-    int sv[2];
-    char eb[TM_STRERRNO_BUF];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-        tm_log_err(SRC, "socketpair: %s", tm_strerror(errno, eb, sizeof eb));
-        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
-        return -1;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        tm_log_err(SRC, "fork: %s", tm_strerror(errno, eb, sizeof eb));
-        close(sv[0]);
-        close(sv[1]);
-        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
-        return -1;
-    }
-    if (pid == 0) {
-        close(sv[0]);
-        child_main(fp, c, sv[1]);
-        _exit(0);
-    }
-    close(sv[1]);
-    set_nonblock(sv[0]);
-    c->fd = sv[0];
-    c->pid = pid;
-    c->born_ns = tm_now_ns();
-    c->respawn_at_ns = 0;
-    c->tasks_done = 0;
-    c->killing = 0;
-    c->timed_out = 0;
-    c->w.len = c->w.off = 0;
-    c->r.len = c->r.off = 0;
-    tm_log_debug(SRC, "worker %u started (pid %d)", c->index, (int)pid);
-    return 0;
-}
-
-/* ---- the parent: completion and failure ------------------------------ */
 
 struct fp_list {
     struct tm_msg *head, *tail;
@@ -364,6 +138,98 @@ static void list_add(struct fp_list *l, struct tm_msg *m)
     l->tail = m;
 }
 
+static void wake(struct fpool *fp)
+{
+    uint64_t one = 1;
+    if (write(fp->wake_fd, &one, sizeof one) < 0) {
+        /* saturated: the dispatcher is awake anyway */
+    }
+}
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* ---- task queues (under mu) ------------------------------------------ */
+
+static void tq_push(struct fpool *fp, struct tm_msg *m)
+{
+    assert(m->task_index < fp->base.ntasks);
+    struct fp_tq *q = &fp->tq[m->task_index];
+    m->next = NULL;
+    if (q->tail != NULL)
+        q->tail->next = m;
+    else
+        q->head = m;
+    q->tail = m;
+    q->len++;
+    fp->qlen++;
+}
+
+static void tq_push_front(struct fpool *fp, struct tm_msg *m)
+{
+    struct fp_tq *q = &fp->tq[m->task_index];
+    m->next = q->head;
+    q->head = m;
+    if (q->tail == NULL)
+        q->tail = m;
+    q->len++;
+    fp->qlen++;
+}
+
+static struct tm_msg *tq_pop(struct fpool *fp, struct fp_tq *q)
+{
+    struct tm_msg *m = q->head;
+    if (m == NULL)
+        return NULL;
+    q->head = m->next;
+    if (q->head == NULL)
+        q->tail = NULL;
+    q->len--;
+    fp->qlen--;
+    m->next = NULL;
+    return m;
+}
+
+/* held says whether task t's queue waits at now (updating *next to when
+ * to look again): damped after crashes, or its circuit breaker open. */
+static int held(struct fpool *fp, size_t t, int64_t now, int64_t *next)
+{
+    const struct fp_tq *q = &fp->tq[t];
+    if (q->hold_until_ns > now) {
+        if (q->hold_until_ns < *next)
+            *next = q->hold_until_ns;
+        return 1;
+    }
+    const struct tm_circuit *cb = &fp->base.tasks[t]->circuit;
+    if (tm_circuit_state(cb, now / 1000000LL) == TM_CIRCUIT_OPEN) {
+        int64_t until = atomic_load(&cb->until_ms) * 1000000LL;
+        if (until < *next)
+            *next = until;
+        return 1;
+    }
+    return 0;
+}
+
+/* take_next takes the next message to run, serving the tasks in turn and
+ * skipping held ones; NULL when none may run now. */
+static struct tm_msg *take_next(struct fpool *fp, int64_t now, int64_t *next)
+{
+    size_t n = fp->base.ntasks;
+    for (size_t i = 0; i < n; i++) {
+        size_t t = (fp->rr + i) % n;
+        if (fp->tq[t].len == 0 || held(fp, t, now, next))
+            continue;
+        fp->rr = (t + 1) % n;
+        return tq_pop(fp, &fp->tq[t]);
+    }
+    return NULL;
+}
+
+/* ---- the parent: completion and failure ------------------------------ */
+
 /* out_pop takes the oldest unanswered message of c. */
 static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
 {
@@ -374,13 +240,16 @@ static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
     if (c->out_head == NULL)
         c->out_tail = NULL;
     c->nout--;
+    c->seq_head++;
+    assert(c->seq_next - c->seq_head == c->nout);
     m->next = NULL;
     fp->popped++;
     return m;
 }
 
-/* give_back returns never-started messages: to the front of the queue, or
- * unsettled (outcome none) when the pool is draining. */
+/* give_back returns never-started messages (in order): to the front of
+ * their task's queue, or unsettled (outcome none) when the pool is
+ * draining. */
 static void give_back(struct fpool *fp, struct fp_list *unsent,
                       struct fp_list *done)
 {
@@ -395,15 +264,19 @@ static void give_back(struct fpool *fp, struct fp_list *unsent,
             list_add(done, m);
         }
     } else {
-        size_t k = 0;
-        for (struct tm_msg *m = unsent->head; m != NULL; m = m->next)
-            k++;
-        unsent->tail->next = fp->q_head;
-        fp->q_head = unsent->head;
-        if (fp->q_tail == NULL)
-            fp->q_tail = unsent->tail;
-        fp->qlen += k;
+        /* last first, so that each queue keeps the original order */
+        struct tm_msg *rev = NULL;
+        for (struct tm_msg *m = unsent->head, *n; m != NULL; m = n) {
+            n = m->next;
+            m->next = rev;
+            rev = m;
+        }
+        for (struct tm_msg *m = rev, *n; m != NULL; m = n) {
+            n = m->next;
+            tq_push_front(fp, m);
+        }
         pthread_mutex_unlock(&fp->mu);
+        wake(fp);
     }
     unsent->head = unsent->tail = NULL;
 }
@@ -418,18 +291,27 @@ static const char *sig_name(int sig, char *buf, size_t size)
     return buf;
 }
 
-/* wait_child waits for a child to end, killing it at until (monotonic
- * ns) if it has not; returns its wait status. */
-static int wait_child(pid_t pid, int64_t until)
+/* wait_child waits for c's process to end, killing it at until
+ * (monotonic ns) if it has not; returns its wait status. */
+static int wait_child(const struct fp_child *c, int64_t until)
 {
     int status = 0;
+    if (c->zygote) {
+        if (tm_zygote_wait(c->pid, until, &status) == 0)
+            return status;
+        kill(c->pid, SIGKILL);
+        if (tm_zygote_wait(c->pid, tm_now_ns() + FP_KILL_GRACE_NS,
+                           &status) != 0)
+            status = SIGKILL; /* as WIFSIGNALED/WTERMSIG read it */
+        return status;
+    }
     for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR))
+        pid_t r = waitpid(c->pid, &status, WNOHANG);
+        if (r == c->pid || (r < 0 && errno != EINTR))
             return status;
         if (tm_now_ns() >= until) {
-            kill(pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            kill(c->pid, SIGKILL);
+            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
             }
             return status;
         }
@@ -437,12 +319,30 @@ static int wait_child(pid_t pid, int64_t until)
     }
 }
 
+/* damp notes that task t's run crashed or timed out: from the second in a
+ * row on, its queue is held back. Returns the hold in ns (0: none). */
+static int64_t damp(struct fpool *fp, size_t t, int64_t now)
+{
+    struct fp_tq *q = &fp->tq[t];
+    q->failures++;
+    if (q->failures < 2)
+        return 0;
+    int64_t hold = FP_HOLD_MIN_NS;
+    for (unsigned i = 2; i < q->failures && hold < FP_HOLD_MAX_NS; i++)
+        hold *= 2;
+    if (hold > FP_HOLD_MAX_NS)
+        hold = FP_HOLD_MAX_NS;
+    q->hold_until_ns = now + hold;
+    return hold;
+}
+
 /* reap waits for c's process after its socket closed or it was killed,
  * charges the running message, requeues the rest and schedules the
- * restart. */
+ * restart: at once when a message was charged (its task is damped
+ * instead), after a growing delay when the child keeps dying idle. */
 static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
 {
-    int status = wait_child(c->pid, tm_now_ns() + FP_KILL_GRACE_NS);
+    int status = wait_child(c, tm_now_ns() + FP_KILL_GRACE_NS);
     close(c->fd);
     c->fd = -1;
 
@@ -459,9 +359,25 @@ static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
     int recycled = c->nout == 0 && fp->max_tasks > 0 &&
                    c->tasks_done >= fp->max_tasks && WIFEXITED(status) &&
                    WEXITSTATUS(status) == 0;
+    struct fp_list unsent = {0};
+    uint64_t running_seq = c->seq_head;
     struct tm_msg *running = out_pop(fp, c);
+    if (running != NULL && !fp->abandon && c->timed_out &&
+        running_seq != c->kill_seq) {
+        /* the message that ran past its limit answered before the kill
+         * landed: this one only just started and is not to blame */
+        tm_log_write(TM_LOG_INFO, SRC, running->task->cfg->name,
+                     running->id, "worker %u was killed for an earlier "
+                     "message's limit; this one goes back to the queue",
+                     c->index);
+        running->t_start_ns = 0;
+        list_add(&unsent, running);
+        running = NULL;
+    }
+    int64_t now = tm_now_ns();
+    int64_t hold = 0;
     if (running != NULL) {
-        running->t_end_ns = tm_now_ns();
+        running->t_end_ns = now;
         if (running->t_start_ns == 0)
             running->t_start_ns = c->cur_start_ns;
         if (fp->abandon) {
@@ -473,14 +389,20 @@ static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
                              (long long)((running->t_end_ns -
                                           running->t_start_ns) / 1000000),
                              (long long)running->task->cfg->timeout_ms);
+        } else if (c->corrupt != NULL) {
+            running->outcome = TM_OUT_CRASHED;
+            tm_msg_set_error(running, "the worker process sent a malformed "
+                             "reply (%s) while running the task and was "
+                             "killed", c->corrupt);
         } else {
             running->outcome = TM_OUT_CRASHED;
             tm_msg_set_error(running, "the worker process %s while running "
                              "the task", why);
         }
+        if (running->outcome != TM_OUT_NONE)
+            hold = damp(fp, running->task_index, now);
         list_add(done, running);
     }
-    struct fp_list unsent = {0};
     struct tm_msg *m;
     while ((m = out_pop(fp, c)) != NULL) {
         m->t_start_ns = 0;
@@ -498,12 +420,37 @@ static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
         return;
     atomic_fetch_add(&fp->base.restarts, 1);
 
-    int64_t now = tm_now_ns();
     if (recycled) {
         tm_log_debug(SRC, "worker %u recycled after %u tasks", c->index,
                      c->tasks_done);
         c->young_deaths = 0;
         c->respawn_at_ns = now;
+        return;
+    }
+    if (running != NULL) {
+        /* the task is to blame, not the process: a fresh child at once */
+        c->young_deaths = 0;
+        c->respawn_at_ns = now;
+        if (hold > 0)
+            tm_log_write(TM_LOG_WARNING, SRC, running->task->cfg->name,
+                         running->id, "worker %u (pid %d) %s; restarting "
+                         "it; the task is held back %lld ms (its runs keep "
+                         "failing)", c->index, (int)pid,
+                         c->corrupt != NULL ? "sent a malformed reply" : why,
+                         (long long)(hold / 1000000));
+        else
+            tm_log_write(TM_LOG_WARNING, SRC, running->task->cfg->name,
+                         running->id, "worker %u (pid %d) %s; restarting it",
+                         c->index, (int)pid,
+                         c->corrupt != NULL ? "sent a malformed reply" : why);
+        return;
+    }
+    if (c->timed_out) {
+        /* killed for a limit, after the message at fault had answered */
+        c->young_deaths = 0;
+        c->respawn_at_ns = now;
+        tm_log_info(SRC, "worker %u (pid %d) %s after a run past its "
+                    "limit; restarting it", c->index, (int)pid, why);
         return;
     }
     if (now - c->born_ns < FP_YOUNG_NS)
@@ -520,19 +467,16 @@ static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
             delay = FP_RESTART_MAX_NS;
     }
     c->respawn_at_ns = now + delay;
-    if (running != NULL)
-        tm_log_write(TM_LOG_WARNING, SRC, running->task->cfg->name,
-                     running->id, "worker %u (pid %d) %s; restarting it%s",
-                     c->index, (int)pid, why,
-                     delay > 0 ? " after a delay (it keeps dying)" : "");
-    else
-        tm_log_warn(SRC, "worker %u (pid %d) %s while idle; restarting it "
-                    "in %lld ms", c->index, (int)pid, why,
-                    (long long)(delay / 1000000));
+    tm_log_warn(SRC, "worker %u (pid %d) %s while idle; restarting it in "
+                "%lld ms", c->index, (int)pid,
+                c->corrupt != NULL ? c->corrupt : why,
+                (long long)(delay / 1000000));
 }
 
-/* read_answers reads what c wrote; finished messages go to done.
- * Returns -1 when the child's socket closed. */
+/* read_answers reads what c wrote and checks each reply against the
+ * message it must answer; finished messages go to done. Returns -1 when
+ * the child's socket closed, or after a malformed reply (c->corrupt says
+ * why; the child is killed, the message it ran is charged with a crash). */
 static int read_answers(struct fpool *fp, struct fp_child *c,
                         struct fp_list *done)
 {
@@ -558,18 +502,27 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
         c->r.len += (size_t)n;
     }
     size_t off = 0;
-    int64_t now = tm_now_ns();
-    while (c->r.len - off >= sizeof(struct fp_resp)) {
-        struct fp_resp rs;
-        memcpy(&rs, c->r.p + off, sizeof rs);
-        if (rs.magic != FP_MAGIC_RESP)
-            return -1;
-        size_t total = sizeof rs + rs.error_len + rs.result_len;
-        if (c->r.len - off < total)
+    const char *why = NULL;
+    while (off < c->r.len) {
+        if (c->out_head == NULL) {
+            why = "a reply to no message";
+            break;
+        }
+        struct tm_fork_expect ex = {
+            .seq = c->seq_head,
+            .task_index = (uint32_t)c->out_head->task_index,
+            .not_before_ns = c->last_end_ns,
+            .not_after_ns = tm_now_ns(),
+        };
+        struct tm_fork_resp rs;
+        size_t flen = 0;
+        enum tm_fork_check rc = tm_fork_resp_check(
+            c->r.p + off, c->r.len - off, &ex, &rs, &flen, &why);
+        if (rc == TM_FORK_MORE)
+            break;
+        if (rc == TM_FORK_CORRUPT)
             break;
         struct tm_msg *m = out_pop(fp, c);
-        if (m == NULL)
-            return -1;
         const char *data = c->r.p + off + sizeof rs;
         m->outcome = (enum tm_outcome)rs.outcome;
         m->t_start_ns = rs.t_start_ns;
@@ -581,12 +534,21 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
             m->result_len = rs.result_len;
         }
         list_add(done, m);
+        /* the run ended: whatever it returned, it did not kill the
+         * process */
+        fp->tq[m->task_index].failures = 0;
         c->tasks_done++;
-        c->cur_start_ns = now;
-        off += total;
+        c->last_end_ns = rs.t_end_ns;
+        c->cur_start_ns = rs.t_end_ns;
+        off += flen;
     }
     memmove(c->r.p, c->r.p + off, c->r.len - off);
     c->r.len -= off;
+    if (why != NULL) {
+        c->corrupt = why;
+        kill(c->pid, SIGKILL);
+        return -1;
+    }
     return eof ? -1 : 0;
 }
 
@@ -608,29 +570,31 @@ static int flush(struct fp_child *c)
     return 0;
 }
 
-/* encode appends m's request frame to c's output. */
-static void encode(struct fp_child *c, const struct tm_msg *m)
+/* encode appends m's request frame, numbered seq, to c's output. */
+static void encode(struct fp_child *c, const struct tm_msg *m, uint64_t seq)
 {
     size_t invalid_len = m->invalid != NULL ? strlen(m->invalid) : 0;
-    struct fp_req rq = {
-        .magic = FP_MAGIC_REQ,
+    struct tm_fork_req rq = {
+        .magic = TM_FORK_MAGIC_REQ,
         .task_index = (uint32_t)m->task_index,
         .attempt = m->attempt,
         .id_len = (uint32_t)m->id_len,
         .invalid_len = (uint32_t)invalid_len,
         .has_body = m->body != NULL,
         .body_len = m->body != NULL ? m->body_len : 0,
+        .seq = seq,
     };
-    buf_put(&c->w, &rq, sizeof rq);
-    buf_put(&c->w, m->id, m->id_len);
+    tm_fork_buf_put(&c->w, &rq, sizeof rq);
+    tm_fork_buf_put(&c->w, m->id, m->id_len);
     if (invalid_len > 0)
-        buf_put(&c->w, m->invalid, invalid_len);
+        tm_fork_buf_put(&c->w, m->invalid, invalid_len);
     if (m->body != NULL && m->body_len > 0)
-        buf_put(&c->w, m->body, m->body_len);
+        tm_fork_buf_put(&c->w, m->body, m->body_len);
 }
 
-/* dispatch hands queued messages to idle children. */
-static void dispatch(struct fpool *fp)
+/* dispatch hands queued messages to idle children; *next learns when a
+ * held task may run again. */
+static void dispatch(struct fpool *fp, int64_t now, int64_t *next)
 {
     struct tm_pool *p = &fp->base;
     for (unsigned i = 0; i < p->size; i++) {
@@ -661,13 +625,10 @@ static void dispatch(struct fpool *fp)
         int was_idle = c->nout == 0;
         struct tm_msg *first = NULL;
         size_t k = 0;
-        while (k < share && fp->q_head != NULL) {
-            struct tm_msg *m = fp->q_head;
-            fp->q_head = m->next;
-            if (fp->q_head == NULL)
-                fp->q_tail = NULL;
-            fp->qlen--;
-            m->next = NULL;
+        while (k < share) {
+            struct tm_msg *m = take_next(fp, now, next);
+            if (m == NULL)
+                break;
             if (c->out_tail != NULL)
                 c->out_tail->next = m;
             else
@@ -685,7 +646,8 @@ static void dispatch(struct fpool *fp)
         if (k == 0)
             continue;
         for (struct tm_msg *m = first; m != NULL; m = m->next)
-            encode(c, m);
+            encode(c, m, c->seq_next++);
+        assert(c->seq_next - c->seq_head == c->nout);
         if (was_idle)
             c->cur_start_ns = tm_now_ns();
         if (flush(c) != 0) {
@@ -695,8 +657,11 @@ static void dispatch(struct fpool *fp)
     }
 }
 
-/* check_timers enforces running messages' limits and kill grace. */
-static void check_timers(struct fpool *fp, int64_t now, int64_t *next)
+/* check_timers enforces running messages' limits and kill grace. A
+ * child's answers are read first, so that a run that has just finished is
+ * never taken for the one running past its limit. */
+static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
+                         struct fp_list *done)
 {
     for (unsigned i = 0; i < fp->base.size; i++) {
         struct fp_child *c = &fp->kids[i];
@@ -717,20 +682,115 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next)
         if (limit <= 0)
             continue;
         int64_t deadline = c->cur_start_ns + limit * 1000000LL;
-        if (now >= deadline) {
-            tm_log_write(TM_LOG_WARNING, SRC, c->out_head->task->cfg->name,
-                         c->out_head->id, "worker %u ran past the %lld ms "
-                         "limit; killing it", i, (long long)limit);
-            c->timed_out = 1;
-            c->killing = 1;
-            c->kill_at_ns = now + FP_KILL_GRACE_NS;
-            kill(c->pid, SIGTERM);
-            if (c->kill_at_ns < *next)
-                *next = c->kill_at_ns;
-        } else if (deadline < *next) {
-            *next = deadline;
+        if (now < deadline) {
+            if (deadline < *next)
+                *next = deadline;
+            continue;
         }
+        if (read_answers(fp, c, done) != 0) {
+            reap(fp, c, done);
+            continue;
+        }
+        if (c->out_head == NULL)
+            continue;
+        limit = c->out_head->task->cfg->timeout_ms;
+        deadline = c->cur_start_ns + limit * 1000000LL;
+        if (limit <= 0 || now < deadline) {
+            if (limit > 0 && deadline < *next)
+                *next = deadline;
+            continue;
+        }
+        tm_log_write(TM_LOG_WARNING, SRC, c->out_head->task->cfg->name,
+                     c->out_head->id, "worker %u ran past the %lld ms "
+                     "limit; killing it", i, (long long)limit);
+        /* the message at fault; the kill may land after it answered */
+        c->timed_out = 1;
+        c->kill_seq = c->seq_head;
+        c->killing = 1;
+        c->kill_at_ns = now + FP_KILL_GRACE_NS;
+        kill(c->pid, SIGTERM);
+        if (c->kill_at_ns < *next)
+            *next = c->kill_at_ns;
     }
+}
+
+/* fork_direct forks child c from the dispatcher thread: only when there
+ * is no zygote. Returns its pid with its socket in *fd, or -1. */
+static pid_t fork_direct(struct fpool *fp, struct fp_child *c, int *fd)
+{
+    int sv[2];
+    char eb[TM_STRERRNO_BUF];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        tm_log_err(SRC, "socketpair: %s", tm_strerror(errno, eb, sizeof eb));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        tm_log_err(SRC, "fork: %s", tm_strerror(errno, eb, sizeof eb));
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        /* other children's sockets and the parent's wake-up belong to
+         * the parent */
+        close(sv[0]);
+        for (unsigned i = 0; i < fp->base.size; i++)
+            if (fp->kids[i].fd >= 0)
+                close(fp->kids[i].fd);
+        close(fp->wake_fd);
+        struct tm_fork_child a = {
+            .tasks = fp->base.tasks,
+            .ntasks = fp->base.ntasks,
+            .index = c->index,
+            .fd = sv[1],
+            .parent_pid = fp->parent_pid,
+            .max_tasks = fp->max_tasks,
+        };
+        tm_fork_child_main(&a);
+    }
+    close(sv[1]);
+    *fd = sv[0];
+    return pid;
+}
+
+/* spawn starts child c, forked by the zygote when there is one. Returns
+ * 0, or -1 with a restart scheduled. */
+static int spawn(struct fpool *fp, struct fp_child *c)
+{
+    int fd = -1;
+    pid_t pid = -1;
+    c->zygote = 0;
+    if (fp->zgen != 0) {
+        pid = tm_zygote_spawn(fp->zgen, c->index, fp->max_tasks, &fd);
+        if (pid > 0)
+            c->zygote = 1;
+        else
+            fp->zgen = 0; /* gone: this pool forks from now on */
+    }
+    if (pid < 0)
+        pid = fork_direct(fp, c, &fd);
+    if (pid < 0) {
+        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
+        return -1;
+    }
+    if (set_nonblock(fd) != 0)
+        tm_log_warn(SRC, "worker %u: cannot make its socket non-blocking",
+                    c->index);
+    c->fd = fd;
+    c->pid = pid;
+    c->born_ns = tm_now_ns();
+    c->last_end_ns = c->born_ns;
+    c->respawn_at_ns = 0;
+    c->tasks_done = 0;
+    c->killing = 0;
+    c->timed_out = 0;
+    c->corrupt = NULL;
+    c->w.len = c->w.off = 0;
+    c->r.len = c->r.off = 0;
+    assert(c->nout == 0 && c->seq_head == c->seq_next);
+    tm_log_debug(SRC, "worker %u started (pid %d)", c->index, (int)pid);
+    return 0;
 }
 
 static void *dispatcher_main(void *arg)
@@ -770,8 +830,8 @@ static void *dispatcher_main(void *arg)
                     next = c->respawn_at_ns;
             }
         }
-        dispatch(fp);
-        check_timers(fp, now, &next);
+        dispatch(fp, now, &next);
+        check_timers(fp, now, &next, &done);
         unsigned busy_now = 0;
         for (unsigned i = 0; i < p->size; i++)
             if (fp->kids[i].nout > 0)
@@ -842,7 +902,7 @@ static void *dispatcher_main(void *arg)
         struct fp_child *c = &fp->kids[i];
         if (c->pid == 0)
             continue;
-        wait_child(c->pid, until);
+        wait_child(c, until);
         close(c->fd);
         c->fd = -1;
         c->pid = 0;
@@ -866,7 +926,9 @@ static struct tm_pool *fp_create(const struct tm_cfg *cfg,
     fp->base.done = done;
     fp->base.done_ctx = done_ctx;
     fp->max_tasks = cfg->max_tasks_per_child;
+    fp->cfg = cfg;
     fp->qcap = (size_t)cfg->pool_size * FP_SLOTS_PER_WORKER;
+    fp->tq = tm_calloc(ntasks ? ntasks : 1, sizeof *fp->tq);
     fp->wake_fd = -1;
     pthread_mutex_init(&fp->mu, NULL);
     pthread_cond_init(&fp->not_full, NULL);
@@ -882,7 +944,19 @@ static struct tm_pool *fp_create(const struct tm_cfg *cfg,
 static int fp_start(struct tm_pool *p)
 {
     struct fpool *fp = (struct fpool *)p;
+    char err[512];
     fp->parent_pid = getpid();
+    /* the first pool starts the zygote while the daemon has no other
+     * thread; later ones (reloads) have it load their tasks */
+    if (tm_zygote_attach(fp->cfg, p->tasks, p->ntasks, &fp->zgen, err,
+                         sizeof err) != 0) {
+        tm_log_err(SRC, "%s", err);
+        return -1;
+    }
+    fp->zattached = fp->zgen;
+    if (fp->zgen == 0)
+        tm_log_warn(SRC, "no worker zygote: workers are forked by the "
+                    "pool's dispatcher thread");
     fp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (fp->wake_fd < 0) {
         char eb[TM_STRERRNO_BUF];
@@ -904,8 +978,7 @@ fail:
     for (unsigned i = 0; i < p->size; i++) {
         struct fp_child *c = &fp->kids[i];
         if (c->pid != 0) {
-            kill(c->pid, SIGKILL);
-            waitpid(c->pid, NULL, 0);
+            wait_child(c, tm_now_ns());
             close(c->fd);
             c->pid = 0;
             c->fd = -1;
@@ -917,25 +990,28 @@ fail:
 static size_t fp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
 {
     struct fpool *fp = (struct fpool *)p;
-    size_t done = 0;
+    size_t done = 0, unwoken = 0;
     pthread_mutex_lock(&fp->mu);
     while (done < n) {
-        while (fp->qlen >= fp->qcap && !fp->draining)
+        struct tm_msg *m = &msgs[done];
+        assert(m->task_index < p->ntasks);
+        /* backpressure per task: a task held back never blocks another
+         * task's intake */
+        while (fp->tq[m->task_index].len >= fp->qcap && !fp->draining) {
+            if (unwoken > 0) {
+                wake(fp);
+                unwoken = 0;
+            }
             pthread_cond_wait(&fp->not_full, &fp->mu);
+        }
         if (fp->draining)
             break;
-        while (done < n && fp->qlen < fp->qcap) {
-            struct tm_msg *m = &msgs[done++];
-            m->next = NULL;
-            if (fp->q_tail != NULL)
-                fp->q_tail->next = m;
-            else
-                fp->q_head = m;
-            fp->q_tail = m;
-            fp->qlen++;
-        }
-        wake(fp);
+        tq_push(fp, m);
+        done++;
+        unwoken++;
     }
+    if (unwoken > 0)
+        wake(fp);
     pthread_mutex_unlock(&fp->mu);
     return done;
 }
@@ -947,14 +1023,14 @@ static int fp_drain(struct tm_pool *p, int64_t deadline_ns)
     pthread_mutex_lock(&fp->mu);
     fp->draining = 1;
     pthread_cond_broadcast(&fp->not_full);
-    while (fp->q_head != NULL) {
-        struct tm_msg *m = fp->q_head;
-        fp->q_head = m->next;
-        m->outcome = TM_OUT_NONE;
-        list_add(&back, m);
+    for (size_t t = 0; t < p->ntasks; t++) {
+        struct tm_msg *m;
+        while ((m = tq_pop(fp, &fp->tq[t])) != NULL) {
+            m->outcome = TM_OUT_NONE;
+            list_add(&back, m);
+        }
     }
-    fp->q_tail = NULL;
-    fp->qlen = 0;
+    assert(fp->qlen == 0);
     int rc = 0;
     while (fp->outstanding > 0) {
         int64_t now = tm_now_ns();
@@ -1008,10 +1084,12 @@ static void fp_destroy(struct tm_pool *p)
     }
     if (fp->wake_fd >= 0)
         close(fp->wake_fd);
+    tm_zygote_detach(fp->zattached);
     pthread_mutex_destroy(&fp->mu);
     pthread_cond_destroy(&fp->not_full);
     pthread_cond_destroy(&fp->idle);
     tm_free(fp->kids);
+    tm_free(fp->tq);
     tm_free(fp);
 }
 

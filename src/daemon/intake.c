@@ -47,6 +47,13 @@ static void *intake_main(void *arg)
             atomic_store(&t->waiting_room, 0);
             continue;
         }
+        /* an open circuit breaker holds the task's messages in the broker */
+        int64_t hold = tm_circuit_gate(&t->circuit, t->cfg,
+                                       atomic_load(&t->stats.inflight), &room);
+        if (hold > 0) {
+            wait_ms(g, hold);
+            continue;
+        }
         struct tm_batch *batch = NULL;
         int n = b->ops->fetch(b, t->index, (size_t)room, TM_FETCH_BLOCK_MS,
                               &batch);

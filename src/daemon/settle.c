@@ -156,6 +156,7 @@ static void settle_batch(struct tm_gen *g, struct tm_msg *list)
         if (m->outcome == TM_OUT_NONE)
             continue;
         stats_record(t, m);
+        tm_circuit_note(&t->circuit, t->cfg, m->outcome);
         if (m->settle == TM_SETTLE_RETRY)
             atomic_fetch_add_explicit(&t->stats.retries, 1,
                                       memory_order_relaxed);

@@ -183,6 +183,9 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
         cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
         cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
         cJSON_AddNumberToObject(o, "p99_ms", round3(p99));
+        cJSON_AddStringToObject(o, "circuit",
+                                tm_circuit_state_name(tm_circuit_state(
+                                    &t->circuit, now_ns / 1000000LL)));
     }
     pthread_rwlock_unlock(&d->gen_lock);
     reply_json(r, 200, j);

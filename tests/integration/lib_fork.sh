@@ -69,12 +69,29 @@ describe_tag() {
 		"$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | head -c 120 || true)"
 }
 
-# daemon_children [PID]: tags of every child process of the daemon (zombies
-# included: a child the daemon has not reaped is still its child), one per
-# line, sorted. Prints nothing when there is none.
+# zygote_of PID: print the pid of the daemon's worker zygote (its child
+# named tm-zygote, which forks the fork pool's workers); status 1 if none.
+zygote_of() {
+	local pid
+	for pid in $(pgrep -P "$1" 2>/dev/null || true); do
+		if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tm-zygote ]]; then
+			echo "$pid"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# daemon_children [PID]: tags of every worker process of the daemon: the
+# children of its zygote, or its own children when it has none (zombies
+# included: a child not reaped yet is still a child), one per line,
+# sorted. Prints nothing when there is none.
 daemon_children() {
-	local ppid=${1:-$DAEMON_PID} pid
+	local ppid=${1:-$DAEMON_PID} pid zygote
 	[[ -n $ppid ]] || fail "daemon_children: no daemon pid"
+	if zygote=$(zygote_of "$ppid"); then
+		ppid=$zygote
+	fi
 	for pid in $(pgrep -P "$ppid" 2>/dev/null || true); do
 		pid_tag "$pid" || true
 	done | sort

@@ -256,6 +256,9 @@ START_TEST(test_defaults)
     ck_assert_int_eq(t->priority, 0);
     ck_assert(!t->has_priority && !t->has_max_priority);
     ck_assert_str_eq(t->config_json, "{}");
+    ck_assert_uint_eq(t->circuit_failures, 5);
+    ck_assert_int_eq(t->circuit_cool_off_ms, 5000);
+    ck_assert_int_eq(t->circuit_max_cool_off_ms, 300000);
     tm_cfg_free(cfg);
 }
 END_TEST
@@ -274,6 +277,8 @@ START_TEST(test_derived_defaults)
         "    plugin: sub/x.so\n"
         "    queue: jobs\n"
         "    backoff: 10m\n"
+        "    circuit_failures: 0\n"
+        "    circuit_cool_off: 10m\n"
         "    config:\n", err, sizeof err);
     ck_assert_msg(cfg != NULL, "%s", err);
     char expect[PATH_MAX];
@@ -294,6 +299,10 @@ START_TEST(test_derived_defaults)
     /* max_backoff follows a backoff above its default. */
     ck_assert_int_eq(t->backoff_ms, 600000);
     ck_assert_int_eq(t->max_backoff_ms, 600000);
+    /* so does circuit_max_cool_off a circuit_cool_off above it */
+    ck_assert_uint_eq(t->circuit_failures, 0);
+    ck_assert_int_eq(t->circuit_cool_off_ms, 600000);
+    ck_assert_int_eq(t->circuit_max_cool_off_ms, 600000);
     ck_assert_str_eq(t->config_json, "{}");
     tm_cfg_free(cfg);
 }
@@ -550,7 +559,8 @@ START_TEST(test_shipped_config)
         "group:", "prefetch:", "timeout:", "claim_idle:", "maxlen:",
         "on_error:", "max_retries:", "backoff:", "max_backoff:",
         "dead_letter:", "max_payload:", "max_priority:", "priority:",
-        "config:"
+        "config:", "circuit_failures:", "circuit_cool_off:",
+        "circuit_max_cool_off:"
     };
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
@@ -720,6 +730,13 @@ static const struct bad bad_configs[] = {
       "tasks.add.max_backoff: must be at least backoff (10s), got 5s" },
     { TASK "    max_backoff: 500ms\n", "4:18", "tasks.add.max_backoff: "
       "must be at least backoff (1s), got 500ms" },
+    { TASK "    circuit_max_cool_off: 1s\n", "4:27",
+      "tasks.add.circuit_max_cool_off: must be at least circuit_cool_off "
+      "(5s), got 1s" },
+    { TASK "    circuit_cool_off: 0s\n", "4:23", "tasks.add.circuit_cool_off: "
+      "must be greater than 0" },
+    { TASK "    circuit_failures: -1\n", "4:23", "tasks.add.circuit_failures: "
+      "expected an integer" },
     { "shutdown_timeout: soon\n" TASK, "1:19", "shutdown_timeout: expected "
       "a duration like 250ms, 30s, 5m, 1h, got 'soon'" },
     { "shutdown_timeout: 99999999999999h\n" TASK, "1:19",

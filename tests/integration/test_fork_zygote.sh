@@ -1,0 +1,86 @@
+# Fork pool: workers are forked by a zygote, a single-threaded process the
+# daemon forks before it starts any thread, never by a thread of the
+# daemon, so no worker inherits a lock another thread held. The daemon's
+# only child is the zygote; the workers, first ones and replacements, are
+# the zygote's children. A reload's new tasks are loaded by the zygote
+# itself (its cb_init makes the task data the new workers use), as the
+# daemon has threads by then. A zygote that dies takes its workers along
+# and the pool goes on forking them itself.
+. "$TM_SRCDIR/tests/integration/lib_fork.sh"
+
+POOL=2
+CONF=$TEST_DIR/taskmill.yaml
+INITPID=$TM_BUILD/test-plugins/initpid.so
+
+if [[ $TM_BUILD == *build-asan ]]; then
+	# EXPECTED, deliberate crash: let the child die of SIGSEGV (see
+	# test_fork_crash.sh)
+	export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0
+fi
+
+tasks() {
+	cat <<YAML
+tasks:
+  a: { plugin: $INITPID, queue: q.a }
+  f: { plugin: fail.so, queue: q.f, max_retries: 0 }
+YAML
+}
+write_config "$CONF" pool_kind=fork pool_size=$POOL < <(tasks)
+
+start_daemon "$CONF"
+wait_ping
+wait_children "$POOL"
+
+threads() { awk '/^Threads:/ { print $2 }' "/proc/$1/status"; }
+zygote=$(zygote_of "$DAEMON_PID") || fail "the daemon has no tm-zygote child"
+note "zygote pid $zygote; daemon threads $(threads "$DAEMON_PID")"
+assert_eq "$zygote" "$(pgrep -P "$DAEMON_PID" | paste -sd ' ')" "the daemon's children"
+assert_eq 1 "$(threads "$zygote")" "threads of the zygote"
+assert_ge 2 "$(threads "$DAEMON_PID")" "threads of the daemon"
+first=$(daemon_children | paste -sd ' ')
+
+# a crash: the replacement comes from the zygote too
+rcall XADD q.f '*' body '{"mode":"crash"}' >/dev/null
+wait_metric taskmill_tasks_total 'task="f",outcome="crashed"' 1 15
+wait_children "$POOL"
+assert_ne "$first" "$(daemon_children | paste -sd ' ')" "workers after a crash"
+assert_eq "$zygote" "$(pgrep -P "$DAEMON_PID" | paste -sd ' ')" "the daemon's children after a crash"
+
+# the first configuration's task data was made by the daemon (inherited)
+rcall XADD q.a '*' body '{"n":1}' >/dev/null
+wait_metric taskmill_tasks_total 'task="a",outcome="success"' 1 15
+wait_until "grep -q '\\[task:a\\].*init in pid $DAEMON_PID, run in pid' '$DAEMON_LOG'" 5
+
+# reload with a new task: the zygote loads it, its workers use that data
+write_config "$CONF" pool_kind=fork pool_size=$POOL http_port="$HTTP_PORT" < <(
+	tasks
+	echo "  b: { plugin: $INITPID, queue: q.b }"
+)
+kill -HUP "$DAEMON_PID"
+wait_until "grep -q 'as configuration 2' '$DAEMON_LOG'" 10
+rcall XADD q.b '*' body '{"n":1}' >/dev/null
+wait_metric taskmill_tasks_total 'task="b",outcome="success"' 1 15
+wait_until "grep -q '\\[task:b\\].*init in pid $zygote, run in pid' '$DAEMON_LOG'" 5
+assert_eq 1 "$(threads "$zygote")" "threads of the zygote after the reload"
+assert_eq "$zygote" "$(zygote_of "$DAEMON_PID")" "the zygote after the reload"
+wait_children "$POOL" 15
+for tag in $(daemon_children); do
+	assert_eq "$zygote" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag"
+done
+assert_eq 0 "$(grep -c 'no worker zygote\|zygote is forked while\|zygote.*is gone' "$DAEMON_LOG" || true)" \
+	"zygote warnings in the log"
+
+# a zygote killed takes its workers along; the pool then forks itself
+kill -KILL "$zygote"
+wait_until "grep -q 'zygote (pid $zygote) is gone' '$DAEMON_LOG'" 15
+wait_children "$POOL" 15
+for tag in $(daemon_children); do
+	assert_eq "$DAEMON_PID" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag without a zygote"
+done
+rcall XADD q.a '*' body '{"n":2}' >/dev/null
+wait_metric taskmill_tasks_total 'task="a",outcome="success"' 2 15
+daemon_alive || fail "daemon died with its zygote"
+
+rc=0
+stop_daemon || rc=$?
+assert_eq 0 "$rc" "daemon exit status after SIGTERM"
