@@ -1,0 +1,213 @@
+/* conn.c - Redis connections, timeouts, error translation, stream ids. */
+#include "redis/redis.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SRC TM_REDIS_SRC
+
+static struct timeval tv_ms(int64_t ms)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000),
+                         .tv_usec = (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+/* tm_redis_reply_error describes a failed command: the reply's error text, or the
+ * context's I/O error. Returns 1 when the connection is unusable. */
+int tm_redis_reply_error(redisContext *c, redisReply *r, char *buf,
+                       size_t size)
+{
+    if (r == NULL) {
+        tm_snprintf(buf, size, "%s",
+                    c != NULL && c->err ? c->errstr : "connection lost");
+        if (buf[0] == '\0')
+            tm_snprintf(buf, size, "connection lost");
+        return 1;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        tm_snprintf(buf, size, "%s", r->str);
+        return 0;
+    }
+    tm_snprintf(buf, size, "unexpected reply type %d", r->type);
+    return 0;
+}
+
+/* tm_redis_command runs one command given as argv and returns its reply, or
+ * NULL with the reason in buf (and *dead = 1 when the connection is
+ * unusable). An error reply is returned as NULL too. */
+redisReply *tm_redis_command(redisContext *c, int argc, const char **argv,
+                              const size_t *lens, char *buf, size_t size,
+                              int *dead)
+{
+    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    *dead = 0;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        *dead = tm_redis_reply_error(c, r, buf, size);
+        if (r != NULL)
+            freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
+                                char *buf, size_t size)
+{
+    const struct tm_url *u = &rb->base.cfg->url;
+    redisContext *c = redisConnectWithTimeout(
+        u->host, u->port, tv_ms(TM_REDIS_CONNECT_TIMEOUT_MS));
+    if (c == NULL) {
+        tm_snprintf(buf, size, "cannot connect to %s: out of memory",
+                    u->redacted);
+        return NULL;
+    }
+    if (c->err) {
+        tm_snprintf(buf, size, "cannot connect to %s: %s", u->redacted,
+                    c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv_ms(timeout_ms));
+    redisEnableKeepAlive(c);
+    char eb[200];
+    int dead;
+    if (u->password != NULL) {
+        const char *argv[3] = {"AUTH", NULL, NULL};
+        int argc = 1;
+        if (u->user != NULL && u->user[0] != '\0')
+            argv[argc++] = u->user;
+        argv[argc++] = u->password;
+        redisReply *r = tm_redis_command(c, argc, argv, NULL, eb, sizeof eb, &dead);
+        if (r == NULL) {
+            tm_snprintf(buf, size, "%s: AUTH failed: %s", u->redacted, eb);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    if (u->db != 0) {
+        char db[16];
+        tm_snprintf(db, sizeof db, "%d", u->db);
+        const char *argv[2] = {"SELECT", db};
+        redisReply *r = tm_redis_command(c, 2, argv, NULL, eb, sizeof eb, &dead);
+        if (r == NULL) {
+            tm_snprintf(buf, size, "%s: SELECT %d failed: %s", u->redacted,
+                        u->db, eb);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+/* tm_redis_close shuts the socket down before freeing the context: a child of
+ * the fork pool holds a copy of every descriptor, which would otherwise
+ * keep the connection open on the server. */
+void tm_redis_close(redisContext *c)
+{
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RDWR);
+    redisFree(c);
+}
+
+void tm_redis_mark_up(struct tm_redis *rb)
+{
+    if (atomic_exchange(&rb->base.up, 1) == 0 && atomic_load(&rb->ever_up))
+        atomic_fetch_add(&rb->base.reconnects, 1);
+    atomic_store(&rb->ever_up, 1);
+}
+
+void tm_redis_mark_down(struct tm_redis *rb)
+{
+    atomic_store(&rb->base.up, 0);
+}
+
+/* tm_redis_ensure_group creates the task's consumer group at the start of the
+ * stream (creating the stream too); an existing group is used as is. */
+int tm_redis_ensure_group(redisContext *c, const struct tm_cfg_task *t,
+                        char *buf, size_t size, int *dead)
+{
+    const char *argv[] = {"XGROUP", "CREATE", t->queue, t->group, "0",
+                          "MKSTREAM"};
+    redisReply *r = redisCommandArgv(c, 6, argv, NULL);
+    *dead = 0;
+    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "BUSYGROUP", 9) == 0) {
+        freeReplyObject(r);
+        return 0;
+    }
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        *dead = tm_redis_reply_error(c, r, buf, size);
+        if (r != NULL)
+            freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int tm_redis_wc_ready(struct tm_redis *rb, char *buf, size_t size)
+{
+    if (rb->wc != NULL)
+        return 0;
+    rb->wc = tm_redis_connect(rb, TM_REDIS_COMMAND_TIMEOUT_MS, buf, size);
+    if (rb->wc == NULL) {
+        tm_redis_mark_down(rb);
+        return -1;
+    }
+    return 0;
+}
+
+void tm_redis_wc_lost(struct tm_redis *rb, const char *what, const char *why)
+{
+    if (rb->wc_was_up)
+        tm_log_warn(SRC, "%s: %s; reconnecting", what, why);
+    rb->wc_was_up = 0;
+    tm_redis_mark_down(rb);
+    if (rb->wc != NULL) {
+        tm_redis_close(rb->wc);
+        rb->wc = NULL;
+    }
+}
+
+/* tm_redis_reply_field finds key in a flat [key, value, ...] array. */
+const redisReply *tm_redis_reply_field(const redisReply *a, const char *key)
+{
+    if (a == NULL || a->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < a->elements; i += 2)
+        if (a->element[i]->type == REDIS_REPLY_STRING &&
+            strcmp(a->element[i]->str, key) == 0)
+            return a->element[i + 1];
+    return NULL;
+}
+
+/* tm_redis_id_cmp orders two stream ids "ms-seq" numerically. */
+int tm_redis_id_cmp(const char *a, const char *b)
+{
+    unsigned long long ams = strtoull(a, (char **)&a, 10);
+    unsigned long long bms = strtoull(b, (char **)&b, 10);
+    if (ams != bms)
+        return ams < bms ? -1 : 1;
+    unsigned long long aseq = *a == '-' ? strtoull(a + 1, NULL, 10) : 0;
+    unsigned long long bseq = *b == '-' ? strtoull(b + 1, NULL, 10) : 0;
+    return aseq < bseq ? -1 : aseq > bseq ? 1 : 0;
+}
+
+/* tm_redis_id_next writes the id right after id (seq + 1) into buf. */
+void tm_redis_id_next(const char *id, char *buf, size_t size)
+{
+    char *end;
+    unsigned long long ms = strtoull(id, &end, 10);
+    unsigned long long seq = *end == '-' ? strtoull(end + 1, NULL, 10) : 0;
+    tm_snprintf(buf, size, "%llu-%llu", ms, seq + 1);
+}
