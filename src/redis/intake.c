@@ -1,6 +1,19 @@
-/* intake.c - Redis intake: new entries, own history, reclaim. */
+/* intake.c - Redis intake: due retries, reclaim, own history, new entries.
+ *
+ * Every read but the blocking one runs as a script that takes entries one
+ * at a time and never returns a body over max_payload: such an entry comes
+ * back with its fields stripped and a reason, so it is dead-lettered as
+ * invalid without its body ever crossing the connection (the dead-letter
+ * script copies the body inside Redis). A script reply stops at
+ * TM_REDIS_READ_BYTES. A blocking read cannot run in a script, so it asks
+ * for one entry only (COUNT 1): hiredis reads a whole reply, and the RESP
+ * protocol gives no way to learn an entry's size before reading it, so
+ * that one entry may be as large as the entry is; an oversized one is
+ * dropped at once and taken again through the script, stripped. */
 #include "redis/redis.h"
 
+#include <assert.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,21 +23,92 @@
 
 #define SRC TM_REDIS_SRC
 
+/* The retry set is looked at on every fetch when a retry is due, else at
+ * least this often (other daemons schedule retries too). */
+#define TM_REDIS_DUE_RECHECK_MS 1000
+
+/* reclaim_script takes entries idle past ARGV[7] ms on any consumer,
+ * scanning the group's pending list from ARGV[6] ("-" or "(id"), and
+ * skips entries waiting in the retry set: they are nobody's to run until
+ * they are due. XCLAIM checks the idle time again, so an entry whose
+ * owner refreshed it meanwhile is left alone. Returns {cursor, out}. */
+static const char reclaim_script[] = TM_REDIS_LUA_TAKE
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE',\n"
+    "  tonumber(ARGV[7]), ARGV[6], '+', count)\n"
+    "local cursor = '-'\n"
+    "if #p >= count then cursor = '(' .. p[#p][1] end\n"
+    "local last = nil\n"
+    "for _, e in ipairs(p) do\n"
+    "  if full() then cursor = '(' .. last break end\n"
+    "  if not redis.call('ZSCORE', KEYS[2], e[1]) then\n"
+    "    claim(e[1], tonumber(ARGV[7]))\n"
+    "  end\n"
+    "  last = e[1]\n"
+    "end\n"
+    "return {cursor, out}\n";
+
+/* history_script takes this consumer's own pending entries again after a
+ * restart, from ARGV[6] ("-" or "(id") on, skipping those waiting in the
+ * retry set. Returns {cursor, out}, cursor "" when all were seen. */
+static const char history_script[] = TM_REDIS_LUA_TAKE
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[6], '+',\n"
+    "  count, ARGV[2])\n"
+    "local cursor = ''\n"
+    "if #p >= count then cursor = '(' .. p[#p][1] end\n"
+    "for _, e in ipairs(p) do\n"
+    "  if full() then cursor = '(' .. e[1] break end\n"
+    "  if not redis.call('ZSCORE', KEYS[2], e[1]) then claim(e[1], 0) end\n"
+    "end\n"
+    "return {cursor, out}\n";
+
+/* read_script reads new entries (never delivered to the group), one at a
+ * time until the reply is full or none is left. Returns {"", out}. */
+static const char read_script[] = TM_REDIS_LUA_TAKE
+    "while not full() do\n"
+    "  local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2],\n"
+    "    'COUNT', 1, 'STREAMS', KEYS[1], '>')\n"
+    "  if not r then break end\n"
+    "  keep(r[1][2][1], 1)\n"
+    "end\n"
+    "return {'', out}\n";
+
+/* own_script takes entry ARGV[6] again when it is pending on this
+ * consumer (an oversized entry a blocking read brought in). */
+static const char own_script[] = TM_REDIS_LUA_TAKE
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[6], ARGV[6],\n"
+    "  1)\n"
+    "if #p > 0 and p[1][2] == ARGV[2] then claim(ARGV[6], 0) end\n"
+    "return {'', out}\n";
+
 static void free_batch(struct tm_batch *b)
 {
-    freeReplyObject(b->owner);
+    struct tm_redis_held *h = b->owner;
+    freeReplyObject(h->reply);
+    tm_free(h);
     tm_free(b);
 }
 
 /* cb_release_reply runs on whichever thread settles a batch's last
- * message (the settle thread, mostly). The reply tree was allocated by the
- * task's intake thread, entry by entry; freeing it there again is much
- * cheaper for malloc than freeing it across threads, so the batch goes on
- * the task's garbage stack, which the intake empties before its next
- * read. The stack links batches through their first message. */
+ * message (the settle thread, mostly). The batch leaves the task's held
+ * list at once: none of its ids is this process's any more. The reply
+ * tree was allocated by the task's intake thread, entry by entry; freeing
+ * it there again is much cheaper for malloc than freeing it across
+ * threads, so the batch goes on the task's garbage stack, which the
+ * intake empties before its next read. The stack links batches through
+ * their first message. */
 static void cb_release_reply(struct tm_batch *b)
 {
     struct tm_redis_task *rt = b->msgs[0].bctx;
+    struct tm_redis_held *h = b->owner;
+    pthread_mutex_lock(&rt->held_mu);
+    if (h->prev != NULL)
+        h->prev->next = h->next;
+    else
+        rt->held = h->next;
+    if (h->next != NULL)
+        h->next->prev = h->prev;
+    h->prev = h->next = NULL;
+    pthread_mutex_unlock(&rt->held_mu);
     struct tm_msg *head = &b->msgs[0];
     struct tm_msg *old = atomic_load_explicit(&rt->garbage,
                                               memory_order_relaxed);
@@ -47,7 +131,9 @@ void tm_redis_collect(struct tm_redis_task *rt)
     }
 }
 
-/* fill_msg points m at one stream entry [id, [field, value, ...]]. */
+/* fill_msg points m at one entry: [id, [field, value, ...]] as Redis
+ * reads it, or [id, fields, reason or nil, deliveries] as the take
+ * scripts return it (reason: the body was stripped). */
 static int fill_msg(struct tm_msg *m, const redisReply *e)
 {
     if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
@@ -55,6 +141,14 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
         return -1;
     m->id = e->element[0]->str;
     m->id_len = e->element[0]->len;
+    m->attempt = 1;
+    if (e->elements >= 4 && e->element[3]->type == REDIS_REPLY_INTEGER &&
+        e->element[3]->integer > 0)
+        m->attempt = (unsigned)e->element[3]->integer;
+    if (e->elements >= 3 && e->element[2]->type == REDIS_REPLY_STRING) {
+        m->invalid = e->element[2]->str;
+        return 0;
+    }
     const redisReply *f = e->element[1];
     if (f->type != REDIS_REPLY_ARRAY) {
         m->invalid = "the entry has no fields";
@@ -73,15 +167,13 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
     return 0;
 }
 
-/* entries_batch makes a batch of the entries array, owning reply. Entries
- * that are not well-formed are skipped. attempts, when given, holds the
- * attempt of each entry by id. Returns NULL (reply freed) when empty. */
+/* entries_batch makes a batch of the entries array, owning reply, and
+ * puts it on the task's held list. Entries that are not well-formed are
+ * skipped. Returns NULL (reply freed) when empty. */
 static struct tm_batch *entries_batch(struct tm_redis_task *rt,
                                       redisReply *reply,
                                       const redisReply *entries,
-                                      size_t task_index,
-                                      const struct tm_redis_retry *retries,
-                                      size_t nretries)
+                                      size_t task_index)
 {
     size_t n = 0;
     for (size_t i = 0; i < entries->elements; i++)
@@ -92,7 +184,10 @@ static struct tm_batch *entries_batch(struct tm_redis_task *rt,
         return NULL;
     }
     struct tm_batch *b = tm_batch_new(n);
-    b->owner = reply;
+    struct tm_redis_held *h = tm_calloc(1, sizeof *h + n);
+    h->reply = reply;
+    h->batch = b;
+    b->owner = h;
     b->release = cb_release_reply;
     size_t k = 0;
     int64_t now = tm_now_ns();
@@ -102,117 +197,25 @@ static struct tm_batch *entries_batch(struct tm_redis_task *rt,
             continue;
         m->task_index = task_index;
         m->bctx = rt;
-        m->attempt = 1;
         m->t_recv_ns = now;
-        for (size_t r = 0; r < nretries; r++) {
-            if (strcmp(retries[r].id, m->id) == 0) {
-                m->attempt = retries[r].attempt;
-                break;
-            }
-        }
         k++;
+    }
+    if (k == 0) {
+        free_batch(b);
+        return NULL;
     }
     if (k < n) {
         /* malformed entries were skipped: shrink the count */
         atomic_store(&b->refs, (unsigned)k);
         b->n = k;
-        if (k == 0) {
-            free_batch(b);
-            return NULL;
-        }
     }
+    pthread_mutex_lock(&rt->held_mu);
+    h->next = rt->held;
+    if (rt->held != NULL)
+        rt->held->prev = h;
+    rt->held = h;
+    pthread_mutex_unlock(&rt->held_mu);
     return b;
-}
-
-/* set_attempts sets each message's attempt to its delivery count, read
- * with one XPENDING over the batch's id range. Redis counts every
- * delivery (XREADGROUP, history reads, XCLAIM, XAUTOCLAIM; not JUSTID
- * claims), so the count is the number of this run, across crashes and
- * consumers. Returns 1 when the connection failed, else 0. */
-static int set_attempts(struct tm_redis *rb, struct tm_redis_task *rt,
-                        struct tm_batch *b)
-{
-    if (b == NULL || b->n == 0)
-        return 0;
-    char count[24];
-    tm_snprintf(count, sizeof count, "%zu", (size_t)TM_REDIS_ACK_CHUNK * 4);
-    const char *argv[] = {"XPENDING", rt->cfg->queue, rt->cfg->group,
-                          b->msgs[0].id, b->msgs[b->n - 1].id, count,
-                          rb->consumer};
-    redisReply *r = redisCommandArgv(rt->rc, 7, argv, NULL);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        int dead = tm_redis_reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
-        return dead;
-    }
-    size_t j = 0;
-    for (size_t i = 0; i < r->elements && j < b->n; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 4 ||
-            e->element[0]->type != REDIS_REPLY_STRING)
-            continue;
-        while (j < b->n && tm_redis_id_cmp(b->msgs[j].id, e->element[0]->str) < 0)
-            j++;
-        if (j < b->n && strcmp(b->msgs[j].id, e->element[0]->str) == 0 &&
-            e->element[3]->type == REDIS_REPLY_INTEGER)
-            b->msgs[j].attempt = (unsigned)e->element[3]->integer;
-    }
-    freeReplyObject(r);
-    return 0;
-}
-
-/* reclaim claims entries idle past claim_idle on other (dead) consumers
- * with XAUTOCLAIM, continuing its scan where the last round stopped. */
-static int reclaim(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
-                   size_t max, struct tm_batch **out)
-{
-    const struct tm_cfg_task *t = rt->cfg;
-    char idle[24], count[24];
-    tm_snprintf(idle, sizeof idle, "%lld", (long long)t->claim_idle_ms);
-    tm_snprintf(count, sizeof count, "%zu", max);
-    if (rt->claim_cursor[0] == '\0')
-        tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "0-0");
-    const char *argv[] = {"XAUTOCLAIM", t->queue, t->group, rb->consumer,
-                          idle, rt->claim_cursor, "COUNT", count};
-    redisReply *r = redisCommandArgv(rt->rc, 8, argv, NULL);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_ARRAY) {
-        int dead = tm_redis_reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
-        return dead;
-    }
-    tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "%s",
-                r->element[0]->str);
-    struct tm_batch *b = entries_batch(rt, r, r->element[1], ti, NULL, 0);
-    if (b == NULL)
-        return 0;
-    tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
-                 "reclaimed %zu entries pending over %lld ms on other "
-                 "consumers", b->n, (long long)t->claim_idle_ms);
-    if (set_attempts(rb, rt, b) != 0) {
-        /* they are ours now; they will come back by the history read */
-        for (size_t i = 0; i < b->n; i++)
-            tm_msg_release(&b->msgs[i]);
-        return 1;
-    }
-    *out = b;
-    return 0;
-}
-
-/* maintain reclaims, at most every quarter of claim_idle, entries of dead
- * consumers for this task's intake; a reclaimed batch is returned in
- * *out. Returns -1 when the connection was lost. */
-static int maintain(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
-                    size_t max, struct tm_batch **out)
-{
-    int64_t now = tm_now_ms();
-    if (now < rt->next_maint_ms)
-        return 0;
-    rt->next_maint_ms = now + tm_redis_claim_period(rt->cfg);
-    return reclaim(rb, rt, ti, max, out) != 0 ? -1 : 0;
 }
 
 static void intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
@@ -230,97 +233,205 @@ static void intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
     }
 }
 
-/* read_failed handles a failed XREADGROUP: a deleted stream or group is
+/* read_failed handles a failed read: a deleted stream or group is
  * created again on the next call (0); anything else is a lost connection
- * (-1). */
-static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt, int dead)
+ * or a broker refusing the read (-1: reconnect with backoff). */
+static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
+                       const char *what)
 {
-    if (!dead && strncmp(rt->errstr, "NOGROUP", 7) == 0) {
+    if (strstr(rt->errstr, "NOGROUP") != NULL) {
         tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, NULL,
                      "group '%s' is gone from '%s'; creating it again",
                      rt->cfg->group, rt->cfg->queue);
         rt->group_ready = 0;
         return 0;
     }
-    intake_failed(rb, rt, "XREADGROUP");
+    intake_failed(rb, rt, what);
     return -1;
 }
 
-/* read_history reads this consumer's own pending entries (a restart with
- * the same instance), a page of max at a time, without blocking; once
- * none are left it sets history_done. */
-static int read_history(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
-                        size_t max, struct tm_batch **out)
+/* take runs one take script (see TM_REDIS_LUA_TAKE) for at most max
+ * entries, arg being its ARGV[6] and arg2 (or NULL) its ARGV[7]. The
+ * script's first answer goes to aux (size auxsize). Returns the count of
+ * the batch set in *out, or -1 (connection lost or read refused). */
+static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
+                const char *script, const char *what, size_t max,
+                const char *arg, const char *arg2, char *aux,
+                size_t auxsize, struct tm_batch **out)
 {
     const struct tm_cfg_task *t = rt->cfg;
-    int dead = 0;
-    char count[24];
+    char maxp[24], budget[24], count[24];
+    tm_snprintf(maxp, sizeof maxp, "%zu", t->max_payload);
+    tm_snprintf(budget, sizeof budget, "%d", TM_REDIS_READ_BYTES);
     tm_snprintf(count, sizeof count, "%zu", max);
-    const char *hargv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
-                           "COUNT", count, "STREAMS", t->queue,
-                           rt->history_from[0] ? rt->history_from : "0"};
-    redisReply *r = redisCommandArgv(rt->rc, 9, hargv, NULL);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        dead = tm_redis_reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
-        return read_failed(rb, rt, dead);
-    }
-    const redisReply *entries = NULL;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-        r->element[0]->type == REDIS_REPLY_ARRAY &&
-        r->element[0]->elements == 2)
-        entries = r->element[0]->element[1];
-    if (entries == NULL || entries->type != REDIS_REPLY_ARRAY ||
-        entries->elements == 0) {
-        freeReplyObject(r);
-        rt->history_done = 1;
-        return 0;
-    }
-    /* entries deleted while pending come back without fields: ack
-     * them, there is nothing left to run */
-    for (size_t i = 0; i < entries->elements; i++) {
-        const redisReply *e = entries->element[i];
-        if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 &&
-            e->element[1]->type != REDIS_REPLY_ARRAY) {
-            const char *aargv[] = {"XACK", t->queue, t->group,
-                                   e->element[0]->str};
-            redisReply *a = redisCommandArgv(rt->rc, 4, aargv, NULL);
-            if (a != NULL)
-                freeReplyObject(a);
-        }
-    }
-    const redisReply *last = entries->element[entries->elements - 1];
-    if (last->type == REDIS_REPLY_ARRAY && last->elements >= 1 &&
-        last->element[0]->type == REDIS_REPLY_STRING)
-        tm_snprintf(rt->history_from, sizeof rt->history_from, "%s",
-                    last->element[0]->str);
-    if (entries->elements < max)
-        rt->history_done = 1;
-    struct tm_batch *batch = entries_batch(rt, r, entries, ti, NULL, 0);
-    if (batch == NULL) {
-        rt->history_done = 1;
-        return 0;
-    }
-    /* a restarted consumer runs its pending entries again; the
-     * history read counted as one more delivery */
-    if (set_attempts(rb, rt, batch) != 0) {
-        for (size_t i = 0; i < batch->n; i++)
-            tm_msg_release(&batch->msgs[i]);
-        intake_failed(rb, rt, "XPENDING");
+    const char *argv[] = {"EVAL", script, "2", t->queue, rt->retry_key,
+                          t->group, rb->consumer, maxp, budget, count,
+                          arg, arg2};
+    int argc = arg2 != NULL ? 12 : 11;
+    int dead = 0;
+    redisReply *r = tm_redis_command(rt->rc, argc, argv, NULL, rt->errstr,
+                                     sizeof rt->errstr, &dead);
+    if (r == NULL && dead) {
+        intake_failed(rb, rt, what);
         return -1;
     }
-    *out = batch;
-    return (int)batch->n;
+    if (r == NULL)
+        return read_failed(rb, rt, what);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r);
+        tm_snprintf(rt->errstr, sizeof rt->errstr, "unexpected reply");
+        intake_failed(rb, rt, what);
+        return -1;
+    }
+    if (aux != NULL)
+        tm_snprintf(aux, auxsize, "%s",
+                    r->element[0]->type == REDIS_REPLY_STRING
+                        ? r->element[0]->str
+                        : "");
+    struct tm_batch *b = entries_batch(rt, r, r->element[1], ti);
+    if (b == NULL)
+        return 0;
+    *out = b;
+    return (int)b->n;
+}
+
+/* due_retries claims the retries that are due, when one may be: on the
+ * time the last look or the settle thread announced, and at least every
+ * TM_REDIS_DUE_RECHECK_MS. Sets rt->next_due_ms. */
+static int due_retries(struct tm_redis *rb, struct tm_redis_task *rt,
+                       size_t ti, size_t max, struct tm_batch **out)
+{
+    int64_t now = tm_now_ms();
+    if (now < rt->next_due_ms &&
+        now < atomic_load(&rt->retry_hint_ms))
+        return 0;
+    atomic_store(&rt->retry_hint_ms, LLONG_MAX);
+    char wait[32];
+    int n = take(rb, rt, ti, tm_redis_due_script, "retry claim", max, "",
+                 NULL, wait, sizeof wait, out);
+    if (n < 0) {
+        atomic_store(&rt->retry_hint_ms, now); /* look again after it */
+        return -1;
+    }
+    long long w = strtoll(wait, NULL, 10);
+    if (w < 0 || w > TM_REDIS_DUE_RECHECK_MS)
+        w = TM_REDIS_DUE_RECHECK_MS;
+    /* more may be due at once when the reply was full */
+    rt->next_due_ms = (size_t)n >= max ? now : tm_now_ms() + w;
+    if (n > 0)
+        tm_log_write(TM_LOG_DEBUG, SRC, rt->cfg->name, NULL,
+                     "claimed %d due retries", n);
+    return n;
+}
+
+/* reclaim takes, at most every quarter of claim_idle, entries idle past
+ * claim_idle on other (dead) consumers, continuing its scan where the
+ * last round stopped. */
+static int reclaim(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
+                   size_t max, struct tm_batch **out)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    int64_t now = tm_now_ms();
+    if (now < rt->next_maint_ms)
+        return 0;
+    char idle[24];
+    tm_snprintf(idle, sizeof idle, "%lld", (long long)t->claim_idle_ms);
+    if (rt->claim_cursor[0] == '\0')
+        tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "-");
+    char cursor[TM_REDIS_ID_MAX + 1];
+    int n = take(rb, rt, ti, reclaim_script, "reclaim", max,
+                 rt->claim_cursor, idle, cursor, sizeof cursor, out);
+    if (n < 0)
+        return -1;
+    tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "%s",
+                cursor[0] != '\0' ? cursor : "-");
+    /* a full page: go on at once, else wait for the next round */
+    if (strcmp(rt->claim_cursor, "-") == 0)
+        rt->next_maint_ms = now + tm_redis_claim_period(t);
+    if (n > 0)
+        tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
+                     "reclaimed %d entries pending over %lld ms on other "
+                     "consumers", n, (long long)t->claim_idle_ms);
+    return n;
+}
+
+/* read_history takes this consumer's own pending entries again (a restart
+ * with the same instance), a page at a time; once none are left it sets
+ * history_done. */
+static int read_history(struct tm_redis *rb, struct tm_redis_task *rt,
+                        size_t ti, size_t max, struct tm_batch **out)
+{
+    char cursor[TM_REDIS_ID_MAX + 1];
+    const char *from = rt->history_from[0] ? rt->history_from : "-";
+    int n = take(rb, rt, ti, history_script, "history read", max, from,
+                 NULL, cursor, sizeof cursor, out);
+    if (n < 0)
+        return -1;
+    if (cursor[0] == '\0')
+        rt->history_done = 1;
+    else
+        tm_snprintf(rt->history_from, sizeof rt->history_from, "%s",
+                    cursor);
+    return n;
+}
+
+/* read_blocking waits up to block_ms for one new entry (COUNT 1: see the
+ * top of this file). An entry over max_payload is dropped at once and
+ * taken again through own_script, which strips its body. */
+static int read_blocking(struct tm_redis *rb, struct tm_redis_task *rt,
+                         size_t ti, int64_t block_ms, struct tm_batch **out)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    char block[24];
+    tm_snprintf(block, sizeof block, "%lld", (long long)block_ms);
+    const char *argv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
+                          "COUNT", "1", "BLOCK", block, "STREAMS",
+                          t->queue, ">"};
+    int dead = 0;
+    redisReply *r = tm_redis_command(rt->rc, 11, argv, NULL, rt->errstr,
+                                     sizeof rt->errstr, &dead);
+    if (r == NULL && dead) {
+        intake_failed(rb, rt, "XREADGROUP");
+        return -1;
+    }
+    if (r == NULL)
+        return read_failed(rb, rt, "XREADGROUP");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
+        r->element[0]->type != REDIS_REPLY_ARRAY ||
+        r->element[0]->elements != 2 ||
+        r->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
+        freeReplyObject(r); /* nil: the block timed out */
+        return 0;
+    }
+    struct tm_batch *b =
+        entries_batch(rt, r, r->element[0]->element[1], ti);
+    if (b == NULL)
+        return 0;
+    /* COUNT 1: one message at most */
+    assert(b->n == 1);
+    if (b->msgs[0].body == NULL || b->msgs[0].body_len <= t->max_payload) {
+        *out = b;
+        return 1;
+    }
+    char id[TM_REDIS_ID_MAX];
+    tm_snprintf(id, sizeof id, "%s", b->msgs[0].id);
+    tm_log_write(TM_LOG_DEBUG, SRC, t->name, id,
+                 "body of %zu bytes over max_payload: taken again without "
+                 "it", b->msgs[0].body_len);
+    tm_msg_release(&b->msgs[0]); /* the batch goes to the garbage */
+    tm_redis_collect(rt);
+    return take(rb, rt, ti, own_script, "XCLAIM", 1, id, NULL, NULL, 0,
+                out);
 }
 
 int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
-                    int timeout_ms, struct tm_batch **out)
+                   int timeout_ms, struct tm_batch **out)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     struct tm_redis_task *rt = &rb->tasks[ti];
     const struct tm_cfg_task *t = rt->cfg;
-    int dead = 0;
+    int dead = 0, n;
     *out = NULL;
     tm_redis_collect(rt);
     if (max == 0)
@@ -329,8 +440,10 @@ int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
         max = TM_REDIS_ACK_CHUNK;
 
     if (rt->rc == NULL) {
-        rt->rc = tm_redis_connect(rb, (int64_t)timeout_ms + TM_REDIS_BLOCK_SLACK_MS,
-                            rt->errstr, sizeof rt->errstr);
+        rt->rc = tm_redis_connect(rb,
+                                  (int64_t)timeout_ms +
+                                      TM_REDIS_BLOCK_SLACK_MS,
+                                  rt->errstr, sizeof rt->errstr);
         if (rt->rc == NULL) {
             intake_failed(rb, rt, "connect");
             return -1;
@@ -347,7 +460,7 @@ int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
     }
     if (!rt->group_ready) {
         if (tm_redis_ensure_group(rt->rc, t, rt->errstr, sizeof rt->errstr,
-                         &dead) != 0) {
+                                  &dead) != 0) {
             intake_failed(rb, rt, "XGROUP CREATE");
             return -1;
         }
@@ -360,54 +473,16 @@ int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
         tm_redis_mark_up(rb);
     }
 
-    /* 1. retries that are due: claim them back (delivery count + 1) */
-    struct tm_redis_retry due[64];
-    int64_t next_ms = 0;
-    size_t nd = tm_redis_retry_pop_due(rt, tm_now_ms(), max < 64 ? max : 64, due,
-                             &next_ms);
-    if (nd > 0) {
-        const char *argv[5 + 64];
-        argv[0] = "XCLAIM";
-        argv[1] = t->queue;
-        argv[2] = t->group;
-        argv[3] = rb->consumer;
-        argv[4] = "0";
-        for (size_t i = 0; i < nd; i++)
-            argv[5 + i] = due[i].id;
-        redisReply *r = redisCommandArgv(rt->rc, (int)(5 + nd), argv, NULL);
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-            dead = tm_redis_reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
-            if (r != NULL)
-                freeReplyObject(r);
-            /* keep the retries for after the reconnect */
-            for (size_t i = 0; i < nd; i++)
-                tm_redis_retry_push(rt, &due[i]);
-            if (dead) {
-                intake_failed(rb, rt, "XCLAIM");
-                return -1;
-            }
-            tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
-                         "XCLAIM: %s", rt->errstr);
-            return 0;
-        }
-        struct tm_batch *batch = entries_batch(rt, r, r, ti, due, nd);
-        if (batch == NULL)
-            return 0;
-        *out = batch;
-        return (int)batch->n;
-    }
+    /* 1. retries that are due, from the retry set (delivery count + 1) */
+    n = due_retries(rb, rt, ti, max, out);
+    if (n != 0)
+        return n;
 
-    /* 2. periodic work: keep own entries, reclaim dead consumers' */
+    /* 2. entries idle past claim_idle on dead consumers */
     if (rt->history_done) {
-        struct tm_batch *rec = NULL;
-        if (maintain(rb, rt, ti, max, &rec) != 0) {
-            intake_failed(rb, rt, "maintenance");
-            return -1;
-        }
-        if (rec != NULL) {
-            *out = rec;
-            return (int)rec->n;
-        }
+        n = reclaim(rb, rt, ti, max, out);
+        if (n != 0)
+            return n;
     }
 
     /* 3. this consumer's own pending entries, once after start (not
@@ -417,37 +492,18 @@ int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
     if (!rt->history_done)
         return read_history(rb, rt, ti, max, out);
 
-    /* 4. new entries, blocking until the next retry is due at most */
-    char count[24], block[24];
-    tm_snprintf(count, sizeof count, "%zu", max);
+    /* 4. new entries, as many as are there */
+    n = take(rb, rt, ti, read_script, "XREADGROUP", max, "", NULL, NULL, 0,
+             out);
+    if (n != 0)
+        return n;
+
+    /* 5. none: wait for one, until the next retry is due at most */
     int64_t bl = timeout_ms > 0 ? timeout_ms : 1;
-    if (next_ms > 0) {
-        int64_t until = next_ms - tm_now_ms();
-        if (until < bl)
-            bl = until > 1 ? until : 1;
-    }
-    tm_snprintf(block, sizeof block, "%lld", (long long)bl);
-    const char *argv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
-                          "COUNT", count, "BLOCK", block, "STREAMS",
-                          t->queue, ">"};
-    redisReply *r = redisCommandArgv(rt->rc, 11, argv, NULL);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        dead = tm_redis_reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
-        return read_failed(rb, rt, dead);
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
-        r->element[0]->type != REDIS_REPLY_ARRAY ||
-        r->element[0]->elements != 2 ||
-        r->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
-        freeReplyObject(r); /* nil: the block timed out */
-        return 0;
-    }
-    struct tm_batch *batch =
-        entries_batch(rt, r, r->element[0]->element[1], ti, NULL, 0);
-    if (batch == NULL)
-        return 0;
-    *out = batch;
-    return (int)batch->n;
+    int64_t now = tm_now_ms();
+    int64_t hint = atomic_load(&rt->retry_hint_ms);
+    int64_t until = rt->next_due_ms < hint ? rt->next_due_ms : hint;
+    if (until - now < bl)
+        bl = until - now > 1 ? until - now : 1;
+    return read_blocking(rb, rt, ti, bl, out);
 }

@@ -20,8 +20,11 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
     rb->consumer = cfg->instance;
     rb->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *rb->tasks);
     for (size_t i = 0; i < cfg->ntasks; i++) {
-        rb->tasks[i].cfg = &cfg->tasks[i];
-        pthread_mutex_init(&rb->tasks[i].mu, NULL);
+        struct tm_redis_task *rt = &rb->tasks[i];
+        rt->cfg = &cfg->tasks[i];
+        rt->retry_key = tm_redis_retry_key(rt->cfg);
+        atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
+        pthread_mutex_init(&rt->held_mu, NULL);
     }
     return &rb->base;
 }
@@ -85,14 +88,18 @@ static void rb_destroy(struct tm_broker *b)
         tm_redis_collect(&rb->tasks[i]);
         if (rb->tasks[i].rc != NULL)
             tm_redis_close(rb->tasks[i].rc);
-        pthread_mutex_destroy(&rb->tasks[i].mu);
-        tm_free(rb->tasks[i].heap);
+        pthread_mutex_destroy(&rb->tasks[i].held_mu);
+        tm_free(rb->tasks[i].retry_key);
     }
     if (rb->wc != NULL)
         tm_redis_close(rb->wc);
     tm_free(rb->tasks);
     tm_free(rb->argv);
     tm_free(rb->argvlen);
+    tm_free(rb->order);
+    tm_free(rb->spans);
+    tm_free(rb->done);
+    tm_free(rb->ids);
     tm_free(rb);
 }
 

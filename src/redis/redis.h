@@ -34,30 +34,46 @@
 /* Entries per XACK command and per read. */
 #define TM_REDIS_ACK_CHUNK 1024
 
-/* struct tm_redis_retry is an entry kept pending on this consumer until
- * its retry time, then claimed again (XCLAIM) and run with attempt. */
-struct tm_redis_retry {
-    int64_t due_ms;
-    unsigned attempt;
-    char id[TM_REDIS_ID_MAX];
+/* Bytes of entries one read may bring in (fields summed; an entry over
+ * max_payload counts only for its id): a read stops at the entry that
+ * reaches it, so one reply holds at most this plus one max_payload. */
+#define TM_REDIS_READ_BYTES (4 * 1024 * 1024)
+
+/*
+ * struct tm_redis_held is the broker side of one batch: it owns the reply
+ * the messages point into and sits on its task's list of held batches
+ * from the read until the last message is released. The keep-alive
+ * refresh (settle thread) walks that list, under held_mu, to learn which
+ * ids this process holds: read, queued or running, and not yet settled.
+ */
+struct tm_redis_held {
+    struct tm_redis_held *prev, *next; /* the task's list, under held_mu */
+    redisReply *reply;
+    struct tm_batch *batch;
+    /* settled[i]: msgs[i] was settled in Redis (acked, dead-lettered or
+     * scheduled for a retry); written and read by the settle thread only */
+    unsigned char settled[];
 };
 
 struct tm_redis_task {
     const struct tm_cfg_task *cfg;
+    char *retry_key;           /* "<queue>.retry.<group>": the schedule */
     redisContext *rc;          /* intake connection: blocking reads */
     int group_ready;
     int history_done;          /* own pending entries read again */
-    char history_from[TM_REDIS_ID_MAX]; /* next history read starts after */
+    char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
     int was_up;
     atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
     _Atomic(struct tm_msg *) garbage; /* settled batches, to free here */
     int64_t next_maint_ms;     /* intake: next reclaim round */
+    int64_t next_due_ms;       /* intake: next look at the retry set */
+    atomic_llong retry_hint_ms; /* settle thread: earliest retry it
+                                   scheduled since the intake looked */
     int64_t next_tick_ms;      /* settle thread: next upkeep round */
     unsigned tick_rounds;
-    char claim_cursor[TM_REDIS_ID_MAX]; /* XAUTOCLAIM scan position */
-    pthread_mutex_t mu;        /* guards the retry heap */
-    struct tm_redis_retry *heap; /* min-heap by due_ms */
-    size_t nheap, capheap;
+    char claim_cursor[TM_REDIS_ID_MAX + 1]; /* reclaim scan position */
+    pthread_mutex_t held_mu;   /* guards held */
+    struct tm_redis_held *held; /* batches this process holds */
     char errstr[256];
 };
 
@@ -70,10 +86,16 @@ struct tm_redis {
     const char *consumer;
     atomic_int ever_up;
     int wc_was_up;
-    /* settle scratch (settle thread only) */
+    /* settle and upkeep scratch (settle thread only) */
     const char **argv;
     size_t *argvlen;
     size_t argcap;
+    struct tm_msg **order;      /* settle: messages in command order */
+    struct tm_redis_span *spans; /* settle: the messages of each command */
+    unsigned char *done;        /* settle: settled, by position */
+    size_t scratchcap;
+    char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
+    size_t idcap;
 };
 
 /* ---- conn.c ---- */
@@ -111,15 +133,64 @@ void tm_redis_id_next(const char *id, char *buf, size_t size);
 
 /* ---- retry.c ---- */
 
-void tm_redis_retry_push(struct tm_redis_task *rt,
-                         const struct tm_redis_retry *e);
-size_t tm_redis_retry_pop_due(struct tm_redis_task *rt, int64_t now,
-                              size_t max, struct tm_redis_retry *out,
-                              int64_t *next_ms);
+/* tm_redis_retry_key returns "<queue>.retry.<group>" (the caller frees
+ * it with tm_free): built from the queue name first, so a hash tag in the
+ * queue carries over to it. */
+char *tm_redis_retry_key(const struct tm_cfg_task *t);
+/* tm_redis_retry_append queues on c the command that schedules m's retry
+ * after delay_ms (settle thread). */
+void tm_redis_retry_append(struct tm_redis *rb, redisContext *c,
+                           const struct tm_msg *m);
+/* tm_redis_retry_note tells the task's intake that a retry is due at
+ * due_ms (local monotonic ms), so it looks at the retry set then. */
+void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
+/* tm_redis_due_script is the intake script (the take prelude, then its
+ * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
+ * wait being the ms until the next retry is due (-1: none). */
+extern const char tm_redis_due_script[];
 
 /* ---- intake.c ---- */
 
 void tm_redis_collect(struct tm_redis_task *rt);
+/* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
+ * stream, KEYS[2] the retry set; ARGV[1] group, ARGV[2] consumer, ARGV[3]
+ * max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the
+ * script's own argument. It defines keep(entry) (adds an entry to `out`,
+ * with its delivery count, and its body stripped with a reason when over
+ * max_payload), claim(id) (XCLAIM to this consumer, then keep) and full()
+ * (the reply reached its count or byte budget). Each script returns
+ * {aux, out}. */
+#define TM_REDIS_LUA_TAKE                                                   \
+    "local maxp = tonumber(ARGV[3])\n"                                      \
+    "local budget, count = tonumber(ARGV[4]), tonumber(ARGV[5])\n"          \
+    "local out, used = {}, 0\n"                                             \
+    "local function keep(e, n)\n"                                           \
+    "  local f, cost, why = e[2], 64, false\n"                              \
+    "  if type(f) == 'table' then\n"                                        \
+    "    for i = 1, #f - 1, 2 do\n"                                         \
+    "      if f[i] == 'body' then\n"                                        \
+    "        local len = string.len(f[i + 1])\n"                            \
+    "        if len > maxp then\n"                                          \
+    "          why = 'body of ' .. len .. ' bytes exceeds max_payload of '"  \
+    "            .. maxp\n"                                                 \
+    "        end\n"                                                         \
+    "        break\n"                                                       \
+    "      end\n"                                                           \
+    "    end\n"                                                             \
+    "    if why then f = {} else\n"                                         \
+    "      for i = 1, #f do cost = cost + string.len(f[i]) end\n"           \
+    "    end\n"                                                             \
+    "  end\n"                                                               \
+    "  used = used + cost\n"                                                \
+    "  out[#out + 1] = {e[1], f, why, n}\n"                                 \
+    "end\n"                                                                 \
+    "local function full() return #out >= count or used >= budget end\n"    \
+    "local function claim(id, idle)\n"                                      \
+    "  local r = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], idle, id)\n" \
+    "  if #r == 0 or not r[1] then return end\n"                            \
+    "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"     \
+    "  keep(r[1], #p > 0 and p[1][4] or 1)\n"                               \
+    "end\n"
 int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
                    int timeout_ms, struct tm_batch **out);
 

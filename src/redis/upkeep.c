@@ -18,149 +18,171 @@ int64_t tm_redis_claim_period(const struct tm_cfg_task *t)
     return p < 50 ? 50 : p > 5000 ? 5000 : p;
 }
 
-/* refresh_own resets the idle time of this consumer's entries that have
- * been pending for half the claim time (running long, queued, or waiting
- * for a retry), so that no other consumer reclaims live work. XCLAIM with
- * JUSTID does not count as a delivery. Returns 1 on connection loss. */
-static int refresh_own(struct tm_redis *rb, struct tm_redis_task *rt,
-                       redisContext *c, char *eb, size_t ebsize)
+/* refresh_script resets the idle time (XCLAIM JUSTID, which does not
+ * count as a delivery) of the given ids that are pending on this
+ * consumer and idle for ARGV[3] ms or more. The owner is checked in the
+ * same script, so an entry another consumer reclaimed meanwhile is never
+ * taken back. KEYS: stream. ARGV: group, consumer, min idle, ids...
+ * Returns how many were refreshed. */
+static const char refresh_script[] =
+    "local keep = {}\n"
+    "for i = 4, #ARGV do\n"
+    "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i],"
+    " 1)\n"
+    "  if #p > 0 and p[1][2] == ARGV[2] and p[1][3] >= tonumber(ARGV[3])"
+    " then\n"
+    "    keep[#keep + 1] = ARGV[i]\n"
+    "  end\n"
+    "end\n"
+    "if #keep == 0 then return 0 end\n"
+    "local n = #keep\n"
+    "keep[n + 1] = 'JUSTID'\n"
+    "redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(keep))\n"
+    "return n\n";
+
+/* Ids per refresh script call. */
+#define TM_REDIS_REFRESH_CHUNK 256
+
+/* held_ids copies the ids of the task's held, unsettled messages into
+ * rb's refresh scratch; returns their count. */
+static size_t held_ids(struct tm_redis *rb, struct tm_redis_task *rt)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&rt->held_mu);
+    for (const struct tm_redis_held *h = rt->held; h != NULL; h = h->next) {
+        const struct tm_batch *b = h->batch;
+        for (size_t i = 0; i < b->n; i++) {
+            if (h->settled[i])
+                continue;
+            if (n == rb->idcap) {
+                rb->idcap = rb->idcap ? rb->idcap * 2 : 64;
+                rb->ids = tm_realloc(rb->ids, rb->idcap * sizeof *rb->ids);
+            }
+            tm_snprintf(rb->ids[n], sizeof rb->ids[n], "%s",
+                        b->msgs[i].id);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&rt->held_mu);
+    return n;
+}
+
+/* refresh_held resets the idle time of the entries this process holds
+ * (read, queued or running; not yet settled) that have been pending for
+ * half the claim time, so that no other consumer reclaims live work.
+ * Entries waiting in the retry set are not held by anyone and are left
+ * alone (reclaim skips them). Returns 1 on connection loss. */
+static int refresh_held(struct tm_redis *rb, struct tm_redis_task *rt,
+                        redisContext *c, char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
-    char idle[24], count[24];
+    size_t n = held_ids(rb, rt);
+    char idle[24];
     tm_snprintf(idle, sizeof idle, "%lld", (long long)(t->claim_idle_ms / 2));
-    tm_snprintf(count, sizeof count, "%d", TM_REDIS_ACK_CHUNK);
-    const char *argv[] = {"XPENDING", t->queue, t->group, "IDLE", idle,
-                          "-", "+", count, rb->consumer};
-    redisReply *r = redisCommandArgv(c, 9, argv, NULL);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        int dead = tm_redis_reply_error(c, r, eb, ebsize);
+    const char *argv[7 + TM_REDIS_REFRESH_CHUNK];
+    long long kept = 0;
+    int dead = 0;
+    for (size_t from = 0; from < n && !dead;
+         from += TM_REDIS_REFRESH_CHUNK) {
+        size_t argc = 0;
+        argv[argc++] = "EVAL";
+        argv[argc++] = refresh_script;
+        argv[argc++] = "1";
+        argv[argc++] = t->queue;
+        argv[argc++] = t->group;
+        argv[argc++] = rb->consumer;
+        argv[argc++] = idle;
+        for (size_t i = from; i < n && i < from + TM_REDIS_REFRESH_CHUNK;
+             i++)
+            argv[argc++] = rb->ids[i];
+        redisReply *r = tm_redis_command(c, (int)argc, argv, NULL, eb,
+                                         ebsize, &dead);
+        if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+            kept += r->integer;
         if (r != NULL)
             freeReplyObject(r);
-        return dead;
     }
-    if (r->elements == 0) {
-        freeReplyObject(r);
-        return 0;
-    }
-    const char **cargv = tm_calloc(r->elements + 6, sizeof *cargv);
-    size_t argc = 0;
-    cargv[argc++] = "XCLAIM";
-    cargv[argc++] = t->queue;
-    cargv[argc++] = t->group;
-    cargv[argc++] = rb->consumer;
-    cargv[argc++] = "0";
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
-            e->element[0]->type == REDIS_REPLY_STRING)
-            cargv[argc++] = e->element[0]->str;
-    }
-    cargv[argc++] = "JUSTID";
-    redisReply *x = redisCommandArgv(c, (int)argc, cargv, NULL);
-    int dead = 0;
-    if (x == NULL || x->type == REDIS_REPLY_ERROR)
-        dead = tm_redis_reply_error(c, x, eb, ebsize);
-    else
+    if (kept > 0)
         tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
-                     "kept %zu long-pending entries from being reclaimed",
-                     argc - 6);
-    if (x != NULL)
-        freeReplyObject(x);
-    tm_free(cargv);
-    freeReplyObject(r);
+                     "kept %lld long-pending entries from being reclaimed",
+                     kept);
     return dead;
 }
 
-/* trim caps the stream at maxlen entries, but never removes an entry that
- * some group has not yet read or acknowledged: it trims (XTRIM MINID) up
- * to the oldest such entry at most. Work per round is bounded. */
-static int trim(struct tm_redis *rb, struct tm_redis_task *rt, redisContext *c,
-                char *eb, size_t ebsize)
+/* trim_script caps the stream at ARGV[1] entries, but never removes an
+ * entry that some group has not yet read or acknowledged. One script, so
+ * the groups cannot change between the reads: for each group the bound
+ * is its first pending entry, else its last-delivered id (kept: one
+ * entry more than needed, no id arithmetic); a group whose bound cannot
+ * be read stops the round (nothing trimmed). At most ARGV[2] entries go
+ * per round. KEYS: stream. Returns the count trimmed, -1 when it did not
+ * trim for a group it could not read. */
+static const char trim_script[] =
+    "local function lt(a, b)\n"
+    "  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"
+    "  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"
+    "  if #am ~= #bm then return #am < #bm end\n"
+    "  if am ~= bm then return am < bm end\n"
+    "  if #as ~= #bs then return #as < #bs end\n"
+    "  return as < bs\n"
+    "end\n"
+    "local excess = redis.call('XLEN', KEYS[1]) - tonumber(ARGV[1])\n"
+    "if excess <= 0 then return 0 end\n"
+    "local safe = nil\n"
+    "for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do\n"
+    "  local name, pending, last\n"
+    "  for i = 1, #g - 1, 2 do\n"
+    "    if g[i] == 'name' then name = g[i + 1] end\n"
+    "    if g[i] == 'pending' then pending = g[i + 1] end\n"
+    "    if g[i] == 'last-delivered-id' then last = g[i + 1] end\n"
+    "  end\n"
+    "  if type(name) ~= 'string' or type(last) ~= 'string' or\n"
+    "     not string.match(last, '^%d+-%d+$') then return -1 end\n"
+    "  local cand = last\n"
+    "  if pending ~= 0 then\n"
+    "    local p = redis.pcall('XPENDING', KEYS[1], name)\n"
+    "    if type(p) ~= 'table' or p.err or type(p[2]) ~= 'string' then\n"
+    "      return -1\n"
+    "    end\n"
+    "    if lt(p[2], cand) then cand = p[2] end\n"
+    "  end\n"
+    "  if safe == nil or lt(cand, safe) then safe = cand end\n"
+    "end\n"
+    "if safe == nil then return 0 end\n"
+    "local k = math.min(excess, tonumber(ARGV[2]))\n"
+    "local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', k + 1)\n"
+    "if #r < k + 1 then return 0 end\n"
+    "local minid = r[k + 1][1]\n"
+    "if lt(safe, minid) then minid = safe end\n"
+    "return redis.call('XTRIM', KEYS[1], 'MINID', minid)\n";
+
+/* trim caps the stream at maxlen entries (trim_script). */
+static int trim(struct tm_redis_task *rt, redisContext *c, char *eb,
+                size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
+    char maxlen[24];
+    tm_snprintf(maxlen, sizeof maxlen, "%lld", (long long)t->maxlen);
+    const char *argv[] = {"EVAL", trim_script, "1", t->queue, maxlen,
+                          "10000"};
     int dead = 0;
-    (void)rb;
-    redisReply *len = redisCommand(c, "XLEN %s", t->queue);
-    if (len == NULL || len->type != REDIS_REPLY_INTEGER) {
-        dead = tm_redis_reply_error(c, len, eb, ebsize);
-        goto out_len;
+    redisReply *r = tm_redis_command(c, 6, argv, NULL, eb, ebsize, &dead);
+    if (r == NULL) {
+        if (!dead)
+            tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL, "trim: %s",
+                         eb);
+        return dead;
     }
-    long long excess = len->integer - t->maxlen;
-    if (excess <= 0)
-        goto out_len;
-    /* the oldest entry any group still needs */
-    char safe[TM_REDIS_ID_MAX] = "";
-    redisReply *groups = redisCommand(c, "XINFO GROUPS %s", t->queue);
-    if (groups == NULL || groups->type != REDIS_REPLY_ARRAY) {
-        dead = tm_redis_reply_error(c, groups, eb, ebsize);
-        goto out_groups;
-    }
-    for (size_t i = 0; i < groups->elements; i++) {
-        const redisReply *g = groups->element[i];
-        const redisReply *name = tm_redis_reply_field(g, "name");
-        const redisReply *pend = tm_redis_reply_field(g, "pending");
-        const redisReply *last = tm_redis_reply_field(g, "last-delivered-id");
-        if (name == NULL || pend == NULL || last == NULL)
-            continue;
-        char cand[TM_REDIS_ID_MAX];
-        if (pend->integer > 0) {
-            redisReply *p = redisCommand(c, "XPENDING %s %s", t->queue,
-                                         name->str);
-            if (p == NULL) {
-                dead = tm_redis_reply_error(c, p, eb, ebsize);
-                goto out_groups;
-            }
-            if (p->type != REDIS_REPLY_ARRAY || p->elements < 2 ||
-                p->element[1]->type != REDIS_REPLY_STRING) {
-                freeReplyObject(p);
-                continue;
-            }
-            tm_snprintf(cand, sizeof cand, "%s", p->element[1]->str);
-            freeReplyObject(p);
-        } else {
-            tm_redis_id_next(last->str, cand, sizeof cand);
-        }
-        if (safe[0] == '\0' || tm_redis_id_cmp(cand, safe) < 0)
-            tm_snprintf(safe, sizeof safe, "%s", cand);
-    }
-    if (safe[0] == '\0')
-        goto out_groups;
-    /* the newest entry over the cap, looking at 10000 at most */
-    long long k = excess < 10000 ? excess : 10000;
-    redisReply *range = redisCommand(c, "XRANGE %s - + COUNT %lld",
-                                     t->queue, k);
-    if (range == NULL || range->type != REDIS_REPLY_ARRAY ||
-        range->elements == 0) {
-        dead = range == NULL ? tm_redis_reply_error(c, range, eb,
-                                           ebsize)
-                             : 0;
-        goto out_range;
-    }
-    const redisReply *lastover = range->element[range->elements - 1];
-    char minid[TM_REDIS_ID_MAX];
-    tm_redis_id_next(lastover->element[0]->str, minid, sizeof minid);
-    if (tm_redis_id_cmp(safe, minid) < 0)
-        tm_snprintf(minid, sizeof minid, "%s", safe);
-    redisReply *x = redisCommand(c, "XTRIM %s MINID %s", t->queue,
-                                 minid);
-    if (x == NULL || x->type == REDIS_REPLY_ERROR)
-        dead = tm_redis_reply_error(c, x, eb, ebsize);
-    else if (x->type == REDIS_REPLY_INTEGER && x->integer > 0)
+    if (r->type == REDIS_REPLY_INTEGER && r->integer > 0)
         tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
-                     "trimmed %lld entries (maxlen %lld)", x->integer,
+                     "trimmed %lld entries (maxlen %lld)", r->integer,
                      (long long)t->maxlen);
-    if (x != NULL)
-        freeReplyObject(x);
-out_range:
-    if (range != NULL)
-        freeReplyObject(range);
-out_groups:
-    if (groups != NULL)
-        freeReplyObject(groups);
-out_len:
-    if (len != NULL)
-        freeReplyObject(len);
-    return dead;
+    else if (r->type == REDIS_REPLY_INTEGER && r->integer < 0)
+        tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
+                     "not trimmed: a group's pending list could not be "
+                     "read");
+    freeReplyObject(r);
+    return 0;
 }
 
 /* sweep_consumers removes consumers of the group that hold nothing and
@@ -228,9 +250,9 @@ void tm_redis_tick(struct tm_broker *b)
             return;
         rt->next_tick_ms = now + tm_redis_claim_period(rt->cfg);
         rt->tick_rounds++;
-        int dead = refresh_own(rb, rt, rb->wc, eb, sizeof eb);
+        int dead = refresh_held(rb, rt, rb->wc, eb, sizeof eb);
         if (!dead && rt->cfg->maxlen > 0 && rt->tick_rounds % 4 == 1)
-            dead = trim(rb, rt, rb->wc, eb, sizeof eb);
+            dead = trim(rt, rb->wc, eb, sizeof eb);
         if (!dead && rt->tick_rounds % 64 == 1)
             dead = sweep_consumers(rb, rt, rb->wc, eb, sizeof eb);
         if (dead) {
