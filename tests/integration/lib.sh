@@ -149,6 +149,7 @@ priv_redis_start() {
 		fail "port $PRIV_REDIS_PORT for the private redis is taken"
 	redis-server --bind 127.0.0.1 --port "$PRIV_REDIS_PORT" --dir "$dir" \
 		--save '' --appendonly yes --appendfsync always --daemonize no \
+		--enable-debug-command local \
 		"${args[@]}" --logfile "$dir/redis.log" &
 	PRIV_REDIS_PID=$!
 	if [[ -z $PRIV_REDIS_HOOKED ]]; then

@@ -118,6 +118,7 @@ start_redis() {
 		port_is_free "$port" || continue
 		redis-server --bind 127.0.0.1 --port "$port" --dir "$SCRATCH" \
 			--save '' --appendonly no --daemonize no \
+			--enable-debug-command local \
 			--logfile "$SCRATCH/redis.log" &
 		REDIS_PID=$!
 		for ((i = 0; i < 100; i++)); do
