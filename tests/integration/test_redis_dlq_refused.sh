@@ -5,13 +5,13 @@
 # stays pending and no dead letter appears; once the cause is gone, exactly
 # one dead letter appears and nothing stays pending.
 . "$TM_SRCDIR/tests/integration/lib_redis.sh"
+. "$TM_SRCDIR/tests/integration/lib_fault.sh"
 
 CONF=$TEST_DIR/taskmill.yaml
 write_config "$CONF" <<YAML
 tasks:
   fail: { plugin: fail.so, queue: q.ref, claim_idle: 2s }
 YAML
-tmr_on_exit 'rcli CONFIG SET maxmemory 0 >/dev/null 2>&1 || true'
 start_daemon "$CONF"
 wait_ping
 
@@ -30,12 +30,11 @@ assert_eq '{"mode":"reject"}' "$(xfield q.ref.dlq "$dlq1" body)" "dead letter bo
 # 2. OOM: the daemon reads and runs the message, the dead letter is refused
 kill -STOP "$DAEMON_PID"
 id2=$(rcall XADD q.ref '*' body '{"mode":"reject","n":2}')
-rcall CONFIG SET maxmemory-policy noeviction >/dev/null
-rcall CONFIG SET maxmemory 1 >/dev/null
+redis_oom "$REDIS_PORT" on
 kill -CONT "$DAEMON_PID"
 wait_until "grep -aF '$id2' $DAEMON_LOG | grep -q 'OOM'" 20
 hold_for 3 "[[ \$(xpending q.ref) == 1 && \$(xlen q.ref.dlq) == 1 ]]"
-rcall CONFIG SET maxmemory 0 >/dev/null
+redis_oom "$REDIS_PORT" off
 wait_until '[[ $(xlen q.ref.dlq) == 2 ]]' 20
 wait_until '[[ $(xpending q.ref) == 0 ]]' 10
 hold_for 2 '[[ $(xlen q.ref.dlq) == 2 ]]'

@@ -1,7 +1,8 @@
 /* flaky.c - test plugin: each run appends "<message id> <attempt>" to the
- * file named by config key "path"; attempt 1 then fails (an error, to be
- * retried), later attempts sleep {"ms": N} if asked and succeed. Used to
- * count the runs of a retried message across consumers. */
+ * file named by config key "path"; attempt 1 then sleeps {"first_ms": N}
+ * if asked and fails (an error), later attempts sleep {"ms": N} if asked
+ * and succeed. Used to count the runs of a message across consumers and
+ * connection faults. */
 #define _POSIX_C_SOURCE 200809L
 #include <taskmill.h>
 
@@ -48,15 +49,14 @@ static int cb_run(struct tm_call *call)
     int n = snprintf(line, sizeof line, "%s %u\n", call->id, call->attempt);
     if (write(*(int *)call->task_data, line, (size_t)n) != n)
         return TM_TASK_ERROR;
-    if (call->attempt == 1)
-        return TM_TASK_ERROR;
-    const char *ms = strstr(call->body, "\"ms\"");
+    const char *ms = strstr(call->body, call->attempt == 1 ? "\"first_ms\""
+                                                           : "\"ms\"");
     if (ms != NULL) {
         long t = strtol(strchr(ms, ':') + 1, NULL, 10);
         struct timespec ts = {t / 1000, (t % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
-    return TM_TASK_OK;
+    return call->attempt == 1 ? TM_TASK_ERROR : TM_TASK_OK;
 }
 
 TM_TASK_DECLARE(
