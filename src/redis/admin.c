@@ -1,4 +1,5 @@
-/* admin.c - Redis CLI and monitoring operations: publish, dead letters, depths. */
+/* admin.c - Redis CLI and monitoring operations: publish, dead letters,
+ * queue depths. */
 #include "redis/redis.h"
 
 #include <errno.h>
@@ -41,12 +42,13 @@ static int group_counts(const redisReply *groups, const char *group,
                         long long *depth, long long *pending)
 {
     for (size_t i = 0; i < groups->elements; i++) {
-        const redisReply *name = tm_redis_reply_field(groups->element[i], "name");
+        const redisReply *g = groups->element[i];
+        const redisReply *name = tm_redis_reply_field(g, "name");
         if (name == NULL || name->type != REDIS_REPLY_STRING ||
             strcmp(name->str, group) != 0)
             continue;
-        const redisReply *lag = tm_redis_reply_field(groups->element[i], "lag");
-        const redisReply *pend = tm_redis_reply_field(groups->element[i], "pending");
+        const redisReply *lag = tm_redis_reply_field(g, "lag");
+        const redisReply *pend = tm_redis_reply_field(g, "pending");
         if (lag != NULL && lag->type == REDIS_REPLY_INTEGER)
             *depth = lag->integer;
         if (pend != NULL && pend->type == REDIS_REPLY_INTEGER)
@@ -78,7 +80,8 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
     if (ti >= rb->ntasks)
         goto out;
     if (rb_depth_conn.c == NULL) {
-        rb_depth_conn.c = tm_redis_connect(rb, TM_REDIS_DEPTH_TIMEOUT_MS, eb, sizeof eb);
+        rb_depth_conn.c = tm_redis_connect(rb, TM_REDIS_DEPTH_TIMEOUT_MS, eb,
+                                           sizeof eb);
         if (rb_depth_conn.c == NULL) {
             tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
             goto out;
@@ -257,7 +260,8 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
             if (e->type != REDIS_REPLY_ARRAY || e->elements != 2)
                 continue;
             /* the body as stored, every byte of it */
-            const redisReply *body = tm_redis_reply_field(e->element[1], "body");
+            const redisReply *body =
+                tm_redis_reply_field(e->element[1], "body");
             const char *sargv[] = {"EVAL", replay_script, "2", t->queue,
                                    t->dead_letter, e->element[0]->str,
                                    body != NULL ? body->str : ""};

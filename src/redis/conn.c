@@ -20,7 +20,8 @@ static struct timeval tv_ms(int64_t ms)
     return tv;
 }
 
-/* tm_redis_reply_error describes a failed command: the reply's error text, or the
+/* tm_redis_reply_error describes a failed command: the reply's error
+ * text, or the
  * context's I/O error. Returns 1 when the connection is unusable. */
 int tm_redis_reply_error(redisContext *c, redisReply *r, char *buf,
                        size_t size)
@@ -85,7 +86,8 @@ redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
         if (u->user != NULL && u->user[0] != '\0')
             argv[argc++] = u->user;
         argv[argc++] = u->password;
-        redisReply *r = tm_redis_command(c, argc, argv, NULL, eb, sizeof eb, &dead);
+        redisReply *r = tm_redis_command(c, argc, argv, NULL, eb, sizeof eb,
+                                         &dead);
         if (r == NULL) {
             tm_snprintf(buf, size, "%s: AUTH failed: %s", u->redacted, eb);
             redisFree(c);
@@ -97,7 +99,8 @@ redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
         char db[16];
         tm_snprintf(db, sizeof db, "%d", u->db);
         const char *argv[2] = {"SELECT", db};
-        redisReply *r = tm_redis_command(c, 2, argv, NULL, eb, sizeof eb, &dead);
+        redisReply *r = tm_redis_command(c, 2, argv, NULL, eb, sizeof eb,
+                                         &dead);
         if (r == NULL) {
             tm_snprintf(buf, size, "%s: SELECT %d failed: %s", u->redacted,
                         u->db, eb);
@@ -189,25 +192,4 @@ const redisReply *tm_redis_reply_field(const redisReply *a, const char *key)
             strcmp(a->element[i]->str, key) == 0)
             return a->element[i + 1];
     return NULL;
-}
-
-/* tm_redis_id_cmp orders two stream ids "ms-seq" numerically. */
-int tm_redis_id_cmp(const char *a, const char *b)
-{
-    unsigned long long ams = strtoull(a, (char **)&a, 10);
-    unsigned long long bms = strtoull(b, (char **)&b, 10);
-    if (ams != bms)
-        return ams < bms ? -1 : 1;
-    unsigned long long aseq = *a == '-' ? strtoull(a + 1, NULL, 10) : 0;
-    unsigned long long bseq = *b == '-' ? strtoull(b + 1, NULL, 10) : 0;
-    return aseq < bseq ? -1 : aseq > bseq ? 1 : 0;
-}
-
-/* tm_redis_id_next writes the id right after id (seq + 1) into buf. */
-void tm_redis_id_next(const char *id, char *buf, size_t size)
-{
-    char *end;
-    unsigned long long ms = strtoull(id, &end, 10);
-    unsigned long long seq = *end == '-' ? strtoull(end + 1, NULL, 10) : 0;
-    tm_snprintf(buf, size, "%llu-%llu", ms, seq + 1);
 }

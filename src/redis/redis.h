@@ -13,7 +13,7 @@
 
 /*
  * The adapter is split by layer:
- *   conn.c    connections, timeouts, error translation, id helpers
+ *   conn.c    connections, timeouts, error translation
  *   intake.c  reads of new entries, own history and reclaim (intake thread)
  *   retry.c   the retry schedule
  *   settle.c  ack, retry, dead-letter (settle thread)
@@ -128,8 +128,6 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
                       const char *why);
 const redisReply *tm_redis_reply_field(const redisReply *a,
                                        const char *key);
-int tm_redis_id_cmp(const char *a, const char *b);
-void tm_redis_id_next(const char *id, char *buf, size_t size);
 
 /* ---- retry.c ---- */
 

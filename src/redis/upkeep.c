@@ -10,8 +10,8 @@
 
 #define SRC TM_REDIS_SRC
 
-/* tm_redis_claim_period is how often a task's entries are checked: a quarter of
- * claim_idle, between 50 ms and 5 s. */
+/* tm_redis_claim_period is how often a task's entries are checked: a
+ * quarter of claim_idle, between 50 ms and 5 s. */
 int64_t tm_redis_claim_period(const struct tm_cfg_task *t)
 {
     int64_t p = t->claim_idle_ms / 4;
