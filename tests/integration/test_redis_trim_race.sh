@@ -7,7 +7,7 @@
 # not read yet must still be in the stream.
 . "$TM_SRCDIR/tests/integration/lib_redis.sh"
 
-N=60000
+N=100000
 CONF=$TEST_DIR/taskmill.yaml
 write_config "$CONF" <<YAML
 tasks:
@@ -26,7 +26,7 @@ for i in $(seq 1 20); do PAIRS+=$ACK$'\n'$READ$'\n'; done
 (
 	while :; do
 		printf '%s' "$PAIRS"
-		sleep 0.002
+		sleep 0.004
 	done | rcli --pipe >/dev/null 2>&1
 ) &
 FLIPPER=$!
