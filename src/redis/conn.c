@@ -1,12 +1,14 @@
 /* conn.c - Redis connections, timeouts, error translation, stream ids. */
 #include "redis/redis.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "util.h"
@@ -192,4 +194,146 @@ const redisReply *tm_redis_reply_field(const redisReply *a, const char *key)
             strcmp(a->element[i]->str, key) == 0)
             return a->element[i + 1];
     return NULL;
+}
+
+/* ---- replies with a cap on bulk strings ---- */
+
+/* Bytes read from the socket at a time. */
+#define TM_REDIS_CAP_CHUNK 16384
+
+static int cap_feed_out(redisReader *rd, const char *p, size_t n)
+{
+    return n > 0 && redisReaderFeed(rd, p, n) != REDIS_OK ? -1 : 0;
+}
+
+/* cap_line passes on one complete line (CRLF included), or for a bulk
+ * header over the limit the marker in its place. */
+static int cap_line(struct tm_redis_cap *f, redisReader *rd)
+{
+    if (f->line[0] != '$')
+        return cap_feed_out(rd, f->line, f->nline);
+    long long n = strtoll(f->line + 1, NULL, 10);
+    if (n < 0 || (unsigned long long)n <= f->limit) {
+        f->pass = n < 0 ? 0 : (size_t)n + 2;
+        return cap_feed_out(rd, f->line, f->nline);
+    }
+    char text[128], head[32];
+    int tl = tm_snprintf(text, sizeof text,
+                         TM_REDIS_OVERSIZE "body of %lld bytes exceeds "
+                         "max_payload of %zu\r\n", n, f->limit);
+    int hl = tm_snprintf(head, sizeof head, "$%d\r\n", tl - 2);
+    f->drop = (size_t)n + 2;
+    if (cap_feed_out(rd, head, (size_t)hl) != 0)
+        return -1;
+    return cap_feed_out(rd, text, (size_t)tl);
+}
+
+int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
+                      const char *in, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (f->drop > 0) {
+            size_t k = n - i < f->drop ? n - i : f->drop;
+            f->drop -= k;
+            i += k;
+            continue;
+        }
+        if (f->pass > 0) {
+            size_t k = n - i < f->pass ? n - i : f->pass;
+            if (cap_feed_out(rd, in + i, k) != 0)
+                return -1;
+            f->pass -= k;
+            i += k;
+            continue;
+        }
+        const char *nl = memchr(in + i, '\n', n - i);
+        size_t take = nl != NULL ? (size_t)(nl - (in + i)) + 1 : n - i;
+        if (f->nline + take > sizeof f->line)
+            return -1;
+        memcpy(f->line + f->nline, in + i, take);
+        f->nline += take;
+        i += take;
+        if (nl == NULL)
+            continue;
+        if (cap_line(f, rd) != 0)
+            return -1;
+        f->nline = 0;
+    }
+    return 0;
+}
+
+void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit)
+{
+    memset(f, 0, sizeof *f);
+    f->limit = limit;
+}
+
+int tm_redis_get_reply_capped(redisContext *c, size_t limit,
+                              redisReply **out)
+{
+    void *r = NULL;
+    int done = 0;
+    *out = NULL;
+    /* the filter starts at a reply boundary: nothing read ahead */
+    if (c->reader->pos < c->reader->len) {
+        if (redisGetReply(c, &r) != REDIS_OK)
+            return -1;
+        *out = r;
+        return 0;
+    }
+    do {
+        if (redisBufferWrite(c, &done) != REDIS_OK)
+            return -1;
+    } while (!done);
+    struct tm_redis_cap *f = tm_calloc(1, sizeof *f);
+    char *buf = tm_malloc(TM_REDIS_CAP_CHUNK);
+    int rc = -1;
+    tm_redis_cap_init(f, limit);
+    /* read until the reply is whole, and the filter done with the bulk
+     * it drops: the reader has the reply as soon as it has the reason in
+     * that bulk's place, while the rest of its bytes are still coming */
+    while (r == NULL || f->drop > 0) {
+        if (r == NULL && redisReaderGetReply(c->reader, &r) != REDIS_OK) {
+            c->err = REDIS_ERR_PROTOCOL;
+            tm_snprintf(c->errstr, sizeof c->errstr, "%s",
+                        c->reader->errstr);
+            goto out;
+        }
+        if (r != NULL && f->drop == 0)
+            break;
+        ssize_t n = read(c->fd, buf, TM_REDIS_CAP_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = errno;
+            char eb[TM_STRERRNO_BUF];
+            c->err = n == 0 ? REDIS_ERR_EOF : REDIS_ERR_IO;
+            if (n == 0)
+                tm_snprintf(c->errstr, sizeof c->errstr,
+                            "Server closed the connection");
+            else
+                tm_snprintf(c->errstr, sizeof c->errstr, "%s",
+                            tm_strerror(e, eb, sizeof eb));
+            goto out;
+        }
+        if (tm_redis_cap_feed(f, c->reader, buf, (size_t)n) != 0) {
+            c->err = REDIS_ERR_PROTOCOL;
+            tm_snprintf(c->errstr, sizeof c->errstr,
+                        "reply line over %d bytes, or out of memory",
+                        TM_REDIS_CAP_LINE_MAX);
+            goto out;
+        }
+    }
+    /* a reply ends where the filter is back at a line start */
+    assert(f->pass == 0 && f->drop == 0 && f->nline == 0);
+    *out = r;
+    r = NULL;
+    rc = 0;
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    tm_free(buf);
+    tm_free(f);
+    return rc;
 }

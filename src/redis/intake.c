@@ -1,18 +1,19 @@
 /* intake.c - Redis intake: due retries, reclaim, own history, new entries.
  *
- * Every read but the blocking one runs as a script that takes entries one
- * at a time and never returns a body over max_payload: such an entry comes
- * back with its fields stripped and a reason, so it is dead-lettered as
- * invalid without its body ever crossing the connection (the dead-letter
- * script copies the body inside Redis). A script reply stops at
- * TM_REDIS_READ_BYTES. A blocking read cannot run in a script, so it asks
- * for one entry only (COUNT 1): hiredis reads a whole reply, and the RESP
- * protocol gives no way to learn an entry's size before reading it, so
- * that one entry may be as large as the entry is; an oversized one is
- * dropped at once and taken again through the script, stripped. */
+ * No read ever holds a body over max_payload. Every reply is read through
+ * tm_redis_get_reply_capped, which drops a bulk string over max_payload
+ * as it comes off the socket and leaves its reason in its place (hiredis
+ * reads a whole reply, and RESP gives an entry's size only in the header
+ * of its bulk string: the filter acts there). The claim scripts (due
+ * retries, reclaim, history) strip such bodies inside Redis already, so
+ * they do not even cross the connection, and stop their reply at
+ * TM_REDIS_READ_BYTES. New entries come from plain XREADGROUP (fast; one
+ * reply holds at most COUNT entries of max_payload each, the bound the
+ * messages queued in the daemon have anyway). An oversized entry becomes
+ * an invalid message with its reason, dead-lettered at once; the
+ * dead-letter script copies its body inside Redis. */
 #include "redis/redis.h"
 
-#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,25 +61,6 @@ static const char history_script[] = TM_REDIS_LUA_TAKE
     "  if not redis.call('ZSCORE', KEYS[2], e[1]) then claim(e[1], 0) end\n"
     "end\n"
     "return {cursor, out}\n";
-
-/* read_script reads new entries (never delivered to the group), one at a
- * time until the reply is full or none is left. Returns {"", out}. */
-static const char read_script[] = TM_REDIS_LUA_TAKE
-    "while not full() do\n"
-    "  local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2],\n"
-    "    'COUNT', 1, 'STREAMS', KEYS[1], '>')\n"
-    "  if not r then break end\n"
-    "  keep(r[1][2][1], 1)\n"
-    "end\n"
-    "return {'', out}\n";
-
-/* own_script takes entry ARGV[6] again when it is pending on this
- * consumer (an oversized entry a blocking read brought in). */
-static const char own_script[] = TM_REDIS_LUA_TAKE
-    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[6], ARGV[6],\n"
-    "  1)\n"
-    "if #p > 0 and p[1][2] == ARGV[2] then claim(ARGV[6], 0) end\n"
-    "return {'', out}\n";
 
 static void free_batch(struct tm_batch *b)
 {
@@ -158,6 +140,13 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
         const redisReply *k = f->element[i], *v = f->element[i + 1];
         if (k->type == REDIS_REPLY_STRING && k->len == 4 &&
             memcmp(k->str, "body", 4) == 0 && v->type == REDIS_REPLY_STRING) {
+            if (v->len > sizeof TM_REDIS_OVERSIZE - 1 &&
+                memcmp(v->str, TM_REDIS_OVERSIZE,
+                       sizeof TM_REDIS_OVERSIZE - 1) == 0) {
+                /* dropped by the capped read: the reason is left */
+                m->invalid = v->str + sizeof TM_REDIS_OVERSIZE - 1;
+                return 0;
+            }
             m->body = v->str;
             m->body_len = v->len;
             return 0;
@@ -250,6 +239,29 @@ static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
     return -1;
 }
 
+/* intake_command runs one command on the intake connection, reading its
+ * reply capped at max_payload. Returns the reply, or NULL with the reason
+ * in rt->errstr (and *dead = 1 when the connection is unusable); an
+ * error reply is returned as NULL too. */
+static redisReply *intake_command(struct tm_redis_task *rt, int argc,
+                                  const char **argv, int *dead)
+{
+    redisReply *r = NULL;
+    *dead = 0;
+    if (redisAppendCommandArgv(rt->rc, argc, argv, NULL) != REDIS_OK ||
+        tm_redis_get_reply_capped(rt->rc, rt->cfg->max_payload, &r) != 0) {
+        *dead = tm_redis_reply_error(rt->rc, NULL, rt->errstr,
+                                     sizeof rt->errstr);
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        tm_redis_reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
 /* take runs one take script (see TM_REDIS_LUA_TAKE) for at most max
  * entries, arg being its ARGV[6] and arg2 (or NULL) its ARGV[7]. The
  * script's first answer goes to aux (size auxsize). Returns the count of
@@ -269,8 +281,7 @@ static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
                           arg, arg2};
     int argc = arg2 != NULL ? 12 : 11;
     int dead = 0;
-    redisReply *r = tm_redis_command(rt->rc, argc, argv, NULL, rt->errstr,
-                                     sizeof rt->errstr, &dead);
+    redisReply *r = intake_command(rt, argc, argv, &dead);
     if (r == NULL && dead) {
         intake_failed(rb, rt, what);
         return -1;
@@ -376,21 +387,21 @@ static int read_history(struct tm_redis *rb, struct tm_redis_task *rt,
     return n;
 }
 
-/* read_blocking waits up to block_ms for one new entry (COUNT 1: see the
- * top of this file). An entry over max_payload is dropped at once and
- * taken again through own_script, which strips its body. */
-static int read_blocking(struct tm_redis *rb, struct tm_redis_task *rt,
-                         size_t ti, int64_t block_ms, struct tm_batch **out)
+/* read_new reads up to max new entries, waiting up to block_ms for the
+ * first one. */
+static int read_new(struct tm_redis *rb, struct tm_redis_task *rt,
+                    size_t ti, size_t max, int64_t block_ms,
+                    struct tm_batch **out)
 {
     const struct tm_cfg_task *t = rt->cfg;
-    char block[24];
+    char count[24], block[24];
+    tm_snprintf(count, sizeof count, "%zu", max);
     tm_snprintf(block, sizeof block, "%lld", (long long)block_ms);
     const char *argv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
-                          "COUNT", "1", "BLOCK", block, "STREAMS",
+                          "COUNT", count, "BLOCK", block, "STREAMS",
                           t->queue, ">"};
     int dead = 0;
-    redisReply *r = tm_redis_command(rt->rc, 11, argv, NULL, rt->errstr,
-                                     sizeof rt->errstr, &dead);
+    redisReply *r = intake_command(rt, 11, argv, &dead);
     if (r == NULL && dead) {
         intake_failed(rb, rt, "XREADGROUP");
         return -1;
@@ -408,21 +419,8 @@ static int read_blocking(struct tm_redis *rb, struct tm_redis_task *rt,
         entries_batch(rt, r, r->element[0]->element[1], ti);
     if (b == NULL)
         return 0;
-    /* COUNT 1: one message at most */
-    assert(b->n == 1);
-    if (b->msgs[0].body == NULL || b->msgs[0].body_len <= t->max_payload) {
-        *out = b;
-        return 1;
-    }
-    char id[TM_REDIS_ID_MAX];
-    tm_snprintf(id, sizeof id, "%s", b->msgs[0].id);
-    tm_log_write(TM_LOG_DEBUG, SRC, t->name, id,
-                 "body of %zu bytes over max_payload: taken again without "
-                 "it", b->msgs[0].body_len);
-    tm_msg_release(&b->msgs[0]); /* the batch goes to the garbage */
-    tm_redis_collect(rt);
-    return take(rb, rt, ti, own_script, "XCLAIM", 1, id, NULL, NULL, 0,
-                out);
+    *out = b;
+    return (int)b->n;
 }
 
 int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
@@ -492,18 +490,12 @@ int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
     if (!rt->history_done)
         return read_history(rb, rt, ti, max, out);
 
-    /* 4. new entries, as many as are there */
-    n = take(rb, rt, ti, read_script, "XREADGROUP", max, "", NULL, NULL, 0,
-             out);
-    if (n != 0)
-        return n;
-
-    /* 5. none: wait for one, until the next retry is due at most */
+    /* 4. new entries, waiting until the next retry is due at most */
     int64_t bl = timeout_ms > 0 ? timeout_ms : 1;
     int64_t now = tm_now_ms();
     int64_t hint = atomic_load(&rt->retry_hint_ms);
     int64_t until = rt->next_due_ms < hint ? rt->next_due_ms : hint;
     if (until - now < bl)
         bl = until - now > 1 ? until - now : 1;
-    return read_blocking(rb, rt, ti, bl, out);
+    return read_new(rb, rt, ti, max, bl, out);
 }

@@ -128,6 +128,50 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
                       const char *why);
 const redisReply *tm_redis_reply_field(const redisReply *a,
                                        const char *key);
+/* The longest line (a type header, a status, an error or an integer) the
+ * reply filter accepts. */
+#define TM_REDIS_CAP_LINE_MAX 4096
+
+/*
+ * struct tm_redis_cap filters the RESP2 byte stream between the socket and
+ * hiredis's reader: a bulk string longer than limit is never passed on
+ * (nor kept); the reader gets in its place TM_REDIS_OVERSIZE followed by
+ * "body of N bytes exceeds max_payload of LIMIT". Every item of RESP2 is
+ * one line, except the payload of a bulk string, which follows its "$N"
+ * line: so the filter needs no nesting, only whether it is in a line, in
+ * a payload to pass on (pass) or in one to drop (drop).
+ */
+struct tm_redis_cap {
+    size_t limit;
+    size_t pass, drop;     /* payload bytes (CRLF included) left */
+    size_t nline;          /* bytes of the line being read */
+    char line[TM_REDIS_CAP_LINE_MAX];
+};
+
+/* tm_redis_cap_init starts a filter at a reply boundary. */
+void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit);
+/* tm_redis_cap_feed runs n bytes read from the socket through the filter
+ * into the reader rd. -1 on a line over TM_REDIS_CAP_LINE_MAX or when the
+ * reader refuses the bytes. */
+int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
+                      const char *in, size_t n);
+
+/* TM_REDIS_OVERSIZE starts the text that tm_redis_get_reply_capped puts
+ * in place of a bulk string over its limit; the reason follows it ("body
+ * of N bytes exceeds max_payload of M"). A byte no JSON text starts
+ * with. */
+#define TM_REDIS_OVERSIZE "\x01"
+/* tm_redis_get_reply_capped reads the reply to the command last appended
+ * on c (redisAppendCommandArgv) like redisGetReply, except that no bulk
+ * string longer than limit is ever buffered: it is read off the socket
+ * and dropped, and the reply holds TM_REDIS_OVERSIZE and the reason in
+ * its place. Memory is thus bounded by the count of entries asked for
+ * times limit, however large the entries are. Returns 0 with *out set
+ * (the caller frees it), or -1 with c->err/errstr set (the connection is
+ * then unusable). Only for a connection that pipelines nothing: the
+ * filter starts and ends at a reply boundary. */
+int tm_redis_get_reply_capped(redisContext *c, size_t limit,
+                              redisReply **out);
 
 /* ---- retry.c ---- */
 
