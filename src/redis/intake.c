@@ -317,6 +317,10 @@ static int due_retries(struct tm_redis *rb, struct tm_redis_task *rt,
     if (now < rt->next_due_ms &&
         now < atomic_load(&rt->retry_hint_ms))
         return 0;
+    /* A hint noted after this store stays for the next look; one noted
+     * between the load above and this store is lost, but its ZADD came
+     * before the note, so the script below sees that retry (its due time
+     * is in the script's answer). */
     atomic_store(&rt->retry_hint_ms, LLONG_MAX);
     char wait[32];
     int n = take(rb, rt, ti, tm_redis_due_script, "retry claim", max, "",

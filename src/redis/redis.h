@@ -34,9 +34,10 @@
 /* Entries per XACK command and per read. */
 #define TM_REDIS_ACK_CHUNK 1024
 
-/* Bytes of entries one read may bring in (fields summed; an entry over
- * max_payload counts only for its id): a read stops at the entry that
- * reaches it, so one reply holds at most this plus one max_payload. */
+/* Bytes of entries one claim script (due retries, reclaim, history) may
+ * return (fields summed; an entry over max_payload counts only for its
+ * id): it stops at the entry that reaches it, so one reply holds at most
+ * this plus one max_payload. */
 #define TM_REDIS_READ_BYTES (4 * 1024 * 1024)
 
 /*
