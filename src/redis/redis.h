@@ -97,6 +97,8 @@ struct tm_redis {
     size_t scratchcap;
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
     size_t idcap;
+    int64_t refused_log_ms;     /* settle: last refusal logged */
+    unsigned long refused_unlogged; /* settle: refusals since, not logged */
 };
 
 /* ---- conn.c ---- */

@@ -47,6 +47,9 @@ static const char dead_script[] =
     "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
     "return id\n";
 
+/* A settlement the broker refuses is logged at most this often. */
+#define TM_REDIS_REFUSED_LOG_MS 10000
+
 /* struct tm_redis_span is one pipelined command: it settles
  * msgs[from..to). */
 struct tm_redis_span {
@@ -179,13 +182,24 @@ static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
     struct tm_msg *m = msgs[sp->from];
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
     if (r->type == REDIS_REPLY_ERROR) {
+        /* refused again every TM_RESETTLE_MS until the cause is gone:
+         * one line per TM_REDIS_REFUSED_LOG_MS, with the count since */
+        int64_t now = tm_now_ms();
+        if (rb->refused_log_ms != 0 &&
+            now - rb->refused_log_ms < TM_REDIS_REFUSED_LOG_MS) {
+            rb->refused_unlogged++;
+            return;
+        }
         const char *what = m->settle == TM_SETTLE_RETRY  ? "retry"
                            : m->settle == TM_SETTLE_DEAD ? "dead-letter"
                                                          : "XACK";
         tm_log_write(TM_LOG_ERR, SRC, t->name,
                      sp->to - sp->from == 1 ? m->id : NULL,
-                     "%s failed: %s; kept pending, to be settled again",
-                     what, r->str);
+                     "%s failed: %s; kept pending, to be settled again "
+                     "(%lu refusals not logged since the last such line)",
+                     what, r->str, rb->refused_unlogged);
+        rb->refused_log_ms = now;
+        rb->refused_unlogged = 0;
         return;
     }
     if (m->settle == TM_SETTLE_RETRY) {
