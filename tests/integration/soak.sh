@@ -61,7 +61,7 @@ note "soak: $N messages, seed $SEED, a budget of ${BUDGET}s"
 # Per daemon i (1, 2): its proxy P<i>, config, HTTP port, pid, journal.
 declare -a PID HP EXTRA
 KILLS=0 CUTS=0 BLACKHOLES=0 RELOADS_CONF=0 RELOADS_PLUGIN=0 RESTARTS=0
-DEATHS=() # unexpected exits: "daemon I pid P status S log L"
+DEATHS=() # unexpected exits: "daemon I pid P exited with status S"
 
 # soak_config I: write daemon I's config; the task "extra" is there when
 # EXTRA[I] is 1.
@@ -161,7 +161,6 @@ chaos_once() {
 	esac
 }
 
-# ---- set-up: the load first, then two daemons behind their proxies
 # soak_load: XADD the N messages through one pipelined redis-cli.
 soak_load() {
 	local i ms out
@@ -198,6 +197,7 @@ dlq_origins() {
 		end
 		return out" 1 "$1" | sort
 }
+# ---- set-up: the load first, then two daemons behind their proxies
 soak_load
 xids "$Q" >"$TEST_DIR/ids.all"
 assert_eq "$N" "$(wc -l <"$TEST_DIR/ids.all")" "entries loaded"
@@ -255,10 +255,10 @@ for i in 1 2; do
 	soak_check_alive "$i"
 done
 # soak_stop I: SIGTERM daemon I; append its exit status to stop_rcs, or
-# "hung" when it is still there 30 s later (then it is killed). Not in a
-# subshell: only this shell can reap the daemon.
+# "hung" when it is still there 15 s later (then it is killed; its
+# shutdown_timeout is 1 s). Not in a subshell: only this shell can reap it.
 soak_stop() {
-	local pid=${PID[$1]} rc=0 deadline=$(($(now_ms) + 30000))
+	local pid=${PID[$1]} rc=0 deadline=$(($(now_ms) + 15000))
 	kill -TERM "$pid" 2>/dev/null || true
 	while daemon_alive "$pid"; do
 		if (($(now_ms) >= deadline)); then
