@@ -112,6 +112,10 @@ struct tm_daemon {
     atomic_uint config_generation;
     atomic_int last_reload_ok;
     atomic_llong last_reload_ok_wall_ms;
+    /* while the first connection fails: "broker unreachable: <reason>",
+     * for /ping; "" otherwise. Written by the main thread, read by HTTP,
+     * both under stop_mu. */
+    char starting_why[512];
     /* why the last reload was refused ("" after one that took effect);
      * written and read under gen_lock */
     char last_reload_error[1024];

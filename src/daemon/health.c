@@ -77,7 +77,11 @@ int tm_daemon_ready(struct tm_daemon *d, char *why, size_t size)
 {
     int st = atomic_load(&d->state);
     if (st == TM_STATE_STARTING) {
-        tm_snprintf(why, size, "starting");
+        pthread_mutex_lock(&d->stop_mu);
+        tm_snprintf(why, size, "%s",
+                    d->starting_why[0] != '\0' ? d->starting_why
+                                                : "starting");
+        pthread_mutex_unlock(&d->stop_mu);
         return 0;
     }
     if (st == TM_STATE_STOPPING) {

@@ -179,6 +179,13 @@ int tm_daemon_run(struct tm_cfg *cfg)
         tm_beat_io_begin(&d->main_beat);
         int connected = g->broker->ops->connect(g->broker) == 0;
         tm_beat_io_end(&d->main_beat);
+        pthread_mutex_lock(&d->stop_mu);
+        if (connected)
+            d->starting_why[0] = '\0';
+        else
+            tm_snprintf(d->starting_why, sizeof d->starting_why,
+                        "broker unreachable: %s", g->broker->errstr);
+        pthread_mutex_unlock(&d->stop_mu);
         if (connected)
             break;
         if (g->broker->err == EINVAL) {

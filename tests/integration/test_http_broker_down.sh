@@ -27,6 +27,9 @@ wait_until '[[ $(http_code /healthz) == 200 ]]' 10
 # ---- no broker yet
 expect_code 503 /ping
 expect_json '.status == "unavailable" and (.reason | type == "string" and length > 0)' "/ping 503 body"
+# once the first attempt failed, the reason says why (not just "starting")
+wait_until '[[ $(curl -s "http://127.0.0.1:$HTTP_PORT/ping" | jq -r .reason) == "broker unreachable: "* ]]' 10
+note "ping reason before the first connection: $(curl -s "http://127.0.0.1:$HTTP_PORT/ping" | jq -r .reason)"
 expect_code 200 /healthz
 expect_code 200 /status
 expect_json '.broker.connected == false' "broker not connected"
