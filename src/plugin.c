@@ -375,11 +375,25 @@ static struct tm_plugin *bind(const char *path, int mfd,
     typedef const struct tm_task_plugin *(*descriptor_fn)(void);
     char name[64];
     mapped_name(mfd, name, sizeof name);
+    /* a file that is no ELF object at all (a text file, a script) gets
+     * told so, rather than advice about its dependencies */
+    unsigned char magic[4] = {0};
+    if (pread(mfd, magic, sizeof magic, 0) != (ssize_t)sizeof magic ||
+        memcmp(magic, "\177ELF", 4) != 0) {
+        set_err(err, errlen,
+                "%s: cannot load: not a shared object (no ELF header); "
+                "build it with cc -shared -fPIC", path);
+        return NULL;
+    }
     void *dl = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (dl == NULL) {
-        set_err(err, errlen,
-                "%s: cannot load: %s; check its dependencies with ldd(1)",
-                path, dl_reason(name));
+        const char *why = dl_reason(name);
+        /* ldd(1) helps when a library or a symbol is missing */
+        int deps = strstr(why, "cannot open shared object") != NULL ||
+                   strstr(why, "undefined symbol") != NULL ||
+                   strstr(why, "version `") != NULL;
+        set_err(err, errlen, "%s: cannot load: %s%s", path, why,
+                deps ? "; check its dependencies with ldd(1)" : "");
         return NULL;
     }
 

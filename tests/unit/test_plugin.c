@@ -335,6 +335,23 @@ START_TEST(test_refuse_undefined)
 }
 END_TEST
 
+/* A text file named .so is told it is no shared object, with no advice
+ * about its dependencies (ldd cannot help). */
+START_TEST(test_refuse_text_file)
+{
+    char path[PATH_MAX];
+    tm_snprintf(path, sizeof path, "%s/notes.so", scratch);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("this is not a plugin\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, 0644), 0);
+    const char *err = refused(path, ": cannot load: not a shared object "
+                                    "(no ELF header)");
+    ck_assert_ptr_null(strstr(err, "ldd"));
+}
+END_TEST
+
 START_TEST(test_refuse_group_writable_file)
 {
     char path[PATH_MAX];
@@ -1052,6 +1069,7 @@ static Suite *plugin_suite(void)
     tcase_add_test(tc, test_refuse_noversion);
     tcase_add_test(tc, test_refuse_norun);
     tcase_add_test(tc, test_refuse_undefined);
+    tcase_add_test(tc, test_refuse_text_file);
     tcase_add_test(tc, test_refuse_group_writable_file);
     tcase_add_test(tc, test_refuse_group_writable_dir);
     tcase_add_test(tc, test_refuse_writable_ancestor);
