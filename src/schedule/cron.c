@@ -153,10 +153,15 @@ static int field_parse(struct parse *ps, int fi, const char *p,
                     s = s * 10 + (*p - '0');
                 p++;
             }
-            if (p == at || s < 1 || s > f->max)
-                return perr(ps, at, fi, p == at ? "expected a step number"
-                            " after '/'" : "step out of range,", p == at ?
-                            NULL : at, (size_t)(p - at));
+            if (p == at)
+                return perr(ps, at, fi, "expected a step number after '/'",
+                            NULL, 0);
+            if (s < 1 || s > f->max) {
+                char msg[64];
+                tm_snprintf(msg, sizeof msg, "expected a step from 1 to %d,"
+                            " got", f->max);
+                return perr(ps, at, fi, msg, at, (size_t)(p - at));
+            }
             step = s;
         }
         for (int v = lo; v <= hi; v += step)
@@ -195,6 +200,7 @@ int tm_cron_parse(const char *spec, struct tm_cron *out, char *err,
     struct parse ps = { spec, err, errlen, col };
     struct tm_cron c;
     const char *p = spec;
+    const char *dom_at = spec;
     int nf = 0;
     memset(&c, 0, sizeof c);
     *col = 0;
@@ -213,11 +219,24 @@ int tm_cron_parse(const char *spec, struct tm_cron *out, char *err,
         if (field_parse(&ps, nf, p, end, &bits) < 0)
             return -1;
         switch (nf) {
-        case 0: c.minutes = bits; break;
-        case 1: c.hours = (uint32_t)bits; break;
-        case 2: c.doms = (uint32_t)bits; c.dom_star = *p == '*'; break;
-        case 3: c.months = (uint16_t)bits; break;
-        default: c.dows = (uint8_t)bits; c.dow_star = *p == '*'; break;
+        case 0:
+            c.minutes = bits;
+            break;
+        case 1:
+            c.hours = (uint32_t)bits;
+            break;
+        case 2:
+            c.doms = (uint32_t)bits;
+            c.dom_star = *p == '*';
+            dom_at = p;
+            break;
+        case 3:
+            c.months = (uint16_t)bits;
+            break;
+        default:
+            c.dows = (uint8_t)bits;
+            c.dow_star = *p == '*';
+            break;
         }
         nf++;
         p = end;
@@ -231,9 +250,10 @@ int tm_cron_parse(const char *spec, struct tm_cron *out, char *err,
         return -1;
     }
     if (!fires_ever(&c)) {
-        *col = 1;
-        tm_snprintf(err, errlen, "no date matches its day-of-month and "
-                    "month: it never fires");
+        *col = (int)(dom_at - spec) + 1;
+        tm_snprintf(err, errlen, "field 3 (day-of-month) at column %d: no "
+                    "month of the spec has such a day: it never fires",
+                    *col);
         return -1;
     }
     *out = c;
