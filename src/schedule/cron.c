@@ -133,9 +133,12 @@ static int field_parse(struct parse *ps, int fi, const char *p,
                 return -1;
             hi = lo;
             if (*p == '-') {
-                p++;
+                const char *at = ++p;
                 if (value(ps, fi, &p, &hi) < 0)
                     return -1;
+                /* "mon-sun": the name sun ends a range as 7 */
+                if (fi == 4 && hi == 0 && is_letter(*at))
+                    hi = 7;
                 if (hi < lo)
                     return perr(ps, item, fi, "range goes backwards (write "
                                 "it as two ranges, or a list):", item,

@@ -115,6 +115,8 @@ static const struct cron_ok cron_oks[] = {
     { "0 0 * * 5-7", B(0), B(0), ALL_DOM, ALL_MON, B(5) | B(6) | B(0), 1,
       0 },
     { "0 0 * * 0,7", B(0), B(0), ALL_DOM, ALL_MON, B(0), 1, 0 },
+    { "0 0 * * fri-sun", B(0), B(0), ALL_DOM, ALL_MON, B(5) | B(6) | B(0),
+      1, 0 },
     { "59 23 31 dec SAT", B(59), B(23), B(31), B(12), B(6), 0, 0 },
     { "0\t12\t*\tfeb,Aug\tsun", B(0), B(12), ALL_DOM, B(2) | B(8), B(0), 1,
       0 },
@@ -168,6 +170,7 @@ static const struct cron_bad cron_bads[] = {
     { "0 mon * * *", 3, "field 2 (hour) at column 3: expected a number, "
       "got 'mon'" },
     { "5-1 * * * *", 1, "range goes backwards" },
+    { "0 0 * * 6-0", 9, "range goes backwards" },
     { "*/0 * * * *", 3, "expected a step from 1 to 59, got '0'" },
     { "0 */24 * * *", 5, "expected a step from 1 to 23, got '24'" },
     { "*/ * * * *", 3, "expected a step number after '/'" },
