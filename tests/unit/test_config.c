@@ -562,7 +562,8 @@ START_TEST(test_shipped_config)
         "on_error:", "max_retries:", "backoff:", "max_backoff:",
         "dead_letter:", "max_payload:", "max_priority:", "priority:",
         "config:", "circuit_failures:", "circuit_cool_off:",
-        "circuit_max_cool_off:"
+        "circuit_max_cool_off:", "schedules:", "cron:", "every:",
+        "timezone:", "body:", "catch_up:"
     };
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
@@ -572,6 +573,30 @@ START_TEST(test_shipped_config)
     fclose(f);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         ck_assert_msg(strstr(text, keys[i]) != NULL, "no %s", keys[i]);
+
+    /* The commented-out schedules example loads once uncommented: the
+     * lines from "# schedules:" to the end, without their "# ". */
+    const char *ex = strstr(text, "\n# schedules:\n");
+    ck_assert_ptr_nonnull(ex);
+    static char yaml[65536];
+    size_t used = tm_snprintf(yaml, sizeof yaml, "%.*s",
+                              (int)(ex + 1 - text), text);
+    for (const char *line = ex + 1; *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - line) : strlen(line);
+        ck_assert_msg(len >= 2 && strncmp(line, "# ", 2) == 0,
+                      "not a commented-out line: %.*s", (int)len, line);
+        used += tm_snprintf(yaml + used, sizeof yaml - used, "%.*s\n",
+                            (int)len - 2, line + 2);
+        line += len + (nl != NULL);
+    }
+    cfg = load_text(yaml, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nschedules, 2);
+    ck_assert_str_eq(cfg->schedules[0].name, "nightly-report");
+    ck_assert_str_eq(cfg->schedules[0].timezone, "Europe/Berlin");
+    ck_assert_int_eq(cfg->schedules[1].spec.every_ms, 30000);
+    tm_cfg_free(cfg);
 
     /* With a RabbitMQ URL from the environment it loads too. */
     setenv("TASKMILL_BROKER_URL", "amqps://u:p@rabbit/%2f", 1);
