@@ -2,7 +2,6 @@
  * previous matching minute of wall-clock time. */
 #include "schedule/cron.h"
 
-#include <assert.h>
 #include <string.h>
 #include <strings.h>
 

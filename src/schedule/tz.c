@@ -286,14 +286,17 @@ static int tzif_header(const unsigned char *p, size_t len,
     return *version < 0 ? -1 : 0;
 }
 
-/* tzif_size returns the data block's size after a header (time_size 4
- * in the version 1 block, 8 in the second), or 0 when too big. */
-static size_t tzif_size(const struct tzif_counts *n, size_t time_size)
+/* tzif_size gives in *size the size of the data block after a header
+ * (time_size 4 in the version 1 block, 8 in the second). Returns 0, or
+ * -1 when it exceeds any zone file. */
+static int tzif_size(const struct tzif_counts *n, size_t time_size,
+                     size_t *size)
 {
     uint64_t s = (uint64_t)n->time * (time_size + 1) + (uint64_t)n->type * 6 +
                  n->chr + (uint64_t)n->leap * (time_size + 4) + n->isstd +
                  n->isut;
-    return s > TZ_MAX_FILE ? 0 : (size_t)s;
+    *size = (size_t)s;
+    return s > TZ_MAX_FILE ? -1 : 0;
 }
 
 static void note_off(struct tm_tz *z, int32_t off)
@@ -319,20 +322,17 @@ struct tm_tz *tm_tz_parse(const char *name, const unsigned char *data,
     why = "a version 1 TZif file (no 64-bit data); update tzdata";
     if (version < 2)
         goto fail;
-    size_t v1 = tzif_size(&n, 4);
+    size_t v1, v2;
     why = "truncated TZif file";
-    if (v1 == 0 && n.time + n.type + n.chr + n.leap + n.isstd + n.isut > 0)
-        goto fail;
-    if (len - TZ_HEADER < v1)
+    if (tzif_size(&n, 4, &v1) < 0 || len - TZ_HEADER < v1)
         goto fail;
     const unsigned char *p = data + TZ_HEADER + v1;
     size_t left = len - TZ_HEADER - v1;
     if (tzif_header(p, left, &n, &version) < 0)
         goto fail;
-    size_t v2 = tzif_size(&n, 8);
     p += TZ_HEADER;
     left -= TZ_HEADER;
-    if (v2 > left || (v2 == 0 && n.type > 0))
+    if (tzif_size(&n, 8, &v2) < 0 || v2 > left)
         goto fail;
     why = "leap-second zones (right/...) are not supported";
     if (n.leap > 0)

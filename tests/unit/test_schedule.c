@@ -21,6 +21,14 @@
 
 /* ------------------------------------------------------------ helpers */
 
+/* REQUIRE is ck_assert_msg for hot loops: check's assertions report
+ * their location through a pipe on every call, even when they pass. */
+#define REQUIRE(cond, ...)                                                  \
+    do {                                                                    \
+        if (!(cond))                                                        \
+            ck_abort_msg(__VA_ARGS__);                                      \
+    } while (0)
+
 /* utc returns the epoch milliseconds of a UTC date and time. */
 static int64_t utc(int y, int mo, int d, int h, int mi)
 {
@@ -442,14 +450,6 @@ END_TEST
 
 /* ------------------------------------------------ reference comparison */
 
-/* REQUIRE is ck_assert_msg for hot loops: check's assertions report
- * their location through a pipe on every call, even when they pass. */
-#define REQUIRE(cond, ...)                                                  \
-    do {                                                                    \
-        if (!(cond))                                                        \
-            ck_abort_msg(__VA_ARGS__);                                      \
-    } while (0)
-
 /*
  * ref_slots is the slow, independent reference: glibc's localtime_r (TZ
  * set in this single-threaded test) minute by minute over UTC. A wall
@@ -661,6 +661,28 @@ START_TEST(test_tz_errors)
     for (size_t cut = 0; cut < len; cut++) {
         z = tm_tz_parse("x", data, cut, err, sizeof err);
         ck_assert_msg(z == NULL, "parsed %zu of %zu bytes", cut, len);
+    }
+    /* any single damaged byte is refused or read within bounds, and a
+     * zone that still parses answers sane offsets */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char keep = data[i];
+        for (int flip = 1; flip < 256; flip <<= 2) {
+            data[i] = (unsigned char)(keep ^ flip);
+            z = tm_tz_parse("x", data, len, err, sizeof err);
+            if (z != NULL) {
+                int32_t lo, hi, off;
+                tm_tz_offset_bounds(z, &lo, &hi);
+                for (int64_t u = -4000000000LL; u < 8000000000LL;
+                     u += 500000000) {
+                    off = tm_tz_offset(z, u);
+                    REQUIRE(off >= lo && off <= hi, "byte %zu: offset %d",
+                            i, (int)off);
+                    REQUIRE(tm_tz_next_change(z, u) > u, "byte %zu", i);
+                }
+            }
+            tm_tz_free(z);
+        }
+        data[i] = keep;
     }
     /* a version 1 file */
     data[4] = 0;
