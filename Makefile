@@ -249,6 +249,8 @@ install: all
 		-e 's|/etc/taskmill|$(SYSCONFDIR)/taskmill|g' \
 		systemd/taskmill.service > $(DESTDIR)$(UNITDIR)/taskmill.service
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -d $(DESTDIR)$(DOCDIR)/docs
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 	install -d $(DESTDIR)$(DOCDIR)/plugin-template
 	install -m 0644 plugins/template/hello.c plugins/template/Makefile \
 		plugins/template/taskmill.yaml $(DESTDIR)$(DOCDIR)/plugin-template/

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -53,6 +54,61 @@ struct crash_ctx {
 
 static _Thread_local struct crash_ctx crash_ctx;
 static _Thread_local void *crash_altstack; /* mapped here, or NULL */
+
+/* Names of loaded objects (see tm_crash_name_object). A slot's base is
+ * stored last (release) when it is filled and cleared first when it is
+ * emptied, so the handler, which reads base with acquire, never sees a
+ * half-written path for a live base. Writers hold objects_mu (the handler
+ * never takes it). */
+#define CRASH_PATH_MAX 256
+static struct {
+    _Atomic(uintptr_t) base;
+    char path[CRASH_PATH_MAX];
+} crash_objects[TM_CRASH_OBJECTS];
+static pthread_mutex_t objects_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void tm_crash_name_object(const void *base, const char *path)
+{
+    pthread_mutex_lock(&objects_mu);
+    for (size_t i = 0; i < TM_CRASH_OBJECTS; i++) {
+        if (atomic_load_explicit(&crash_objects[i].base,
+                                 memory_order_relaxed) != 0)
+            continue;
+        size_t n = strlen(path);
+        if (n >= CRASH_PATH_MAX)
+            n = CRASH_PATH_MAX - 1;
+        memcpy(crash_objects[i].path, path, n);
+        crash_objects[i].path[n] = '\0';
+        atomic_store_explicit(&crash_objects[i].base, (uintptr_t)base,
+                              memory_order_release);
+        break;
+    }
+    pthread_mutex_unlock(&objects_mu);
+}
+
+void tm_crash_forget_object(const void *base)
+{
+    pthread_mutex_lock(&objects_mu);
+    for (size_t i = 0; i < TM_CRASH_OBJECTS; i++)
+        if (atomic_load_explicit(&crash_objects[i].base,
+                                 memory_order_relaxed) == (uintptr_t)base) {
+            atomic_store_explicit(&crash_objects[i].base, 0,
+                                  memory_order_release);
+            break;
+        }
+    pthread_mutex_unlock(&objects_mu);
+}
+
+/* object_name returns the name registered for an object loaded at base,
+ * or fallback. Async-signal-safe: atomic loads only. */
+static const char *object_name(const void *base, const char *fallback)
+{
+    for (size_t i = 0; i < TM_CRASH_OBJECTS; i++)
+        if (atomic_load_explicit(&crash_objects[i].base,
+                                 memory_order_acquire) == (uintptr_t)base)
+            return crash_objects[i].path;
+    return fallback;
+}
 
 /* crash_tid is the thread that is reporting (0: none yet). */
 static atomic_int crash_tid;
@@ -246,7 +302,7 @@ static void put_frame(struct line *l, int i, void *addr, int json)
     put_uint(l, (uintmax_t)i, 1);
     put_raw(l, " ");
     if (dladdr(addr, &info) != 0 && info.dli_fname != NULL) {
-        put_text(l, info.dli_fname, json);
+        put_text(l, object_name(info.dli_fbase, info.dli_fname), json);
         put_raw(l, "(");
         if (info.dli_sname != NULL && info.dli_saddr != NULL) {
             put_text(l, info.dli_sname, json);

@@ -37,4 +37,17 @@ void tm_crash_thread_fini(void);
 void tm_crash_enter(const char *task, const char *msgid, size_t msgid_len);
 void tm_crash_leave(void);
 
+/*
+ * tm_crash_name_object tells the handler the file behind a loaded object:
+ * plugins are loaded from a private in-memory copy, whose name in the
+ * loader (and so in dladdr()) is "/proc/self/fd/N", meaningless in a
+ * report. base is the object's load address (dladdr()'s dli_fbase), path
+ * is copied (truncated to a fixed buffer). tm_crash_forget_object drops
+ * the name before the object is unloaded. Up to TM_CRASH_OBJECTS names are
+ * kept; past that a report shows the loader's name. Thread-safe.
+ */
+#define TM_CRASH_OBJECTS 256
+void tm_crash_name_object(const void *base, const char *path);
+void tm_crash_forget_object(const void *base);
+
 #endif /* TASKMILL_CRASH_H */

@@ -127,24 +127,24 @@ const struct tm_host *tm_exec_host(void)
 static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
 {
     if (m->invalid != NULL) {
-        tm_msg_set_error(m, "invalid message: %s", m->invalid);
+        tm_msg_set_error(m, "%s", m->invalid);
         return -1;
     }
     if (m->body == NULL) {
-        tm_msg_set_error(m, "invalid message: no body field");
+        tm_msg_set_error(m, "no body field");
         return -1;
     }
     if (m->body_len > t->max_payload) {
-        tm_msg_set_error(m, "invalid body: %zu bytes exceeds max_payload "
+        tm_msg_set_error(m, "body of %zu bytes exceeds max_payload "
                          "of %zu", m->body_len, t->max_payload);
         return -1;
     }
     if (memchr(m->body, '\0', m->body_len) != NULL) {
-        tm_msg_set_error(m, "invalid body: contains a NUL byte");
+        tm_msg_set_error(m, "body contains a NUL byte");
         return -1;
     }
     if (!tm_utf8_valid(m->body, m->body_len)) {
-        tm_msg_set_error(m, "invalid body: not valid UTF-8");
+        tm_msg_set_error(m, "body is not valid UTF-8");
         return -1;
     }
     size_t bad_at = 0;
@@ -152,10 +152,10 @@ static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
     case TM_JSON_OBJECT:
         break;
     case TM_JSON_OTHER:
-        tm_msg_set_error(m, "invalid body: not a JSON object");
+        tm_msg_set_error(m, "body is not a JSON object");
         return -1;
     case TM_JSON_INVALID:
-        tm_msg_set_error(m, "invalid body: not valid JSON (at byte %zu)",
+        tm_msg_set_error(m, "body is not valid JSON (at byte %zu)",
                          bad_at);
         return -1;
     }

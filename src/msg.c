@@ -57,3 +57,18 @@ void tm_msg_set_error(struct tm_msg *m, const char *fmt, ...)
     tm_free(m->error);
     m->error = s;
 }
+
+void tm_msg_name_outcome(struct tm_msg *m)
+{
+    if (m->outcome == TM_OUT_NONE || m->outcome == TM_OUT_SUCCESS)
+        return;
+    const char *label = tm_outcome_label(m->outcome);
+    size_t n = strlen(label);
+    const char *err = m->error != NULL ? m->error : "";
+    if (strncmp(err, label, n) == 0 && err[n] == ':')
+        return;
+    if (*err == '\0')
+        tm_msg_set_error(m, "%s: no reason given", label);
+    else
+        tm_msg_set_error(m, "%s: %s", label, err);
+}

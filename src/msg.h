@@ -94,4 +94,11 @@ void tm_msg_release(struct tm_msg *m);
 void tm_msg_set_error(struct tm_msg *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* tm_msg_name_outcome makes m->error start with the outcome's label and
+ * ": " ("timeout: ran past ...", "invalid: body is not valid JSON ..."),
+ * the form dead letters, replies and logs carry, so that a reason can be
+ * searched by outcome. Nothing for a success or a message not run to an
+ * end (TM_OUT_NONE); an error that already starts so is left alone. */
+void tm_msg_name_outcome(struct tm_msg *m);
+
 #endif /* TASKMILL_MSG_H */

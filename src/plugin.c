@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "log.h"
 #include "util.h"
 
@@ -398,10 +399,16 @@ static struct tm_plugin *bind(const char *path, int mfd,
     const struct tm_task_plugin *d = fn();
     if (check_desc(path, d, err, errlen) != 0)
         goto fail;
+    /* crash reports name the file, not the private copy it runs from */
+    Dl_info di;
+    void *base = dladdr(sym, &di) != 0 ? di.dli_fbase : NULL;
+    if (base != NULL)
+        tm_crash_name_object(base, path);
 
     struct tm_plugin *p = tm_calloc(1, sizeof *p);
     p->path = tm_strdup(path);
     p->dl = dl;
+    p->desc_base = base;
     p->fd = mfd;
     atomic_init(&p->refs, 1);
     p->dev = st->st_dev;
@@ -526,6 +533,8 @@ void tm_plugin_free(struct tm_plugin *p)
     if (p->inited && p->desc.cb_fini != NULL)
         p->desc.cb_fini(p->task_data);
     if (p->dl != NULL) {
+        if (p->desc_base != NULL)
+            tm_crash_forget_object(p->desc_base);
         dlclose(p->dl);
         /* An object the loader keeps mapped (marked NODELETE, e.g. by
          * unique C++ symbols) keeps its name: its copy's descriptor then

@@ -13,6 +13,8 @@
 struct tm_plugin {
     char *path;                  /* as configured */
     void *dl;                    /* dlopen handle of the sealed copy */
+    void *desc_base;             /* its load address, named for crash
+                                    reports (tm_crash_name_object) */
     int fd;                      /* the sealed copy (a memfd); open while
                                     the copy is loaded */
     struct tm_task_plugin desc;  /* copy; fields past the plugin's

@@ -73,18 +73,25 @@ static void stats_record(struct tm_task *t, const struct tm_msg *m)
 
 static void report(const struct tm_task *t, const struct tm_msg *m)
 {
+    /* m->error starts with the outcome (tm_msg_name_outcome) */
     const char *err = m->error != NULL ? m->error : "";
-    const char *out = tm_outcome_label(m->outcome);
     switch (m->settle) {
     case TM_SETTLE_RETRY:
         tm_log_write(TM_LOG_WARNING, "task", t->cfg->name, m->id,
-                     "attempt %u %s: %s; retry in %lld ms", m->attempt, out,
-                     err, (long long)m->retry_delay_ms);
+                     "attempt %u %s; retry in %lld ms", m->attempt, err,
+                     (long long)m->retry_delay_ms);
         break;
     case TM_SETTLE_DEAD:
-        tm_log_write(TM_LOG_WARNING, "task", t->cfg->name, m->id,
-                     "attempt %u %s: %s; dead-lettered to '%s'", m->attempt,
-                     out, err, t->cfg->dead_letter);
+        if (m->outcome == TM_OUT_INVALID)
+            /* never ran: the dead letter records 0 attempts, and so
+             * does the log */
+            tm_log_write(TM_LOG_WARNING, "task", t->cfg->name, m->id,
+                         "%s; not run (0 attempts), dead-lettered to '%s'",
+                         err, t->cfg->dead_letter);
+        else
+            tm_log_write(TM_LOG_WARNING, "task", t->cfg->name, m->id,
+                         "attempt %u %s; dead-lettered to '%s'", m->attempt,
+                         err, t->cfg->dead_letter);
         break;
     default:
         break;
@@ -153,6 +160,7 @@ static void settle_batch(struct tm_gen *g, struct tm_msg *list)
     for (struct tm_msg *m = rev; m != NULL; m = m->next) {
         struct tm_task *t = m->task;
         tm_policy_settle(m, t->cfg);
+        tm_msg_name_outcome(m);
         if (m->outcome == TM_OUT_NONE)
             continue;
         stats_record(t, m);

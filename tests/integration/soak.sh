@@ -5,10 +5,13 @@
 # (a new inode), or kill -9s a daemon and restarts it at once. The task is
 # the test plugin versioned.so, a journal that records every run as "v0
 # <message id>" after sleeping the body's "ms", so that runs are in flight
-# whenever a fault strikes. At the end: every message id ran at least once,
-# nothing is pending, no dead letter is duplicated, and no daemon died but
-# those killed on purpose (exit statuses; crash and sanitizer lines in the
-# logs).
+# whenever a fault strikes. Beside it, a task on fail.so gets 10 messages
+# before each fault that fail (half "error": retried twice, 1 s then 2 s
+# later, then dead-lettered; half "reject": dead-lettered at once), so that
+# retries are waiting whenever a fault strikes. At the end: every message id ran at
+# least once, every failing one is dead-lettered exactly once, nothing is
+# pending, and no daemon died but those killed on purpose (exit statuses;
+# crash and sanitizer lines in the logs).
 #
 # Kept out of the default run (the name does not match test_*.sh) until the
 # fixes for these faults are in. Run it with
@@ -20,7 +23,7 @@
 # the daemons' shutdown_timeout (1s): a reload then retires a configuration
 # whose drain times out while a run is still inside the plugin.
 #
-# Environment: SOAK=1 for 200,000 messages (else SOAK_N, default 50,000);
+# Environment: SOAK=1 for 200,000 messages (else SOAK_N, default 40,000);
 # SOAK_MS, each run's duration (default 5 ms: 2 daemons x 4 threads run
 # at most 1,600 messages a second); SOAK_SEED to replay a chaos sequence
 # (the timing still varies); SOAK_REPORT=FILE gets the summary (messages,
@@ -31,31 +34,34 @@
 if [[ ${SOAK:-0} == 1 ]]; then
 	N=200000
 else
-	N=${SOAK_N:-50000}
+	N=${SOAK_N:-40000}
 fi
 MS=${SOAK_MS:-5}
 LONG_EVERY=${SOAK_LONG_EVERY:-1000}
 SEED=${SOAK_SEED:-$((RANDOM * 32768 + RANDOM))}
 RANDOM=$SEED
 # The time budget is run.sh's watchdog (TM_TEST_TIMEOUT, 120 s unless
-# set): chaos runs until every id ran or until SETTLE_LIMIT + 15 s before
-# the budget ends; then, calm, the daemons get up to SETTLE_LIMIT to run
-# the rest and settle what they hold, and the verdict has 15 s.
+# set): chaos runs until every id ran or until SETTLE_LIMIT + 25 s before
+# the budget ends (the last fault may take 8 s); then, calm, the daemons
+# get up to SETTLE_LIMIT to run the rest and settle what they hold, and the
+# verdict has the rest.
 BUDGET=${TM_TEST_TIMEOUT:-120}
 SETTLE_LIMIT=30
 Q=q.soak
+QF=q.soak.fail
+F=0 # failing messages published so far
 PLUG=$TEST_DIR/plugins
 mkdir -p "$PLUG" && chmod 0755 "$PLUG"
 VERSIONED=$TM_BUILD/test-plugins/versioned.so
 [[ -f $VERSIONED ]] || fail "$VERSIONED not found: build it with make test-plugins"
-cp "$VERSIONED" "$TM_PLUGINS/noop.so" "$PLUG/"
+cp "$VERSIONED" "$TM_PLUGINS/noop.so" "$TM_PLUGINS/fail.so" "$PLUG/"
 T0=$(now_ms)
 note "soak: $N messages, seed $SEED, a budget of ${BUDGET}s"
 
 # Per daemon i (1, 2): its proxy P<i>, config, HTTP port, pid, journal.
 declare -a PID HP EXTRA
 KILLS=0 CUTS=0 BLACKHOLES=0 RELOADS_CONF=0 RELOADS_PLUGIN=0 RESTARTS=0
-DEATHS=() # unexpected exits: "daemon I pid P status S log L"
+DEATHS=() # unexpected exits: "daemon I pid P exited with status S"
 
 # soak_config I: write daemon I's config; the task "extra" is there when
 # EXTRA[I] is 1.
@@ -77,6 +83,13 @@ soak_config() {
 		echo "    prefetch: 64"
 		echo "    claim_idle: 3s"
 		echo "    config: { path: $TEST_DIR/journal.$i.txt }"
+		echo "  fail:"
+		echo "    plugin: fail.so"
+		echo "    queue: $QF"
+		echo "    max_retries: 2"
+		echo "    backoff: 1s"
+		echo "    max_backoff: 2s"
+		echo "    claim_idle: 3s"
 		if ((EXTRA[i])); then
 			echo "  extra: { plugin: noop.so, queue: q.soak.extra }"
 		fi
@@ -148,7 +161,6 @@ chaos_once() {
 	esac
 }
 
-# ---- set-up: the load first, then two daemons behind their proxies
 # soak_load: XADD the N messages through one pipelined redis-cli.
 soak_load() {
 	local i ms out
@@ -161,6 +173,31 @@ soak_load() {
 	) || fail "redis-cli --pipe failed: $out"
 	[[ $out =~ errors:\ 0,\ replies:\ $N ]] || fail "loading the soak: $out"
 }
+
+# soak_add_failing: publish 10 more failing messages (5 error, 5 reject).
+soak_add_failing() {
+	local i mode
+	for ((i = 0; i < 10; i++)); do
+		F=$((F + 1))
+		mode=error
+		((F % 2)) || mode=reject
+		rcall XADD "$QF" '*' body "{\"n\":$F,\"mode\":\"$mode\"}" >/dev/null
+	done
+}
+
+# dlq_origins STREAM: the origin_id of every entry, sorted ("?" if none).
+dlq_origins() {
+	rcall EVAL "local out = {}
+		for i, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+			local f = e[2]
+			out[i] = '?'
+			for j = 1, #f, 2 do
+				if f[j] == 'origin_id' then out[i] = f[j + 1] end
+			end
+		end
+		return out" 1 "$1" | sort
+}
+# ---- set-up: the load first, then two daemons behind their proxies
 soak_load
 xids "$Q" >"$TEST_DIR/ids.all"
 assert_eq "$N" "$(wc -l <"$TEST_DIR/ids.all")" "entries loaded"
@@ -178,16 +215,20 @@ done
 
 # ---- chaos until every id ran
 T_RUN=$(now_ms)
-deadline=$((T0 + (BUDGET - SETTLE_LIMIT - 15) * 1000))
+deadline=$((T0 + (BUDGET - SETTLE_LIMIT - 25) * 1000))
 got=0
 while :; do
 	got=$(covered)
-	note "progress: $got of $N ids ran"
+	dl=$(xlen "$QF.dlq")
+	note "progress: $got of $N ids ran, $dl of $F failing ones dead-lettered"
+	# the failing messages are not waited for here: those stuck would keep
+	# the chaos going to the deadline; the calm phase waits for them
 	((got < N)) || break
 	if (($(now_ms) >= deadline)); then
 		note "state of $Q at the deadline (acked pending undelivered): $(stream_state "$Q")"
 		break
 	fi
+	soak_add_failing
 	sleep "$((1 + RANDOM % 3))"
 	chaos_once
 	soak_check_alive 1
@@ -203,8 +244,9 @@ done
 settle_deadline=$(($(now_ms) + SETTLE_LIMIT * 1000))
 while :; do
 	got=$(covered)
-	pending=$(xpending "$Q")
-	((got == N && pending == 0)) && break
+	pending=$(($(xpending "$Q") + $(xpending "$QF")))
+	dl=$(xlen "$QF.dlq")
+	((got == N && dl >= F && pending == 0)) && break
 	(($(now_ms) < settle_deadline)) || break
 	sleep 1
 done
@@ -213,10 +255,10 @@ for i in 1 2; do
 	soak_check_alive "$i"
 done
 # soak_stop I: SIGTERM daemon I; append its exit status to stop_rcs, or
-# "hung" when it is still there 30 s later (then it is killed). Not in a
-# subshell: only this shell can reap the daemon.
+# "hung" when it is still there 15 s later (then it is killed; its
+# shutdown_timeout is 1 s). Not in a subshell: only this shell can reap it.
 soak_stop() {
-	local pid=${PID[$1]} rc=0 deadline=$(($(now_ms) + 30000))
+	local pid=${PID[$1]} rc=0 deadline=$(($(now_ms) + 15000))
 	kill -TERM "$pid" 2>/dev/null || true
 	while daemon_alive "$pid"; do
 		if (($(now_ms) >= deadline)); then
@@ -242,16 +284,15 @@ DISTINCT=$(uniq <"$TEST_DIR/ids.runs" | wc -l)
 DUP_RUNS=$((RUNS - DISTINCT))
 DUP_IDS=$(uniq -d <"$TEST_DIR/ids.runs" | wc -l)
 DLQ=$(xlen "$Q.dlq")
-rcall EVAL "local out = {}
-	for i, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
-		local f = e[2]
-		out[i] = '?'
-		for j = 1, #f, 2 do
-			if f[j] == 'origin_id' then out[i] = f[j + 1] end
-		end
-	end
-	return out" 1 "$Q.dlq" | sort >"$TEST_DIR/ids.dlq"
+dlq_origins "$Q.dlq" >"$TEST_DIR/ids.dlq"
 DLQ_DUPS=$(uniq -d <"$TEST_DIR/ids.dlq" | grep -c . || true)
+xids "$QF" | sort >"$TEST_DIR/ids.fail"
+DLQF=$(xlen "$QF.dlq")
+dlq_origins "$QF.dlq" >"$TEST_DIR/ids.dlq.fail"
+DLQF_DUPS=$(uniq -d <"$TEST_DIR/ids.dlq.fail" | grep -c . || true)
+comm -23 "$TEST_DIR/ids.fail" <(uniq "$TEST_DIR/ids.dlq.fail") >"$TEST_DIR/ids.fail.missing"
+DLQF_MISSING=$(wc -l <"$TEST_DIR/ids.fail.missing")
+PENDING_F=$(xpending "$QF")
 sort -o "$TEST_DIR/ids.all.sorted" "$TEST_DIR/ids.all"
 comm -23 "$TEST_DIR/ids.all.sorted" <(uniq "$TEST_DIR/ids.runs") >"$TEST_DIR/ids.missing"
 MISSING=$(wc -l <"$TEST_DIR/ids.missing")
@@ -265,6 +306,7 @@ summary="soak: seed $SEED
   distinct ran    $DISTINCT (missing $MISSING)
   duplicate runs  $DUP_RUNS ($rate of messages; $DUP_IDS ids ran more than once)
   dead letters    $DLQ ($DLQ_DUPS duplicated)
+  failing         $F: $DLQF dead letters ($DLQF_DUPS duplicated, $DLQF_MISSING missing), $PENDING_F pending
   pending at end  $(xpending "$Q") (acked pending undelivered: $state)
   kills           $KILLS
   cuts            $CUTS
@@ -280,6 +322,9 @@ bad=()
 ((MISSING == 0)) || bad+=("$MISSING ids never ran (first: $(head -n 3 "$TEST_DIR/ids.missing" | paste -sd ' '))")
 [[ $(xpending "$Q") == 0 ]] || bad+=("$(xpending "$Q") entries still pending after ${SETTLE_LIMIT}s of calm")
 ((DLQ_DUPS == 0)) || bad+=("$DLQ_DUPS ids dead-lettered more than once: $(uniq -d "$TEST_DIR/ids.dlq" | head -n 3 | paste -sd ' ')")
+((DLQF_DUPS == 0)) || bad+=("$DLQF_DUPS failing ids dead-lettered more than once: $(uniq -d "$TEST_DIR/ids.dlq.fail" | head -n 3 | paste -sd ' ')")
+((DLQF_MISSING == 0)) || bad+=("$DLQF_MISSING failing ids never dead-lettered (first: $(head -n 3 "$TEST_DIR/ids.fail.missing" | paste -sd ' '))")
+((PENDING_F == 0)) || bad+=("$PENDING_F failing entries still pending after ${SETTLE_LIMIT}s of calm")
 if ((${#DEATHS[@]})); then
 	bad+=("daemons died unasked: $(printf '%s; ' "${DEATHS[@]}")")
 fi

@@ -226,7 +226,7 @@ assert_eq 2 "$TM_RC" "emit of a body with a trailing comma"
 grep -q 'not valid JSON (at byte 7' "$TM_ERR" || fail "emit: no byte offset: $(cat "$TM_ERR")"
 tm invoke -c "$GOOD" noop '{"a":1,}'
 assert_eq 1 "$TM_RC" "invoke of a body with a trailing comma"
-grep -qx 'error: invalid body: not valid JSON (at byte 7)' "$TM_OUT" ||
+grep -qx 'error: body is not valid JSON (at byte 7)' "$TM_OUT" ||
 	fail "invoke: no byte offset: $(cat "$TM_OUT")"
 
 # emit without -c, through TASKMILL_CONFIG

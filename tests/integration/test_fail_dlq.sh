@@ -54,6 +54,7 @@ for dlq_id in $(xids q.fail.dlq); do
 	assert_eq fail "$(xfield q.fail.dlq "$dlq_id" task)" "DLQ $dlq_id task"
 	error=$(xfield q.fail.dlq "$dlq_id" error)
 	assert_ne "" "$error" "DLQ $dlq_id error"
+	assert_match '^(error|rejected): ' "$error" "DLQ $dlq_id error starts with its outcome"
 	assert_eq 1 "$(xfield q.fail.dlq "$dlq_id" attempts)" "DLQ $dlq_id attempts"
 	failed_at=$(xfield q.fail.dlq "$dlq_id" failed_at)
 	assert_match '^[0-9]+$' "$failed_at" "DLQ $dlq_id failed_at"

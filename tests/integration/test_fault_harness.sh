@@ -185,6 +185,7 @@ assert_match '^[0-9]+-[0-9]+$' "$(redis-cli -p "$REPLICA_PORT" XADD s '*' f v)" 
 	"XADD on the promoted replica"
 
 # the proxy never died on the way
+# shellcheck disable=SC2153 # set by fault_proxy_start
 kill -0 "$FAULT_PID_R" || fail "the proxy died"
 if grep -v -- '->' "$TEST_DIR/proxy.R.log" | grep -q .; then
 	note "proxy R diagnostics: $(grep -v -- '->' "$TEST_DIR/proxy.R.log" | head -n 5)"

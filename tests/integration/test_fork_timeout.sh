@@ -47,6 +47,7 @@ assert_eq '{"mode":"hang"}' "$(xfield q.fail.dlq "$dlq_id" body)" "DLQ body"
 error=$(xfield q.fail.dlq "$dlq_id" error)
 note "DLQ error: $error"
 [[ $error == *"$LIMIT_MS ms"* ]] || fail "DLQ error does not mention the ${LIMIT_MS} ms limit: '$error'"
+assert_match '^timeout: ' "$error" "DLQ error starts with its outcome"
 
 # The hung worker was killed and replaced: the daemon has POOL children
 # again, exactly one of the old ones is gone (dead, not a zombie), and one

@@ -40,6 +40,7 @@ for dlq_id in $(xids q.inv.dlq); do
 	SEEN[$origin]=1
 	error=$(xfield q.inv.dlq "$dlq_id" error)
 	assert_ne "" "$error" "DLQ error for $what"
+	assert_match '^invalid: ' "$error" "DLQ error for $what starts with its outcome"
 	assert_eq noop "$(xfield q.inv.dlq "$dlq_id" task)" "DLQ task for $what"
 	assert_eq 0 "$(xfield q.inv.dlq "$dlq_id" attempts)" "DLQ attempts for $what (never ran)"
 	assert_match '^[0-9]{13}$' "$(xfield q.inv.dlq "$dlq_id" failed_at)" "DLQ failed_at for $what"
@@ -50,6 +51,11 @@ for dlq_id in $(xids q.inv.dlq); do
 	note "invalid ($what): $error"
 done
 assert_eq "$N_BAD" "${#SEEN[@]}" "distinct invalid entries in the DLQ"
+# the log agrees with the record: an invalid entry never ran (0 attempts)
+grep -q 'attempt [0-9]* invalid' "$DAEMON_LOG" &&
+	fail "an invalid entry is logged with an attempt number: $(grep 'attempt [0-9]* invalid' "$DAEMON_LOG" | head -n 1)"
+grep -q "invalid: .*; not run (0 attempts), dead-lettered to 'q.inv.dlq'" "$DAEMON_LOG" ||
+	fail "no 'not run (0 attempts)' line for the invalid entries"
 
 assert_eq 0 "$(xpending q.inv)" "XPENDING q.inv"
 daemon_alive || fail "daemon died"

@@ -45,7 +45,7 @@ YAML
 	assert_eq "$bad" "$(xfield q.res.dlq "$dlq" origin_id)" "$kind pool: dead-lettered message"
 	err=$(xfield q.res.dlq "$dlq" error)
 	note "$kind pool: $err"
-	assert_match '^invalid result' "$err" "$kind pool: dead-letter error"
+	assert_match '^error: invalid result' "$err" "$kind pool: dead-letter error"
 	rc=0
 	stop_daemon || rc=$?
 	assert_eq 0 "$rc" "$kind pool: daemon exit status"

@@ -1,0 +1,121 @@
+/* redis.c - the Redis Streams adapter on hiredis: lifecycle and vtable. */
+#include "redis/redis.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SRC TM_REDIS_SRC
+
+static struct tm_broker *rb_create(const struct tm_cfg *cfg)
+{
+    struct tm_redis *rb = tm_calloc(1, sizeof *rb);
+    rb->base.ops = &tm_broker_redis_ops;
+    rb->base.cfg = cfg;
+    rb->ntasks = cfg->ntasks;
+    rb->consumer = cfg->instance;
+    rb->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *rb->tasks);
+    for (size_t i = 0; i < cfg->ntasks; i++) {
+        struct tm_redis_task *rt = &rb->tasks[i];
+        rt->cfg = &cfg->tasks[i];
+        rt->retry_key = tm_redis_retry_key(rt->cfg);
+        atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
+        pthread_mutex_init(&rt->held_mu, NULL);
+    }
+    return &rb->base;
+}
+
+static int rb_connect_all(struct tm_broker *b)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    char eb[256];
+    int dead;
+    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
+        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
+        return -1;
+    }
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        if (tm_redis_ensure_group(rb->wc, rb->tasks[i].cfg, eb, sizeof eb,
+                         &dead) != 0) {
+            tm_broker_set_error(b, EIO, "task '%s': XGROUP CREATE %s %s: %s",
+                                rb->tasks[i].cfg->name,
+                                rb->tasks[i].cfg->queue,
+                                rb->tasks[i].cfg->group, eb);
+            if (dead)
+                tm_redis_wc_lost(rb, "connect", eb);
+            return -1;
+        }
+    }
+    rb->wc_was_up = 1;
+    tm_redis_mark_up(rb);
+    return 0;
+}
+
+/* rb_wake ends blocked XREADGROUP calls at once (CLIENT UNBLOCK, as if
+ * their BLOCK time ran out), from a short connection of its own. */
+static void rb_wake(struct tm_broker *b)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    char eb[256];
+    redisContext *c = NULL;
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        long long id = atomic_load(&rb->tasks[i].client_id);
+        if (id <= 0)
+            continue;
+        if (c == NULL) {
+            c = tm_redis_connect(rb, 1000, eb, sizeof eb);
+            if (c == NULL)
+                return; /* the reads end by their BLOCK time anyway */
+        }
+        redisReply *r = redisCommand(c, "CLIENT UNBLOCK %lld", id);
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (c != NULL)
+        redisFree(c);
+}
+
+static void rb_destroy(struct tm_broker *b)
+{
+    if (b == NULL)
+        return;
+    struct tm_redis *rb = (struct tm_redis *)b;
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        tm_redis_collect(&rb->tasks[i]);
+        if (rb->tasks[i].rc != NULL)
+            tm_redis_close(rb->tasks[i].rc);
+        pthread_mutex_destroy(&rb->tasks[i].held_mu);
+        tm_free(rb->tasks[i].retry_key);
+    }
+    if (rb->wc != NULL)
+        tm_redis_close(rb->wc);
+    tm_free(rb->tasks);
+    tm_free(rb->argv);
+    tm_free(rb->argvlen);
+    tm_free(rb->order);
+    tm_free(rb->spans);
+    tm_free(rb->done);
+    tm_free(rb->ids);
+    tm_free(rb);
+}
+
+const struct tm_broker_ops tm_broker_redis_ops = {
+    .kind = "redis",
+    .create = rb_create,
+    .connect = rb_connect_all,
+    .fetch = tm_redis_fetch,
+    .settle = tm_redis_settle,
+    .wake = rb_wake,
+    .tick = tm_redis_tick,
+    .tick_ms = tm_redis_tick_ms,
+    .publish = tm_redis_publish,
+    .dlq_list = tm_redis_dlq_list,
+    .dlq_replay = tm_redis_dlq_replay,
+    .dlq_purge = tm_redis_dlq_purge,
+    .destroy = rb_destroy,
+    .depth = tm_redis_depth,
+};

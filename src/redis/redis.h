@@ -1,0 +1,266 @@
+/* redis.h - private declarations shared by the Redis adapter's layers. */
+#ifndef TASKMILL_REDIS_H
+#define TASKMILL_REDIS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "broker.h"
+
+/*
+ * The adapter is split by layer:
+ *   conn.c    connections, timeouts, error translation
+ *   intake.c  reads of new entries, own history and reclaim (intake thread)
+ *   retry.c   the retry schedule
+ *   settle.c  ack, retry, dead-letter (settle thread)
+ *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
+ *   admin.c   CLI and monitoring: publish, dead letters, depths
+ *   redis.c   create, connect, wake, destroy and the vtable
+ */
+
+#define TM_REDIS_SRC "broker:redis"
+
+/* Connect timeout, and the timeout of ordinary commands. */
+#define TM_REDIS_CONNECT_TIMEOUT_MS 5000
+#define TM_REDIS_COMMAND_TIMEOUT_MS 10000
+/* A blocking read gets this much on top of its BLOCK time. */
+#define TM_REDIS_BLOCK_SLACK_MS 5000
+/* Longest Redis stream id: two 20-digit numbers and a dash. */
+#define TM_REDIS_ID_MAX 48
+/* Entries per XACK command and per read. */
+#define TM_REDIS_ACK_CHUNK 1024
+
+/* Bytes of entries one claim script (due retries, reclaim, history) may
+ * return (fields summed; an entry over max_payload counts only for its
+ * id): it stops at the entry that reaches it, so one reply holds at most
+ * this plus one max_payload. */
+#define TM_REDIS_READ_BYTES (4 * 1024 * 1024)
+
+/*
+ * struct tm_redis_held is the broker side of one batch: it owns the reply
+ * the messages point into and sits on its task's list of held batches
+ * from the read until the last message is released. The keep-alive
+ * refresh (settle thread) walks that list, under held_mu, to learn which
+ * ids this process holds: read, queued or running, and not yet settled.
+ */
+struct tm_redis_held {
+    struct tm_redis_held *prev, *next; /* the task's list, under held_mu */
+    redisReply *reply;
+    struct tm_batch *batch;
+    /* settled[i]: msgs[i] was settled in Redis (acked, dead-lettered or
+     * scheduled for a retry); written and read by the settle thread only */
+    unsigned char settled[];
+};
+
+struct tm_redis_task {
+    const struct tm_cfg_task *cfg;
+    char *retry_key;           /* "<queue>.retry.<group>": the schedule */
+    redisContext *rc;          /* intake connection: blocking reads */
+    int group_ready;
+    int history_done;          /* own pending entries read again */
+    char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
+    int was_up;
+    atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
+    _Atomic(struct tm_msg *) garbage; /* settled batches, to free here */
+    int64_t next_maint_ms;     /* intake: next reclaim round */
+    int64_t next_due_ms;       /* intake: next look at the retry set */
+    atomic_llong retry_hint_ms; /* settle thread: earliest retry it
+                                   scheduled since the intake looked */
+    int64_t next_tick_ms;      /* settle thread: next upkeep round */
+    unsigned tick_rounds;
+    char claim_cursor[TM_REDIS_ID_MAX + 1]; /* reclaim scan position */
+    pthread_mutex_t held_mu;   /* guards held */
+    struct tm_redis_held *held; /* batches this process holds */
+    char errstr[256];
+};
+
+/* struct tm_redis is the adapter: the common head, then its state. */
+struct tm_redis {
+    struct tm_broker base;
+    redisContext *wc;          /* settle connection: acks, dead letters */
+    struct tm_redis_task *tasks;
+    size_t ntasks;
+    const char *consumer;
+    atomic_int ever_up;
+    int wc_was_up;
+    /* settle and upkeep scratch (settle thread only) */
+    const char **argv;
+    size_t *argvlen;
+    size_t argcap;
+    struct tm_msg **order;      /* settle: messages in command order */
+    struct tm_redis_span *spans; /* settle: the messages of each command */
+    unsigned char *done;        /* settle: settled, by position */
+    size_t scratchcap;
+    char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
+    size_t idcap;
+    int64_t refused_log_ms;     /* settle: last refusal logged */
+    unsigned long refused_unlogged; /* settle: refusals since, not logged */
+};
+
+/* ---- conn.c ---- */
+
+/* tm_redis_reply_error describes a failed command in buf: the reply's
+ * error text, or the context's I/O error. Returns 1 when the connection
+ * is unusable. */
+int tm_redis_reply_error(redisContext *c, redisReply *r, char *buf,
+                         size_t size);
+/* tm_redis_command runs one command given as argv and returns its reply
+ * (the caller frees it), or NULL with the reason in buf (and *dead = 1
+ * when the connection is unusable). An error reply is returned as NULL
+ * too. */
+redisReply *tm_redis_command(redisContext *c, int argc, const char **argv,
+                             const size_t *lens, char *buf, size_t size,
+                             int *dead);
+/* tm_redis_connect opens one authenticated connection whose commands time
+ * out after timeout_ms; NULL with the reason in buf. */
+redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
+                               char *buf, size_t size);
+void tm_redis_close(redisContext *c);
+void tm_redis_mark_up(struct tm_redis *rb);
+void tm_redis_mark_down(struct tm_redis *rb);
+int tm_redis_ensure_group(redisContext *c, const struct tm_cfg_task *t,
+                          char *buf, size_t size, int *dead);
+/* tm_redis_wc_ready opens the settle connection when it is closed;
+ * tm_redis_wc_lost closes it after a failure (settle thread only). */
+int tm_redis_wc_ready(struct tm_redis *rb, char *buf, size_t size);
+void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
+                      const char *why);
+const redisReply *tm_redis_reply_field(const redisReply *a,
+                                       const char *key);
+/* The longest line (a type header, a status, an error or an integer) the
+ * reply filter accepts. */
+#define TM_REDIS_CAP_LINE_MAX 4096
+
+/*
+ * struct tm_redis_cap filters the RESP2 byte stream between the socket and
+ * hiredis's reader: a bulk string longer than limit is never passed on
+ * (nor kept); the reader gets in its place TM_REDIS_OVERSIZE followed by
+ * "body of N bytes exceeds max_payload of LIMIT". Every item of RESP2 is
+ * one line, except the payload of a bulk string, which follows its "$N"
+ * line: so the filter needs no nesting, only whether it is in a line, in
+ * a payload to pass on (pass) or in one to drop (drop).
+ */
+struct tm_redis_cap {
+    size_t limit;
+    size_t pass, drop;     /* payload bytes (CRLF included) left */
+    size_t nline;          /* bytes of the line being read */
+    char line[TM_REDIS_CAP_LINE_MAX];
+};
+
+/* tm_redis_cap_init starts a filter at a reply boundary. */
+void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit);
+/* tm_redis_cap_feed runs n bytes read from the socket through the filter
+ * into the reader rd. -1 on a line over TM_REDIS_CAP_LINE_MAX or when the
+ * reader refuses the bytes. */
+int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
+                      const char *in, size_t n);
+
+/* TM_REDIS_OVERSIZE starts the text that tm_redis_get_reply_capped puts
+ * in place of a bulk string over its limit; the reason follows it ("body
+ * of N bytes exceeds max_payload of M"). A byte no JSON text starts
+ * with. */
+#define TM_REDIS_OVERSIZE "\x01"
+/* tm_redis_get_reply_capped reads the reply to the command last appended
+ * on c (redisAppendCommandArgv) like redisGetReply, except that no bulk
+ * string longer than limit is ever buffered: it is read off the socket
+ * and dropped, and the reply holds TM_REDIS_OVERSIZE and the reason in
+ * its place. Memory is thus bounded by the count of entries asked for
+ * times limit, however large the entries are. Returns 0 with *out set
+ * (the caller frees it), or -1 with c->err/errstr set (the connection is
+ * then unusable). Only for a connection that pipelines nothing: the
+ * filter starts and ends at a reply boundary. */
+int tm_redis_get_reply_capped(redisContext *c, size_t limit,
+                              redisReply **out);
+
+/* ---- retry.c ---- */
+
+/* tm_redis_retry_key returns "<queue>.retry.<group>" (the caller frees
+ * it with tm_free): built from the queue name first, so a hash tag in the
+ * queue carries over to it. */
+char *tm_redis_retry_key(const struct tm_cfg_task *t);
+/* tm_redis_retry_append queues on c the command that schedules m's retry
+ * after delay_ms (settle thread). */
+void tm_redis_retry_append(struct tm_redis *rb, redisContext *c,
+                           const struct tm_msg *m);
+/* tm_redis_retry_note tells the task's intake that a retry is due at
+ * due_ms (local monotonic ms), so it looks at the retry set then. */
+void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
+/* tm_redis_due_script is the intake script (the take prelude, then its
+ * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
+ * wait being the ms until the next retry is due (-1: none). */
+extern const char tm_redis_due_script[];
+
+/* ---- intake.c ---- */
+
+void tm_redis_collect(struct tm_redis_task *rt);
+/* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
+ * stream, KEYS[2] the retry set; ARGV[1] group, ARGV[2] consumer, ARGV[3]
+ * max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the
+ * script's own argument. It defines keep(entry) (adds an entry to `out`,
+ * with its delivery count, and its body stripped with a reason when over
+ * max_payload), claim(id) (XCLAIM to this consumer, then keep) and full()
+ * (the reply reached its count or byte budget). Each script returns
+ * {aux, out}. */
+#define TM_REDIS_LUA_TAKE                                                   \
+    "local maxp = tonumber(ARGV[3])\n"                                      \
+    "local budget, count = tonumber(ARGV[4]), tonumber(ARGV[5])\n"          \
+    "local out, used = {}, 0\n"                                             \
+    "local function keep(e, n)\n"                                           \
+    "  local f, cost, why = e[2], 64, false\n"                              \
+    "  if type(f) == 'table' then\n"                                        \
+    "    for i = 1, #f - 1, 2 do\n"                                         \
+    "      if f[i] == 'body' then\n"                                        \
+    "        local len = string.len(f[i + 1])\n"                            \
+    "        if len > maxp then\n"                                          \
+    "          why = 'body of ' .. len .. ' bytes exceeds max_payload of '"  \
+    "            .. maxp\n"                                                 \
+    "        end\n"                                                         \
+    "        break\n"                                                       \
+    "      end\n"                                                           \
+    "    end\n"                                                             \
+    "    if why then f = {} else\n"                                         \
+    "      for i = 1, #f do cost = cost + string.len(f[i]) end\n"           \
+    "    end\n"                                                             \
+    "  end\n"                                                               \
+    "  used = used + cost\n"                                                \
+    "  out[#out + 1] = {e[1], f, why, n}\n"                                 \
+    "end\n"                                                                 \
+    "local function full() return #out >= count or used >= budget end\n"    \
+    "local function claim(id, idle)\n"                                      \
+    "  local r = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], idle, id)\n" \
+    "  if #r == 0 or not r[1] then return end\n"                            \
+    "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"     \
+    "  keep(r[1], #p > 0 and p[1][4] or 1)\n"                               \
+    "end\n"
+int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
+                   int timeout_ms, struct tm_batch **out);
+
+/* ---- settle.c ---- */
+
+size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
+
+/* ---- upkeep.c ---- */
+
+int64_t tm_redis_claim_period(const struct tm_cfg_task *t);
+void tm_redis_tick(struct tm_broker *b);
+int64_t tm_redis_tick_ms(struct tm_broker *b);
+
+/* ---- admin.c ---- */
+
+int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
+                   long long *pending, long long *dlq_depth);
+int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const char *body, size_t len, int priority, char *id,
+                     size_t idlen);
+int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                      size_t max, struct tm_dlq_entry **out, size_t *n);
+long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
+                         const char *id);
+long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *id);
+
+#endif /* TASKMILL_REDIS_H */

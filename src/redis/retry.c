@@ -1,0 +1,89 @@
+/* retry.c - the Redis adapter's durable retry schedule.
+ *
+ * A message to be retried stays pending in its group (so no other group
+ * sees it again, and its delivery count, which is its attempt number,
+ * moves with it) and its id goes into the sorted set
+ * "<queue>.retry.<group>", scored by its due time in the Redis server's
+ * clock (epoch ms). The schedule thus survives a reload, a crash and a
+ * restart on another host. Each due id is taken back by exactly one
+ * consumer, atomically (tm_redis_due_script: ZREM + XCLAIM in one
+ * script); until then the reclaim and history reads skip it, and no
+ * keep-alive refresh touches it (the consumer that scheduled it no longer
+ * holds it). */
+#include "redis/redis.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SRC TM_REDIS_SRC
+
+/* retry_script schedules a retry of ARGV[4] in ARGV[3] ms, but only when
+ * the entry is still pending on this consumer (ARGV[2]): when another
+ * consumer reclaimed it meanwhile, it is that one's to settle, and a
+ * retry scheduled here would later take it from under its run. Running
+ * it twice (a reply lost) only moves the due time. KEYS: stream, retry
+ * set. ARGV: group, consumer, delay ms, id. Returns the due time (server
+ * epoch ms), or -1 when the entry is not ours. */
+static const char retry_script[] =
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[4], ARGV[4],"
+    " 1)\n"
+    "if #p == 0 or p[1][2] ~= ARGV[2] then return -1 end\n"
+    "local t = redis.call('TIME')\n"
+    "local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)"
+    " + tonumber(ARGV[3])\n"
+    "redis.call('ZADD', KEYS[2], due, ARGV[4])\n"
+    "return due\n";
+
+/* tm_redis_due_script: see redis.h. Ids due by the server's clock leave
+ * the set and are claimed (XCLAIM, min-idle 0: the entry waits in the set
+ * on a consumer that does not run it) by the consumer running the script;
+ * an id whose entry was acknowledged or deleted meanwhile just leaves. */
+const char tm_redis_due_script[] = TM_REDIS_LUA_TAKE
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now,\n"
+    "  'LIMIT', 0, count)\n"
+    "for _, id in ipairs(ids) do\n"
+    "  if full() then break end\n"
+    "  redis.call('ZREM', KEYS[2], id)\n"
+    "  claim(id, 0)\n"
+    "end\n"
+    "local nxt = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
+    "local wait = -1\n"
+    "if #nxt > 0 then wait = math.max(0, tonumber(nxt[2]) - now) end\n"
+    "return {tostring(wait), out}\n";
+
+char *tm_redis_retry_key(const struct tm_cfg_task *t)
+{
+    size_t n = strlen(t->queue) + strlen(t->group) + sizeof ".retry.";
+    char *k = tm_malloc(n);
+    tm_snprintf(k, n, "%s.retry.%s", t->queue, t->group);
+    return k;
+}
+
+void tm_redis_retry_append(struct tm_redis *rb, redisContext *c,
+                           const struct tm_msg *m)
+{
+    const struct tm_redis_task *rt = &rb->tasks[m->task_index];
+    const struct tm_cfg_task *t = rt->cfg;
+    char delay[24];
+    tm_snprintf(delay, sizeof delay, "%lld",
+                (long long)(m->retry_delay_ms > 0 ? m->retry_delay_ms : 0));
+    const char *argv[] = {"EVAL", retry_script, "2", t->queue,
+                          rt->retry_key, t->group, rb->consumer, delay,
+                          m->id};
+    redisAppendCommandArgv(c, (int)(sizeof argv / sizeof argv[0]), argv,
+                           NULL);
+}
+
+void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms)
+{
+    long long cur = atomic_load(&rt->retry_hint_ms);
+    while (due_ms < cur &&
+           !atomic_compare_exchange_weak(&rt->retry_hint_ms, &cur, due_ms))
+        ;
+}

@@ -1,0 +1,152 @@
+/* test_redis.c - unit tests for the Redis adapter's pure parts
+ * (src/redis/). */
+#include "redis/redis.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "util.h"
+
+/* The retry set is named after the queue, then the group: a hash tag in
+ * the queue comes first, so the set shares the queue's cluster slot. */
+START_TEST(retry_key_derives_from_the_queue)
+{
+    char q1[] = "{orders}", g1[] = "workers";
+    char q2[] = "taskmill.add", g2[] = "taskmill";
+    struct tm_cfg_task t = {.queue = q1, .group = g1};
+    char *k = tm_redis_retry_key(&t);
+    ck_assert_str_eq(k, "{orders}.retry.workers");
+    tm_free(k);
+    t.queue = q2;
+    t.group = g2;
+    k = tm_redis_retry_key(&t);
+    ck_assert_str_eq(k, "taskmill.add.retry.taskmill");
+    tm_free(k);
+}
+END_TEST
+
+/* The claim period is a quarter of claim_idle, within 50 ms .. 5 s. */
+START_TEST(claim_period_bounds)
+{
+    struct tm_cfg_task t = {.claim_idle_ms = 60000};
+    ck_assert_int_eq(tm_redis_claim_period(&t), 5000);
+    t.claim_idle_ms = 2000;
+    ck_assert_int_eq(tm_redis_claim_period(&t), 500);
+    t.claim_idle_ms = 100;
+    ck_assert_int_eq(tm_redis_claim_period(&t), 50);
+}
+END_TEST
+
+/* resp_entries builds the RESP2 reply of XREADGROUP for entries whose
+ * bodies have the given sizes (bytes 'x'), with a nil and an integer
+ * after them; returns its length. */
+static size_t resp_entries(char **out, const size_t *sizes, size_t n)
+{
+    size_t cap = 1024;
+    for (size_t i = 0; i < n; i++)
+        cap += sizes[i] + 64;
+    char *p = tm_malloc(cap);
+    size_t len = 0;
+    len += (size_t)tm_snprintf(p + len, cap - len, "*3\r\n*%zu\r\n", n);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)tm_snprintf(p + len, cap - len,
+                                   "*2\r\n$3\r\n%zu-0\r\n*2\r\n$4\r\n"
+                                   "body\r\n$%zu\r\n", i % 10, sizes[i]);
+        memset(p + len, 'x', sizes[i]);
+        len += sizes[i];
+        memcpy(p + len, "\r\n", 2);
+        len += 2;
+    }
+    len += (size_t)tm_snprintf(p + len, cap - len, "$-1\r\n:42\r\n");
+    *out = p;
+    return len;
+}
+
+/* The reply filter drops bulk strings over its limit wherever they fall
+ * and however the bytes are split, leaves the rest as they are, and ends
+ * at the reply's end with nothing left over. */
+START_TEST(cap_drops_oversized_bulks)
+{
+    static const size_t sizes[] = {5000, 10, 4096, 0, 4097, 100000, 7};
+    static const size_t chunks[] = {1, 2, 3, 7, 100, 4096, 1 << 20};
+    const size_t limit = 4096, n = sizeof sizes / sizeof sizes[0];
+    char *resp;
+    size_t len = resp_entries(&resp, sizes, n);
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        struct tm_redis_cap f;
+        tm_redis_cap_init(&f, limit);
+        redisReader *rd = redisReaderCreate();
+        for (size_t i = 0; i < len; i += chunks[c]) {
+            size_t k = len - i < chunks[c] ? len - i : chunks[c];
+            ck_assert_int_eq(tm_redis_cap_feed(&f, rd, resp + i, k), 0);
+        }
+        ck_assert(f.pass == 0 && f.drop == 0 && f.nline == 0);
+        void *v = NULL;
+        ck_assert_int_eq(redisReaderGetReply(rd, &v), REDIS_OK);
+        redisReply *r = v;
+        ck_assert_ptr_nonnull(r);
+        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+        ck_assert_uint_eq(r->elements, 3);
+        ck_assert_uint_eq(r->element[0]->elements, n);
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *body =
+                r->element[0]->element[i]->element[1]->element[1];
+            ck_assert_int_eq(body->type, REDIS_REPLY_STRING);
+            if (sizes[i] <= limit) {
+                ck_assert_uint_eq(body->len, sizes[i]);
+                continue;
+            }
+            char want[128];
+            tm_snprintf(want, sizeof want,
+                        TM_REDIS_OVERSIZE "body of %zu bytes exceeds "
+                        "max_payload of %zu", sizes[i], limit);
+            ck_assert_str_eq(body->str, want);
+        }
+        ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_NIL);
+        ck_assert_int_eq(r->element[2]->integer, 42);
+        freeReplyObject(r);
+        v = NULL;
+        ck_assert_int_eq(redisReaderGetReply(rd, &v), REDIS_OK);
+        ck_assert_ptr_null(v);
+        redisReaderFree(rd);
+    }
+    tm_free(resp);
+}
+END_TEST
+
+/* A line longer than the filter takes is a protocol error. */
+START_TEST(cap_refuses_overlong_lines)
+{
+    struct tm_redis_cap f;
+    tm_redis_cap_init(&f, 10);
+    redisReader *rd = redisReaderCreate();
+    char line[TM_REDIS_CAP_LINE_MAX + 2];
+    line[0] = '+';
+    memset(line + 1, 'a', sizeof line - 1);
+    ck_assert_int_eq(tm_redis_cap_feed(&f, rd, line, sizeof line), -1);
+    redisReaderFree(rd);
+}
+END_TEST
+
+static Suite *redis_suite(void)
+{
+    Suite *s = suite_create("redis");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, retry_key_derives_from_the_queue);
+    tcase_add_test(tc, claim_period_bounds);
+    tcase_add_test(tc, cap_drops_oversized_bulks);
+    tcase_add_test(tc, cap_refuses_overlong_lines);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(redis_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
