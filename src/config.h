@@ -72,7 +72,8 @@ struct tm_cfg_schedule {
     char *name;
     char *task;              /* a task of the file */
     char *spec_text;         /* the cron: or every: value, as expanded */
-    char *timezone;          /* the zone's name, "UTC" by default */
+    char *timezone;          /* cron: the zone's name, default "UTC";
+                                every: NULL */
     struct tm_tz *tz;        /* cron: the loaded zone; every: NULL */
     struct tm_sched_spec spec; /* cron or every; spec.tz == tz */
     char *body_json;         /* `body:` mapping as JSON, default "{}" */
