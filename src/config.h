@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "schedule/slots.h"
+
 enum tm_pool_kind { TM_POOL_THREAD = 1, TM_POOL_FORK = 2 };
 enum tm_on_error { TM_ON_ERROR_REQUEUE = 1, TM_ON_ERROR_REJECT = 2 };
 enum tm_log_format { TM_LOG_TEXT = 1, TM_LOG_JSON = 2 };
@@ -62,6 +64,24 @@ struct tm_cfg_task {
     struct tm_mark plugin_at; /* the plugin: value, for plugin refusals */
 };
 
+enum tm_catch_up { TM_CATCH_UP_SKIP = 1, TM_CATCH_UP_ONCE = 2 };
+
+/* struct tm_cfg_schedule is one entry of `schedules:`, compiled: the
+ * firing code needs no re-parse. Every pointer is owned by it. */
+struct tm_cfg_schedule {
+    char *name;
+    char *task;              /* a task of the file */
+    char *spec_text;         /* the cron: or every: value, as expanded */
+    char *timezone;          /* cron: the zone's name, default "UTC";
+                                every: NULL */
+    struct tm_tz *tz;        /* cron: the loaded zone; every: NULL */
+    struct tm_sched_spec spec; /* cron or every; spec.tz == tz */
+    char *body_json;         /* `body:` mapping as JSON, default "{}" */
+    enum tm_catch_up catch_up; /* default skip */
+    struct tm_mark at;       /* the schedule's name key */
+    struct tm_mark task_at;  /* the task: value */
+};
+
 struct tm_cfg {
     char *path;              /* the config file as given */
     char *dir;               /* its directory, for relative paths */
@@ -82,6 +102,8 @@ struct tm_cfg {
     enum tm_log_format log_format; /* default text */
     struct tm_cfg_task *tasks;
     size_t ntasks;
+    struct tm_cfg_schedule *schedules; /* in file order */
+    size_t nschedules;
 };
 
 /*
@@ -109,6 +131,10 @@ void tm_cfg_free(struct tm_cfg *cfg);
 /* tm_cfg_find_task returns the task named name, or NULL. */
 const struct tm_cfg_task *tm_cfg_find_task(const struct tm_cfg *cfg,
                                            const char *name);
+
+/* tm_cfg_find_schedule returns the schedule named name, or NULL. */
+const struct tm_cfg_schedule *tm_cfg_find_schedule(const struct tm_cfg *cfg,
+                                                   const char *name);
 
 /*
  * tm_url_parse parses a broker URL into *url (zeroed first). Returns 0, or

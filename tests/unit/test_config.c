@@ -61,6 +61,8 @@ static void expect_error(const char *yaml, const char *pos, const char *msg)
 }
 
 #define TASK "tasks:\n  add:\n    plugin: add.so\n"
+/* lines 4 to 6 of a config with a schedule; its keys follow on line 7 */
+#define SCHED "schedules:\n  nightly:\n    task: add\n"
 
 /* ------------------------------------------------------------ full */
 
@@ -560,7 +562,8 @@ START_TEST(test_shipped_config)
         "on_error:", "max_retries:", "backoff:", "max_backoff:",
         "dead_letter:", "max_payload:", "max_priority:", "priority:",
         "config:", "circuit_failures:", "circuit_cool_off:",
-        "circuit_max_cool_off:"
+        "circuit_max_cool_off:", "schedules:", "cron:", "every:",
+        "timezone:", "body:", "catch_up:"
     };
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
@@ -570,6 +573,30 @@ START_TEST(test_shipped_config)
     fclose(f);
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         ck_assert_msg(strstr(text, keys[i]) != NULL, "no %s", keys[i]);
+
+    /* The commented-out schedules example loads once uncommented: the
+     * lines from "# schedules:" to the end, without their "# ". */
+    const char *ex = strstr(text, "\n# schedules:\n");
+    ck_assert_ptr_nonnull(ex);
+    static char yaml[65536];
+    size_t used = tm_snprintf(yaml, sizeof yaml, "%.*s",
+                              (int)(ex + 1 - text), text);
+    for (const char *line = ex + 1; *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - line) : strlen(line);
+        ck_assert_msg(len >= 2 && strncmp(line, "# ", 2) == 0,
+                      "not a commented-out line: %.*s", (int)len, line);
+        used += tm_snprintf(yaml + used, sizeof yaml - used, "%.*s\n",
+                            (int)len - 2, line + 2);
+        line += len + (nl != NULL);
+    }
+    cfg = load_text(yaml, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nschedules, 2);
+    ck_assert_str_eq(cfg->schedules[0].name, "nightly-report");
+    ck_assert_str_eq(cfg->schedules[0].timezone, "Europe/Berlin");
+    ck_assert_int_eq(cfg->schedules[1].spec.every_ms, 30000);
+    tm_cfg_free(cfg);
 
     /* With a RabbitMQ URL from the environment it loads too. */
     setenv("TASKMILL_BROKER_URL", "amqps://u:p@rabbit/%2f", 1);
@@ -584,6 +611,113 @@ START_TEST(test_shipped_config)
     tm_cfg_free(cfg);
     unsetenv("TASKMILL_BROKER_URL");
     unsetenv("TASKMILL_HTTP_TOKEN");
+}
+END_TEST
+
+/* schedules: each compiled (cron and zone, or every), with defaults */
+START_TEST(test_schedules)
+{
+    char err[512] = "";
+    int64_t slot;
+    setenv("TM_TEST_CRON", "0 3 * * *", 1);
+    struct tm_cfg *cfg = load_text(
+        TASK
+        "  noop:\n"
+        "    plugin: noop.so\n"
+        "schedules:\n"
+        "  nightly-report:\n"
+        "    task: add\n"
+        "    cron: \"0 3 * * *\"\n"
+        "    timezone: Europe/Berlin\n"
+        "    body: { a: 1, b: \"two\" }\n"
+        "    catch_up: once\n"
+        "  heartbeat:\n"
+        "    every: 30s\n"
+        "    task: noop\n"
+        "  env.cron_1:\n"
+        "    task: add\n"
+        "    cron: ${TM_TEST_CRON}\n"
+        "    body: ~\n"
+        "    catch_up: skip\n",
+        err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nschedules, 3);
+
+    const struct tm_cfg_schedule *s = &cfg->schedules[0];
+    ck_assert_ptr_eq(tm_cfg_find_schedule(cfg, "nightly-report"), s);
+    ck_assert_str_eq(s->task, "add");
+    ck_assert_int_eq(s->spec.kind, TM_SCHED_CRON);
+    ck_assert_str_eq(s->spec_text, "0 3 * * *");
+    ck_assert_str_eq(s->timezone, "Europe/Berlin");
+    ck_assert_ptr_eq(s->spec.tz, s->tz);
+    ck_assert_str_eq(tm_tz_name(s->tz), "Europe/Berlin");
+    ck_assert_str_eq(s->body_json, "{\"a\":1,\"b\":\"two\"}");
+    ck_assert_int_eq(s->catch_up, TM_CATCH_UP_ONCE);
+    ck_assert_int_eq(s->at.line, 7);
+    ck_assert_int_eq(s->at.col, 3);
+    /* 03:00 in Berlin is 01:00Z in summer (2026-07-01 is 1782864000 s) */
+    ck_assert_int_eq(tm_sched_next(&s->spec, 1782864000000LL, &slot), 0);
+    ck_assert_int_eq(slot, 1782864000000LL + 3600000);
+
+    s = tm_cfg_find_schedule(cfg, "heartbeat");
+    ck_assert_ptr_eq(s, &cfg->schedules[1]);
+    ck_assert_int_eq(s->spec.kind, TM_SCHED_EVERY);
+    ck_assert_int_eq(s->spec.every_ms, 30000);
+    ck_assert_str_eq(s->spec_text, "30s");
+    ck_assert_ptr_null(s->tz);
+    ck_assert_ptr_null(s->timezone);
+    ck_assert_str_eq(s->body_json, "{}");
+    ck_assert_int_eq(s->catch_up, TM_CATCH_UP_SKIP);
+    ck_assert_int_eq(tm_sched_next(&s->spec, 1782864000001LL, &slot), 0);
+    ck_assert_int_eq(slot, 1782864030000LL);
+
+    s = tm_cfg_find_schedule(cfg, "env.cron_1");
+    ck_assert_str_eq(s->spec_text, "0 3 * * *");
+    ck_assert_str_eq(s->timezone, "UTC");
+    ck_assert_str_eq(tm_tz_name(s->spec.tz), "UTC");
+    ck_assert_str_eq(s->body_json, "{}");
+    ck_assert_int_eq(tm_sched_next(&s->spec, 1782864000000LL, &slot), 0);
+    ck_assert_int_eq(slot, 1782864000000LL + 3 * 3600000);
+    ck_assert_ptr_null(tm_cfg_find_schedule(cfg, "nope"));
+    tm_cfg_free(cfg);
+
+    /* no schedules at all, or an empty section */
+    cfg = load_text(TASK "schedules:\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nschedules, 0);
+    tm_cfg_free(cfg);
+    unsetenv("TM_TEST_CRON");
+}
+END_TEST
+
+/* Every bad schedule is reported, in file order, and none leaks. */
+START_TEST(test_schedules_all_errors)
+{
+    char err[2048] = "";
+    size_t nerr = 0;
+    const char *path = write_file("bad.yaml",
+        TASK
+        "schedules:\n"
+        "  a:\n"
+        "    task: add\n"
+        "    cron: '0 0 31 2 *'\n"
+        "    timezone: Europe/Berlin\n"
+        "  b:\n"
+        "    task: nope\n"
+        "    every: 1s\n"
+        "  c:\n"
+        "    task: add\n"
+        "    every: 1h\n"
+        "    timezone: UTC\n");
+    struct tm_cfg *cfg = tm_cfg_load_all(path, 10, err, sizeof err, &nerr);
+    ck_assert_ptr_null(cfg);
+    ck_assert_uint_eq(nerr, 3);
+    ck_assert_msg(strstr(err, ":7:16: schedules.a.cron: field 3") != NULL,
+                  "%s", err);
+    ck_assert_msg(strstr(err, ":15:5: schedules.c.timezone: applies to "
+                  "cron only") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, ":10:11: schedules.b.task: unknown task "
+                  "'nope'") != NULL, "%s", err);
 }
 END_TEST
 
@@ -831,6 +965,54 @@ static const struct bad bad_configs[] = {
       "NUL character" },
     { TASK "    config: &a { x: *a }\n", "4:13", ".x.x.x.x: nested more "
       "than 64 levels deep" },
+    /* schedules: */
+    { TASK SCHED "    cron: '0 24 * * *'\n", "7:14",
+      "schedules.nightly.cron: field 2 (hour) at column 3: expected 0-23, "
+      "got '24'" },
+    { TASK SCHED "    cron: 0 0 30 2 *\n", "7:15", "schedules.nightly.cron: "
+      "field 3 (day-of-month) at column 5: no month of the spec has such a "
+      "day: it never fires" },
+    { TASK SCHED "    cron: \"*/5 * * * mon#\"\n", "7:25",
+      "unexpected character '#'" },
+    { TASK SCHED "    cron: '* * * *'\n", "7:19", "schedules.nightly.cron: "
+      "4 fields, expected five" },
+    { TASK SCHED "    cron: '0 3 * * *'\n    every: 30s\n", "8:5",
+      "schedules.nightly.every: give either cron or every, not both" },
+    { TASK SCHED, "5:3", "schedules.nightly: missing 'cron' or 'every'" },
+    { TASK "schedules:\n  nightly:\n    every: 1m\n", "5:3",
+      "schedules.nightly: missing required key 'task'" },
+    { TASK "schedules:\n  nightly:\n    task: nope\n    every: 1m\n", "6:11",
+      "schedules.nightly.task: unknown task 'nope'; expected a task of this "
+      "file: add" },
+    { TASK SCHED "    every: 1m\n    timezone: Europe/Berlin\n", "8:5",
+      "schedules.nightly.timezone: applies to cron only; every slots are "
+      "aligned to the Unix epoch (UTC)" },
+    { TASK SCHED "    cron: '0 3 * * *'\n    timezone: Mars/Base\n", "8:15",
+      "schedules.nightly.timezone: unknown time zone 'Mars/Base'" },
+    { TASK SCHED "    cron: '0 3 * * *'\n    timezone: ../../etc/passwd\n",
+      "8:15", "schedules.nightly.timezone: invalid time zone name" },
+    { TASK SCHED "    every: 1m\n    tz: UTC\n", "8:5", "unknown key 'tz' in "
+      "schedules.nightly; expected one of: task, cron, every, timezone, "
+      "body, catch_up" },
+    { TASK "schedules:\n  'bad name':\n    task: add\n    every: 1m\n",
+      "5:3", "schedules: invalid schedule name 'bad name'; use letters, "
+      "digits, '_', '.' and '-'" },
+    { TASK SCHED "    every: 1m\n    catch_up: always\n", "8:15",
+      "schedules.nightly.catch_up: unknown value 'always'; expected one of: "
+      "skip, once" },
+    { TASK SCHED "    every: 0\n", "7:12", "schedules.nightly.every: must be "
+      "greater than 0" },
+    { TASK SCHED "    every: 5 minutes\n", "7:12", "schedules.nightly.every: "
+      "expected a duration like 250ms, 30s, 5m, 1h" },
+    { TASK SCHED "    every: 1m\n    body: [1]\n", "8:11",
+      "schedules.nightly.body: expected a mapping, got a sequence" },
+    { TASK "schedules: [a]\n", "4:12", "schedules: expected a mapping, got "
+      "a sequence" },
+    { TASK "schedules:\n  nightly:\n", "5:3", "schedules.nightly: missing "
+      "value" },
+    { TASK "schedules:\n  a: {task: add, every: 1m}\n"
+      "  a: {task: add, every: 2m}\n", "6:3",
+      "duplicate key 'a' in schedules" },
 };
 
 START_TEST(test_bad_config)
@@ -1234,6 +1416,8 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_small_err_buffer);
     tcase_add_test(tc, test_shipped_config);
     tcase_add_test(tc, test_free_null);
+    tcase_add_test(tc, test_schedules);
+    tcase_add_test(tc, test_schedules_all_errors);
     tcase_add_test(tc, test_config_json_types);
     suite_add_tcase(s, tc);
 
