@@ -7,8 +7,7 @@
 # whole run (or uses TM_TEST_REDIS_PORT, a redis already running on
 # 127.0.0.1, whose data every test flushes), then runs every
 # tests/integration/test_*.sh (or only those named: "happy_path",
-# "test_cli.sh", ...; or a path such as tests/integration/soak.sh for a
-# test kept out of the default glob) each in its own bash process with
+# "test_cli.sh", ...; or a path to a test file) each in its own bash process with
 # lib.sh sourced, its own scratch dir, a FLUSHALL before it and a watchdog
 # timeout (TM_TEST_TIMEOUT, default 120 s). Prints "ok - NAME" or
 # "not ok - NAME" per test and one closing "N passed, N failed" line; exits 1
