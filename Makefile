@@ -73,7 +73,33 @@ CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 # the core: src/*.c and one level of subdirectories (src/redis/, ...)
 CORE_SRCS = $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o)
-PLUGINS = noop add sleep fail journal
+PLUGINS = noop add sleep fail journal exec
+# The language hosts: lua (liblua5.4-dev) and python (python3-dev) are
+# built when pkg-config finds them; USE_LUA / USE_PYTHON = yes|no|auto.
+USE_LUA ?= auto
+USE_PYTHON ?= auto
+HAVE_LUA := $(shell $(PKG_CONFIG) --exists lua5.4 2>/dev/null && echo yes)
+HAVE_PYTHON := $(shell $(PKG_CONFIG) --exists python3-embed 2>/dev/null && echo yes)
+ifeq ($(USE_LUA),yes)
+ifneq ($(HAVE_LUA),yes)
+$(error USE_LUA=yes but pkg-config finds no lua5.4 (apt-get install liblua5.4-dev))
+endif
+endif
+ifeq ($(USE_PYTHON),yes)
+ifneq ($(HAVE_PYTHON),yes)
+$(error USE_PYTHON=yes but pkg-config finds no python3-embed (apt-get install python3-dev))
+endif
+endif
+ifneq ($(USE_LUA),no)
+ifeq ($(HAVE_LUA),yes)
+PLUGINS += lua
+endif
+endif
+ifneq ($(USE_PYTHON),no)
+ifeq ($(HAVE_PYTHON),yes)
+PLUGINS += python
+endif
+endif
 PLUGIN_SOS = $(PLUGINS:%=$(BUILD)/plugins/%.so)
 TEST_PLUGIN_SRCS = $(wildcard tests/plugins/*.c)
 TEST_PLUGIN_SOS = $(TEST_PLUGIN_SRCS:tests/plugins/%.c=$(BUILD)/test-plugins/%.so)
@@ -109,12 +135,23 @@ $(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
 $(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(PLUGIN_CFLAGS) -fPIC -shared -Isrc -o $@ \
-		$(filter %.c,$^)
+		$(filter %.c,$^) $(PLUGIN_LIBS)
 	@chmod go-w $@
 
 # fail's crash mode writes through NULL on purpose: a sanitizer build must
 # let it die of SIGSEGV like any crashing task code, not report it
 $(BUILD)/plugins/fail.so: PLUGIN_CFLAGS = $(if $(SANITIZER),-fno-sanitize=null)
+
+# The language hosts' own libraries.
+$(BUILD)/plugins/exec.so: $(wildcard plugins/exec/*.h)
+$(BUILD)/plugins/exec.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags libcjson)
+$(BUILD)/plugins/exec.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs libcjson)
+$(BUILD)/plugins/lua.so: $(wildcard plugins/lua/*.h)
+$(BUILD)/plugins/lua.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags lua5.4)
+$(BUILD)/plugins/lua.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs lua5.4) -lm
+$(BUILD)/plugins/python.so: $(wildcard plugins/python/*.h)
+$(BUILD)/plugins/python.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags python3-embed)
+$(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed)
 
 $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
