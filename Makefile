@@ -147,8 +147,8 @@ $(BUILD)/plugins/exec.so: $(wildcard plugins/exec/*.h)
 $(BUILD)/plugins/exec.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags libcjson)
 $(BUILD)/plugins/exec.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs libcjson)
 $(BUILD)/plugins/lua.so: $(wildcard plugins/lua/*.h)
-$(BUILD)/plugins/lua.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags lua5.4)
-$(BUILD)/plugins/lua.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs lua5.4) -lm
+$(BUILD)/plugins/lua.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags lua5.4 libcjson)
+$(BUILD)/plugins/lua.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs lua5.4 libcjson) -lm
 $(BUILD)/plugins/python.so: $(wildcard plugins/python/*.h)
 $(BUILD)/plugins/python.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags python3-embed)
 $(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed)
