@@ -150,8 +150,9 @@ $(BUILD)/plugins/lua.so: $(wildcard plugins/lua/*.h)
 $(BUILD)/plugins/lua.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags lua5.4 libcjson)
 $(BUILD)/plugins/lua.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs lua5.4 libcjson) -lm
 $(BUILD)/plugins/python.so: $(wildcard plugins/python/*.h)
-$(BUILD)/plugins/python.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags python3-embed)
-$(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed)
+# -z nodelete: the interpreter and its threads outlive a reload's dlclose
+$(BUILD)/plugins/python.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags python3-embed libcjson)
+$(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed libcjson) -ldl -Wl,-z,nodelete
 
 $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
