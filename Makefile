@@ -281,7 +281,8 @@ install: all
 	install -m 0644 src/taskmill.h $(DESTDIR)$(INCDIR)/taskmill.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		scripts/taskmill.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/taskmill.pc
-	sed -e 's|^plugin_dir: .*|plugin_dir: $(PLUGINDIR)|' conf/taskmill.yaml \
+	sed -e 's|^plugin_dir: .*|plugin_dir: $(PLUGINDIR)|' \
+		-e 's|/usr/local/share/doc/taskmill|$(DOCDIR)|g' conf/taskmill.yaml \
 		> $(DESTDIR)$(SYSCONFDIR)/taskmill/taskmill.yaml.example
 	sed -e 's|/usr/local|$(PREFIX)|g' \
 		-e 's|/etc/taskmill|$(SYSCONFDIR)/taskmill|g' \
@@ -290,6 +291,13 @@ install: all
 	install -d $(DESTDIR)$(DOCDIR)/plugin-template
 	install -m 0644 plugins/template/hello.c plugins/template/Makefile \
 		plugins/template/taskmill.yaml $(DESTDIR)$(DOCDIR)/plugin-template/
+	install -m 0644 docs/languages.md $(DESTDIR)$(DOCDIR)/languages.md
+	install -d $(DESTDIR)$(DOCDIR)/examples/python \
+		$(DESTDIR)$(DOCDIR)/examples/lua $(DESTDIR)$(DOCDIR)/examples/exec
+	install -m 0644 examples/README.md $(DESTDIR)$(DOCDIR)/examples/
+	install -m 0644 examples/python/*.py $(DESTDIR)$(DOCDIR)/examples/python/
+	install -m 0644 examples/lua/*.lua $(DESTDIR)$(DOCDIR)/examples/lua/
+	install -m 0755 examples/exec/*.sh $(DESTDIR)$(DOCDIR)/examples/exec/
 
 clean:
 	rm -rf build build-asan build-tsan
