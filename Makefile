@@ -175,6 +175,19 @@ $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) -Isrc -o $@ $< \
 		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
 
+# The Lua host's JSON bridge, tested with the daemon's builder.
+ifneq ($(and $(filter lua,$(PLUGINS)),yes),yes)
+UNIT_BINS := $(filter-out $(BUILD)/tests/test_host_lua_json,$(UNIT_BINS))
+endif
+$(BUILD)/tests/test_host_lua_json: tests/unit/test_host_lua_json.c \
+		plugins/lua/json_lua.c $(wildcard plugins/lua/*.h) $(CORE_OBJS) \
+		| $(BUILD)/tests
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) \
+		$(shell $(PKG_CONFIG) --cflags lua5.4) -Isrc -Iplugins/lua -o $@ \
+		$< plugins/lua/json_lua.c $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
+		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
+
 unit-bins: $(UNIT_BINS)
 
 $(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests \

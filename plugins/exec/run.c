@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,8 @@ struct run {
     int reaped;
     int status;
     int in_fd, out_fd, err_fd;
+    int pid_fd;         /* pidfd of the child (readable when it exits), or
+                           -1 where the kernel has none */
     size_t in_off;
     char *out;          /* stdout, up to t->max_output bytes */
     size_t out_len, out_cap;
@@ -156,6 +159,7 @@ static int spawn(struct run *r)
     /* also here, so the group exists before any kill(-pid) */
     setpgid(pid, pid);
     r->pid = pid;
+    r->pid_fd = (int)syscall(SYS_pidfd_open, pid, 0);
     r->in_fd = in[1];
     r->out_fd = out[0];
     r->err_fd = err[0];
@@ -314,9 +318,17 @@ static void pump(struct run *r)
                 r->kill_at = now + EXEC_TERM_GRACE_MS;
         }
 
-        struct pollfd p[3];
+        struct pollfd p[4];
         int np = 0;
         int iin = -1, iout = -1, ierr = -1;
+        /* the exit wakes the poll, so a run never waits a poll period
+         * for its reap (without a pidfd: short polls once the pipes are
+         * closed) */
+        int wait_ms = EXEC_POLL_MS;
+        if (!r->reaped && r->pid_fd >= 0)
+            p[np++] = (struct pollfd){.fd = r->pid_fd, .events = POLLIN};
+        else if (!r->reaped && r->out_fd < 0 && r->err_fd < 0)
+            wait_ms = 1;
         if (r->in_fd >= 0) {
             iin = np;
             p[np++] = (struct pollfd){.fd = r->in_fd, .events = POLLOUT};
@@ -329,7 +341,7 @@ static void pump(struct run *r)
             ierr = np;
             p[np++] = (struct pollfd){.fd = r->err_fd, .events = POLLIN};
         }
-        if (poll(p, (nfds_t)np, EXEC_POLL_MS) <= 0)
+        if (poll(p, (nfds_t)np, wait_ms) <= 0)
             continue;
         if (iin >= 0 && p[iin].revents != 0 && write_in(r) != 0)
             close_fd(&r->in_fd);
@@ -398,7 +410,7 @@ int exec_run(const struct exec_task *t, struct tm_call *call)
     }
     r->t = t;
     r->call = call;
-    r->in_fd = r->out_fd = r->err_fd = -1;
+    r->in_fd = r->out_fd = r->err_fd = r->pid_fd = -1;
     /* A worker whose SIGTERM is not blocked (a fork-pool child, invoke)
      * would die of it at once and leave the command's group running:
      * hold it for the run, stop the group, then let it act. Where SIGTERM
@@ -425,6 +437,7 @@ out:
     close_fd(&r->in_fd);
     close_fd(&r->out_fd);
     close_fd(&r->err_fd);
+    close_fd(&r->pid_fd);
     free(r->out);
     free(r);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

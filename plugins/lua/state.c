@@ -280,6 +280,18 @@ int lua_worker_changed(struct lua_worker *w, int64_t now_ms)
            st.st_mtim.tv_nsec != w->mtime.tv_nsec;
 }
 
+/* epoch_deadline converts the call's deadline to Unix time in ms (0 =
+ * none), as the other hosts give it. */
+static lua_Integer epoch_deadline(const struct tm_call *call)
+{
+    struct timespec now;
+    if (call->deadline_ms <= 0)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (lua_Integer)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
+           (call->deadline_ms - call->host->now_ms());
+}
+
 /* push_ctx pushes the ctx table of the run. */
 static void push_ctx(lua_State *L, const struct tm_call *call)
 {
@@ -288,7 +300,7 @@ static void push_ctx(lua_State *L, const struct tm_call *call)
     lua_setfield(L, -2, "id");
     lua_pushinteger(L, (lua_Integer)call->attempt);
     lua_setfield(L, -2, "attempt");
-    lua_pushinteger(L, (lua_Integer)call->deadline_ms);
+    lua_pushinteger(L, epoch_deadline(call));
     lua_setfield(L, -2, "deadline_ms");
     lua_pushcfunction(L, l_log);
     lua_setfield(L, -2, "log");

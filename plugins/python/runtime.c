@@ -300,11 +300,13 @@ static void unwatch(int slot)
     if (slot < 0)
         return;
     pthread_mutex_lock(&runs_lock);
+    int signalled = runs[slot].signalled;
     runs[slot].call = NULL;
     pthread_mutex_unlock(&runs_lock);
     /* a Stopped raised too late for this run must not hit the next one:
      * still under the GIL, so the watchdog cannot set another */
-    PyThreadState_SetAsyncExc(PyThread_get_thread_ident(), NULL);
+    if (signalled)
+        PyThreadState_SetAsyncExc(PyThread_get_thread_ident(), NULL);
 }
 
 /* outcome turns _run's answer into the run's outcome. */
