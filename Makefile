@@ -142,16 +142,17 @@ $(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
 # let it die of SIGSEGV like any crashing task code, not report it
 $(BUILD)/plugins/fail.so: PLUGIN_CFLAGS = $(if $(SANITIZER),-fno-sanitize=null)
 
-# The language hosts' own libraries.
+# The language hosts' own libraries; only the descriptor is exported, so
+# their internal names never meet the daemon's (-rdynamic) or a library's.
 $(BUILD)/plugins/exec.so: $(wildcard plugins/exec/*.h)
-$(BUILD)/plugins/exec.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags libcjson)
+$(BUILD)/plugins/exec.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags libcjson)
 $(BUILD)/plugins/exec.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs libcjson)
 $(BUILD)/plugins/lua.so: $(wildcard plugins/lua/*.h)
-$(BUILD)/plugins/lua.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags lua5.4 libcjson)
+$(BUILD)/plugins/lua.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags lua5.4 libcjson)
 $(BUILD)/plugins/lua.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs lua5.4 libcjson) -lm
 $(BUILD)/plugins/python.so: $(wildcard plugins/python/*.h)
 # -z nodelete: the interpreter and its threads outlive a reload's dlclose
-$(BUILD)/plugins/python.so: PLUGIN_CFLAGS = $(shell $(PKG_CONFIG) --cflags python3-embed libcjson)
+$(BUILD)/plugins/python.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags python3-embed libcjson)
 $(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed libcjson) -ldl -Wl,-z,nodelete
 
 $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins

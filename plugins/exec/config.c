@@ -40,7 +40,7 @@ static char *join_kv(const char *k, const char *v)
 
 /* env_set replaces or appends "k=v" in t->env (room for it is reserved by
  * the caller). Returns 0 or -1 (out of memory). */
-static int env_set(struct exec_task *t, const char *k, const char *v)
+static int env_set(struct tm_exhost_task *t, const char *k, const char *v)
 {
     char *kv = join_kv(k, v);
     size_t kl = strlen(k);
@@ -61,7 +61,7 @@ static int env_set(struct exec_task *t, const char *k, const char *v)
 /* resolve finds argv0 in the PATH of the task's environment, as execvp
  * would, so the child needs no search (nothing but async-signal-safe calls
  * run between fork and exec). */
-static char *resolve(const struct exec_task *t, const char *argv0)
+static char *resolve(const struct tm_exhost_task *t, const char *argv0)
 {
     const char *path = NULL;
     char *found = NULL;
@@ -111,9 +111,9 @@ static int get_uint(const cJSON *cfg, const char *key, double max,
     return 0;
 }
 
-struct exec_task *exec_task_new(const struct tm_task_env *env)
+struct tm_exhost_task *tm_exhost_task_new(const struct tm_task_env *env)
 {
-    struct exec_task *t = calloc(1, sizeof *t);
+    struct tm_exhost_task *t = calloc(1, sizeof *t);
     cJSON *cfg = cJSON_Parse(env->config_json);
     const char *why = NULL;
     size_t n = 0, nextra = 0;
@@ -240,13 +240,13 @@ out:
     if (why != NULL) {
         if (why[0] != '\0')
             tm_env_log(env, TM_LOG_ERR, "%s", why);
-        exec_task_free(t);
+        tm_exhost_task_free(t);
         t = NULL;
     }
     return t;
 }
 
-void exec_task_free(struct exec_task *t)
+void tm_exhost_task_free(struct tm_exhost_task *t)
 {
     if (t == NULL)
         return;

@@ -3,7 +3,7 @@
 
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
-    struct exec_task *t = exec_task_new(env);
+    struct tm_exhost_task *t = tm_exhost_task_new(env);
     if (t == NULL)
         return -1;
     *task_data = t;
@@ -12,12 +12,12 @@ static int cb_init(const struct tm_task_env *env, void **task_data)
 
 static void cb_fini(void *task_data)
 {
-    exec_task_free(task_data);
+    tm_exhost_task_free(task_data);
 }
 
 static int cb_run(struct tm_call *call)
 {
-    return exec_run(call->task_data, call);
+    return tm_exhost_run(call->task_data, call);
 }
 
 TM_TASK_DECLARE(

@@ -11,9 +11,9 @@
  * EX_DATAERR, written out so the plugin needs no BSD header). */
 #define EXEC_EX_DATAERR 65
 
-/* struct exec_task is a task's settings, made by cb_init and read-only
+/* struct tm_exhost_task is a task's settings, made by cb_init and read-only
  * afterwards, so every worker thread may share it. */
-struct exec_task {
+struct tm_exhost_task {
     char *task;          /* the task's name, for TASKMILL_TASK */
     char *path;          /* argv[0] resolved against PATH at init */
     char **argv;         /* NULL-terminated command */
@@ -26,13 +26,13 @@ struct exec_task {
     int64_t kill_grace_ms;  /* SIGTERM to SIGKILL */
 };
 
-/* exec_task_new reads the config; NULL after logging the reason. */
-struct exec_task *exec_task_new(const struct tm_task_env *env);
-void exec_task_free(struct exec_task *t);
+/* tm_exhost_task_new reads the config; NULL after logging the reason. */
+struct tm_exhost_task *tm_exhost_task_new(const struct tm_task_env *env);
+void tm_exhost_task_free(struct tm_exhost_task *t);
 
-/* exec_run runs the command once for call and returns a tm_task_result,
+/* tm_exhost_run runs the command once for call and returns a tm_task_result,
  * having set the result or error. The child is always reaped and its
  * process group killed before it returns. */
-int exec_run(const struct exec_task *t, struct tm_call *call);
+int tm_exhost_run(const struct tm_exhost_task *t, struct tm_call *call);
 
 #endif /* TASKMILL_EXEC_HOST_H */

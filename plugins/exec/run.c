@@ -30,7 +30,7 @@
 /* struct run is one run's state. Invariant: pid > 0 until reaped is set;
  * every fd is -1 or open and owned here. */
 struct run {
-    const struct exec_task *t;
+    const struct tm_exhost_task *t;
     struct tm_call *call;
     pid_t pid;
     int reaped;
@@ -46,7 +46,7 @@ struct run {
     size_t line_len;
     char last[EXEC_LINE_MAX + 1]; /* the last complete stderr line */
     unsigned lines, dropped;
-    int watch_term;     /* SIGTERM is ours to notice (see exec_run) */
+    int watch_term;     /* SIGTERM is ours to notice (see tm_exhost_run) */
     int stopping;       /* 1: SIGTERM sent to the group; 2: SIGKILL */
     int64_t kill_at;    /* SIGKILL after this (host ms) */
     int64_t drain_until; /* stop reading after this, once reaped */
@@ -67,7 +67,7 @@ static const char *err_text(int e)
 
 /* child_exec runs in the child between fork and exec: async-signal-safe
  * calls only (the daemon may be multithreaded). Never returns. */
-static void child_exec(const struct exec_task *t, char *const envp[],
+static void child_exec(const struct tm_exhost_task *t, char *const envp[],
                        pid_t parent, int in, int out, int err)
 {
     static const char execfail[] = "taskmill exec: cannot run the command\n";
@@ -102,7 +102,8 @@ static void child_exec(const struct exec_task *t, char *const envp[],
 
 /* make_env returns the run's environment: the task's plus TASKMILL_*. The
  * strings added are in extra[4][...], which the caller keeps alive. */
-static char **make_env(const struct exec_task *t, const struct tm_call *call,
+static char **make_env(const struct tm_exhost_task *t,
+                       const struct tm_call *call,
                        char extra[4][128])
 {
     char **envp = calloc(t->nenv + 5, sizeof *envp);
@@ -312,7 +313,7 @@ static void pump(struct run *r)
         if (!r->reaped && r->watch_term && term_pending()) {
             /* the worker is being stopped (a fork-pool child past its
              * limit): take the group down first, then die of the signal
-             * when exec_run unblocks it */
+             * when tm_exhost_run unblocks it */
             stop_group(r, now);
             if (r->kill_at > now + EXEC_TERM_GRACE_MS)
                 r->kill_at = now + EXEC_TERM_GRACE_MS;
@@ -399,7 +400,7 @@ static int finish(struct run *r)
     return TM_TASK_OK;
 }
 
-int exec_run(const struct exec_task *t, struct tm_call *call)
+int tm_exhost_run(const struct tm_exhost_task *t, struct tm_call *call)
 {
     struct run *r = calloc(1, sizeof *r);
     int rc = TM_TASK_ERROR;

@@ -18,7 +18,7 @@ static char *dup_str(const char *s)
     return p;
 }
 
-static void task_free(struct lua_task *t)
+static void task_free(struct tm_luahost_task *t)
 {
     if (t == NULL)
         return;
@@ -30,7 +30,7 @@ static void task_free(struct lua_task *t)
 
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
-    struct lua_task *t = calloc(1, sizeof *t);
+    struct tm_luahost_task *t = calloc(1, sizeof *t);
     cJSON *cfg = cJSON_Parse(env->config_json);
     const char *why = NULL;
     int rc = -1;
@@ -75,10 +75,10 @@ static int cb_init(const struct tm_task_env *env, void **task_data)
         goto out;
     }
     /* load it once here, so a broken script refuses the task at start */
-    struct lua_worker probe = {.t = t};
-    if (lua_worker_load(&probe, env, 0) != 0)
+    struct tm_luahost_worker probe = {.t = t};
+    if (tm_luahost_load(&probe, env, 0) != 0)
         goto out;
-    lua_worker_close(&probe);
+    tm_luahost_close(&probe);
     *task_data = t;
     t = NULL;
     rc = 0;
@@ -97,7 +97,7 @@ static void cb_fini(void *task_data)
 
 static int cb_worker_init(void *task_data, void **worker_data)
 {
-    struct lua_worker *w = calloc(1, sizeof *w);
+    struct tm_luahost_worker *w = calloc(1, sizeof *w);
     if (w == NULL)
         return -1;
     w->t = task_data;
@@ -107,7 +107,7 @@ static int cb_worker_init(void *task_data, void **worker_data)
                               .task = w->t->task,
                               .config_json = "{}",
                               .host = w->t->host};
-    if (lua_worker_load(w, &env, 0) != 0) {
+    if (tm_luahost_load(w, &env, 0) != 0) {
         free(w);
         return -1;
     }
@@ -118,31 +118,31 @@ static int cb_worker_init(void *task_data, void **worker_data)
 static void cb_worker_fini(void *task_data, void *worker_data)
 {
     (void)task_data;
-    struct lua_worker *w = worker_data;
+    struct tm_luahost_worker *w = worker_data;
     if (w == NULL)
         return;
-    lua_worker_close(w);
+    tm_luahost_close(w);
     free(w);
 }
 
 static int cb_run(struct tm_call *call)
 {
-    struct lua_worker *w = call->worker_data;
-    if (lua_worker_changed(w, call->host->now_ms())) {
+    struct tm_luahost_worker *w = call->worker_data;
+    if (tm_luahost_changed(w, call->host->now_ms())) {
         /* a changed script is loaded before the next run; if the new one
          * is broken the old state is gone too, and runs fail until it is
          * fixed (and logged each time it is tried) */
         tm_log(call, TM_LOG_INFO, "script %s changed: reloading",
                w->t->script);
-        lua_worker_load(w, call, 1);
+        tm_luahost_load(w, call, 1);
     }
     if (w->L == NULL) {
-        if (lua_worker_load(w, call, 1) != 0) {
+        if (tm_luahost_load(w, call, 1) != 0) {
             tm_error(call, "the script does not load (see the log)");
             return TM_TASK_ERROR;
         }
     }
-    return lua_worker_run(w, call);
+    return tm_luahost_run(w, call);
 }
 
 TM_TASK_DECLARE(

@@ -40,8 +40,8 @@ int tm_ljson_decode(lua_State *L, const char *json, size_t len,
 int tm_ljson_encode(lua_State *L, int idx, struct tm_json *jb,
                     const char *key, char *err, size_t size);
 
-/* struct lua_task is a task's settings, read-only after cb_init. */
-struct lua_task {
+/* struct tm_luahost_task is a task's settings, read-only after cb_init. */
+struct tm_luahost_task {
     char *task;
     char *script;
     char *function;
@@ -50,10 +50,10 @@ struct lua_task {
     const struct tm_host *host;
 };
 
-/* struct lua_worker is one worker's state: the lua_State and what its
+/* struct tm_luahost_worker is one worker's state: the lua_State and what its
  * allocator and hook read. Used by one thread at a time. */
-struct lua_worker {
-    const struct lua_task *t;
+struct tm_luahost_worker {
+    const struct tm_luahost_task *t;
     lua_State *L;
     size_t used;          /* bytes allocated by L */
     size_t limit;         /* allocation cap; 0 = none */
@@ -67,16 +67,17 @@ struct lua_worker {
     int64_t checked_ms;   /* when the file was last looked at */
 };
 
-/* lua_worker_load (re)creates w->L and runs the script. Returns 0, or -1
+/* tm_luahost_load (re)creates w->L and runs the script. Returns 0, or -1
  * after logging why (ctx/kind as for host->log). */
-int lua_worker_load(struct lua_worker *w, const void *ctx, int kind);
-/* lua_worker_changed says whether the script file differs from the one
+int tm_luahost_load(struct tm_luahost_worker *w, const void *ctx,
+                    int kind);
+/* tm_luahost_changed says whether the script file differs from the one
  * loaded (looked at no more than once a second). */
-int lua_worker_changed(struct lua_worker *w, int64_t now_ms);
-void lua_worker_close(struct lua_worker *w);
+int tm_luahost_changed(struct tm_luahost_worker *w, int64_t now_ms);
+void tm_luahost_close(struct tm_luahost_worker *w);
 
-/* lua_worker_run calls the task's function for call and returns a
+/* tm_luahost_run calls the task's function for call and returns a
  * tm_task_result, having set the result or error. */
-int lua_worker_run(struct lua_worker *w, struct tm_call *call);
+int tm_luahost_run(struct tm_luahost_worker *w, struct tm_call *call);
 
 #endif /* TASKMILL_LUA_HOST_H */

@@ -22,7 +22,7 @@ static const char reject_key = 'R';
  * runaway script gets "not enough memory" instead of the worker's RSS. */
 static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
-    struct lua_worker *w = ud;
+    struct tm_luahost_worker *w = ud;
     size_t old = ptr != NULL ? osize : 0;
     if (nsize == 0) {
         free(ptr);
@@ -37,10 +37,10 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return p;
 }
 
-static struct lua_worker *worker_of(lua_State *L)
+static struct tm_luahost_worker *worker_of(lua_State *L)
 {
     lua_rawgetp(L, LUA_REGISTRYINDEX, &worker_key);
-    struct lua_worker *w = lua_touserdata(L, -1);
+    struct tm_luahost_worker *w = lua_touserdata(L, -1);
     lua_pop(L, 1);
     return w;
 }
@@ -52,7 +52,7 @@ static struct lua_worker *worker_of(lua_State *L)
 static void hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
-    struct lua_worker *w = worker_of(L);
+    struct tm_luahost_worker *w = worker_of(L);
     if (w->call == NULL)
         return;
     if (w->stopped || w->call->host->should_stop(w->call)) {
@@ -100,7 +100,7 @@ static int log_level(lua_State *L, int idx)
 /* ctx:log(level, text) / ctx.log(level, text) and print(...) */
 static int l_log(lua_State *L)
 {
-    struct lua_worker *w = worker_of(L);
+    struct tm_luahost_worker *w = worker_of(L);
     int first = lua_istable(L, 1) ? 2 : 1;
     int level = log_level(L, first);
     const char *text = luaL_checkstring(L, first + 1);
@@ -113,7 +113,7 @@ static int l_log(lua_State *L)
 
 static int l_print(lua_State *L)
 {
-    struct lua_worker *w = worker_of(L);
+    struct tm_luahost_worker *w = worker_of(L);
     luaL_Buffer b;
     int n = lua_gettop(L);
     luaL_buffinit(L, &b);
@@ -133,7 +133,7 @@ static int l_print(lua_State *L)
 /* ctx.should_stop() */
 static int l_should_stop(lua_State *L)
 {
-    struct lua_worker *w = worker_of(L);
+    struct tm_luahost_worker *w = worker_of(L);
     lua_pushboolean(L, w->call != NULL &&
                            w->call->host->should_stop(w->call));
     return 1;
@@ -208,20 +208,20 @@ static int msgh(lua_State *L)
     return 1;
 }
 
-void lua_worker_close(struct lua_worker *w)
+void tm_luahost_close(struct tm_luahost_worker *w)
 {
     if (w->L != NULL)
         lua_close(w->L);
     w->L = NULL;
 }
 
-int lua_worker_load(struct lua_worker *w, const void *ctx, int kind)
+int tm_luahost_load(struct tm_luahost_worker *w, const void *ctx, int kind)
 {
     const struct tm_host *h = w->t->host;
     struct stat st;
     int rc = -1;
 
-    lua_worker_close(w);
+    tm_luahost_close(w);
     w->used = 0;
     w->limit = w->t->memory_limit;
     w->L = lua_newstate(lalloc, w);
@@ -263,11 +263,11 @@ int lua_worker_load(struct lua_worker *w, const void *ctx, int kind)
 out:
     lua_settop(L, 0);
     if (rc != 0)
-        lua_worker_close(w);
+        tm_luahost_close(w);
     return rc;
 }
 
-int lua_worker_changed(struct lua_worker *w, int64_t now_ms)
+int tm_luahost_changed(struct tm_luahost_worker *w, int64_t now_ms)
 {
     struct stat st;
     if (now_ms - w->checked_ms < LUA_CHECK_MS)
@@ -312,7 +312,7 @@ static void push_ctx(lua_State *L, const struct tm_call *call)
  * error, also out of memory while building the arguments, is caught. */
 static int call_fn(lua_State *L)
 {
-    struct lua_worker *w = worker_of(L);
+    struct tm_luahost_worker *w = worker_of(L);
     struct tm_call *call = w->call;
     const char *err = NULL;
     lua_settop(L, 0);
@@ -325,7 +325,7 @@ static int call_fn(lua_State *L)
     return 1;
 }
 
-int lua_worker_run(struct lua_worker *w, struct tm_call *call)
+int tm_luahost_run(struct tm_luahost_worker *w, struct tm_call *call)
 {
     lua_State *L = w->L;
     char err[256];

@@ -1,11 +1,11 @@
 /* glue.c - the Python side of the host: the taskmill module's source. */
 #include "py_host.h"
 
-/* py_glue_source is run into the module "taskmill" at start. It holds
+/* tm_pyhost_glue_source is run into the module "taskmill" at start. It holds
  * Reject, Context and the two entry points the C side calls: _load and
  * _run (which converts the body and result with the json module and turns
  * exceptions into outcomes). */
-const char py_glue_source[] =
+const char tm_pyhost_glue_source[] =
     "# The taskmill module of the Python host (compiled into python.so).\n"
     "import importlib\n"
     "import json\n"
@@ -29,8 +29,8 @@ const char py_glue_source[] =
     "\n"
     "\n"
     "class Context:\n"
-    "    \"\"\"What a run knows about itself: id, attempt, deadline_ms (Unix time\n"
-    "    in ms, 0 = none), log(level, text) and should_stop().\"\"\"\n"
+    "    \"\"\"What a run knows about itself: id, attempt, deadline_ms\n"
+    "    (Unix time in ms, 0 = none), log(level, text), should_stop().\"\"\"\n"
     "\n"
     "    __slots__ = (\"id\", \"attempt\", \"deadline_ms\")\n"
     "\n"
@@ -79,7 +79,7 @@ const char py_glue_source[] =
     "    mod.__taskmill_mtime__ = now\n"
     "    fn = getattr(mod, function, None)\n"
     "    if not callable(fn):\n"
-    "        raise TypeError(f\"module {module} has no function {function}\")\n"
+    "        raise TypeError(f\"{module} has no function {function}\")\n"
     "    return fn\n"
     "\n"
     "\n"

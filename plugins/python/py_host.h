@@ -4,8 +4,8 @@
 
 #include <taskmill.h>
 
-/* struct py_task is a task's settings, read-only after cb_init. */
-struct py_task {
+/* struct tm_pyhost_task is a task's settings, read-only after cb_init. */
+struct tm_pyhost_task {
     char *task;
     char *module;
     char *function;
@@ -13,23 +13,25 @@ struct py_task {
     const struct tm_host *host;
 };
 
-/* py_runtime_start initialises the interpreter once per process (called
+/* tm_pyhost_runtime_start initialises the interpreter once per process (called
  * from cb_worker_init, so that in the fork pool it happens in each child,
  * after the fork). Returns 0, or -1 after logging why. */
-int py_runtime_start(const struct tm_task_env *log_env);
+int tm_pyhost_runtime_start(const struct tm_task_env *log_env);
 
-/* py_load imports the task's module (reloading it when its file changed
+/* tm_pyhost_load imports the task's module (reloading it when its file changed
  * since it was imported) and returns a new reference to its function, as
  * an opaque pointer; NULL after logging why. */
-void *py_load(const struct py_task *t, const struct tm_task_env *log_env);
-/* py_unload drops what py_load returned. */
-void py_unload(void *fn);
+void *tm_pyhost_load(const struct tm_pyhost_task *t,
+                     const struct tm_task_env *log_env);
+/* tm_pyhost_unload drops what tm_pyhost_load returned. */
+void tm_pyhost_unload(void *fn);
 
-/* py_run calls fn for call and returns a tm_task_result, having set the
+/* tm_pyhost_run calls fn for call and returns a tm_task_result, having set the
  * result or error. */
-int py_run(void *fn, struct tm_call *call);
+int tm_pyhost_run(void *fn, struct tm_call *call);
 
-/* py_glue_source is the Python source of the taskmill module (glue.c). */
-extern const char py_glue_source[];
+/* tm_pyhost_glue_source is the Python source of the taskmill module
+ * (glue.c). */
+extern const char tm_pyhost_glue_source[];
 
 #endif /* TASKMILL_PY_HOST_H */

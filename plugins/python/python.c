@@ -15,7 +15,7 @@ static char *dup_str(const char *s)
     return p;
 }
 
-static void task_free(struct py_task *t)
+static void task_free(struct tm_pyhost_task *t)
 {
     if (t == NULL)
         return;
@@ -30,7 +30,7 @@ static void task_free(struct py_task *t)
  * process that forks the workers. */
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
-    struct py_task *t = calloc(1, sizeof *t);
+    struct tm_pyhost_task *t = calloc(1, sizeof *t);
     cJSON *cfg = cJSON_Parse(env->config_json);
     cJSON *paths = NULL;
     const char *why = NULL;
@@ -100,14 +100,14 @@ static void cb_fini(void *task_data)
 
 static int cb_worker_init(void *task_data, void **worker_data)
 {
-    struct py_task *t = task_data;
+    struct tm_pyhost_task *t = task_data;
     struct tm_task_env env = {.struct_size = sizeof env,
                               .task = t->task,
                               .config_json = "{}",
                               .host = t->host};
-    if (py_runtime_start(&env) != 0)
+    if (tm_pyhost_runtime_start(&env) != 0)
         return -1;
-    void *fn = py_load(t, &env);
+    void *fn = tm_pyhost_load(t, &env);
     if (fn == NULL)
         return -1;
     *worker_data = fn;
@@ -117,12 +117,12 @@ static int cb_worker_init(void *task_data, void **worker_data)
 static void cb_worker_fini(void *task_data, void *worker_data)
 {
     (void)task_data;
-    py_unload(worker_data);
+    tm_pyhost_unload(worker_data);
 }
 
 static int cb_run(struct tm_call *call)
 {
-    return py_run(call->worker_data, call);
+    return tm_pyhost_run(call->worker_data, call);
 }
 
 TM_TASK_DECLARE(

@@ -157,7 +157,7 @@ static void start(void)
     PyObject *dict = mod != NULL ? PyModule_GetDict(mod) : NULL;
     if (dict != NULL) {
         PyDict_SetItemString(dict, "__builtins__", PyEval_GetBuiltins());
-        res = PyRun_String(py_glue_source, Py_file_input, dict, dict);
+        res = PyRun_String(tm_pyhost_glue_source, Py_file_input, dict, dict);
     }
     if (res == NULL) {
         PyErr_Print();
@@ -193,7 +193,7 @@ out:
     PyEval_SaveThread();
 }
 
-int py_runtime_start(const struct tm_task_env *log_env)
+int tm_pyhost_runtime_start(const struct tm_task_env *log_env)
 {
     if (log_host == NULL)
         log_host = log_env->host;
@@ -240,7 +240,8 @@ static void log_exception(const struct tm_task_env *env, const char *what)
     Py_XDECREF(exc);
 }
 
-void *py_load(const struct py_task *t, const struct tm_task_env *log_env)
+void *tm_pyhost_load(const struct tm_pyhost_task *t,
+                     const struct tm_task_env *log_env)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *json = PyImport_ImportModule("json");
@@ -258,7 +259,7 @@ void *py_load(const struct py_task *t, const struct tm_task_env *log_env)
     return fn;
 }
 
-void py_unload(void *fn)
+void tm_pyhost_unload(void *fn)
 {
     if (fn == NULL)
         return;
@@ -354,7 +355,7 @@ static int outcome(struct tm_call *call, PyObject *res)
     }
 }
 
-int py_run(void *fn, struct tm_call *call)
+int tm_pyhost_run(void *fn, struct tm_call *call)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     cur_call = call;
