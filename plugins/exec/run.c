@@ -1,6 +1,7 @@
 /* run.c - one run of the exec plugin: spawn, feed, collect, reap. */
 #include "exec_host.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -433,6 +434,8 @@ int tm_exhost_run(const struct tm_exhost_task *t, struct tm_call *call)
         }
         r->reaped = 1;
     }
+    /* the invariant every outcome rests on: nothing left to reap */
+    assert(r->reaped);
     rc = finish(r);
 out:
     close_fd(&r->in_fd);

@@ -4,6 +4,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,6 +331,9 @@ int tm_luahost_run(struct tm_luahost_worker *w, struct tm_call *call)
     lua_State *L = w->L;
     char err[256];
     int rc = TM_TASK_ERROR;
+
+    /* cb_run loads the state first; a worker runs one call at a time */
+    assert(L != NULL && w->call == NULL);
 
     w->call = call;
     w->stopped = 0;

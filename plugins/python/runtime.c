@@ -4,6 +4,7 @@
 
 #include "py_host.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -358,6 +359,8 @@ static int outcome(struct tm_call *call, PyObject *res)
 int tm_pyhost_run(void *fn, struct tm_call *call)
 {
     PyGILState_STATE g = PyGILState_Ensure();
+    /* one run per thread at a time: the slot of this thread is free */
+    assert(cur_call == NULL);
     cur_call = call;
     int slot = watch(call);
     PyObject *res = PyObject_CallFunction(
