@@ -38,7 +38,8 @@
 #   BENCH_HOSTS             language hosts measured next to the C noop
 #                           ("lua python exec"; those not built are skipped)
 #   BENCH_HOST_POOLS        their pools ("thread:4 fork:4")
-#   BENCH_HOST_N            messages per host run (20000; quick 2000)
+#   BENCH_HOST_N            messages per host run (50000; quick 5000: then
+#                           the workers' start, e.g. Python's, weighs in)
 #   BENCH_EXEC_N            messages per exec run (2000; quick 300)
 set -euo pipefail
 
@@ -66,7 +67,7 @@ if [[ $QUICK == 1 ]]; then
 	REPEAT=${BENCH_REPEAT:-1}
 	FLAT=${BENCH_FLAT:-"50000 500000"}
 	LAT_SECONDS=${BENCH_LAT_SECONDS:-2}
-	HOST_N=${BENCH_HOST_N:-2000}
+	HOST_N=${BENCH_HOST_N:-5000}
 	EXEC_N=${BENCH_EXEC_N:-300}
 else
 	N=${BENCH_N:-1000000}
@@ -74,7 +75,7 @@ else
 	REPEAT=${BENCH_REPEAT:-3}
 	FLAT=${BENCH_FLAT:-"100000 2000000"}
 	LAT_SECONDS=${BENCH_LAT_SECONDS:-5}
-	HOST_N=${BENCH_HOST_N:-20000}
+	HOST_N=${BENCH_HOST_N:-50000}
 	EXEC_N=${BENCH_EXEC_N:-2000}
 fi
 HOSTS=${BENCH_HOSTS:-"lua python exec"}

@@ -70,6 +70,21 @@ grep -q 'stderr: 80 more lines not logged' "$TM_ERR" || fail "dropped lines not 
 invoke_mode fds
 grep -q 'stderr: 0 1 2 *$' "$TM_ERR" || fail "descriptors inherited: $(grep stderr: "$TM_ERR")"
 
+# a body far larger than the socket buffer, read by the command in full
+big=$TEST_DIR/big.json
+awk 'BEGIN { printf "{\"pad\":\""; for (i = 0; i < 600000; i++) printf "x"; printf "\"}" }' >"$big"
+cat >"$TEST_DIR/count.yaml" <<YAML
+tasks:
+  cnt:
+    plugin: exec.so
+    queue: q.cnt
+    max_payload: 1MiB
+    config: { command: [$TASK, count] }
+YAML
+write_config "$TEST_DIR/count.conf.yaml" <"$TEST_DIR/count.yaml"
+tm invoke -c "$TEST_DIR/count.conf.yaml" cnt - <"$big"
+assert_match "result: \\{\"bytes\":$(wc -c <"$big")\\}" "$(cat "$TM_OUT")" "large body: bytes read"
+
 # the deadline: the group gets SIGTERM (the sleeps die of it) and is reaped
 write_config "$CONF" < <(tasks_yaml 1s )
 rm -f "$PIDFILE" "$PIDFILE.bg"
