@@ -27,7 +27,7 @@ def run(body, ctx):
         n = 0
         while True:
             n += 1
-    if mode == "stubborn":
+    if mode == "catching":
         while True:
             try:
                 while True:

@@ -24,7 +24,7 @@ function modes.loop()
 end
 
 -- a loop that catches the stop: still stopped
-function modes.stubborn()
+function modes.catching()
   while true do pcall(function() while true do end end) end
 end
 

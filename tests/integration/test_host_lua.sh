@@ -46,8 +46,8 @@ assert_match 'outcome: error' "$OUT" "invalid: outcome"
 assert_match 'error: invalid result: a function cannot be written as JSON' "$OUT" "invalid: reason"
 invoke_body '{"mode":"loop"}'
 assert_match 'outcome: timeout' "$OUT" "loop: outcome"
-invoke_body '{"mode":"stubborn"}'
-assert_match 'outcome: timeout' "$OUT" "stubborn loop: outcome"
+invoke_body '{"mode":"catching"}'
+assert_match 'outcome: timeout' "$OUT" "catching loop: outcome"
 invoke_body '{"mode":"memory"}'
 assert_match 'outcome: error' "$OUT" "memory: outcome"
 assert_match 'error: not enough memory' "$OUT" "memory: reason"

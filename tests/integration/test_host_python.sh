@@ -52,8 +52,8 @@ assert_match 'outcome: error' "$OUT" "invalid: outcome"
 assert_match 'error: invalid result: TypeError' "$OUT" "invalid: reason"
 invoke_body '{"mode":"loop"}'
 assert_match 'outcome: timeout' "$OUT" "loop: outcome"
-invoke_body '{"mode":"stubborn"}'
-assert_match 'outcome: timeout' "$OUT" "stubborn loop: outcome"
+invoke_body '{"mode":"catching"}'
+assert_match 'outcome: timeout' "$OUT" "catching loop: outcome"
 invoke_body '{"mode":"yaml","text":"a: 1\nb: [x, y]\n"}'
 assert_match 'result: \{"a":1,"b":\["x","y"\]\}' "$OUT" "yaml: result"
 invoke_body '{"mode":"log"}'
