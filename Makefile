@@ -73,7 +73,33 @@ CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 # the core: src/*.c and one level of subdirectories (src/redis/, ...)
 CORE_SRCS = $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
 CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o)
-PLUGINS = noop add sleep fail journal
+PLUGINS = noop add sleep fail journal exec
+# The language hosts: lua (liblua5.4-dev) and python (python3-dev) are
+# built when pkg-config finds them; USE_LUA / USE_PYTHON = yes|no|auto.
+USE_LUA ?= auto
+USE_PYTHON ?= auto
+HAVE_LUA := $(shell $(PKG_CONFIG) --exists lua5.4 2>/dev/null && echo yes)
+HAVE_PYTHON := $(shell $(PKG_CONFIG) --exists python3-embed 2>/dev/null && echo yes)
+ifeq ($(USE_LUA),yes)
+ifneq ($(HAVE_LUA),yes)
+$(error USE_LUA=yes but pkg-config finds no lua5.4 (apt-get install liblua5.4-dev))
+endif
+endif
+ifeq ($(USE_PYTHON),yes)
+ifneq ($(HAVE_PYTHON),yes)
+$(error USE_PYTHON=yes but pkg-config finds no python3-embed (apt-get install python3-dev))
+endif
+endif
+ifneq ($(USE_LUA),no)
+ifeq ($(HAVE_LUA),yes)
+PLUGINS += lua
+endif
+endif
+ifneq ($(USE_PYTHON),no)
+ifeq ($(HAVE_PYTHON),yes)
+PLUGINS += python
+endif
+endif
 PLUGIN_SOS = $(PLUGINS:%=$(BUILD)/plugins/%.so)
 TEST_PLUGIN_SRCS = $(wildcard tests/plugins/*.c)
 TEST_PLUGIN_SOS = $(TEST_PLUGIN_SRCS:tests/plugins/%.c=$(BUILD)/test-plugins/%.so)
@@ -109,12 +135,25 @@ $(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
 $(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(PLUGIN_CFLAGS) -fPIC -shared -Isrc -o $@ \
-		$(filter %.c,$^)
+		$(filter %.c,$^) $(PLUGIN_LIBS)
 	@chmod go-w $@
 
 # fail's crash mode writes through NULL on purpose: a sanitizer build must
 # let it die of SIGSEGV like any crashing task code, not report it
 $(BUILD)/plugins/fail.so: PLUGIN_CFLAGS = $(if $(SANITIZER),-fno-sanitize=null)
+
+# The language hosts' own libraries; only the descriptor is exported, so
+# their internal names never meet the daemon's (-rdynamic) or a library's.
+$(BUILD)/plugins/exec.so: $(wildcard plugins/exec/*.h)
+$(BUILD)/plugins/exec.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags libcjson)
+$(BUILD)/plugins/exec.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs libcjson)
+$(BUILD)/plugins/lua.so: $(wildcard plugins/lua/*.h)
+$(BUILD)/plugins/lua.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags lua5.4 libcjson)
+$(BUILD)/plugins/lua.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs lua5.4 libcjson) -lm
+$(BUILD)/plugins/python.so: $(wildcard plugins/python/*.h)
+# -z nodelete: the interpreter and its threads outlive a reload's dlclose
+$(BUILD)/plugins/python.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags python3-embed libcjson)
+$(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed libcjson) -ldl -Wl,-z,nodelete
 
 $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
@@ -136,6 +175,19 @@ $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) -Isrc -o $@ $< \
 		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
+
+# The Lua host's JSON bridge, tested with the daemon's builder.
+ifneq ($(and $(filter lua,$(PLUGINS)),yes),yes)
+UNIT_BINS := $(filter-out $(BUILD)/tests/test_host_lua_json,$(UNIT_BINS))
+endif
+$(BUILD)/tests/test_host_lua_json: tests/unit/test_host_lua_json.c \
+		plugins/lua/json_lua.c $(wildcard plugins/lua/*.h) $(CORE_OBJS) \
+		| $(BUILD)/tests
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) \
+		$(shell $(PKG_CONFIG) --cflags lua5.4) -Isrc -Iplugins/lua -o $@ \
+		$< plugins/lua/json_lua.c $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
+		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
 
 unit-bins: $(UNIT_BINS)
 
@@ -242,7 +294,8 @@ install: all
 	install -m 0644 src/taskmill.h $(DESTDIR)$(INCDIR)/taskmill.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		scripts/taskmill.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/taskmill.pc
-	sed -e 's|^plugin_dir: .*|plugin_dir: $(PLUGINDIR)|' conf/taskmill.yaml \
+	sed -e 's|^plugin_dir: .*|plugin_dir: $(PLUGINDIR)|' \
+		-e 's|/usr/local/share/doc/taskmill|$(DOCDIR)|g' conf/taskmill.yaml \
 		> $(DESTDIR)$(SYSCONFDIR)/taskmill/taskmill.yaml.example
 	sed -e 's|/usr/local|$(PREFIX)|g' \
 		-e 's|/etc/taskmill|$(SYSCONFDIR)/taskmill|g' \
@@ -253,6 +306,13 @@ install: all
 	install -d $(DESTDIR)$(DOCDIR)/plugin-template
 	install -m 0644 plugins/template/hello.c plugins/template/Makefile \
 		plugins/template/taskmill.yaml $(DESTDIR)$(DOCDIR)/plugin-template/
+	install -m 0644 docs/languages.md $(DESTDIR)$(DOCDIR)/languages.md
+	install -d $(DESTDIR)$(DOCDIR)/examples/python \
+		$(DESTDIR)$(DOCDIR)/examples/lua $(DESTDIR)$(DOCDIR)/examples/exec
+	install -m 0644 examples/README.md $(DESTDIR)$(DOCDIR)/examples/
+	install -m 0644 examples/python/*.py $(DESTDIR)$(DOCDIR)/examples/python/
+	install -m 0644 examples/lua/*.lua $(DESTDIR)$(DOCDIR)/examples/lua/
+	install -m 0755 examples/exec/*.sh $(DESTDIR)$(DOCDIR)/examples/exec/
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -35,6 +35,12 @@
 #   BENCH_OUT               JSON output path
 #   BENCH_KEEP=1            keep the scratch dir (logs, configs)
 #   BENCH_COMMIT            label of the build in the output (default: git)
+#   BENCH_HOSTS             language hosts measured next to the C noop
+#                           ("lua python exec"; those not built are skipped)
+#   BENCH_HOST_POOLS        their pools ("thread:4 fork:4")
+#   BENCH_HOST_N            messages per host run (50000; quick 5000: then
+#                           the workers' start, e.g. Python's, weighs in)
+#   BENCH_EXEC_N            messages per exec run (2000; quick 300)
 set -euo pipefail
 
 BUILD=${1:?usage: scripts/bench.sh BUILD_DIR}
@@ -61,13 +67,19 @@ if [[ $QUICK == 1 ]]; then
 	REPEAT=${BENCH_REPEAT:-1}
 	FLAT=${BENCH_FLAT:-"50000 500000"}
 	LAT_SECONDS=${BENCH_LAT_SECONDS:-2}
+	HOST_N=${BENCH_HOST_N:-5000}
+	EXEC_N=${BENCH_EXEC_N:-300}
 else
 	N=${BENCH_N:-1000000}
 	AMQP_N=${BENCH_AMQP_N:-300000}
 	REPEAT=${BENCH_REPEAT:-3}
 	FLAT=${BENCH_FLAT:-"100000 2000000"}
 	LAT_SECONDS=${BENCH_LAT_SECONDS:-5}
+	HOST_N=${BENCH_HOST_N:-50000}
+	EXEC_N=${BENCH_EXEC_N:-2000}
 fi
+HOSTS=${BENCH_HOSTS:-"lua python exec"}
+HOST_POOLS=${BENCH_HOST_POOLS:-"thread:4 fork:4"}
 PREFETCH=${BENCH_PREFETCH:-1024}
 AMQP_PREFETCH=${BENCH_AMQP_PREFETCH:-1024}
 POOLS=${BENCH_POOLS:-"thread:4 thread:2 fork:4 fork:2"}
@@ -322,6 +334,66 @@ done
 for c in "${REDIS_CONFIGS[@]}"; do
 	best "redis.${c/:/}"
 done
+
+# The language hosts: a noop-equivalent task of each (bench/hosts/), and
+# the C noop again with the same N in the same pools, as the reference.
+# host_task_yaml HOST STREAM: the task's YAML line.
+host_task_yaml() {
+	local common="queue: $2, group: $GROUP, prefetch: $PREFETCH, timeout: 0"
+	case $1 in
+	noop) echo "  noop: { plugin: noop.so, $common }" ;;
+	lua) echo "  noop: { plugin: lua.so, $common, config: { script: $SRCDIR/bench/hosts/noop.lua } }" ;;
+	python) echo "  noop: { plugin: python.so, $common, config: { module: bench_noop, path: [$SRCDIR/bench/hosts] } }" ;;
+	exec) echo "  noop: { plugin: exec.so, $common, config: { command: [\"true\"] } }" ;;
+	esac
+}
+
+# host_run NAME HOST KIND:SIZE COUNT: one measured run into $R/NAME.json.
+host_run() {
+	local name=$1 host=$2 what=$3 count=$4 stream=bench.host.$2 last kind size http
+	rcli DEL "$stream" >/dev/null
+	last=$("$BB/load_redis" 127.0.0.1 "$REDIS_PORT" "$stream" "$count" 2>>"$DIR/load.log")
+	reset_group "$stream"
+	read -r kind size < <(pool_words "$what")
+	http=$(free_port)
+	write_cfg "$DIR/$name.yaml" "$REDIS_URL" "$kind" "$size" "$http" \
+		"$(host_task_yaml "$host" "$stream")"
+	if ! "$BB/measure" --n "$count" --redis "127.0.0.1:$REDIS_PORT" \
+		--stream "$stream" --group "$GROUP" --last "$last" --from 0-0 \
+		--broker-pid "$REDIS_PID" --timeout 600 --log "$DIR/$name.log" \
+		-- "$TM" run -c "$DIR/$name.yaml" >"$R/$name.json"; then
+		echo "bench: run $name failed: $(cat "$R/$name.json")" >&2
+		exit 1
+	fi
+	rcli DEL "$stream" >/dev/null
+	log "$name: $(fmt_int "$(jget "$R/$name.json" rate)") msgs/s"
+}
+
+BENCH_HOSTS_RUN=()
+for h in $HOSTS; do
+	if [[ -f $BUILD/plugins/$h.so ]]; then
+		BENCH_HOSTS_RUN+=("$h")
+	else
+		log "host $h: $BUILD/plugins/$h.so not built, skipped"
+	fi
+done
+if ((${#BENCH_HOSTS_RUN[@]} > 0)); then
+	log "language hosts: N=$HOST_N (exec $EXEC_N), pools $HOST_POOLS"
+	for ((rep = 1; rep <= REPEAT; rep++)); do
+		for c in $HOST_POOLS; do
+			for h in noop "${BENCH_HOSTS_RUN[@]}"; do
+				n=$HOST_N
+				[[ $h == exec ]] && n=$EXEC_N
+				host_run "host.$h.${c/:/}.run$rep" "$h" "$c" "$n"
+			done
+		done
+	done
+	for c in $HOST_POOLS; do
+		for h in noop "${BENCH_HOSTS_RUN[@]}"; do
+			best "host.$h.${c/:/}"
+		done
+	done
+fi
 
 # Flatness: the same work, a thread x4 daemon consuming FLAT_SMALL new
 # entries, while the stream holds FLAT_SMALL entries in all, or FLAT_BIG:
@@ -658,6 +730,42 @@ if [[ -f $f ]]; then
 		"<= 256 KiB" "$v" - - - "highest VmRSS of each half (sampled every 10 ms)"
 	target_json redis.thread4.rss_growth_kib "$growth" "<= 256" "$v"
 fi
+
+# language hosts: each host's noop next to the C noop of the same pool
+host_rows() {
+	local c kind size ref h f rate ratio min ok v growth
+	for c in $HOST_POOLS; do
+		read -r kind size < <(pool_words "$c")
+		ref=$R/host.noop.$kind$size.json
+		[[ -f $ref ]] || continue
+		row "host C noop $kind x$size" "$(fmt_int "$(jget "$ref" rate)")/s" - - - - "$(run_cols "$ref")"
+		for h in "${BENCH_HOSTS_RUN[@]}"; do
+			f=$R/host.$h.$kind$size.json
+			[[ -f $f ]] || continue
+			rate=$(jget "$f" rate)
+			ratio=$(calc "$rate / $(jget "$ref" rate)")
+			case $h.$kind in
+			lua.*) min=0.5 ;;
+			python.fork) min=0.2 ;;
+			*) min= ;;
+			esac
+			growth=$(($(jget "$f" rss_half2_kib) - $(jget "$f" rss_half1_kib)))
+			if [[ -n $min ]]; then
+				ok=$(awk -v r="$ratio" -v m="$min" 'BEGIN { print (r >= m) ? 1 : 0 }')
+				v=$(verdict "$ok")
+				target_json "host.$h.$kind$size.ratio" "$(printf %.3f "$ratio")" ">= $min" "$v"
+			else
+				min=-
+				v=reported
+			fi
+			[[ $min == - ]] || min=">= $min"
+			row "host $h noop $kind x$size" "$(fmt_int "$rate")/s" \
+				"$(fmt_int "$(jget "$ref" rate)")/s" "$(printf %.2f "$ratio")" "$min" "$v" \
+				"$(run_cols "$f"); RSS 2nd half $growth KiB"
+		done
+	done
+}
+((${#BENCH_HOSTS_RUN[@]} == 0)) || host_rows
 
 # flatness
 fs=$R/redis.flat$FLAT_SMALL.json

@@ -61,7 +61,8 @@ DEMO_PACKAGES=(
 	redis-tools
 	curl
 )
-# What the tests need besides those.
+# What the tests need besides those (the language hosts' libraries too:
+# make builds the lua and python plugins when they are there).
 TEST_PACKAGES=(
 	check
 	rabbitmq-server
@@ -72,6 +73,9 @@ TEST_PACKAGES=(
 	socat
 	openssl
 	gawk
+	liblua5.4-dev
+	python3-dev
+	python3-yaml
 )
 # npm packages of the tests, each checked by its package.json.
 NPM_PACKAGES=('@asyncapi/parser@^3' '@asyncapi/modelina@^5')

@@ -194,6 +194,26 @@ static cJSON *schema_of(const char *text, const char *base, const char *title)
     return s;
 }
 
+/* task_schema returns the schema text of task ct: the plugin's own
+ * (fixed), else the JSON object under key in the task's `config:` (how a
+ * language host's task, whose plugin cannot know its format, declares
+ * it); NULL when neither. Text it makes is stored in *owned for
+ * cJSON_free. */
+static const char *task_schema(const struct tm_cfg_task *ct,
+                               const char *fixed, const char *key,
+                               char **owned)
+{
+    *owned = NULL;
+    if (fixed != NULL || ct->config_json == NULL)
+        return fixed;
+    cJSON *cfg = cJSON_Parse(ct->config_json);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsObject(v))
+        *owned = cJSON_PrintUnformatted(v);
+    cJSON_Delete(cfg);
+    return *owned;
+}
+
 static cJSON *ref_to(const char *a, const char *b, const char *c)
 {
     char path[3 * TM_AA_ID_MAX + 64];
@@ -296,11 +316,14 @@ static void add_task(cJSON *channels, cJSON *operations, cJSON *models,
     char base[TM_AA_ID_MAX + 96];
     tm_snprintf(base, sizeof base, "/channels/%s/messages/request/payload",
                 id);
+    char *req_text, *resp_text;
+    const char *req = task_schema(ct, pd != NULL ? pd->request_schema : NULL,
+                                  "request_schema", &req_text);
     cJSON_AddItemToObject(
         msgs, "request",
         message_of(name, text, "A JSON object the task runs with.",
-                   schema_of(pd != NULL ? pd->request_schema : NULL, base,
-                             name)));
+                   schema_of(req, base, name)));
+    cJSON_free(req_text);
 
     cJSON *op = cJSON_AddObjectToObject(operations, id);
     cJSON_AddStringToObject(op, "action", "receive");
@@ -311,13 +334,18 @@ static void add_task(cJSON *channels, cJSON *operations, cJSON *models,
     cJSON *opm = cJSON_AddArrayToObject(op, "messages");
     cJSON_AddItemToArray(opm, ref_to("channels", id, "request"));
 
-    if (!with_reply || pd == NULL || pd->response_schema == NULL)
+    if (!with_reply || pd == NULL)
+        return;
+    const char *resp = task_schema(ct, pd->response_schema,
+                                   "response_schema", &resp_text);
+    if (resp == NULL)
         return;
     make_id(ct->name, "_reply", channels, rid, sizeof rid);
     tm_snprintf(base, sizeof base, "/channels/%s/messages/reply/payload",
                 rid);
     tm_snprintf(name, sizeof name, "%sResponse", model);
-    cJSON *response = schema_of(pd->response_schema, base, name);
+    cJSON *response = schema_of(resp, base, name);
+    cJSON_free(resp_text);
     if (response == NULL)
         return;
     cJSON *rch = cJSON_AddObjectToObject(channels, rid);

@@ -1,0 +1,392 @@
+/* runtime.c - the embedded interpreter: start, watchdog, load, run. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "py_host.h"
+
+#include <assert.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/*
+ * One interpreter per process. It is started by the first
+ * cb_worker_init in the process (pthread_once): in the fork pool that is
+ * in each child, after its fork, never in the zygote or the daemon. The
+ * GIL is held only while Python code runs; in the thread pool it
+ * serialises the runs' Python code.
+ */
+
+/* PY_WATCH_MS: how often the watchdog looks for runs past their
+ * deadline. */
+#define PY_WATCH_MS 20
+/* PY_MAX_RUNS: runs the watchdog follows at once (worker threads); a run
+ * beyond it is not stopped early, only reported at its end as a
+ * timeout. */
+#define PY_MAX_RUNS 256
+
+static pthread_once_t start_once = PTHREAD_ONCE_INIT;
+static int start_rc = -1;
+static char start_err[256];
+static PyObject *glue_load; /* taskmill._load */
+static PyObject *glue_run;  /* taskmill._run */
+static PyObject *stopped;   /* taskmill.Stopped */
+
+/* the run of this thread, for _taskmill.log and should_stop */
+static __thread struct tm_call *cur_call;
+static const struct tm_host *log_host;
+
+/* The runs in progress, for the watchdog. Lock order: GIL, then
+ * runs_lock. A slot is used while call != NULL. */
+struct py_slot {
+    struct tm_call *call;
+    unsigned long tid; /* PyThread_get_thread_ident() of the run */
+    int signalled;
+};
+static pthread_mutex_t runs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct py_slot runs[PY_MAX_RUNS];
+
+/* ------------------------------------------------------------ _taskmill */
+
+static PyObject *m_log(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int level;
+    const char *text;
+    if (!PyArg_ParseTuple(args, "is", &level, &text))
+        return NULL;
+    struct tm_call *call = cur_call;
+    if (call != NULL)
+        call->host->log(call, 1, level, "%s", text);
+    else if (log_host != NULL)
+        log_host->log(NULL, 0, level, "%s", text);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_should_stop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    struct tm_call *call = cur_call;
+    return PyBool_FromLong(call != NULL && call->host->should_stop(call));
+}
+
+static PyMethodDef m_methods[] = {
+    {"log", m_log, METH_VARARGS, "log(level, text) for the current run"},
+    {"should_stop", m_should_stop, METH_NOARGS,
+     "whether the current run should stop"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef m_def = {PyModuleDef_HEAD_INIT, "_taskmill",
+                                   NULL, -1, m_methods,
+                                   NULL, NULL, NULL, NULL};
+
+static PyObject *init_taskmill_c(void)
+{
+    return PyModule_Create(&m_def);
+}
+
+/* ------------------------------------------------------------- watchdog */
+
+/* watchdog raises Stopped in runs past their deadline, between two
+ * bytecodes of theirs (a blocking call is not cut short: in the fork pool
+ * the pool kills the child; in the thread pool the run ends as a timeout
+ * when the call returns). */
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, PY_WATCH_MS * 1000000L};
+    for (;;) {
+        nanosleep(&ts, NULL);
+        int due = 0;
+        pthread_mutex_lock(&runs_lock);
+        for (int i = 0; i < PY_MAX_RUNS; i++)
+            if (runs[i].call != NULL && !runs[i].signalled &&
+                runs[i].call->host->should_stop(runs[i].call))
+                due = 1;
+        pthread_mutex_unlock(&runs_lock);
+        if (!due)
+            continue;
+        PyGILState_STATE g = PyGILState_Ensure();
+        pthread_mutex_lock(&runs_lock);
+        for (int i = 0; i < PY_MAX_RUNS; i++) {
+            if (runs[i].call != NULL && !runs[i].signalled &&
+                runs[i].call->host->should_stop(runs[i].call)) {
+                PyThreadState_SetAsyncExc(runs[i].tid, stopped);
+                runs[i].signalled = 1;
+            }
+        }
+        pthread_mutex_unlock(&runs_lock);
+        PyGILState_Release(g);
+    }
+    return NULL;
+}
+
+/* -------------------------------------------------------------- start */
+
+static void start(void)
+{
+    PyConfig cfg;
+    PyStatus st;
+    Dl_info info;
+    PyObject *mod = NULL, *res = NULL;
+
+    /* extension modules (json's, yaml's, ctypes) link against libpython's
+     * symbols: make them global, as they are for the python3 binary */
+    if (dladdr((void *)Py_InitializeFromConfig, &info) != 0 &&
+        info.dli_fname != NULL)
+        dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+
+    if (PyImport_AppendInittab("_taskmill", init_taskmill_c) != 0) {
+        snprintf(start_err, sizeof start_err, "cannot add _taskmill");
+        return;
+    }
+    PyConfig_InitPythonConfig(&cfg);
+    cfg.install_signal_handlers = 0; /* the daemon owns the signals */
+    cfg.parse_argv = 0;
+    cfg.buffered_stdio = 0;
+    st = Py_InitializeFromConfig(&cfg);
+    PyConfig_Clear(&cfg);
+    if (PyStatus_Exception(st)) {
+        snprintf(start_err, sizeof start_err, "Python does not start: %s",
+                 st.err_msg != NULL ? st.err_msg : "?");
+        return;
+    }
+    mod = PyImport_AddModule("taskmill"); /* borrowed */
+    PyObject *dict = mod != NULL ? PyModule_GetDict(mod) : NULL;
+    if (dict != NULL) {
+        PyDict_SetItemString(dict, "__builtins__", PyEval_GetBuiltins());
+        res = PyRun_String(tm_pyhost_glue_source, Py_file_input, dict, dict);
+    }
+    if (res == NULL) {
+        PyErr_Print();
+        snprintf(start_err, sizeof start_err,
+                 "the taskmill module does not load");
+        goto out;
+    }
+    glue_load = PyDict_GetItemString(dict, "_load");
+    glue_run = PyDict_GetItemString(dict, "_run");
+    stopped = PyDict_GetItemString(dict, "Stopped");
+    if (glue_load == NULL || glue_run == NULL || stopped == NULL) {
+        snprintf(start_err, sizeof start_err,
+                 "the taskmill module is incomplete");
+        goto out;
+    }
+    Py_INCREF(glue_load);
+    Py_INCREF(glue_run);
+    Py_INCREF(stopped);
+    pthread_t tid;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&tid, &attr, watchdog, NULL) != 0) {
+        snprintf(start_err, sizeof start_err, "no watchdog thread");
+        pthread_attr_destroy(&attr);
+        goto out;
+    }
+    pthread_attr_destroy(&attr);
+    start_rc = 0;
+out:
+    Py_XDECREF(res);
+    /* the interpreter lives until the process ends; let go of the GIL */
+    PyEval_SaveThread();
+}
+
+int tm_pyhost_runtime_start(const struct tm_task_env *log_env)
+{
+    if (log_host == NULL)
+        log_host = log_env->host;
+    pthread_once(&start_once, start);
+    if (start_rc != 0)
+        tm_env_log(log_env, TM_LOG_ERR, "%s", start_err);
+    return start_rc;
+}
+
+/* take_exception removes the pending exception and returns it (a new
+ * reference, NULL when none); PyErr_GetRaisedException of 3.12. */
+static PyObject *take_exception(void)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+/* log_exception logs the pending exception with its traceback. */
+static void log_exception(const struct tm_task_env *env, const char *what)
+{
+    PyObject *exc = take_exception();
+    PyObject *tbm = PyImport_ImportModule("traceback");
+    PyObject *lines = NULL, *sep = NULL, *text = NULL;
+    if (tbm != NULL && exc != NULL)
+        lines = PyObject_CallMethod(tbm, "format_exception", "O", exc);
+    if (lines != NULL && (sep = PyUnicode_FromString("")) != NULL)
+        text = PyUnicode_Join(sep, lines);
+    const char *s = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+    tm_env_log(env, TM_LOG_ERR, "%s: %s", what,
+               s != NULL ? s : "(no details)");
+    PyErr_Clear();
+    Py_XDECREF(text);
+    Py_XDECREF(sep);
+    Py_XDECREF(lines);
+    Py_XDECREF(tbm);
+    Py_XDECREF(exc);
+}
+
+void *tm_pyhost_load(const struct tm_pyhost_task *t,
+                     const struct tm_task_env *log_env)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *json = PyImport_ImportModule("json");
+    PyObject *paths = NULL, *fn = NULL;
+    if (json != NULL)
+        paths = PyObject_CallMethod(json, "loads", "s", t->paths_json);
+    if (paths != NULL)
+        fn = PyObject_CallFunction(glue_load, "ssO", t->module, t->function,
+                                   paths);
+    if (fn == NULL)
+        log_exception(log_env, "cannot load the task's function");
+    Py_XDECREF(paths);
+    Py_XDECREF(json);
+    PyGILState_Release(g);
+    return fn;
+}
+
+void tm_pyhost_unload(void *fn)
+{
+    if (fn == NULL)
+        return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF((PyObject *)fn);
+    PyGILState_Release(g);
+}
+
+/* epoch_deadline converts the call's deadline to Unix time in ms. */
+static long long epoch_deadline(const struct tm_call *call)
+{
+    struct timespec now;
+    if (call->deadline_ms <= 0)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
+           (call->deadline_ms - call->host->now_ms());
+}
+
+/* watch / unwatch register the run with the watchdog; under the GIL. */
+static int watch(struct tm_call *call)
+{
+    int slot = -1;
+    pthread_mutex_lock(&runs_lock);
+    for (int i = 0; i < PY_MAX_RUNS && slot < 0; i++) {
+        if (runs[i].call == NULL) {
+            runs[i].call = call;
+            runs[i].tid = PyThread_get_thread_ident();
+            runs[i].signalled = 0;
+            slot = i;
+        }
+    }
+    pthread_mutex_unlock(&runs_lock);
+    return slot;
+}
+
+static void unwatch(int slot)
+{
+    if (slot < 0)
+        return;
+    pthread_mutex_lock(&runs_lock);
+    int signalled = runs[slot].signalled;
+    runs[slot].call = NULL;
+    pthread_mutex_unlock(&runs_lock);
+    /* a Stopped raised too late for this run must not hit the next one:
+     * still under the GIL, so the watchdog cannot set another */
+    if (signalled)
+        PyThreadState_SetAsyncExc(PyThread_get_thread_ident(), NULL);
+}
+
+/* outcome turns _run's answer into the run's outcome. */
+static int outcome(struct tm_call *call, PyObject *res)
+{
+    long kind = 0;
+    if (res != NULL && PyTuple_Check(res) && PyTuple_Size(res) >= 2)
+        kind = PyLong_AsLong(PyTuple_GetItem(res, 0));
+    if (kind < 1 || kind > 4) {
+        PyErr_Clear();
+        tm_error(call, "the Python host failed (see the log)");
+        return TM_TASK_ERROR;
+    }
+    PyObject *val = PyTuple_GetItem(res, 1);
+    Py_ssize_t len = 0;
+    const char *s = val != Py_None ? PyUnicode_AsUTF8AndSize(val, &len)
+                                   : NULL;
+    if (val != Py_None && s == NULL) {
+        PyErr_Clear();
+        tm_error(call, "the result is not UTF-8 text");
+        return TM_TASK_ERROR;
+    }
+    switch (kind) {
+    case 1:
+        if (s != NULL && call->host->set_result(call, s, (size_t)len) != 0) {
+            tm_error(call, "result larger than the task's max_payload");
+            return TM_TASK_ERROR;
+        }
+        return TM_TASK_OK;
+    case 3:
+        tm_error(call, s);
+        return TM_TASK_REJECT;
+    case 2:
+        if (PyTuple_Size(res) >= 3) {
+            const char *tb = PyUnicode_AsUTF8(PyTuple_GetItem(res, 2));
+            if (tb != NULL)
+                tm_log(call, TM_LOG_WARNING, "%s", tb);
+            PyErr_Clear();
+        }
+        tm_error(call, s);
+        return TM_TASK_ERROR;
+    default:
+        tm_error(call, s);
+        return TM_TASK_ERROR;
+    }
+}
+
+int tm_pyhost_run(void *fn, struct tm_call *call)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    /* one run per thread at a time: the slot of this thread is free */
+    assert(cur_call == NULL);
+    cur_call = call;
+    int slot = watch(call);
+    PyObject *res = PyObject_CallFunction(
+        glue_run, "Os#sIL", (PyObject *)fn, call->body,
+        (Py_ssize_t)call->body_len, call->id, call->attempt,
+        epoch_deadline(call));
+    unwatch(slot);
+    if (res == NULL) {
+        /* raised outside the task's own frame (a Stopped that came
+         * between two of _run's bytecodes, or no memory) */
+        PyObject *exc = take_exception();
+        PyObject *name = exc != NULL ? PyObject_GetAttrString(
+                                           (PyObject *)Py_TYPE(exc),
+                                           "__name__")
+                                     : NULL;
+        const char *n = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s", n != NULL ? n : "error");
+        PyErr_Clear();
+        Py_XDECREF(name);
+        Py_XDECREF(exc);
+        tm_error(call, msg);
+    }
+    int rc = res != NULL ? outcome(call, res) : TM_TASK_ERROR;
+    Py_XDECREF(res);
+    cur_call = NULL;
+    PyGILState_Release(g);
+    return rc;
+}
