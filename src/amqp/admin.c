@@ -41,8 +41,8 @@ static int cli_declare(struct tm_amqp_broker *ab, const struct tm_cfg_task *t)
     int perm = 0;
     if (cli_ready(ab) != 0)
         return -1;
-    if (tm_amqp_declare(ab->cli, TM_AMQP_CLI_GET, t, eb, sizeof eb, &perm) !=
-        0) {
+    if (tm_amqp_declare(ab->cli, TM_AMQP_CLI_GET, ab, t, eb, sizeof eb,
+                        &perm) != 0) {
         tm_broker_set_error(&ab->base, perm ? EINVAL : EIO, "%s", eb);
         cli_lost(ab);
         return -1;

@@ -168,10 +168,21 @@ struct tm_amqp_acks {
 };
 
 /* struct tm_amqp_level is a retry queue declared on the publisher's
- * current connection. */
+ * current connection. declared_at (monotonic ms) is its last
+ * declaration, which restarts its x-expires clock (see topology.c). */
 struct tm_amqp_level {
     char *name;
+    int64_t declared_at;
 };
+
+/* A retry queue of delay D expires after TM_AMQP_RETRY_EXPIRES(D) ms
+ * unused, and is declared again (which counts as a use) before each
+ * publish once TM_AMQP_RETRY_REDECLARE(D) ms passed since the last
+ * declaration. So a queue lives at least EXPIRES - REDECLARE = 3 D + 7.5
+ * min after the last publish to it, more than its messages wait (D plus
+ * at most 20% jitter). */
+#define TM_AMQP_RETRY_EXPIRES(d) (4 * (d) + 600000)
+#define TM_AMQP_RETRY_REDECLARE(d) (TM_AMQP_RETRY_EXPIRES(d) / 4)
 
 struct tm_amqp_broker;
 
@@ -297,6 +308,7 @@ void tm_amqp_drop(amqp_connection_state_t c);
 
 /* ---- topology.c: declarations ---- */
 int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
+                    const struct tm_amqp_broker *ab,
                     const struct tm_cfg_task *t, char *buf, size_t size,
                     int *perm);
 const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,

@@ -157,7 +157,7 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
         return NULL;
     if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
         tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
-        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, t, buf, size, perm) != 0 ||
+        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) != 0 ||
         start_consumer(at, c, ctag, buf, size) != 0) {
         tm_amqp_drop(c);
         return NULL;
