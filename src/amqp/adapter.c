@@ -12,13 +12,39 @@
 
 static void ab_destroy(struct tm_broker *b);
 
-/* tm_amqp_node returns the node a new connection goes to. With one node,
- * that one; choosing among a cluster's nodes (and moving on after a
- * failure) belongs here. */
-const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab)
+/* tm_amqp_node returns the index in ab->nodes of the node a new
+ * connection goes to. */
+size_t tm_amqp_node(const struct tm_amqp_broker *ab)
 {
-    assert(ab->nnodes > 0);
-    return &ab->nodes[0];
+    int i = atomic_load(&ab->base.node);
+    assert(i >= 0 && (size_t)i < ab->nnodes);
+    return (size_t)i;
+}
+
+/*
+ * tm_amqp_node_failed tells that a connection to node i could not be
+ * made: every connection moves on to the next node, unless another one
+ * moved already (a compare-and-swap, so that the connections failing
+ * together on a dead node move once, not once each). One node per
+ * attempt: the callers' backoff and jitter space the attempts, and a
+ * dead node costs at most one connect timeout per attempt.
+ */
+void tm_amqp_node_failed(struct tm_amqp_broker *ab, size_t i,
+                         const char *why)
+{
+    if (ab->nnodes < 2)
+        return;
+    int from = (int)i, to = (int)((i + 1) % ab->nnodes);
+    if (atomic_compare_exchange_strong(&ab->base.node, &from, to))
+        tm_log_warn(TM_AMQP_SRC, "%s; moving to node %s", why,
+                    ab->nodes[to].redacted);
+}
+
+/* tm_amqp_heartbeat_s is the heartbeat of the consuming and publishing
+ * connections, in seconds (broker.amqp.heartbeat; 0 = none). */
+int tm_amqp_heartbeat_s(const struct tm_amqp_broker *ab)
+{
+    return (int)(ab->base.cfg->amqp_heartbeat_ms / 1000);
 }
 
 /* The environment variables broker.tls replaced, and the key each one
@@ -61,9 +87,11 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
     ab->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *ab->tasks);
     atomic_init(&ab->ndown, (int)cfg->ntasks);
     pthread_mutex_init(&ab->depth_mu, NULL);
-    ab->nodes = &cfg->url;
-    ab->nnodes = 1;
-    tm_amqp_publisher_init(&ab->pub, ab, &ab->nodes[0]);
+    ab->nodes = cfg->nodes;
+    ab->nnodes = cfg->nnodes;
+    assert(ab->nnodes >= 1);
+    atomic_init(&ab->base.node, (int)(tm_rand64() % ab->nnodes));
+    tm_amqp_publisher_init(&ab->pub, ab);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         at->ab = ab;

@@ -12,8 +12,10 @@ static int cli_ready(struct tm_amqp_broker *ab)
     char eb[512];
     if (ab->cli != NULL)
         return 0;
-    amqp_connection_state_t c =
-        tm_amqp_open(ab, tm_amqp_node(ab), "cli", 0, eb, sizeof eb);
+    /* a command runs once: it tries each node in turn, not only one */
+    amqp_connection_state_t c = NULL;
+    for (size_t i = 0; i < ab->nnodes && c == NULL; i++)
+        c = tm_amqp_open(ab, "cli", 0, NULL, eb, sizeof eb);
     if (c == NULL) {
         tm_broker_set_error(&ab->base, ECONNREFUSED, "%s", eb);
         return -1;
@@ -671,7 +673,7 @@ int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
         goto out;
     if (ab->dconn == NULL) {
         amqp_connection_state_t c =
-            tm_amqp_open(ab, tm_amqp_node(ab), "monitor", 0, eb, sizeof eb);
+            tm_amqp_open(ab, "monitor", 0, NULL, eb, sizeof eb);
         if (c == NULL || tm_amqp_channel(c, 1, 0, eb, sizeof eb) != 0) {
             tm_log_write(TM_LOG_DEBUG, TM_AMQP_SRC, NULL, NULL, "depth: %s",
                          eb);

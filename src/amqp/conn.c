@@ -170,18 +170,22 @@ static int tls_setup(amqp_socket_t *s, const struct tm_tls *tls,
 }
 
 /*
- * tm_amqp_open connects and logs in to broker node u (borrowed): TCP or
- * TLS (amqps://, configured by broker.tls, see tls_setup), user and
- * password guest/guest when the URL has none. role names the connection
- * in RabbitMQ's management UI. heartbeat in seconds, 0 none. Returns the
- * connection, or NULL with the reason in buf.
+ * tm_amqp_open connects and logs in to the current node (tm_amqp_node):
+ * TCP or TLS (amqps://, configured by broker.tls, see tls_setup), user
+ * and password guest/guest when the URL has none. role names the
+ * connection in RabbitMQ's management UI. heartbeat in seconds, 0 none.
+ * Returns the connection, with the node's URL (borrowed) in *node when
+ * node is not NULL; or NULL with the reason in buf, after moving the
+ * broker on to the next node (tm_amqp_node_failed).
  */
-amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
-                                     const struct tm_url *u,
+amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
                                      const char *role, int heartbeat,
-                                     char *buf, size_t size)
+                                     const struct tm_url **node, char *buf,
+                                     size_t size)
 {
     char eb[256];
+    size_t ni = tm_amqp_node(ab);
+    const struct tm_url *u = &ab->nodes[ni];
     amqp_connection_state_t c = amqp_new_connection();
     if (c == NULL) {
         tm_snprintf(buf, size, "%s: out of memory", u->redacted);
@@ -257,9 +261,12 @@ amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
                     tm_amqp_strerror(r, eb, sizeof eb));
         goto fail;
     }
+    if (node != NULL)
+        *node = u;
     return c;
 fail:
     tm_amqp_drop(c);
+    tm_amqp_node_failed(ab, ni, buf);
     return NULL;
 }
 
