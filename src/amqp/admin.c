@@ -1,6 +1,7 @@
 /* amqp/admin.c - RabbitMQ CLI and monitoring: publish, request, dlq, depth. */
 #include "amqp.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 
@@ -652,9 +653,26 @@ static long long depth_count(struct tm_amqp_broker *ab, const char *queue,
     return -1;
 }
 
-/* tm_amqp_depth reads, on a monitoring connection of its own, the task queue's
- * and the dead-letter queue's ready counts. AMQP does not tell how many
- * deliveries are unacknowledged: pending is -1. */
+/* unacked counts task at's deliveries on its current connection that
+ * are not settled yet: delivery tags run from 1 on the connection's
+ * consume channel, and every one up to the floor and each one above it
+ * is settled. */
+static long long unacked(struct tm_amqp_task *at)
+{
+    pthread_mutex_lock(&at->io_mu);
+    long long n = 0;
+    if (at->conn != NULL) {
+        assert(at->acks.floor + at->acks.n <= at->dlv_tag);
+        n = (long long)(at->dlv_tag - at->acks.floor - at->acks.n);
+    }
+    pthread_mutex_unlock(&at->io_mu);
+    return n;
+}
+
+/* tm_amqp_depth reads, on a monitoring connection of its own, the task
+ * queue's and the dead-letter queue's ready counts. AMQP does not tell
+ * how many deliveries a queue has unacknowledged: pending is this
+ * daemon's share, its deliveries not settled yet. */
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                     long long *pending, long long *dlq_depth)
 {
@@ -682,6 +700,7 @@ int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
         }
         ab->dconn = c;
     }
+    *pending = unacked(&ab->tasks[ti]);
     int dead = 0;
     const struct tm_cfg_task *t = ab->tasks[ti].cfg;
     *depth = depth_count(ab, t->queue, &dead);

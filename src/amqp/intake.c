@@ -80,6 +80,7 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     tm_amqp_delivery_free(at->partial);
     at->partial = NULL;
     at->dlv_state = 0;
+    at->dlv_tag = 0;
     at->acks.floor = 0;
     at->acks.n = 0;
     at->stopped = 0;
