@@ -178,7 +178,9 @@ echo "# binary: $TM_BUILD/taskmill${SAN_NAME:+ ($SAN_NAME)}"
 # taskmill-test-$$@localhost, data, logs, config and Erlang cookie (HOME) in
 # $SCRATCH/rabbit. Exported for the tests (see lib_amqp.sh): RABBIT_PORT,
 # RABBIT_NODE, RABBIT_BIN, RABBIT_HOME, RABBIT_EPMD_PORT. Not started (the
-# amqp tests then skip) when rabbitmq-server is not installed.
+# amqp tests then skip) when rabbitmq-server is not installed, nor for the
+# test_amqp_cluster_* tests, which start a cluster of their own
+# (lib_rabbit_cluster.sh).
 RABBIT_PID=
 RABBIT_BIN=${TM_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
 RABBIT_HOME=$SCRATCH/rabbit
@@ -252,7 +254,8 @@ start_rabbit() {
 }
 
 for t in "${tests[@]}"; do
-	[[ ${t##*/} == test_amqp_* ]] || continue
+	# the cluster tests start their own nodes (lib_rabbit_cluster.sh)
+	[[ ${t##*/} == test_amqp_* && ${t##*/} != test_amqp_cluster_* ]] || continue
 	if [[ -x $RABBIT_BIN/rabbitmq-server ]]; then
 		start_rabbit || exit 1
 		export RABBIT_PORT RABBIT_NODE RABBIT_BIN RABBIT_HOME RABBIT_EPMD_PORT
