@@ -81,7 +81,8 @@ UNIT_SRCS = $(wildcard tests/unit/test_*.c)
 UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps deps-demo check check-unit check-integration check-asan \
-	check-tsan check-soak demo bench install clean plugins test-plugins \
+	check-cluster check-tsan check-soak demo bench install clean plugins \
+	test-plugins \
 	unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
@@ -195,6 +196,14 @@ check-soak: all test-plugins
 		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
 		tests/integration/soak.sh || rc=$$?; \
 	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; exit $$rc
+
+# The RabbitMQ cluster tests at full size (test_amqp_cluster_*: three
+# nodes on loopback; the failover test with 50,000 messages instead of
+# the 5,000 of check-integration).
+check-cluster: all test-plugins
+	@TM_CLUSTER_FULL=1 TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-900} \
+		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
+		$(patsubst tests/integration/test_%.sh,%,$(wildcard tests/integration/test_amqp_cluster_*.sh))
 
 check: deps
 	@$(MAKE) --no-print-directory check-unit
