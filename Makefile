@@ -82,8 +82,7 @@ UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps deps-demo check check-unit check-integration check-asan \
 	check-cluster check-tsan check-soak demo bench install clean plugins \
-	test-plugins \
-	unit-bins
+	test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
 
