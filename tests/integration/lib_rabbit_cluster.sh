@@ -155,7 +155,7 @@ cluster_stop_node() {
 cl_tree() {
 	local c
 	echo "$1"
-	for c in $(pgrep -P "$1" 2>/dev/null); do
+	for c in $(pgrep -P "$1" 2>/dev/null || true); do
 		cl_tree "$c"
 	done
 }
