@@ -297,19 +297,21 @@ amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
                                      const char *role, int heartbeat,
                                      const struct tm_url **node, char *buf,
                                      size_t size);
+int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
+                    int confirm, char *buf, size_t size);
+void tm_amqp_close(amqp_connection_state_t c);
+void tm_amqp_drop(amqp_connection_state_t c);
+
+/* ---- nodes.c: the cluster's nodes ---- */
+size_t tm_amqp_node(const struct tm_amqp_broker *ab);
+void tm_amqp_node_failed(struct tm_amqp_broker *ab, size_t i,
+                         const char *why);
 /* the heartbeat (broker.amqp.heartbeat, default 30 s) of the consuming
  * and publishing connections: rabbitmq-c sends one when nothing else was
  * sent for this long; RabbitMQ drops a connection silent for two
  * intervals, and so do the pumps, so a dead node is noticed without
  * waiting for TCP */
 int tm_amqp_heartbeat_s(const struct tm_amqp_broker *ab);
-size_t tm_amqp_node(const struct tm_amqp_broker *ab);
-void tm_amqp_node_failed(struct tm_amqp_broker *ab, size_t i,
-                         const char *why);
-int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
-                    int confirm, char *buf, size_t size);
-void tm_amqp_close(amqp_connection_state_t c);
-void tm_amqp_drop(amqp_connection_state_t c);
 
 /* ---- topology.c: declarations ---- */
 int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
