@@ -5,7 +5,8 @@
 # in a second round, after it came back, the node holding the quorum
 # queue's leader is killed with kill -9 (the daemons on it, if any, and
 # the leader must move). Each time: every daemon's /ping is 200 again
-# within two heartbeats plus the reconnect backoff, every daemon ends on a
+# within two heartbeats plus the reconnect backoff (sampled every 0.1 s
+# throughout: no outage longer than that), every daemon ends on a
 # surviving node (/status broker.node), the quorum queue has a leader on a
 # surviving node without operator action, and when the queue is drained
 # every published message id was journaled at least once: none is lost,
@@ -102,6 +103,31 @@ leader_node() {
 	echo 0
 }
 
+# ping watchers: each daemon's /ping sampled every 0.1 s ("EPOCH_MS
+# CODE" lines in ping.D), from before the first failover to the end
+declare -a WATCH=()
+for d in 1 2 3; do
+	: >"$TEST_DIR/ping.$d"
+	(
+		trap - EXIT ERR
+		set +eE
+		while :; do
+			printf '%s %s\n' "$(now_ms)" "$(http_code /ping "${HTTP[d]}")" >>"$TEST_DIR/ping.$d"
+			sleep 0.1
+		done
+	) &
+	WATCH[d]=$!
+done
+tm_on_exit 'kill ${WATCH[*]} 2>/dev/null || true'
+
+# longest_outage D: the longest stretch, in ms, from a sample of daemon D's
+# /ping that was not 200 to the next 200 (0: always 200)
+longest_outage() {
+	awk '$2 != 200 && !down { down = 1; t0 = $1 }
+		$2 == 200 && down { down = 0; if ($1 - t0 > m) m = $1 - t0 }
+		END { if (down) m = -1; print m + 0 }' "$TEST_DIR/ping.$1"
+}
+
 # publisher K: publish batches of 50 to node K until stopped. A batch
 # counts (its ids go to the ids file) only when every message of it was
 # confirmed; one refused while the queue elects a leader may or may not
@@ -175,6 +201,14 @@ cluster_await_node "$VICTIM" 90 || fail "node $VICTIM did not come back"
 wait_until "clusterctl 1 cluster_status 2>/dev/null | grep -qF '${CL_NODE[VICTIM]}'" 30
 failover kill
 
+kill "${WATCH[@]}" 2>/dev/null || true
+wait "${WATCH[@]}" 2>/dev/null || true
+for d in 1 2 3; do
+	out=$(longest_outage "$d")
+	note "daemon $d: longest /ping outage $out ms over $(grep -c . "$TEST_DIR/ping.$d") samples, $(awk '$2 != 200' "$TEST_DIR/ping.$d" | wc -l) not 200"
+	assert_ge 0 "$out" "daemon $d's /ping ends 200"
+	assert_le "$((RECOVER_S * 1000))" "$out" "daemon $d's longest /ping outage (ms)"
+done
 for d in 1 2 3; do
 	DAEMON_PID=${PIDS[d]}
 	rc=0
