@@ -50,7 +50,7 @@ REAL_CFLAGS += $(SAN_FLAGS) -fno-sanitize-recover=all -fno-omit-frame-pointer
 REAL_LDFLAGS += $(SAN_FLAGS)
 endif
 
-DEP_PKGS = hiredis librabbitmq libcjson yaml-0.1 libmicrohttpd
+DEP_PKGS = hiredis librabbitmq libcjson yaml-0.1 libmicrohttpd openssl
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 # libsystemd (sd_notify): USE_SYSTEMD=yes|no|auto
@@ -107,8 +107,8 @@ UNIT_SRCS = $(wildcard tests/unit/test_*.c)
 UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps deps-demo check check-unit check-integration check-asan \
-	check-tsan check-soak demo bench install clean plugins test-plugins \
-	unit-bins
+	check-cluster check-tsan check-soak demo bench install clean plugins \
+	test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
 
@@ -246,6 +246,14 @@ check-soak: all test-plugins
 		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
 		tests/integration/test_soak.sh || rc=$$?; \
 	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; exit $$rc
+
+# The RabbitMQ cluster tests at full size (test_amqp_cluster_*: three
+# nodes on loopback; the failover test with 50,000 messages instead of
+# the 5,000 of check-integration).
+check-cluster: all test-plugins
+	@TM_CLUSTER_FULL=1 TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-900} \
+		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
+		$(patsubst tests/integration/test_%.sh,%,$(wildcard tests/integration/test_amqp_cluster_*.sh))
 
 check: deps
 	@$(MAKE) --no-print-directory check-unit

@@ -27,7 +27,9 @@
 #                           unacknowledged bound (1024)
 #   BENCH_AMQP_PREFETCH     the same for RabbitMQ (1024)
 #   BENCH_POOLS             Redis daemon pools ("thread:4 thread:2 fork:4 fork:2")
-#   BENCH_AMQP_POOLS        RabbitMQ daemon pools ("thread:4 fork:4")
+#   BENCH_AMQP_POOLS        RabbitMQ daemon pools ("thread:4 fork:4"); a
+#                           thread x4 daemon also runs on a quorum queue,
+#                           reported next to classic (ratio, no target)
 #   BENCH_FLAT              stream sizes of the flatness runs ("100000 2000000")
 #   BENCH_LAT_RATE, BENCH_LAT_SECONDS   latency publisher (1000 /s, 5 s)
 #   BENCH_AMQP=auto|no      RabbitMQ part (auto: when rabbitmq-server exists)
@@ -199,7 +201,7 @@ rcli() {
 # write_cfg FILE URL POOL_KIND POOL_SIZE HTTP_PORT TASKS_YAML
 write_cfg() {
 	cat >"$1" <<YAML
-broker: { url: "$2" }
+broker: { url: "$2"${BROKER_EXTRA:-} }
 pool: { kind: $3, size: $4 }
 plugin_dir: $BUILD/plugins
 http: { listen: "127.0.0.1:$5" }
@@ -593,6 +595,24 @@ amqp_run() {
 	log "$name: $(fmt_int "$(jget "$R/$name.json" rate)") msgs/s"
 }
 
+# amqp_quorum_run NAME: amqp_run's thread x4 daemon on a quorum queue
+# (broker.amqp.queue_type: quorum), declared by the daemon beforehand.
+amqp_quorum_run() {
+	local name=$1 http
+	"$BB/load_amqp" 127.0.0.1 "$AMQP_PORT" bench.quorum "$AMQP_N" 2>>"$DIR/load.log"
+	http=$(free_port)
+	BROKER_EXTRA=", amqp: { queue_type: quorum }" write_cfg "$DIR/$name.yaml" \
+		"$AMQP_URL" thread 4 "$http" \
+		"  noop: { plugin: noop.so, queue: bench.quorum, prefetch: $AMQP_PREFETCH, timeout: 0 }"
+	if ! "$BB/measure" --n "$AMQP_N" --amqp "127.0.0.1:$AMQP_PORT" --queue bench.quorum \
+		--metrics "127.0.0.1:$http" --task noop --broker-pid "$RABBIT_VM" --timeout 300 \
+		--log "$DIR/$name.log" -- "$TM" run -c "$DIR/$name.yaml" >"$R/$name.json"; then
+		echo "bench: run $name failed: $(cat "$R/$name.json")" >&2
+		exit 1
+	fi
+	log "$name: $(fmt_int "$(jget "$R/$name.json" rate)") msgs/s"
+}
+
 AMQP_CONFIGS=()
 if [[ $AMQP != skip ]]; then
 	AMQP_CONFIGS=(ceiling)
@@ -607,14 +627,29 @@ if [[ $AMQP != skip ]]; then
 		start_daemon "$DIR/declare.yaml" "$DIR/declare.log" "$HTTP"
 		stop_daemon
 	fi
+	if [[ $AMQP == full ]]; then
+		# the quorum queue, declared by a daemon that uses it
+		HTTP=$(free_port)
+		BROKER_EXTRA=", amqp: { queue_type: quorum }" write_cfg \
+			"$DIR/declare-quorum.yaml" "$AMQP_URL" thread 1 "$HTTP" \
+			"  noop: { plugin: noop.so, queue: bench.quorum }"
+		start_daemon "$DIR/declare-quorum.yaml" "$DIR/declare.log" "$HTTP"
+		stop_daemon
+	fi
 	for ((rep = 1; rep <= REPEAT; rep++)); do
 		for c in "${AMQP_CONFIGS[@]}"; do
 			amqp_run "amqp.${c/:/}.run$rep" "$c"
 		done
+		if [[ $AMQP == full ]]; then
+			amqp_quorum_run "amqp.quorum.thread4.run$rep"
+		fi
 	done
 	for c in "${AMQP_CONFIGS[@]}"; do
 		best "amqp.${c/:/}"
 	done
+	if [[ $AMQP == full ]]; then
+		best amqp.quorum.thread4
+	fi
 	if [[ $AMQP == full ]]; then
 		log "RabbitMQ: latency at $LAT_RATE msgs/s for $LAT_SECONDS s"
 		HTTP=$(free_port)
@@ -813,6 +848,15 @@ target_json idle_rss_mib "$(mib "$irss")" "<= 5" "$v"
 if [[ $AMQP != skip ]]; then
 	throughput_rows amqp "RabbitMQ"
 	if [[ $AMQP == full ]]; then
+		# a quorum queue is slower by design (every message replicated
+		# through Raft, here on one node): the ratio is reported, no target
+		if [[ -f $R/amqp.quorum.thread4.json && -f $R/amqp.thread4.json ]]; then
+			qrate=$(jget "$R/amqp.quorum.thread4.json" rate)
+			crate=$(jget "$R/amqp.thread4.json" rate)
+			row "RabbitMQ taskmill thread x4, quorum queue" "$(fmt_int "$qrate")/s" \
+				"$(fmt_int "$crate")/s classic" "$(printf %.2f "$(calc "$qrate / $crate")")" \
+				- - "$(run_cols "$R/amqp.quorum.thread4.json")"
+		fi
 		latency_row amqp "RabbitMQ thread x4" "publish->run"
 	else
 		row "RabbitMQ taskmill" skipped - - - - - - - "$AMQP_NOTE"

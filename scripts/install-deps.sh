@@ -53,6 +53,7 @@ BUILD_PACKAGES=(
 	libyaml-dev
 	libmicrohttpd-dev
 	libsystemd-dev
+	libssl-dev
 	tzdata # the zones of schedules (/usr/share/zoneinfo), read at run time
 )
 # What scripts/demo.sh runs besides the build.

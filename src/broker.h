@@ -125,6 +125,8 @@ struct tm_broker {
     const struct tm_cfg *cfg;
     atomic_int up;                  /* 1 while connected */
     atomic_ulong reconnects;        /* successful reconnects after a loss */
+    atomic_int node;                /* index in cfg->nodes of the node the
+                                       connections go to (0 by default) */
     int resumed;                    /* set before intake starts when this
                                        broker takes over from an earlier
                                        one of the same process (reload):

@@ -272,6 +272,18 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
            "1 while the broker connection is up.");
     mb_printf(&b, "taskmill_broker_up %d\n",
               d->broker != NULL ? atomic_load(&d->broker->up) : 0);
+    family(&b, "taskmill_broker_node_up", "gauge",
+           "1 for the configured broker node the daemon is connected to.");
+    {
+        const struct tm_cfg *cfg = d->cfg;
+        int up = d->broker != NULL && atomic_load(&d->broker->up);
+        int on = d->broker != NULL ? atomic_load(&d->broker->node) : -1;
+        char nb[600];
+        for (size_t i = 0; i < cfg->nnodes; i++)
+            mb_printf(&b, "taskmill_broker_node_up{node=\"%s\"} %d\n",
+                      label(cfg->nodes[i].redacted, nb, sizeof nb),
+                      up && on == (int)i);
+    }
     family(&b, "taskmill_broker_reconnects_total", "counter",
            "Reconnections to the broker after a loss.");
     mb_printf(&b, "taskmill_broker_reconnects_total %lu\n",

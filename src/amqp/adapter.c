@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h> /* getenv */
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -11,17 +12,39 @@
 
 static void ab_destroy(struct tm_broker *b);
 
-/* tm_amqp_node returns the node a new connection goes to. With one node,
- * that one; choosing among a cluster's nodes (and moving on after a
- * failure) belongs here. */
-const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab)
+/* The environment variables broker.tls replaced, and the key each one
+ * became. They are no longer read; one left set would silently not do
+ * what it did, so the adapter refuses to start instead. */
+static const char *const replaced_env[][2] = {
+    { "TASKMILL_AMQP_CACERT", "broker.tls.ca_file" },
+    { "TASKMILL_AMQP_CERT", "broker.tls.cert_file" },
+    { "TASKMILL_AMQP_KEY", "broker.tls.key_file" },
+    { "TASKMILL_AMQP_TLS_VERIFY", "broker.tls.verify" },
+};
+
+static int check_env(const struct tm_cfg *cfg)
 {
-    assert(ab->nnodes > 0);
-    return &ab->nodes[0];
+    int bad = 0;
+    for (size_t i = 0; i < sizeof replaced_env / sizeof replaced_env[0];
+         i++) {
+        if (getenv(replaced_env[i][0]) == NULL)
+            continue;
+        tm_log_err(TM_AMQP_SRC, "%s is set, but no longer read: set %s in "
+                   "%s instead, and unset %s", replaced_env[i][0],
+                   replaced_env[i][1], cfg->path, replaced_env[i][0]);
+        bad = 1;
+    }
+    if (cfg->url.tls && !cfg->tls.verify)
+        tm_log_warn(TM_AMQP_SRC, "broker.tls.verify is false: the "
+                    "broker's certificate is not checked; anyone on the "
+                    "path can pose as the broker");
+    return bad ? -1 : 0;
 }
 
 static struct tm_broker *ab_create(const struct tm_cfg *cfg)
 {
+    if (check_env(cfg) < 0)
+        return NULL;
     struct tm_amqp_broker *ab = tm_calloc(1, sizeof *ab);
     ab->base.ops = &tm_broker_amqp_ops;
     ab->base.cfg = cfg;
@@ -29,9 +52,11 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
     ab->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *ab->tasks);
     atomic_init(&ab->ndown, (int)cfg->ntasks);
     pthread_mutex_init(&ab->depth_mu, NULL);
-    ab->nodes = &cfg->url;
-    ab->nnodes = 1;
-    tm_amqp_publisher_init(&ab->pub, ab, &ab->nodes[0]);
+    ab->nodes = cfg->nodes;
+    ab->nnodes = cfg->nnodes;
+    assert(ab->nnodes >= 1);
+    atomic_init(&ab->base.node, (int)(tm_rand64() % ab->nnodes));
+    tm_amqp_publisher_init(&ab->pub, ab);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         at->ab = ab;

@@ -1,6 +1,7 @@
 /* amqp/admin.c - RabbitMQ CLI and monitoring: publish, request, dlq, depth. */
 #include "amqp.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 
@@ -12,8 +13,10 @@ static int cli_ready(struct tm_amqp_broker *ab)
     char eb[512];
     if (ab->cli != NULL)
         return 0;
-    amqp_connection_state_t c =
-        tm_amqp_open(ab, tm_amqp_node(ab), "cli", 0, eb, sizeof eb);
+    /* a command runs once: it tries each node in turn, not only one */
+    amqp_connection_state_t c = NULL;
+    for (size_t i = 0; i < ab->nnodes && c == NULL; i++)
+        c = tm_amqp_open(ab, "cli", 0, NULL, eb, sizeof eb);
     if (c == NULL) {
         tm_broker_set_error(&ab->base, ECONNREFUSED, "%s", eb);
         return -1;
@@ -41,8 +44,8 @@ static int cli_declare(struct tm_amqp_broker *ab, const struct tm_cfg_task *t)
     int perm = 0;
     if (cli_ready(ab) != 0)
         return -1;
-    if (tm_amqp_declare(ab->cli, TM_AMQP_CLI_GET, t, eb, sizeof eb, &perm) !=
-        0) {
+    if (tm_amqp_declare(ab->cli, TM_AMQP_CLI_GET, ab, t, eb, sizeof eb,
+                        &perm) != 0) {
         tm_broker_set_error(&ab->base, perm ? EINVAL : EIO, "%s", eb);
         cli_lost(ab);
         return -1;
@@ -650,9 +653,26 @@ static long long depth_count(struct tm_amqp_broker *ab, const char *queue,
     return -1;
 }
 
-/* tm_amqp_depth reads, on a monitoring connection of its own, the task queue's
- * and the dead-letter queue's ready counts. AMQP does not tell how many
- * deliveries are unacknowledged: pending is -1. */
+/* unacked counts task at's deliveries on its current connection that
+ * are not settled yet: delivery tags run from 1 on the connection's
+ * consume channel, and every one up to the floor and each one above it
+ * is settled. */
+static long long unacked(struct tm_amqp_task *at)
+{
+    pthread_mutex_lock(&at->io_mu);
+    long long n = 0;
+    if (at->conn != NULL) {
+        assert(at->acks.floor + at->acks.n <= at->dlv_tag);
+        n = (long long)(at->dlv_tag - at->acks.floor - at->acks.n);
+    }
+    pthread_mutex_unlock(&at->io_mu);
+    return n;
+}
+
+/* tm_amqp_depth reads, on a monitoring connection of its own, the task
+ * queue's and the dead-letter queue's ready counts. AMQP does not tell
+ * how many deliveries a queue has unacknowledged: pending is this
+ * daemon's share, its deliveries not settled yet. */
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                     long long *pending, long long *dlq_depth)
 {
@@ -671,7 +691,7 @@ int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
         goto out;
     if (ab->dconn == NULL) {
         amqp_connection_state_t c =
-            tm_amqp_open(ab, tm_amqp_node(ab), "monitor", 0, eb, sizeof eb);
+            tm_amqp_open(ab, "monitor", 0, NULL, eb, sizeof eb);
         if (c == NULL || tm_amqp_channel(c, 1, 0, eb, sizeof eb) != 0) {
             tm_log_write(TM_LOG_DEBUG, TM_AMQP_SRC, NULL, NULL, "depth: %s",
                          eb);
@@ -680,6 +700,7 @@ int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
         }
         ab->dconn = c;
     }
+    *pending = unacked(&ab->tasks[ti]);
     int dead = 0;
     const struct tm_cfg_task *t = ab->tasks[ti].cfg;
     *depth = depth_count(ab, t->queue, &dead);

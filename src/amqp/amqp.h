@@ -27,11 +27,6 @@
 
 #define TM_AMQP_RPC_TIMEOUT_MS 5000
 
-/* Heartbeat of the consuming connections, in seconds. rabbitmq-c sends
- * one when nothing else was sent for this long; RabbitMQ drops a
- * connection silent for two intervals, and so do the pumps. */
-#define TM_AMQP_HEARTBEAT_S 30
-
 #define TM_AMQP_FRAME_MAX 131072
 
 /* How long a publisher confirm may take before the connection is
@@ -47,7 +42,7 @@
 #define TM_AMQP_DLX "taskmill.dlx"
 
 /* The system CA bundle (Debian), used to verify amqps:// peers unless
- * TASKMILL_AMQP_CACERT names another file. */
+ * broker.tls.ca_file names another file. */
 #define TM_AMQP_CACERT_DEFAULT "/etc/ssl/certs/ca-certificates.crt"
 
 /* AMQP short strings (names, ids) hold at most 255 bytes. */
@@ -168,10 +163,21 @@ struct tm_amqp_acks {
 };
 
 /* struct tm_amqp_level is a retry queue declared on the publisher's
- * current connection. */
+ * current connection. declared_at (monotonic ms) is its last
+ * declaration, which restarts its x-expires clock (see topology.c). */
 struct tm_amqp_level {
     char *name;
+    int64_t declared_at;
 };
+
+/* A retry queue of delay D expires after TM_AMQP_RETRY_EXPIRES(D) ms
+ * unused, and is declared again (which counts as a use) before each
+ * publish once TM_AMQP_RETRY_REDECLARE(D) ms passed since the last
+ * declaration. So a queue lives at least EXPIRES - REDECLARE = 3 D + 7.5
+ * min after the last publish to it, more than its messages wait (D plus
+ * at most 20% jitter). */
+#define TM_AMQP_RETRY_EXPIRES(d) (4 * (d) + 600000)
+#define TM_AMQP_RETRY_REDECLARE(d) (TM_AMQP_RETRY_EXPIRES(d) / 4)
 
 struct tm_amqp_broker;
 
@@ -189,7 +195,7 @@ struct tm_amqp_broker;
  */
 struct tm_amqp_publisher {
     struct tm_amqp_broker *ab;
-    const struct tm_url *node;    /* the node it publishes to */
+    const struct tm_url *node;    /* the node it publishes to, while up */
     amqp_connection_state_t conn; /* NULL while down */
     uint64_t gen;                 /* connection generation, from 1 */
     int blocked;                  /* connection.blocked in force */
@@ -255,11 +261,13 @@ struct tm_amqp_broker {
     atomic_int ndown;             /* tasks without a connection */
     atomic_int ever_up;
     atomic_ullong gens;
-    /* the broker's nodes (borrowed from the configuration): one URL
-     * today; a cluster's several nodes go here */
+    /* the broker's nodes (borrowed from the configuration), and in
+     * base.node the one every new connection goes to (tm_amqp_node):
+     * a random one at first, so that daemons spread over a cluster,
+     * then the next one after each failure to connect */
     const struct tm_url *nodes;
     size_t nnodes;
-    /* the publishing connection (settle thread), to nodes[0] */
+    /* the publishing connection (settle thread), to the current node */
     struct tm_amqp_publisher pub;
     struct tm_amqp_recvec done;   /* settle thread: originals to settle */
     /* the CLI connection (publish, request, dlq): one thread */
@@ -285,18 +293,29 @@ int tm_amqp_reply_code(amqp_rpc_reply_t r);
 int tm_amqp_channel_error(amqp_rpc_reply_t r);
 int tm_amqp_channel_closed_ok(amqp_connection_state_t c, amqp_channel_t ch);
 struct timeval tm_amqp_tv_ms(int64_t ms);
-amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
-                                     const struct tm_url *u,
+amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
                                      const char *role, int heartbeat,
-                                     char *buf, size_t size);
-const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab);
+                                     const struct tm_url **node, char *buf,
+                                     size_t size);
 int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
                     int confirm, char *buf, size_t size);
 void tm_amqp_close(amqp_connection_state_t c);
 void tm_amqp_drop(amqp_connection_state_t c);
 
+/* ---- nodes.c: the cluster's nodes ---- */
+size_t tm_amqp_node(const struct tm_amqp_broker *ab);
+void tm_amqp_node_failed(struct tm_amqp_broker *ab, size_t i,
+                         const char *why);
+/* the heartbeat (broker.amqp.heartbeat, default 30 s) of the consuming
+ * and publishing connections: rabbitmq-c sends one when nothing else was
+ * sent for this long; RabbitMQ drops a connection silent for two
+ * intervals, and so do the pumps, so a dead node is noticed without
+ * waiting for TCP */
+int tm_amqp_heartbeat_s(const struct tm_amqp_broker *ab);
+
 /* ---- topology.c: declarations ---- */
 int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
+                    const struct tm_amqp_broker *ab,
                     const struct tm_cfg_task *t, char *buf, size_t size,
                     int *perm);
 const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
@@ -339,8 +358,7 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
 
 /* ---- publish.c: the publishing connection ---- */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab,
-                            const struct tm_url *node);
+                            struct tm_amqp_broker *ab);
 int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
 void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
                            struct tm_amqp_recvec *done);

@@ -80,6 +80,7 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     tm_amqp_delivery_free(at->partial);
     at->partial = NULL;
     at->dlv_state = 0;
+    at->dlv_tag = 0;
     at->acks.floor = 0;
     at->acks.n = 0;
     at->stopped = 0;
@@ -144,20 +145,22 @@ static int start_consumer(const struct tm_amqp_task *at,
  * (and *perm set when the broker refused the topology).
  */
 static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
-                                         char *ctag, char *buf, size_t size,
-                                         int *perm)
+                                         char *ctag,
+                                         const struct tm_url **node,
+                                         char *buf, size_t size, int *perm)
 {
     const struct tm_cfg_task *t = at->cfg;
     char role[300];
     *perm = 0;
     tm_snprintf(role, sizeof role, "task %s", t->name);
-    amqp_connection_state_t c = tm_amqp_open(
-        at->ab, tm_amqp_node(at->ab), role, TM_AMQP_HEARTBEAT_S, buf, size);
+    amqp_connection_state_t c =
+        tm_amqp_open(at->ab, role, tm_amqp_heartbeat_s(at->ab), node, buf,
+                     size);
     if (c == NULL)
         return NULL;
     if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
         tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
-        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, t, buf, size, perm) != 0 ||
+        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) != 0 ||
         start_consumer(at, c, ctag, buf, size) != 0) {
         tm_amqp_drop(c);
         return NULL;
@@ -167,7 +170,7 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
 
 /* task_install makes c the task's connection (io_mu held). */
 static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
-                         const char *ctag)
+                         const char *ctag, const struct tm_url *node)
 {
     const struct tm_cfg_task *t = at->cfg;
     at->conn = c;
@@ -178,9 +181,9 @@ static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
     at->salt[8] = '\0';
     tm_amqp_conn_reset(at);
     tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, t->name, NULL,
-                 "consuming queue '%s' "
+                 "consuming queue '%s' on %s "
                  "(prefetch %u; dead letters to '%s')",
-                 t->queue, t->prefetch, t->dead_letter);
+                 t->queue, node->redacted, t->prefetch, t->dead_letter);
     at->was_up = 1;
     at->err_hash = 0;
     task_up(at);
@@ -191,8 +194,10 @@ static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
 int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
 {
     char eb[512], ctag[TM_AMQP_SHORTSTR_MAX + 1];
+    const struct tm_url *node = NULL;
     pthread_mutex_unlock(&at->io_mu);
-    amqp_connection_state_t c = task_open(at, ctag, eb, sizeof eb, perm);
+    amqp_connection_state_t c =
+        task_open(at, ctag, &node, eb, sizeof eb, perm);
     pthread_mutex_lock(&at->io_mu);
     if (c == NULL) {
         tm_snprintf(at->errstr, sizeof at->errstr, "%s", eb);
@@ -203,7 +208,7 @@ int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
         tm_amqp_close(c);
         return 0;
     }
-    task_install(at, c, ctag);
+    task_install(at, c, ctag, node);
     return 0;
 }
 

@@ -15,15 +15,13 @@
 #define PUB_BACKOFF_MIN_MS 500
 #define PUB_BACKOFF_MAX_MS 8000
 
-/* tm_amqp_publisher_init prepares the publishing connection to node
- * (borrowed); it is opened on first use. */
+/* tm_amqp_publisher_init prepares the publishing connection; it is
+ * opened on first use, to the broker's current node. */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab,
-                            const struct tm_url *node)
+                            struct tm_amqp_broker *ab)
 {
     memset(pc, 0, sizeof *pc);
     pc->ab = ab;
-    pc->node = node;
     pc->copies.ch = TM_AMQP_PCH_COPY;
     pc->replies.ch = TM_AMQP_PCH_REPLY;
     pc->backoff_ms = PUB_BACKOFF_MIN_MS;
@@ -96,8 +94,10 @@ int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc)
         return 0;
     if (tm_now_ms() < pc->retry_at)
         return -1;
-    amqp_connection_state_t c = tm_amqp_open(
-        pc->ab, pc->node, "publish", TM_AMQP_HEARTBEAT_S, eb, sizeof eb);
+    const struct tm_url *node = NULL;
+    amqp_connection_state_t c =
+        tm_amqp_open(pc->ab, "publish", tm_amqp_heartbeat_s(pc->ab), &node,
+                     eb, sizeof eb);
     if (c != NULL && (tm_amqp_channel(c, TM_AMQP_PCH_COPY, 1, eb,
                                       sizeof eb) != 0 ||
                       tm_amqp_channel(c, TM_AMQP_PCH_ADMIN, 0, eb,
@@ -119,6 +119,7 @@ int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc)
         return -1;
     }
     pc->conn = c;
+    pc->node = node;
     pc->gen++;
     pc->was_up = 1;
     pc->err_hash = 0;

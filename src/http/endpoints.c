@@ -148,6 +148,15 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
     cJSON_AddStringToObject(b, "url", d->cfg->url.redacted);
     cJSON_AddBoolToObject(b, "connected",
                           d->broker != NULL && atomic_load(&d->broker->up));
+    /* the node the daemon is on: one of broker.url's list, null while
+     * not connected */
+    int node = d->broker != NULL && atomic_load(&d->broker->up)
+                   ? atomic_load(&d->broker->node)
+                   : -1;
+    if (node >= 0 && (size_t)node < d->cfg->nnodes)
+        cJSON_AddStringToObject(b, "node", d->cfg->nodes[node].redacted);
+    else
+        cJSON_AddNullToObject(b, "node");
     cJSON *p = cJSON_AddObjectToObject(j, "pool");
     cJSON_AddStringToObject(p, "kind", d->cfg->pool_kind == TM_POOL_FORK
                                            ? "fork"

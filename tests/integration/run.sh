@@ -177,7 +177,9 @@ echo "# binary: $TM_BUILD/taskmill${SAN_NAME:+ ($SAN_NAME)}"
 # taskmill-test-$$@localhost, data, logs, config and Erlang cookie (HOME) in
 # $SCRATCH/rabbit. Exported for the tests (see lib_amqp.sh): RABBIT_PORT,
 # RABBIT_NODE, RABBIT_BIN, RABBIT_HOME, RABBIT_EPMD_PORT. Not started (the
-# amqp tests then skip) when rabbitmq-server is not installed.
+# amqp tests then skip) when rabbitmq-server is not installed, nor for the
+# test_amqp_cluster_* tests, which start a cluster of their own
+# (lib_rabbit_cluster.sh).
 RABBIT_PID=
 RABBIT_BIN=${TM_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
 RABBIT_HOME=$SCRATCH/rabbit
@@ -251,7 +253,8 @@ start_rabbit() {
 }
 
 for t in "${tests[@]}"; do
-	[[ ${t##*/} == test_amqp_* ]] || continue
+	# the cluster tests start their own nodes (lib_rabbit_cluster.sh)
+	[[ ${t##*/} == test_amqp_* && ${t##*/} != test_amqp_cluster_* ]] || continue
 	if [[ -x $RABBIT_BIN/rabbitmq-server ]]; then
 		start_rabbit || exit 1
 		export RABBIT_PORT RABBIT_NODE RABBIT_BIN RABBIT_HOME RABBIT_EPMD_PORT
@@ -291,7 +294,10 @@ for t in "${tests[@]}"; do
 	start=$(date +%s%N)
 	rc=0
 	# shellcheck disable=SC2016  # expanded by the test's own bash
-	TEST_DIR=$dir timeout -k 5 "$TEST_TIMEOUT" bash -c '
+	limit=$TEST_TIMEOUT
+	# a cluster test starts three RabbitMQ nodes first (about 30 s)
+	[[ $name != amqp_cluster_* ]] || ((limit >= 300)) || limit=300
+	TEST_DIR=$dir timeout -k 5 "$limit" bash -c '
 		set -eEuo pipefail
 		trap '\''echo "ERROR: line $LINENO: $BASH_COMMAND (status $?)" >&2'\'' ERR
 		cd "$TEST_DIR"
@@ -304,7 +310,7 @@ for t in "${tests[@]}"; do
 
 	why=
 	if ((rc == 124 || rc == 137)); then
-		why="timed out after ${TEST_TIMEOUT}s"
+		why="timed out after ${limit}s"
 	elif ((rc == 77)); then
 		why=skip
 	elif ((rc != 0)); then

@@ -4,7 +4,9 @@
 # then it is dead-lettered with attempts 3; a reject is dead-lettered at once
 # (attempts 1), a body that is not JSON without running (attempts 0). The
 # dead letters carry the x- headers, as `taskmill dlq show` prints them, and
-# `dlq replay` / `dlq purge` work on RabbitMQ.
+# `dlq replay` / `dlq purge` work on RabbitMQ. The retry queue of the
+# first delay exists already, as an earlier version declared it (no
+# x-expires): it is used as it is, not refused.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
 CONF=$TEST_DIR/taskmill.yaml
 Q=$AQ.fail
@@ -12,6 +14,8 @@ write_amqp_config "$CONF" <<YAML
 tasks:
   fail: { plugin: fail.so, queue: $Q, max_retries: 2, backoff: 300ms, max_backoff: 1s }
 YAML
+
+amqptool declare "$Q.retry.300ms" 0 "" "$Q"
 
 t0=$(now_ms)
 declare -A BODY_OF=() ATTEMPTS_OF=()

@@ -68,7 +68,7 @@ expect_json 'keys == ["broker","config","pool","tasks","uptime_seconds","version
 expect_json '.config.generation == 1 and .config.last_reload_successful == true' "config generation at start"
 expect_json '.version | type == "string" and length > 0' "version"
 expect_json '.uptime_seconds | type == "number" and . >= 0' "uptime_seconds"
-expect_json '.broker | keys == ["connected","kind","url"]' "broker keys"
+expect_json '.broker | keys == ["connected","kind","node","url"]' "broker keys"
 expect_json '.broker.kind == "redis" and .broker.connected == true' "broker kind/connected"
 expect_json ".broker.url == \"redis://127.0.0.1:$REDIS_PORT/0\"" "broker url"
 expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy}' "pool kind/size"
