@@ -205,6 +205,7 @@ check: deps
 	@$(MAKE) --no-print-directory check-unit
 	@$(MAKE) --no-print-directory check-integration
 	@$(MAKE) --no-print-directory check-asan
+	@$(MAKE) --no-print-directory check-tsan
 
 demo: deps-demo
 	@$(MAKE) --no-print-directory all
