@@ -1,6 +1,7 @@
 /* pool_thread.c - the pthread pool: fixed workers, bounded hand-off. */
 #include "pool.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -265,6 +266,9 @@ static void tp_destroy(struct tm_pool *p)
     tp->draining = 1;
     int abandoned = tp->running > 0;
     if (abandoned) {
+        /* only a drain that ran out of time leaves calls running, and
+         * it emptied the queue: no idle worker has anything to take */
+        assert(tp->count == 0);
         /* Workers still run task code past the deadline; the process is
          * about to exit, and joining them would wait for that code. Those
          * are detached. The others are joined: with stop and draining set
