@@ -1,6 +1,7 @@
 /* log.c - one line per event to stderr, text or JSON. */
 #include "log.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -10,23 +11,27 @@
 
 #define TM_LOG_LINE_MAX 2048
 
-static int log_level = TM_LOG_INFO;
-static int log_format = TM_LOG_TEXT;
+/* The settings are set at start and again by a reload (main thread) while
+ * every thread logs: each is an atomic of its own, read relaxed. They
+ * order nothing else, and a line written during a reload may use the old
+ * level or format, or the new ones, each line whole either way. */
+static atomic_int log_level = TM_LOG_INFO;
+static atomic_int log_format = TM_LOG_TEXT;
 
 void tm_log_setup(int level, int format)
 {
-    log_level = level;
-    log_format = format;
+    atomic_store_explicit(&log_level, level, memory_order_relaxed);
+    atomic_store_explicit(&log_format, format, memory_order_relaxed);
 }
 
 int tm_log_get_format(void)
 {
-    return log_format;
+    return atomic_load_explicit(&log_format, memory_order_relaxed);
 }
 
 int tm_log_enabled(int level)
 {
-    return level <= log_level;
+    return level <= atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
 static const char *level_name(int level)
@@ -93,7 +98,7 @@ void tm_log_vwrite(int level, const char *src, const char *task,
 
     char line[TM_LOG_LINE_MAX + 512];
     size_t pos = 0, cap = sizeof line;
-    if (log_format == TM_LOG_JSON) {
+    if (tm_log_get_format() == TM_LOG_JSON) {
         append_raw(line, &pos, cap, "{\"ts\":\"");
         append_raw(line, &pos, cap, stamp);
         append_raw(line, &pos, cap, "\",\"level\":\"");

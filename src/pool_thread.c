@@ -1,6 +1,7 @@
 /* pool_thread.c - the pthread pool: fixed workers, bounded hand-off. */
 #include "pool.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -21,6 +22,7 @@ struct tp_worker {
     pthread_t thread;
     unsigned index;
     int started;
+    int in_call;              /* under pool->mu: runs a chunk it took */
     void **wdata;             /* per task: cb_worker_init's data */
 };
 
@@ -80,6 +82,7 @@ static void *worker_main(void *arg)
             tp->count--;
         }
         tp->running++;
+        w->in_call = 1;
         atomic_store_explicit(&tp->busy, tp->running, memory_order_relaxed);
         pthread_cond_signal(&tp->not_full);
         if (tp->count > 0)
@@ -100,6 +103,7 @@ static void *worker_main(void *arg)
 
         pthread_mutex_lock(&tp->mu);
         tp->running--;
+        w->in_call = 0;
         atomic_store_explicit(&tp->busy, tp->running, memory_order_relaxed);
         if (tp->running == 0)
             pthread_cond_broadcast(&tp->idle);
@@ -261,11 +265,30 @@ static void tp_destroy(struct tm_pool *p)
     tp->stop = 1;
     tp->draining = 1;
     int abandoned = tp->running > 0;
+    if (abandoned) {
+        /* only a drain that ran out of time leaves calls running, and
+         * it emptied the queue: no idle worker has anything to take */
+        assert(tp->count == 0);
+        /* Workers still run task code past the deadline; the process is
+         * about to exit, and joining them would wait for that code. Those
+         * are detached. The others are joined: with stop and draining set
+         * (and the queue emptied by the drain) they take no more work and
+         * exit. in_call is read under mu, so a worker counted idle here
+         * cannot start a call any more. */
+        for (unsigned i = 0; i < p->size; i++) {
+            struct tp_worker *w = &tp->workers[i];
+            if (w->started && w->in_call) {
+                pthread_detach(w->thread);
+                w->started = 0;
+            }
+        }
+    }
     pthread_cond_broadcast(&tp->not_empty);
     pthread_mutex_unlock(&tp->mu);
     if (abandoned) {
-        /* workers still run task code past the deadline; the process is
-         * about to exit, and joining would wait for them */
+        for (unsigned i = 0; i < p->size; i++)
+            if (tp->workers[i].started)
+                pthread_join(tp->workers[i].thread, NULL);
         return;
     }
     for (unsigned i = 0; i < p->size; i++) {

@@ -11,11 +11,13 @@
 void tm_rate_note(struct tm_rate *r, int64_t now_ns)
 {
     int64_t s = now_ns / NS_PER_S;
-    if (s < r->newest) {
-        if (r->newest - s > 2)
-            s = r->newest;
+    /* single writer: a relaxed load sees its own last store */
+    int64_t newest = atomic_load_explicit(&r->newest, memory_order_relaxed);
+    if (s < newest) {
+        if (newest - s > 2)
+            s = newest;
     } else {
-        r->newest = s;
+        atomic_store_explicit(&r->newest, s, memory_order_relaxed);
     }
     size_t k = (size_t)s & (TM_RATE_SLOTS - 1);
     if (atomic_load_explicit(&r->sec[k], memory_order_relaxed) == s) {
@@ -47,6 +49,23 @@ static unsigned long long slot_count(const struct tm_rate *r, int64_t s)
     return c;
 }
 
+void tm_rate_copy(struct tm_rate *dst, const struct tm_rate *src)
+{
+    atomic_store_explicit(&dst->newest,
+                          atomic_load_explicit(&src->newest,
+                                               memory_order_relaxed),
+                          memory_order_relaxed);
+    for (size_t k = 0; k < TM_RATE_SLOTS; k++) {
+        int64_t s = atomic_load_explicit(&src->sec[k], memory_order_acquire);
+        /* slot_count reads the count of second s, or 0 when the slot
+         * moved on (then it is copied as unused) */
+        unsigned long long c = s >= 0 ? slot_count(src, s) : 0;
+        atomic_store_explicit(&dst->sec[k], c > 0 ? s : -1,
+                              memory_order_relaxed);
+        atomic_store_explicit(&dst->count[k], c, memory_order_relaxed);
+    }
+}
+
 void tm_rate_read(const struct tm_rate *r, int64_t now_ns, int64_t since_ns,
                   double *r1, double *r60)
 {
@@ -76,6 +95,20 @@ void tm_durwin_note(struct tm_durwin *w, int64_t dur_ns)
     atomic_store_explicit(&w->us[n & (TM_DUR_WINDOW - 1)], (unsigned)us,
                           memory_order_relaxed);
     atomic_store_explicit(&w->n, n + 1, memory_order_release);
+}
+
+void tm_durwin_copy(struct tm_durwin *dst, const struct tm_durwin *src)
+{
+    /* the acquire pairs with the writer's release of n: the samples below
+     * n are at least as new as n says */
+    unsigned long long n = atomic_load_explicit(&src->n,
+                                                memory_order_acquire);
+    for (size_t i = 0; i < TM_DUR_WINDOW; i++)
+        atomic_store_explicit(
+            &dst->us[i],
+            atomic_load_explicit(&src->us[i], memory_order_relaxed),
+            memory_order_relaxed);
+    atomic_store_explicit(&dst->n, n, memory_order_relaxed);
 }
 
 static int cmp_uint(const void *a, const void *b)

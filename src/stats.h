@@ -29,7 +29,9 @@ struct tm_rate {
     atomic_llong sec[TM_RATE_SLOTS];    /* the second a slot counts; -1
                                            while the writer resets it */
     atomic_ullong count[TM_RATE_SLOTS];
-    int64_t newest;                     /* writer only: newest second */
+    atomic_llong newest;                /* newest second; written by the
+                                           writer only, read (relaxed) by
+                                           it and by tm_rate_copy */
 };
 
 /* struct tm_durwin keeps the last TM_DUR_WINDOW durations, in
@@ -52,6 +54,11 @@ void tm_rate_note(struct tm_rate *r, int64_t now_ns);
 void tm_rate_read(const struct tm_rate *r, int64_t now_ns, int64_t since_ns,
                   double *r1, double *r60);
 
+/* tm_rate_copy sets dst (which nobody else uses yet) to what src holds
+ * now, while src's writer may go on writing: a slot being reused as it is
+ * read is copied empty. Lock-free, like a reader. */
+void tm_rate_copy(struct tm_rate *dst, const struct tm_rate *src);
+
 /* tm_durwin_note records one duration (ns; negative counts as 0, longer
  * than ~71 minutes is clamped). Single writer. */
 void tm_durwin_note(struct tm_durwin *w, int64_t dur_ns);
@@ -61,5 +68,10 @@ void tm_durwin_note(struct tm_durwin *w, int64_t dur_ns);
  * there were; with none both are 0. Lock-free; uses 4 KiB of stack. */
 size_t tm_durwin_percentiles(const struct tm_durwin *w, double *p50_ms,
                              double *p99_ms);
+
+/* tm_durwin_copy sets dst (which nobody else uses yet) to what src holds
+ * now, while src's writer may go on writing: like a reader, it tolerates
+ * a sample overwritten during the copy. Lock-free. */
+void tm_durwin_copy(struct tm_durwin *dst, const struct tm_durwin *src);
 
 #endif /* TASKMILL_STATS_H */

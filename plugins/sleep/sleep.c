@@ -30,7 +30,7 @@ static void nap(int64_t ms)
 
 static int cb_run(struct tm_call *call)
 {
-    int64_t ms;
+    int64_t ms = 0; /* set on TM_JSON_OK; -O1 cannot see it */
 
     switch (tm_json_get_int_range(call->host, call->body, "ms", 0,
                                   SLEEP_MAX_MS, &ms)) {

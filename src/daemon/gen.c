@@ -229,8 +229,11 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
                 const struct tm_task_stats *old = &prev->tasks[j].stats;
                 tm_settle_carry(&g->snap[i], old, NULL);
                 tm_settle_carry(&g->tasks[i].stats, &g->snap[i], NULL);
-                g->tasks[i].stats.rate = old->rate;
-                g->tasks[i].stats.durs = old->durs;
+                /* prev's settle thread may still be writing these:
+                 * copied slot by slot with atomic loads, never as a
+                 * struct; what it notes after this is not carried */
+                tm_rate_copy(&g->tasks[i].stats.rate, &old->rate);
+                tm_durwin_copy(&g->tasks[i].stats.durs, &old->durs);
                 g->snap_from[i] = (long)j;
             }
         }

@@ -60,9 +60,13 @@ static void *signal_main(void *arg)
                         "will be delivered again", signame(sig));
             _exit(1);
         }
+        /* a reload swaps d->cfg (and frees the old one later): read it
+         * under gen_lock, like every thread but the main one */
+        pthread_rwlock_rdlock(&d->gen_lock);
+        long long timeout_ms = (long long)d->cfg->shutdown_timeout_ms;
+        pthread_rwlock_unlock(&d->gen_lock);
         tm_log_info(TM_DAEMON_SRC, "%s: stopping intake, finishing running tasks "
-                    "(up to %lld ms)", signame(sig),
-                    (long long)d->cfg->shutdown_timeout_ms);
+                    "(up to %lld ms)", signame(sig), timeout_ms);
         /* readiness turns 503 before intake stops */
         atomic_store(&d->state, TM_STATE_STOPPING);
         pthread_mutex_lock(&d->stop_mu);

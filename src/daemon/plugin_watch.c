@@ -15,19 +15,23 @@
 void *tm_plugin_watch_main(void *arg)
 {
     struct tm_daemon *d = arg;
+    /* d->cfg is swapped by a reload and the old one freed once retired:
+     * read it under gen_lock, once. plugin_dir needs a restart to change,
+     * so the copy stays right for the life of the thread. */
+    pthread_rwlock_rdlock(&d->gen_lock);
+    char *dir = tm_strdup(d->cfg->plugin_dir);
+    pthread_rwlock_unlock(&d->gen_lock);
     int fd = inotify_init1(IN_CLOEXEC);
     if (fd < 0 ||
-        inotify_add_watch(fd, d->cfg->plugin_dir,
+        inotify_add_watch(fd, dir,
                           IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE |
                               IN_DELETE | IN_MOVED_FROM | IN_ATTRIB) < 0) {
         char eb[TM_STRERRNO_BUF];
         tm_log_err(TM_DAEMON_SRC, "plugin_watch: cannot watch %s: %s",
-                   d->cfg->plugin_dir, tm_strerror(errno, eb, sizeof eb));
-        if (fd >= 0)
-            close(fd);
-        return NULL;
+                   dir, tm_strerror(errno, eb, sizeof eb));
+        goto out;
     }
-    tm_log_info(TM_DAEMON_SRC, "plugin_watch: watching %s", d->cfg->plugin_dir);
+    tm_log_info(TM_DAEMON_SRC, "plugin_watch: watching %s", dir);
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     for (;;) {
         ssize_t n = read(fd, buf, sizeof buf);
@@ -51,13 +55,15 @@ void *tm_plugin_watch_main(void *arg)
         while (poll(&pfd, 1, 300) > 0 && read(fd, buf, sizeof buf) > 0) {
         }
         tm_log_info(TM_DAEMON_SRC, "plugin_watch: plugins changed in %s; reloading",
-                    d->cfg->plugin_dir);
+                    dir);
         atomic_store(&d->reload, 1);
         pthread_mutex_lock(&d->stop_mu);
         pthread_cond_broadcast(&d->stop_cv);
         pthread_mutex_unlock(&d->stop_mu);
     }
-    close(fd);
+out:
+    if (fd >= 0)
+        close(fd);
+    tm_free(dir);
     return NULL;
 }
-

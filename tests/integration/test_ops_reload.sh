@@ -73,6 +73,9 @@ rcall XADD q.v '*' body '{"ms":1500}' >/dev/null
 wait_until "[[ \$(metric taskmill_pool_busy '') -ge 1 ]]" 5
 install_version 2
 kill -HUP "$DAEMON_PID"
+# what arrives once the reload took effect runs on v2; sent earlier, the
+# old intake may still read it (a slow reload, e.g. under a sanitizer)
+wait_until "grep -q 'as configuration 3' $DAEMON_LOG" 5
 rcall XADD q.v '*' body '{"n":3}' >/dev/null
 wait_until "[[ \$(lines $VLOG) == 3 ]]" 10
 assert_eq 1 "$(grep -c '^v2 ' "$VLOG")" "runs on v2 after the reload"

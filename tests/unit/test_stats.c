@@ -1,5 +1,8 @@
 /* test_stats.c - completion rates, duration percentiles, AsyncAPI ids. */
 #include <check.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +106,85 @@ START_TEST(percentiles_keep_the_last_window)
     ck_assert(p50 == 0);
     ck_assert(p99 == 0.001);
     tm_free(w);
+}
+END_TEST
+
+START_TEST(copies_keep_what_was_counted)
+{
+    struct tm_rate *r = tm_calloc(1, sizeof *r);
+    struct tm_rate *rc = tm_calloc(1, sizeof *rc);
+    struct tm_durwin *w = tm_calloc(1, sizeof *w);
+    struct tm_durwin *wc = tm_calloc(1, sizeof *wc);
+    int64_t t0 = 3000 * S;
+    double r1, r60, p50, p99;
+    for (int s = 0; s < 10; s++)
+        for (int i = 0; i <= s; i++)
+            tm_rate_note(r, t0 + s * S);
+    for (int i = 1; i <= 100; i++)
+        tm_durwin_note(w, (int64_t)i * 1000000);
+    tm_rate_copy(rc, r);
+    tm_durwin_copy(wc, w);
+    tm_rate_read(rc, t0 + 10 * S, t0, &r1, &r60);
+    ck_assert(r1 == 10);
+    ck_assert(r60 == 5.5);
+    ck_assert_uint_eq(tm_durwin_percentiles(wc, &p50, &p99), 100);
+    ck_assert(p50 == 50 && p99 == 99);
+    /* the copy goes on from where the original was: a late report still
+     * lands in the newest second */
+    tm_rate_note(rc, t0 + 2 * S);
+    tm_rate_read(rc, t0 + 10 * S, t0, &r1, &r60);
+    ck_assert(r1 == 11);
+    tm_free(r);
+    tm_free(rc);
+    tm_free(w);
+    tm_free(wc);
+}
+END_TEST
+
+/* writer keeps noting into a rate and a duration window until told to
+ * stop, as a settle thread does while a reload copies them */
+struct writer {
+    struct tm_rate rate;
+    struct tm_durwin durs;
+    atomic_int stop;
+};
+
+static void *writer_main(void *arg)
+{
+    struct writer *wr = arg;
+    int64_t t = 7000 * S;
+    while (!atomic_load(&wr->stop)) {
+        tm_rate_note(&wr->rate, t);
+        tm_durwin_note(&wr->durs, t % S);
+        t += S / 64;
+    }
+    return NULL;
+}
+
+/* Under ThreadSanitizer (make check-tsan), a copy that is not made of
+ * atomic loads is reported here as a data race. */
+START_TEST(copies_race_free_with_the_writer)
+{
+    struct writer *wr = tm_calloc(1, sizeof *wr);
+    struct tm_rate *rc = tm_calloc(1, sizeof *rc);
+    struct tm_durwin *wc = tm_calloc(1, sizeof *wc);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, writer_main, wr), 0);
+    /* wait until the writer has written something, then copy while it
+     * goes on */
+    while (atomic_load(&wr->durs.n) < 100)
+        sched_yield();
+    for (int i = 0; i < 50; i++) {
+        tm_rate_copy(rc, &wr->rate);
+        tm_durwin_copy(wc, &wr->durs);
+    }
+    atomic_store(&wr->stop, 1);
+    pthread_join(th, NULL);
+    ck_assert(atomic_load(&wc->n) >= 100);
+    ck_assert(atomic_load(&rc->newest) >= 7000);
+    tm_free(wr);
+    tm_free(rc);
+    tm_free(wc);
 }
 END_TEST
 
@@ -283,6 +365,8 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, rate_ring_wraps_and_late_reports_stay_recent);
     tcase_add_test(tc, percentiles_nearest_rank);
     tcase_add_test(tc, percentiles_keep_the_last_window);
+    tcase_add_test(tc, copies_keep_what_was_counted);
+    tcase_add_test(tc, copies_race_free_with_the_writer);
     tcase_add_test(tc, asyncapi_ids_and_refs);
     tcase_add_test(tc, asyncapi_model_names);
     suite_add_tcase(s, tc);
