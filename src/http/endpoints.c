@@ -263,6 +263,11 @@ int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
 /* Marks a request whose headers were seen (MHD's per-request pointer). */
 static int request_seen;
 
+void *tm_http_seen_marker(void)
+{
+    return &request_seen;
+}
+
 void tm_http_request_done(void *req_cls)
 {
     if (req_cls != NULL && req_cls != &request_seen)
@@ -280,6 +285,9 @@ enum MHD_Result tm_http_answer(struct tm_daemon *d,
     if (tm_http_api_path(url))
         return tm_http_api_answer(d, conn, url, method, upload_data,
                                   upload_data_size, req_cls, queued);
+    if (tm_http_console_path(url))
+        return tm_http_console_answer(conn, url, method, upload_data_size,
+                                      req_cls, queued);
     size_t n = sizeof endpoints / sizeof endpoints[0], e = n;
     for (size_t i = 0; i < n; i++)
         if (strcmp(url, endpoints[i].path) == 0)

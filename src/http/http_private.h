@@ -24,6 +24,11 @@ enum MHD_Result tm_http_answer(struct tm_daemon *d,
                                size_t *upload_data_size, void **req_cls,
                                int *queued);
 
+/* tm_http_seen_marker is the per-request pointer of a request that keeps
+ * nothing (headers seen, answer once complete): tm_http_request_done
+ * leaves it alone. */
+void *tm_http_seen_marker(void);
+
 /* tm_http_request_done frees what tm_http_answer kept in *req_cls; MHD's
  * request-completed callback calls it. */
 void tm_http_request_done(void *req_cls);
@@ -33,6 +38,18 @@ void tm_http_request_done(void *req_cls);
  * time); otherwise 0 with *presented set when it carried some token. */
 int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
                      int *presented);
+
+/* ---- console.c ---- */
+
+/* tm_http_console_path returns 1 for a path of the console's files. */
+int tm_http_console_path(const char *url);
+
+/* tm_http_console_answer serves one of them, as tm_http_answer (405 for
+ * a method other than GET or HEAD). */
+enum MHD_Result tm_http_console_answer(struct MHD_Connection *conn,
+                                       const char *url, const char *method,
+                                       size_t *upload_data_size,
+                                       void **req_cls, int *queued);
 
 /* ---- api.c ---- */
 
