@@ -30,7 +30,7 @@
  * starts and freed after it stopped, so that thread reads it unlocked. */
 static struct tm_api_worker *api_worker;
 
-/* ---- answers ------------------------------------------------------------- */
+/* ---- answers ----------------------------------------------------------- */
 
 void tm_http_secure_headers(struct MHD_Response *resp)
 {

@@ -250,7 +250,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* ---- the HTTP thread's side ---------------------------------------------- */
+/* ---- the HTTP thread's side -------------------------------------------- */
 
 struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d)
 {

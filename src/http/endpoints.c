@@ -308,7 +308,8 @@ enum MHD_Result tm_http_answer(struct tm_daemon *d,
     } else if (*upload_data_size != 0) {
         *upload_data_size = 0; /* a GET body is ignored */
         return MHD_YES;
-    } else if (endpoints[e].protected && !tm_http_token_ok(d, conn, &presented)) {
+    } else if (endpoints[e].protected &&
+               !tm_http_token_ok(d, conn, &presented)) {
         reply_text(&r, 401, TYPE_JSON, "{\"error\":\"unauthorized\"}\n");
         r.www_auth = presented
                          ? "Bearer realm=\"taskmill\", error=\"invalid_token\""
