@@ -7,7 +7,8 @@
 //             replay one, "purge all" asks first, the send form sends;
 //             a screenshot.
 //   readonly  no http.token: the write buttons are disabled, the reason
-//             shown.
+//             shown; the page fits a phone's width; Tab reaches the
+//             controls.
 // Prints "ok: WHAT" lines; exits 1 with "FAIL: WHAT" on the first failure.
 import puppeteer from 'puppeteer-core';
 
@@ -75,6 +76,25 @@ try {
           !note.hidden && note.textContent.includes('http.token');
       }));
     ok('without a token the write buttons are disabled, the reason shown');
+    // a phone's width: nothing wider than the screen but the task table,
+    // which scrolls in its own box; the keyboard reaches the controls
+    await page.setViewport({ width: 390, height: 844 });
+    const wide = await page.evaluate(() =>
+      document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    if (wide > 1) fail(`the page is ${wide} px wider than a phone's screen`);
+    ok('fits a phone\'s width');
+    await page.bringToFront();
+    await page.evaluate(() => document.body.focus());
+    // (the task table's scroll box may take the focus first)
+    const seen = [];
+    for (let i = 0; i < 4 && !seen.includes('dlq-task'); i++) {
+      await page.keyboard.press('Tab');
+      seen.push(await page.evaluate(() => document.activeElement.id ||
+                                    document.activeElement.className));
+    }
+    if (!seen.includes('dlq-task'))
+      fail('Tab does not reach the dead-letter controls: ' + seen.join(' '));
+    ok('the keyboard reaches the controls');
   } else if (mode === 'token') {
     // 1: no token yet: the page asks; a wrong one shows an error
     const ask = await browser.newPage();
