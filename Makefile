@@ -72,7 +72,10 @@ CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
 # the core: src/*.c and one level of subdirectories (src/redis/, ...)
 CORE_SRCS = $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
-CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o)
+CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/console_assets.o
+# the console's page, style and script, compiled in as byte arrays
+CONSOLE_FILES = src/console/index.html src/console/console.css \
+	src/console/console.js
 PLUGINS = noop add sleep fail journal exec
 # The language hosts: lua (liblua5.4-dev) and python (python3-dev) are
 # built when pkg-config finds them; USE_LUA / USE_PYTHON = yes|no|auto.
@@ -125,6 +128,15 @@ $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h src/*/*.h) | $(BUILD)/obj
 	@$(if $(Q),echo "  CC      $<")
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Isrc -c -o $@ $<
+
+$(BUILD)/gen/console_assets.c: $(CONSOLE_FILES) scripts/embed-console.sh
+	@$(if $(Q),echo "  EMBED   $@")
+	@mkdir -p $(dir $@)
+	$(Q)scripts/embed-console.sh $(CONSOLE_FILES) >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/console_assets.o: $(BUILD)/gen/console_assets.c src/http/console.h | $(BUILD)/obj
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(REAL_CFLAGS) -Isrc -c -o $@ $<
 
 $(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
 	@$(if $(Q),echo "  LINK    $@")

@@ -22,9 +22,10 @@
 #
 # The HTTP tests also need promtool (Debian package prometheus, whose own
 # service is stopped and disabled the same way), jq, Node, and the official
-# AsyncAPI parser and the modelina code generator, which npm installs into
-# the test-only folder tests/integration/node_modules (gitignored) when they
-# are not there yet. The demo mode installs neither Node nor npm packages.
+# AsyncAPI parser, the modelina code generator and puppeteer-core (the
+# console's browser test drives Debian's chromium with it), which npm
+# installs into the test-only folder tests/integration/node_modules
+# (gitignored) when they are not there yet. The demo mode installs neither Node nor npm packages.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -77,10 +78,11 @@ TEST_PACKAGES=(
 	liblua5.4-dev
 	python3-dev
 	python3-yaml
+	chromium
 )
 # npm packages of the tests, each checked by its package.json.
-NPM_PACKAGES=('@asyncapi/parser@^3' '@asyncapi/modelina@^5')
-NPM_DIRS=(@asyncapi/parser @asyncapi/modelina)
+NPM_PACKAGES=('@asyncapi/parser@^3' '@asyncapi/modelina@^5' 'puppeteer-core@^24')
+NPM_DIRS=(@asyncapi/parser @asyncapi/modelina puppeteer-core)
 
 PACKAGES=("${BUILD_PACKAGES[@]}" "${DEMO_PACKAGES[@]}")
 SERVICES=()

@@ -258,10 +258,8 @@ static int authorized(struct MHD_Connection *conn, const char *token,
     return same_secret(v, n, token);
 }
 
-/* allowed returns 1 when no token is configured or the request carries
- * it; otherwise 0 with *presented set when it carried some token. */
-static int allowed(struct tm_daemon *d, struct MHD_Connection *conn,
-                   int *presented)
+int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
+                     int *presented)
 {
     *presented = 0;
     pthread_rwlock_rdlock(&d->gen_lock);
@@ -274,13 +272,31 @@ static int allowed(struct tm_daemon *d, struct MHD_Connection *conn,
 /* Marks a request whose headers were seen (MHD's per-request pointer). */
 static int request_seen;
 
+void *tm_http_seen_marker(void)
+{
+    return &request_seen;
+}
+
+void tm_http_request_done(void *req_cls)
+{
+    if (req_cls != NULL && req_cls != &request_seen)
+        tm_http_api_req_free(req_cls);
+}
+
 enum MHD_Result tm_http_answer(struct tm_daemon *d,
                                struct MHD_Connection *conn, const char *url,
-                               const char *method, size_t *upload_data_size,
-                               void **req_cls, int *queued)
+                               const char *method, const char *upload_data,
+                               size_t *upload_data_size, void **req_cls,
+                               int *queued)
 {
     struct reply r = {0};
     *queued = 0;
+    if (tm_http_api_path(url))
+        return tm_http_api_answer(d, conn, url, method, upload_data,
+                                  upload_data_size, req_cls, queued);
+    if (tm_http_console_path(url))
+        return tm_http_console_answer(conn, url, method, upload_data_size,
+                                      req_cls, queued);
     size_t n = sizeof endpoints / sizeof endpoints[0], e = n;
     for (size_t i = 0; i < n; i++)
         if (strcmp(url, endpoints[i].path) == 0)
@@ -301,7 +317,8 @@ enum MHD_Result tm_http_answer(struct tm_daemon *d,
     } else if (*upload_data_size != 0) {
         *upload_data_size = 0; /* a GET body is ignored */
         return MHD_YES;
-    } else if (endpoints[e].protected && !allowed(d, conn, &presented)) {
+    } else if (endpoints[e].protected &&
+               !tm_http_token_ok(d, conn, &presented)) {
         reply_text(&r, 401, TYPE_JSON, "{\"error\":\"unauthorized\"}\n");
         r.www_auth = presented
                          ? "Bearer realm=\"taskmill\", error=\"invalid_token\""

@@ -20,8 +20,67 @@ struct tm_daemon;
  */
 enum MHD_Result tm_http_answer(struct tm_daemon *d,
                                struct MHD_Connection *conn, const char *url,
-                               const char *method, size_t *upload_data_size,
-                               void **req_cls, int *queued);
+                               const char *method, const char *upload_data,
+                               size_t *upload_data_size, void **req_cls,
+                               int *queued);
+
+/* tm_http_seen_marker is the per-request pointer of a request that keeps
+ * nothing (headers seen, answer once complete): tm_http_request_done
+ * leaves it alone. */
+void *tm_http_seen_marker(void);
+
+/* tm_http_request_done frees what tm_http_answer kept in *req_cls; MHD's
+ * request-completed callback calls it. */
+void tm_http_request_done(void *req_cls);
+
+/* tm_http_token_ok returns 1 when no http.token is configured or the
+ * request carries it ("Authorization: Bearer TOKEN", compared in constant
+ * time); otherwise 0 with *presented set when it carried some token. */
+int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
+                     int *presented);
+
+/* ---- console.c ---- */
+
+/* tm_http_console_path returns 1 for a path of the console's files. */
+int tm_http_console_path(const char *url);
+
+/* tm_http_console_answer serves one of them, as tm_http_answer (405 for
+ * a method other than GET or HEAD). */
+enum MHD_Result tm_http_console_answer(struct MHD_Connection *conn,
+                                       const char *url, const char *method,
+                                       size_t *upload_data_size,
+                                       void **req_cls, int *queued);
+
+/* ---- api.c ---- */
+
+/* tm_http_api_path returns 1 for a path of the admin API (/api/...). */
+int tm_http_api_path(const char *url);
+
+/* tm_http_api_answer serves an admin API request, as tm_http_answer; a
+ * request for the broker suspends its connection until the worker is
+ * done (*queued is then 1 too: the request is complete). */
+enum MHD_Result tm_http_api_answer(struct tm_daemon *d,
+                                   struct MHD_Connection *conn,
+                                   const char *url, const char *method,
+                                   const char *upload_data,
+                                   size_t *upload_data_size, void **req_cls,
+                                   int *queued);
+
+/* tm_http_api_req_free frees an API request's record; NULL accepted. */
+void tm_http_api_req_free(void *req_cls);
+
+/* tm_http_secure_headers adds the console's and API's security headers
+ * (Content-Security-Policy, X-Content-Type-Options, X-Frame-Options). */
+void tm_http_secure_headers(struct MHD_Response *resp);
+
+/* The API worker's life, driven by server.c: start before the HTTP thread
+ * starts; tick on every pass of it (answers requests past their
+ * deadline); close while it still runs (answers the waiting ones); free
+ * once it stopped. */
+void tm_http_api_start(struct tm_daemon *d);
+void tm_http_api_tick(int64_t now);
+void tm_http_api_close(void);
+void tm_http_api_free(void);
 
 /* ---- depth.c ---- */
 

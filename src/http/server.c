@@ -87,6 +87,7 @@ struct tm_http {
      * then runs MHD */
     pthread_t thread;
     int thread_started;
+    int api_started;
     int ep;
     int wake_fd;
     atomic_int stop;
@@ -193,8 +194,9 @@ static void cb_completed(void *cls, struct MHD_Connection *conn,
                          void **req_cls, enum MHD_RequestTerminationCode toe)
 {
     struct tm_http *h = cls;
-    (void)req_cls;
     (void)toe;
+    tm_http_request_done(*req_cls);
+    *req_cls = NULL;
     struct tm_http_conn *c = conn_of(conn);
     if (c != NULL)
         tm_http_conns_set(&h->conns, c, TM_HTTP_CONN_WAITING, tm_now_ms());
@@ -210,10 +212,10 @@ static enum MHD_Result cb_request(void *cls, struct MHD_Connection *conn,
 {
     struct tm_http *h = cls;
     (void)version;
-    (void)upload_data;
     int queued = 0;
     enum MHD_Result ret = tm_http_answer(h->d, conn, url, method,
-                                         upload_data_size, req_cls, &queued);
+                                         upload_data, upload_data_size,
+                                         req_cls, &queued);
     /* until its answer is queued, the request deadline runs on */
     struct tm_http_conn *c = queued ? conn_of(conn) : NULL;
     if (c != NULL)
@@ -265,6 +267,7 @@ static void *server_main(void *arg)
             h->expired++;
         }
         report(h, now);
+        tm_http_api_tick(now);
         struct epoll_event ev[2];
         int n = epoll_wait(h->ep, ev, 2, next_wait_ms(h, now));
         for (int i = 0; i < n; i++) {
@@ -368,7 +371,8 @@ struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen)
     /* epoll without an internal thread: MHD runs on our server thread, in
      * between which the deadlines are enforced; epoll because select()
      * fails on descriptors past FD_SETSIZE */
-    unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     h->mhd = MHD_start_daemon(
@@ -398,6 +402,8 @@ struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen)
                     tm_strerror(errno, eb, sizeof eb));
         goto fail;
     }
+    tm_http_api_start(d);
+    h->api_started = 1;
     if (pthread_create(&h->thread, NULL, server_main, h) != 0) {
         tm_snprintf(err, errlen, "http: cannot start the server thread");
         goto fail;
@@ -419,6 +425,9 @@ void tm_http_stop(struct tm_http *h)
     if (h == NULL)
         return;
     tm_http_depth_stop(h->depth);
+    /* API requests still waiting are answered while MHD still runs */
+    if (h->thread_started)
+        tm_http_api_close();
     if (h->thread_started) {
         atomic_store(&h->stop, 1);
         uint64_t one = 1;
@@ -427,6 +436,8 @@ void tm_http_stop(struct tm_http *h)
         }
         pthread_join(h->thread, NULL);
     }
+    if (h->api_started)
+        tm_http_api_free();
     /* closes every connection; their records go in cb_connection */
     if (h->mhd != NULL)
         MHD_stop_daemon(h->mhd);

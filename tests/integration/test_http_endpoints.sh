@@ -34,7 +34,7 @@ wait_until '[[ $(metric taskmill_queue_pending "task=\"slow.one\"") == 1 && $(me
 
 # ---- 404 and 405
 expect_code 404 /nope
-expect_code 404 /
+expect_code 404 /index.html # the console is at /
 expect_code 404 /ping/
 expect_code 404 /metrics.txt
 expect_json '.error == "not found"' "404 body"

@@ -1,0 +1,573 @@
+/* api.c - the admin API under /api/v1/: routes, token and argument
+ * checks, request bodies, and the answers. Broker operations run on the
+ * worker (api_worker.c) while the connection is suspended. */
+#include "http/api.h"
+#include "http/http_private.h"
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "daemon.h"
+#include "json.h"
+#include "util.h"
+
+/* A request that reaches the broker is answered 504 past this. */
+#define TM_API_DEADLINE_MS 15000
+/* Dead letters listed by default and at most. */
+#define TM_API_LIST_DEFAULT 50
+#define TM_API_LIST_MAX 1000
+/* Body bytes accepted (and ignored) by a request that takes none. */
+#define TM_API_OTHER_BODY_MAX 4096
+
+#define API_PREFIX "/api/v1/"
+
+/* The worker; one HTTP server per process. Set before the HTTP thread
+ * starts and freed after it stopped, so that thread reads it unlocked. */
+static struct tm_api_worker *api_worker;
+
+/* ---- answers ----------------------------------------------------------- */
+
+void tm_http_secure_headers(struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'self'; "
+                            "style-src 'self'; connect-src 'self'; "
+                            "img-src 'self' data:; frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+}
+
+/* send_json queues status with text (copied) plus a newline as the JSON
+ * body; www_auth, allow: optional headers. */
+static enum MHD_Result send_json(struct MHD_Connection *conn,
+                                 unsigned status, const char *text,
+                                 const char *www_auth, const char *allow)
+{
+    size_t n = strlen(text);
+    char *body = tm_malloc(n + 2);
+    memcpy(body, text, n);
+    body[n] = '\n';
+    body[n + 1] = '\0';
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(n + 1, body, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        tm_free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    tm_http_secure_headers(resp);
+    if (www_auth != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                www_auth);
+    if (allow != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* send_error queues {"error": text}. */
+static enum MHD_Result send_error(struct MHD_Connection *conn,
+                                  unsigned status, const char *text,
+                                  const char *www_auth, const char *allow)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "error", text);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (s == NULL)
+        return MHD_NO;
+    enum MHD_Result ret = send_json(conn, status, s, www_auth, allow);
+    cJSON_free(s);
+    return ret;
+}
+
+/* ---- GET /api/v1/tasks ------------------------------------------------- */
+
+static double round3(double v)
+{
+    double x = v * 1000.0;
+    return (double)(long long)(x + (x >= 0 ? 0.5 : -0.5)) / 1000.0;
+}
+
+/* add_count adds v, or null when the broker could not tell (v < 0) or
+ * was never read. */
+static void add_count(cJSON *o, const char *name, long long v, int read)
+{
+    if (read && v >= 0)
+        cJSON_AddNumberToObject(o, name, (double)v);
+    else
+        cJSON_AddNullToObject(o, name);
+}
+
+static cJSON *task_json(struct tm_daemon *d, const struct tm_task *t,
+                        int64_t now_ns)
+{
+    const struct tm_cfg_task *c = t->cfg;
+    const struct tm_task_stats *s = &t->stats;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddStringToObject(o, "queue", c->queue);
+    cJSON_AddStringToObject(o, "dead_letter", c->dead_letter);
+    cJSON_AddNumberToObject(o, "inflight", (double)atomic_load(&s->inflight));
+    cJSON *oc = cJSON_AddObjectToObject(o, "outcomes");
+    for (int k = 1; k < TM_OUT_COUNT; k++)
+        cJSON_AddNumberToObject(oc, tm_outcome_label((enum tm_outcome)k),
+                                (double)atomic_load_explicit(
+                                    &s->outcomes[k], memory_order_relaxed));
+    cJSON_AddNumberToObject(o, "retries", (double)atomic_load(&s->retries));
+    cJSON_AddNumberToObject(o, "dead_lettered",
+                            (double)atomic_load(&s->dead_lettered));
+    double r1, r60, p50, p99;
+    tm_rate_read(&s->rate, now_ns, d->start_mono_ms * 1000000LL, &r1, &r60);
+    tm_durwin_percentiles(&s->durs, &p50, &p99);
+    cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
+    cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
+    cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
+    cJSON_AddNumberToObject(o, "p99_ms", round3(p99));
+    cJSON_AddStringToObject(o, "circuit",
+                            tm_circuit_state_name(tm_circuit_state(
+                                &t->circuit, now_ns / 1000000LL)));
+    /* the refresher's last reads (depth.c) */
+    int read = atomic_load(&s->depth_at_ms) != 0;
+    add_count(o, "queue_depth", atomic_load(&s->queue_depth), read);
+    add_count(o, "pending", atomic_load(&s->queue_pending), read);
+    add_count(o, "dead_letters", atomic_load(&s->dead_letter_depth), read);
+    cJSON *l = cJSON_AddObjectToObject(o, "limits");
+    cJSON_AddNumberToObject(l, "prefetch", c->prefetch);
+    cJSON_AddNumberToObject(l, "timeout_ms", (double)c->timeout_ms);
+    cJSON_AddNumberToObject(l, "max_retries", c->max_retries);
+    cJSON_AddNumberToObject(l, "backoff_ms", (double)c->backoff_ms);
+    cJSON_AddNumberToObject(l, "max_backoff_ms", (double)c->max_backoff_ms);
+    cJSON_AddNumberToObject(l, "max_payload", (double)c->max_payload);
+    cJSON_AddStringToObject(l, "on_error", c->on_error == TM_ON_ERROR_REJECT
+                                               ? "reject"
+                                               : "requeue");
+    return o;
+}
+
+static enum MHD_Result answer_tasks(struct tm_daemon *d,
+                                    struct MHD_Connection *conn)
+{
+    int64_t now_ns = tm_now_ns();
+    cJSON *j = cJSON_CreateObject();
+    pthread_rwlock_rdlock(&d->gen_lock);
+    cJSON_AddStringToObject(j, "version", TM_VERSION);
+    cJSON *b = cJSON_AddObjectToObject(j, "broker");
+    cJSON_AddStringToObject(b, "kind", d->broker != NULL
+                                           ? d->broker->ops->kind
+                                           : d->cfg->url.scheme);
+    cJSON_AddStringToObject(b, "url", d->cfg->url.redacted);
+    cJSON_AddBoolToObject(b, "connected",
+                          d->broker != NULL && atomic_load(&d->broker->up));
+    cJSON *p = cJSON_AddObjectToObject(j, "pool");
+    cJSON_AddStringToObject(p, "kind", d->cfg->pool_kind == TM_POOL_FORK
+                                           ? "fork"
+                                           : "thread");
+    cJSON_AddNumberToObject(p, "size", d->pool != NULL ? d->pool->size
+                                                       : d->cfg->pool_size);
+    cJSON_AddNumberToObject(p, "busy", d->pool != NULL
+                                           ? d->pool->ops->busy(d->pool)
+                                           : 0);
+    cJSON_AddBoolToObject(j, "writable", d->cfg->http_token != NULL);
+    cJSON *a = cJSON_AddArrayToObject(j, "tasks");
+    for (size_t i = 0; i < d->ntasks; i++)
+        cJSON_AddItemToArray(a, task_json(d, &d->tasks[i], now_ns));
+    pthread_rwlock_unlock(&d->gen_lock);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (s == NULL)
+        return send_error(conn, 500, "out of memory", NULL, NULL);
+    enum MHD_Result ret = send_json(conn, 200, s, NULL, NULL);
+    cJSON_free(s);
+    return ret;
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+/* struct route is what a path and method ask for. */
+struct route {
+    int tasks;                 /* GET /api/v1/tasks */
+    enum tm_api_op op;         /* else this operation */
+    int write;                 /* changes something: needs the token */
+    char task[TM_API_NAME_MAX + 1];
+    char id[TM_API_ID_MAX + 1];
+    const char *allow;         /* for 405: the methods the path takes */
+};
+
+/* segment copies the path segment at *p (up to '/' or the end) into out
+ * and moves *p past it and its '/'. Returns its length, or -1 when it is
+ * longer than size - 1. */
+static int segment(const char **p, char *out, size_t size)
+{
+    size_t n = strcspn(*p, "/");
+    if (n >= size)
+        return -1;
+    memcpy(out, *p, n);
+    out[n] = '\0';
+    *p += n;
+    if (**p == '/')
+        (*p)++;
+    return (int)n;
+}
+
+/*
+ * parse_route fills rt from the path after API_PREFIX and the method.
+ * Returns 0, 404 for a path the API does not have, 405 for a method the
+ * path does not take (rt->allow set).
+ */
+static unsigned parse_route(const char *path, const char *method,
+                            struct route *rt)
+{
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int post = strcmp(method, "POST") == 0;
+    int del = strcmp(method, "DELETE") == 0;
+    char seg[TM_API_ID_MAX + 1];
+    memset(rt, 0, sizeof *rt);
+    if (strcmp(path, "tasks") == 0) {
+        rt->tasks = 1;
+        rt->allow = "GET, HEAD";
+        return get ? 0 : 405;
+    }
+    if (strncmp(path, "tasks/", 6) != 0)
+        return 404;
+    const char *p = path + 6;
+    if (segment(&p, rt->task, sizeof rt->task) <= 0)
+        return 404;
+    /* the rest: "messages", "dead-letters", "dead-letters/replay",
+     * "dead-letters/ID", "dead-letters/ID/replay" */
+    if (segment(&p, seg, sizeof seg) < 0)
+        return 404;
+    if (strcmp(seg, "messages") == 0 && *p == '\0') {
+        rt->op = TM_API_PUBLISH;
+        rt->write = 1;
+        rt->allow = "POST";
+        return post ? 0 : 405;
+    }
+    if (strcmp(seg, "dead-letters") != 0)
+        return 404;
+    if (*p == '\0') {
+        rt->allow = "GET, HEAD, DELETE";
+        rt->op = get ? TM_API_DLQ_LIST : TM_API_DLQ_PURGE;
+        rt->write = del;
+        return get || del ? 0 : 405;
+    }
+    if (strcmp(p, "replay") == 0) {
+        rt->op = TM_API_DLQ_REPLAY;
+        rt->write = 1;
+        rt->allow = "POST";
+        return post ? 0 : 405;
+    }
+    if (segment(&p, rt->id, sizeof rt->id) <= 0)
+        return 404;
+    if (*p == '\0') {
+        rt->op = TM_API_DLQ_PURGE;
+        rt->write = 1;
+        rt->allow = "DELETE";
+        return del ? 0 : 405;
+    }
+    if (strcmp(p, "replay") == 0) {
+        rt->op = TM_API_DLQ_REPLAY;
+        rt->write = 1;
+        rt->allow = "POST";
+        return post ? 0 : 405;
+    }
+    return 404;
+}
+
+/* id_ok checks a dead-letter id's syntax: a Redis stream id (MS-SEQ, each
+ * part 1 to 20 digits), or for AMQP printable ASCII without spaces. */
+static int id_ok(enum tm_broker_kind kind, const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > TM_API_ID_MAX)
+        return 0;
+    if (kind == TM_BROKER_REDIS) {
+        size_t a = strspn(id, "0123456789");
+        if (a == 0 || a > 20 || id[a] != '-')
+            return 0;
+        size_t b = strspn(id + a + 1, "0123456789");
+        return b > 0 && b <= 20 && id[a + 1 + b] == '\0';
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)id[i] < 0x21 || (unsigned char)id[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* parse_limit reads ?limit=N into *limit. Returns 0, or -1 when it is not
+ * a number from 1 to TM_API_LIST_MAX. */
+static int parse_limit(struct MHD_Connection *conn, size_t *limit)
+{
+    const char *v =
+        MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
+    *limit = TM_API_LIST_DEFAULT;
+    if (v == NULL)
+        return 0;
+    size_t n = strspn(v, "0123456789");
+    if (n == 0 || n > 4 || v[n] != '\0')
+        return -1;
+    long x = strtol(v, NULL, 10);
+    if (x < 1 || x > TM_API_LIST_MAX)
+        return -1;
+    *limit = (size_t)x;
+    return 0;
+}
+
+/*
+ * first_call checks a new request from its headers: route, token, task,
+ * id, query. Returns 0 with *out set to a new request to read the body
+ * of, or queues the refusal and returns 1 with *ret set.
+ */
+static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
+                      const char *url, const char *method,
+                      struct tm_api_req **out, enum MHD_Result *ret)
+{
+    struct route rt;
+    char msg[600];
+    *out = NULL;
+    unsigned code = strncmp(url, API_PREFIX, strlen(API_PREFIX)) == 0
+                        ? parse_route(url + strlen(API_PREFIX), method, &rt)
+                        : 404;
+    if (code == 404) {
+        *ret = send_error(conn, 404, "not found", NULL, NULL);
+        return 1;
+    }
+    if (code == 405) {
+        *ret = send_error(conn, 405, "method not allowed", NULL, rt.allow);
+        return 1;
+    }
+    int presented = 0;
+    if (!tm_http_token_ok(d, conn, &presented)) {
+        *ret = presented
+                   ? send_error(conn, 403, "wrong token", NULL, NULL)
+                   : send_error(conn, 401, "unauthorized",
+                                "Bearer realm=\"taskmill\"", NULL);
+        return 1;
+    }
+    pthread_rwlock_rdlock(&d->gen_lock);
+    int has_token = d->cfg->http_token != NULL;
+    enum tm_broker_kind kind = d->cfg->url.kind;
+    const struct tm_cfg_task *t =
+        rt.tasks ? NULL : tm_cfg_find_task(d->cfg, rt.task);
+    size_t max_payload = t != NULL ? t->max_payload : 0;
+    pthread_rwlock_unlock(&d->gen_lock);
+    code = 0;
+    size_t limit = 0;
+    if (!rt.tasks && t == NULL) {
+        code = 404;
+        tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
+    } else if (rt.id[0] != '\0' && !id_ok(kind, rt.id)) {
+        code = 400;
+        tm_snprintf(msg, sizeof msg, "'%s' is not a dead-letter id of "
+                    "this broker", rt.id);
+    } else if (rt.write && !has_token) {
+        code = 403;
+        tm_snprintf(msg, sizeof msg, "the API is read-only: set http.token "
+                    "in the configuration to allow changes");
+    } else if (rt.op == TM_API_DLQ_LIST && parse_limit(conn, &limit) != 0) {
+        code = 400;
+        tm_snprintf(msg, sizeof msg, "limit: expected a number from 1 to "
+                    "%d", TM_API_LIST_MAX);
+    }
+    if (code != 0) {
+        *ret = send_error(conn, code, msg, NULL, NULL);
+        return 1;
+    }
+    struct tm_api_req *r = tm_calloc(1, sizeof *r);
+    r->state = TM_API_RECEIVING;
+    r->tasks = rt.tasks;
+    r->op = rt.op;
+    r->conn = conn;
+    tm_snprintf(r->task, sizeof r->task, "%s", rt.task);
+    tm_snprintf(r->id, sizeof r->id, "%s", rt.id);
+    r->limit = limit;
+    r->max = rt.op == TM_API_PUBLISH ? max_payload : TM_API_OTHER_BODY_MAX;
+    *out = r;
+    return 0;
+}
+
+/* take_body keeps the body bytes of a publish, up to r->max; the bytes
+ * of other requests are counted only. Past max, too_big is set. */
+static void take_body(struct tm_api_req *r, const char *data, size_t n)
+{
+    if (r->too_big || n > r->max - r->len) {
+        r->too_big = 1;
+        return;
+    }
+    if (r->op == TM_API_PUBLISH) {
+        if (r->len + n + 1 > r->cap) {
+            size_t cap = r->cap > 0 ? r->cap : 1024;
+            while (cap < r->len + n + 1)
+                cap *= 2;
+            r->body = tm_realloc(r->body, cap);
+            r->cap = cap;
+        }
+        memcpy(r->body + r->len, data, n);
+        r->body[r->len + n] = '\0';
+    }
+    r->len += n;
+}
+
+/* body_error describes what is wrong with a publish body, or returns 0. */
+static int body_error(const struct tm_api_req *r, char *msg, size_t size)
+{
+    size_t at = 0;
+    if (r->len == 0 || r->body == NULL) {
+        tm_snprintf(msg, size, "the message body is empty: send the task's "
+                    "JSON object");
+        return 1;
+    }
+    if (memchr(r->body, '\0', r->len) != NULL) {
+        tm_snprintf(msg, size, "the message body contains a NUL byte");
+        return 1;
+    }
+    if (!tm_utf8_valid(r->body, r->len)) {
+        tm_snprintf(msg, size, "the message body is not valid UTF-8");
+        return 1;
+    }
+    switch (tm_json_check_at(r->body, r->len, &at)) {
+    case TM_JSON_OBJECT:
+        return 0;
+    case TM_JSON_OTHER:
+        tm_snprintf(msg, size, "the message body must be a JSON object");
+        return 1;
+    case TM_JSON_INVALID:
+        break;
+    }
+    tm_snprintf(msg, size, "the message body is not valid JSON (at byte "
+                "%zu)", at);
+    return 1;
+}
+
+/* last_call runs a complete request: checks the body, then hands it to
+ * the worker with its connection suspended. Sets *suspended. */
+static enum MHD_Result last_call(struct MHD_Connection *conn,
+                                 struct tm_api_req *r, int *suspended)
+{
+    char msg[300];
+    *suspended = 0;
+    if (r->too_big) {
+        tm_snprintf(msg, sizeof msg, "the request body is over %zu bytes%s",
+                    r->max, r->op == TM_API_PUBLISH
+                                ? " (the task's max_payload)"
+                                : "");
+        return send_error(conn, 413, msg, NULL, NULL);
+    }
+    if (r->op == TM_API_PUBLISH && body_error(r, msg, sizeof msg))
+        return send_error(conn, 400, msg, NULL, NULL);
+    if (api_worker == NULL)
+        return send_error(conn, 503, "the admin API worker is not running",
+                          NULL, NULL);
+    r->deadline_ms = tm_now_ms() + TM_API_DEADLINE_MS;
+    /* suspended before the worker can see it, so that its resume always
+     * follows this suspend */
+    MHD_suspend_connection(conn);
+    *suspended = 1;
+    if (tm_api_worker_submit(api_worker, r) != 0) {
+        tm_api_error(r, 503, "too many admin requests at once, or the "
+                     "daemon is stopping; try again");
+        r->state = TM_API_DONE;
+        MHD_resume_connection(conn);
+    }
+    return MHD_YES;
+}
+
+enum MHD_Result tm_http_api_answer(struct tm_daemon *d,
+                                   struct MHD_Connection *conn,
+                                   const char *url, const char *method,
+                                   const char *upload_data,
+                                   size_t *upload_data_size, void **req_cls,
+                                   int *queued)
+{
+    enum MHD_Result ret = MHD_YES;
+    *queued = 0;
+    if (*req_cls == NULL) {
+        struct tm_api_req *r = NULL;
+        if (first_call(d, conn, url, method, &r, &ret)) {
+            *queued = ret == MHD_YES;
+            return ret;
+        }
+        *req_cls = r;
+        return MHD_YES;
+    }
+    struct tm_api_req *r = *req_cls;
+    if (*upload_data_size != 0) {
+        assert(r->state == TM_API_RECEIVING);
+        take_body(r, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->tasks) {
+        ret = answer_tasks(d, conn);
+        *queued = ret == MHD_YES;
+        return ret;
+    }
+    switch (api_worker != NULL ? tm_api_worker_state(api_worker, r)
+                               : r->state) {
+    case TM_API_RECEIVING: {
+        int suspended;
+        ret = last_call(conn, r, &suspended);
+        /* a suspended request is being answered: out of reach of the
+         * request deadline */
+        *queued = ret == MHD_YES;
+        break;
+    }
+    case TM_API_DONE:
+        ret = send_json(conn, r->status, r->answer, NULL, NULL);
+        *queued = ret == MHD_YES;
+        break;
+    case TM_API_QUEUED:
+    case TM_API_RUNNING:
+        break; /* not called while suspended */
+    }
+    return ret;
+}
+
+int tm_http_api_path(const char *url)
+{
+    return strncmp(url, "/api/", 5) == 0;
+}
+
+void tm_http_api_req_free(void *req_cls)
+{
+    struct tm_api_req *r = req_cls;
+    if (r == NULL)
+        return;
+    /* freed only when MHD is done with the request: never while the
+     * worker holds it (tm_api_worker_close settles every one first) */
+    assert(r->state == TM_API_RECEIVING || r->state == TM_API_DONE);
+    tm_free(r->body);
+    tm_free(r->answer);
+    tm_free(r);
+}
+
+void tm_http_api_start(struct tm_daemon *d)
+{
+    assert(api_worker == NULL);
+    api_worker = tm_api_worker_start(d);
+}
+
+void tm_http_api_tick(int64_t now)
+{
+    tm_api_worker_expire(api_worker, now);
+}
+
+void tm_http_api_close(void)
+{
+    tm_api_worker_close(api_worker);
+}
+
+void tm_http_api_free(void)
+{
+    tm_api_worker_free(api_worker);
+    api_worker = NULL;
+}

@@ -1,0 +1,341 @@
+/* api_worker.c - the admin API's broker operations (dead letters,
+ * publish), run on a thread of their own so that a slow or silent broker
+ * never stalls the HTTP thread: the request's connection is suspended
+ * meanwhile, and resumed when the answer is ready or its deadline passed. */
+#include "http/api.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "broker.h"
+#include "daemon.h"
+#include "log.h"
+#include "util.h"
+
+#define SRC "http"
+
+/* Requests waiting for the worker at most; more answer 503 at once. */
+#define TM_API_QUEUE_MAX 32
+
+/*
+ * struct tm_api_worker: list holds every suspended request (QUEUED or
+ * RUNNING), in submission order; running is the one the worker runs, or
+ * NULL (also once that one was answered by its deadline: the worker then
+ * drops its result and never touches it again). All under mu.
+ */
+struct tm_api_worker {
+    struct tm_daemon *d;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;                 /* a request queued, or stop */
+    struct tm_api_req list;            /* circular, sentinel */
+    size_t nlist;
+    struct tm_api_req *running;
+    int stop;
+};
+
+void tm_api_finish(struct tm_api_req *r, unsigned status, void *j)
+{
+    char *text = j != NULL ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    tm_free(r->answer);
+    r->answer = text != NULL ? tm_strdup(text)
+                             : tm_strdup("{\"error\":\"out of memory\"}");
+    r->status = text != NULL ? status : 500;
+    cJSON_free(text);
+}
+
+void tm_api_error(struct tm_api_req *r, unsigned status, const char *fmt,
+                  ...)
+{
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "error", msg);
+    tm_api_finish(r, status, j);
+}
+
+/* ---- the list (mu held) ------------------------------------------------ */
+
+static void list_add(struct tm_api_worker *w, struct tm_api_req *r)
+{
+    r->prev = w->list.prev;
+    r->next = &w->list;
+    w->list.prev->next = r;
+    w->list.prev = r;
+    w->nlist++;
+}
+
+/* settle_req unlinks r, makes it DONE and resumes its connection; the
+ * HTTP thread then answers it from status and answer. */
+static void settle_req(struct tm_api_worker *w, struct tm_api_req *r)
+{
+    assert(r->state == TM_API_QUEUED || r->state == TM_API_RUNNING);
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    w->nlist--;
+    if (w->running == r)
+        w->running = NULL;
+    r->state = TM_API_DONE;
+    MHD_resume_connection(r->conn);
+}
+
+/* ---- the operations (worker thread, no lock) ---------------------------- */
+
+/* struct job is the worker's own copy of a request's inputs. */
+struct job {
+    enum tm_api_op op;
+    char task[TM_API_NAME_MAX + 1];
+    char id[TM_API_ID_MAX + 1];
+    size_t limit;
+    char *body;
+    size_t len;
+};
+
+static cJSON *entry_json(const struct tm_dlq_entry *e)
+{
+    char when[40];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", e->id != NULL ? e->id : "");
+    if (e->origin_id != NULL)
+        cJSON_AddStringToObject(o, "origin_id", e->origin_id);
+    else
+        cJSON_AddNullToObject(o, "origin_id");
+    cJSON_AddNumberToObject(o, "attempts", (double)e->attempts);
+    if (e->failed_at > 0) {
+        tm_rfc3339(e->failed_at, when, sizeof when);
+        cJSON_AddStringToObject(o, "failed_at", when);
+    } else {
+        cJSON_AddNullToObject(o, "failed_at");
+    }
+    cJSON_AddStringToObject(o, "error", e->error != NULL ? e->error : "");
+    cJSON_AddStringToObject(o, "body", e->body != NULL ? e->body : "");
+    return o;
+}
+
+/* run_on runs job on broker b for task t; the answer goes to out. */
+static void run_on(struct tm_broker *b, const struct tm_cfg_task *t,
+                   const struct job *job, struct tm_api_req *out)
+{
+    const char *id = job->id[0] != '\0' ? job->id : NULL;
+    switch (job->op) {
+    case TM_API_DLQ_LIST: {
+        struct tm_dlq_entry *e = NULL;
+        size_t n = 0;
+        if (b->ops->dlq_list(b, t, job->limit, &e, &n) != 0) {
+            tm_api_error(out, 502, "broker: %s", b->errstr);
+            break;
+        }
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(a, entry_json(&e[i]));
+        tm_dlq_entries_free(e, n);
+        tm_api_finish(out, 200, a);
+        break;
+    }
+    case TM_API_DLQ_REPLAY:
+    case TM_API_DLQ_PURGE: {
+        int replay = job->op == TM_API_DLQ_REPLAY;
+        long n = replay ? b->ops->dlq_replay(b, t, id)
+                        : b->ops->dlq_purge(b, t, id);
+        if (n < 0) {
+            tm_api_error(out, 502, "broker: %s", b->errstr);
+        } else if (id != NULL && n == 0) {
+            tm_api_error(out, 404, "no dead letter '%s' in '%s'", id,
+                         t->dead_letter);
+        } else {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddNumberToObject(j, replay ? "replayed" : "purged",
+                                    (double)n);
+            tm_api_finish(out, 200, j);
+        }
+        break;
+    }
+    case TM_API_PUBLISH: {
+        char newid[TM_API_ID_MAX];
+        if (b->ops->publish(b, t, job->body, job->len, -1, newid,
+                            sizeof newid) != 0) {
+            tm_api_error(out, 502, "broker: %s", b->errstr);
+            break;
+        }
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "id", newid);
+        tm_api_finish(out, 201, j);
+        break;
+    }
+    }
+}
+
+/*
+ * run_job runs job on a broker connection of its own, made like the
+ * CLI's, never the intake's. It holds gen_lock (read) throughout: the
+ * broker borrows the configuration, which a reload frees only after
+ * taking gen_lock for writing. A reload thus waits for the operation
+ * under way, at most the broker's own command timeouts; HTTP readers do
+ * not (the lock prefers readers).
+ */
+static void run_job(struct tm_daemon *d, const struct job *job,
+                    struct tm_api_req *out)
+{
+    char err[512];
+    pthread_rwlock_rdlock(&d->gen_lock);
+    const struct tm_cfg_task *t = tm_cfg_find_task(d->cfg, job->task);
+    struct tm_broker *b = NULL;
+    if (t == NULL) {
+        tm_api_error(out, 404, "no task '%s'", job->task);
+        goto out;
+    }
+    b = tm_broker_new(d->cfg, err, sizeof err);
+    if (b == NULL) {
+        tm_api_error(out, 500, "%s", err);
+        goto out;
+    }
+    run_on(b, t, job, out);
+out:
+    if (b != NULL)
+        b->ops->destroy(b);
+    pthread_rwlock_unlock(&d->gen_lock);
+}
+
+static void *worker_main(void *arg)
+{
+    struct tm_api_worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        struct tm_api_req *r = w->list.next;
+        while (r != &w->list && r->state != TM_API_QUEUED)
+            r = r->next;
+        if (w->stop)
+            break;
+        if (r == &w->list) {
+            pthread_cond_wait(&w->cv, &w->mu);
+            continue;
+        }
+        struct job job = {.op = r->op, .limit = r->limit, .len = r->len};
+        tm_snprintf(job.task, sizeof job.task, "%s", r->task);
+        tm_snprintf(job.id, sizeof job.id, "%s", r->id);
+        job.body = r->body != NULL ? tm_strndup(r->body, r->len) : NULL;
+        r->state = TM_API_RUNNING;
+        w->running = r;
+        pthread_mutex_unlock(&w->mu);
+
+        struct tm_api_req out = {0};
+        run_job(w->d, &job, &out);
+        tm_free(job.body);
+
+        pthread_mutex_lock(&w->mu);
+        /* r is only dereferenced while still ours: an expired request
+         * was answered and may be gone (running was cleared then) */
+        if (w->running == r) {
+            assert(r->state == TM_API_RUNNING);
+            tm_free(r->answer);
+            r->answer = out.answer;
+            r->status = out.status;
+            out.answer = NULL;
+            settle_req(w, r);
+        }
+        tm_free(out.answer);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- the HTTP thread's side -------------------------------------------- */
+
+struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d)
+{
+    struct tm_api_worker *w = tm_calloc(1, sizeof *w);
+    w->d = d;
+    w->list.prev = w->list.next = &w->list;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        tm_log_warn(SRC, "cannot start the admin API worker; API requests "
+                    "that reach the broker answer 503");
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        tm_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int tm_api_worker_submit(struct tm_api_worker *w, struct tm_api_req *r)
+{
+    int rc = -1;
+    assert(r->state == TM_API_RECEIVING);
+    pthread_mutex_lock(&w->mu);
+    if (!w->stop && w->nlist < TM_API_QUEUE_MAX) {
+        r->state = TM_API_QUEUED;
+        list_add(w, r);
+        pthread_cond_signal(&w->cv);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void tm_api_worker_expire(struct tm_api_worker *w, int64_t now)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    /* submission order is deadline order: every deadline is the same
+     * span after submission */
+    while (w->list.next != &w->list && w->list.next->deadline_ms <= now) {
+        struct tm_api_req *r = w->list.next;
+        tm_api_error(r, 504, "the broker did not answer in time");
+        settle_req(w, r);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+enum tm_api_state tm_api_worker_state(struct tm_api_worker *w,
+                                      const struct tm_api_req *r)
+{
+    pthread_mutex_lock(&w->mu);
+    enum tm_api_state s = r->state;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+void tm_api_worker_close(struct tm_api_worker *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    if (w->stop) {
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    w->stop = 1;
+    while (w->list.next != &w->list) {
+        struct tm_api_req *r = w->list.next;
+        tm_api_error(r, 503, "the daemon is stopping");
+        settle_req(w, r);
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    assert(w->nlist == 0 && w->running == NULL);
+}
+
+void tm_api_worker_free(struct tm_api_worker *w)
+{
+    if (w == NULL)
+        return;
+    tm_api_worker_close(w);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    tm_free(w);
+}

@@ -1,0 +1,87 @@
+# The console at GET / in a real browser: Debian's chromium, headless,
+# driven by puppeteer-core (tests/integration/console-check.mjs). Against
+# a daemon with two tasks and http.token: the page asks for the token and
+# shows an error for a wrong one; with it, the page loads with no console
+# error and no failed request, its figures match /api/v1/tasks, dead
+# letters made with fail.so are listed (a body holding markup renders as
+# text), one is replayed through the page, "purge all" asks first, and the
+# send form sends add {"a":2,"b":3}. A screenshot goes to the build
+# directory (console.png). Without a token the write buttons are disabled
+# with the reason. The page's answers carry the security headers.
+. "$TM_SRCDIR/tests/integration/lib_http.sh"
+need_tools jq curl node
+CHROMIUM=${TM_CHROMIUM:-/usr/bin/chromium}
+[[ -x $CHROMIUM ]] || skip "chromium not found; run scripts/install-deps.sh"
+[[ -f $TMH_NODE_DIR/node_modules/puppeteer-core/package.json ]] ||
+	skip "puppeteer-core not installed in tests/integration/node_modules; run scripts/install-deps.sh"
+export TM_CHROMIUM=$CHROMIUM
+# Chromium keeps its profile and crash files under HOME
+export HOME=$TEST_DIR/home
+mkdir -p "$HOME"
+
+TOKEN='console-T0ken'
+TASKS=$(
+	cat <<YAML
+tasks:
+  add: { plugin: add.so, queue: q.console.add }
+  rej: { plugin: fail.so, queue: q.console.rej, on_error: reject }
+YAML
+)
+AUTH=(-H "Authorization: Bearer $TOKEN")
+
+# browser MODE [ARGS...]: run console-check.mjs; its lines go to the log.
+browser() {
+	local rc=0
+	timeout -k 5 180 node "$TMH_NODE_DIR/console-check.mjs" "$1" \
+		"http://127.0.0.1:$HTTP_PORT" "${@:2}" >"$TEST_DIR/browser.$1.log" 2>&1 || rc=$?
+	sed 's/^/# browser: /' "$TEST_DIR/browser.$1.log" >&2
+	((rc == 0)) || fail "console-check.mjs $1 failed (status $rc): $(grep -m1 FAIL "$TEST_DIR/browser.$1.log")"
+}
+
+# ---- 1: with http.token
+CONF=$TEST_DIR/token.yaml
+write_http_config "$CONF" token="$TOKEN" <<<"$TASKS"
+start_daemon "$CONF"
+wait_ping
+
+# the page and its assets, with the security headers, under 100 KiB
+total=0
+for p in / /console.css /console.js; do
+	expect_code 200 "$p"
+	assert_match "script-src 'self'" "$(resp_header Content-Security-Policy)" "$p Content-Security-Policy"
+	assert_match "default-src 'none'" "$(resp_header Content-Security-Policy)" "$p Content-Security-Policy"
+	assert_eq nosniff "$(resp_header X-Content-Type-Options)" "$p X-Content-Type-Options"
+	assert_eq DENY "$(resp_header X-Frame-Options)" "$p X-Frame-Options"
+	total=$((total + $(wc -c <"$RESP_BODY")))
+done
+expect_code 200 /
+assert_match '^text/html' "$(resp_header Content-Type)" "/ Content-Type"
+expect_code 200 /console.js
+assert_match '^text/javascript' "$(resp_header Content-Type)" "/console.js Content-Type"
+assert_le 102400 "$total" "the console's size in bytes"
+expect_code 405 -X POST /
+expect_code 404 /console.map
+
+# work for the figures, and dead letters made with fail.so
+for i in 1 2 3; do
+	expect_code 201 "${AUTH[@]}" -X POST -d "{\"a\":$i,\"b\":1}" /api/v1/tasks/add/messages
+done
+expect_code 201 "${AUTH[@]}" -X POST -d '{"mode":"reject","n":1}' /api/v1/tasks/rej/messages
+wait_metric taskmill_dead_letter_total 'task="rej"' 1 30
+expect_code 201 "${AUTH[@]}" -X POST -d '{"mode":"reject","note":"<img src=x onerror=alert(1)>"}' /api/v1/tasks/rej/messages
+wait_metric taskmill_dead_letter_total 'task="rej"' 2 30
+wait_metric taskmill_tasks_total 'task="add",outcome="success"' 3 30
+
+browser token "$TOKEN" "$TM_BUILD/console.png"
+[[ -s $TM_BUILD/console.png ]] || fail "no screenshot in $TM_BUILD/console.png"
+stop_daemon
+
+# ---- 2: without a token the page is read-only
+CONF=$TEST_DIR/open.yaml
+write_http_config "$CONF" <<<"$TASKS"
+start_daemon "$CONF"
+wait_ping
+browser readonly
+rc=0
+stop_daemon || rc=$?
+assert_eq 0 "$rc" "daemon exit status after SIGTERM"
