@@ -328,6 +328,13 @@ for t in "${tests[@]}"; do
 done
 # ---- RabbitMQ: END ---------------------------------------------------------
 
+# job_gone PID: the lane's job has ended (gone, or a zombie not yet waited).
+job_gone() {
+	local state
+	state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 0
+	[[ -z $state || $state == Z ]]
+}
+
 # show_logs DIR: the end of every log a failed test left.
 show_logs() {
 	local f
@@ -465,11 +472,16 @@ while ((${#tests[@]} || busy)); do
 	done
 	((busy)) || continue # every test that was left failed its FLUSHALL
 
-	# one lane ends its test
-	read -r lane rc elapsed <&3 || {
-		echo "run.sh: lost the lanes FIFO" >&2
-		exit 1
-	}
+	# one lane ends its test. A lane's job killed from outside never posts:
+	# once it is gone (a job posts before it ends, so its line would be in
+	# the FIFO by then) its test counts as failed.
+	until read -r -t 30 lane rc elapsed <&3; do
+		for i in "${!LANE_JOB[@]}"; do
+			job_gone "${LANE_JOB[i]}" || continue
+			read -r -t 1 lane rc elapsed <&3 || { lane=$i rc=143 elapsed=0; }
+			break 2
+		done
+	done
 	wait "${LANE_JOB[lane]}" 2>/dev/null || true
 	dir=${LANE_DIR[lane]}
 	unset 'LANE_DIR[lane]' 'LANE_JOB[lane]'
