@@ -118,8 +118,9 @@ tests=("${ordered[@]}" "${tests[@]}")
 unset ordered long i
 
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/taskmill-it.XXXXXX")
-# Per lane (index 0..JOBS-1): its redis-server, and while it runs a test
-# the test's scratch dir, its job (the subshell) and its watchdog pid.
+# Per lane (index 0..JOBS-1): its redis-server (pid, port) and, while it
+# runs a test, the test's scratch dir and its job (the subshell running it;
+# the test's watchdog pid is in DIR/watchdog.pid).
 LANE_REDIS_PID=()
 LANE_REDIS_PORT=()
 LANE_DIR=()
