@@ -22,8 +22,9 @@
 # long tests first (LONG_TESTS below), then file order. Tests sharing
 # something global never overlap: the test_amqp_* tests (the one RabbitMQ
 # node) run one at a time, and so do the tests with a line
-# "# run.sh: serial" (fixed ports, ...). With TM_TEST_REDIS_PORT there is
-# one lane. Results print as each test ends.
+# "# run.sh: serial" (fixed ports, ...); a test with a line
+# "# run.sh: alone" runs while no other test does. With TM_TEST_REDIS_PORT
+# there is one lane. Results print as each test ends.
 #
 # TM_KEEP_SCRATCH=1 keeps the scratch dir (logs, configs) for inspection.
 # When TM_BUILD ends in build-asan or build-tsan, sanitizer reports (ASan,
@@ -348,9 +349,13 @@ show_logs() {
 
 # SERIAL[TEST]=1: the test declares "# run.sh: serial" (it uses something
 # global, such as a fixed port: never at the same time as another such test).
-declare -A SERIAL=()
+# ALONE[TEST]=1: "# run.sh: alone" (it loads the machine on purpose, or its
+# outcome depends on CPU time: it runs while no other test does; such tests
+# wait until no lane is busy, so in practice they run last).
+declare -A SERIAL=() ALONE=()
 for t in "${tests[@]}"; do
 	grep -qx '# run.sh: serial' "$t" && SERIAL[$t]=1
+	grep -qx '# run.sh: alone' "$t" && ALONE[$t]=1
 done
 
 # run_lane_test LANE TEST DIR: the lane's job (a background subshell): run the
@@ -427,20 +432,26 @@ report() {
 
 # The scheduler. Invariants: a lane is busy iff LANE_DIR[lane] is set; at
 # most one busy lane runs a serial test (serial_lane) and at most one a
-# test_amqp_* test (amqp_lane); tests[] holds the tests not started yet, in
+# test_amqp_* test (amqp_lane); a test marked alone runs (alone_lane) only
+# while no other lane is busy; tests[] holds the tests not started yet, in
 # the order to start them. Lanes post on the FIFO when their test ends.
 mkfifo "$SCRATCH/lanes.fifo"
 exec 3<>"$SCRATCH/lanes.fifo"
 serial_lane=
 amqp_lane=
+alone_lane=
 busy=0
 while ((${#tests[@]} || busy)); do
 	# every free lane takes the first test that may start now
 	for ((lane = 0; lane < JOBS; lane++)); do
 		[[ -z ${LANE_DIR[lane]:-} ]] || continue
+		[[ -z $alone_lane ]] || break
 		pick=
 		for i in "${!tests[@]}"; do
 			t=${tests[i]}
+			if [[ -n ${ALONE[$t]:-} ]]; then
+				((busy == 0)) || continue
+			fi
 			if [[ -n ${SERIAL[$t]:-} ]]; then
 				[[ -z $serial_lane ]] || continue
 			fi
@@ -466,6 +477,7 @@ while ((${#tests[@]} || busy)); do
 		fi
 		[[ -n ${SERIAL[$t]:-} ]] && serial_lane=$lane
 		[[ ${t##*/} == test_amqp_* ]] && amqp_lane=$lane
+		[[ -n ${ALONE[$t]:-} ]] && alone_lane=$lane
 		LANE_DIR[lane]=$dir
 		run_lane_test "$lane" "$t" "$dir" &
 		LANE_JOB[lane]=$!
@@ -489,6 +501,7 @@ while ((${#tests[@]} || busy)); do
 	busy=$((busy - 1))
 	[[ $serial_lane == "$lane" ]] && serial_lane=
 	[[ $amqp_lane == "$lane" ]] && amqp_lane=
+	[[ $alone_lane == "$lane" ]] && alone_lane=
 	report "${dir##*/}" "$dir" "$rc" "$elapsed"
 done
 exec 3>&-
