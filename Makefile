@@ -215,9 +215,13 @@ check-unit: all test-plugins unit-bins
 		CK_FORK=yes $$t; done
 
 # Integration tests: real redis-server (and later rabbitmq-server) started
-# by the harness on loopback ports in a scratch directory.
+# by the harness on loopback ports in a scratch directory, TM_TEST_JOBS
+# tests at a time (lanes, each with its own redis-server; see
+# tests/README.md). 1 runs them one after another.
+TM_TEST_JOBS ?= 2
 check-integration: all test-plugins
-	@TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh
+	@TM_TEST_JOBS=$(TM_TEST_JOBS) TM_BUILD=$(abspath $(BUILD)) \
+		tests/integration/run.sh
 
 # The sanitizer pass: the same suites against an ASan+UBSan build.
 check-asan:

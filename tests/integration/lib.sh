@@ -5,7 +5,7 @@
 # Set by run.sh (exported):
 #   TM_BUILD    absolute build dir: $TM_BUILD/taskmill, $TM_BUILD/plugins/*.so
 #   TM_SRCDIR   repository root
-#   REDIS_PORT  the run's redis-server on 127.0.0.1 (flushed before each test)
+#   REDIS_PORT  the lane's redis-server on 127.0.0.1 (flushed before each test)
 #   TEST_DIR    this test's scratch dir; every *.log in it is shown when the
 #               test fails and scanned for sanitizer reports
 #
@@ -105,11 +105,13 @@ port_is_free() {
 }
 
 # free_port: print a random free loopback port in 20000-31999, below the
-# kernel's ephemeral range (32768-60999) so no outgoing connection holds it.
+# kernel's ephemeral range (32768-60999) so no outgoing connection holds it;
+# in this lane's slice of it (TM_PORT_LO, TM_PORT_SPAN, set by run.sh) so
+# that tests running at the same time in other lanes do not pick it too.
 free_port() {
-	local p i
+	local p i lo=${TM_PORT_LO:-20000} span=${TM_PORT_SPAN:-12000}
 	for ((i = 0; i < 100; i++)); do
-		p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
+		p=$((lo + (RANDOM * 32768 + RANDOM) % span))
 		if port_is_free "$p"; then
 			echo "$p"
 			return 0

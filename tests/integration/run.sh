@@ -14,6 +14,17 @@
 # if any test failed. A test that calls `skip` counts as skipped, or as failed
 # when CI=true or TM_SKIPS_AS_FAILS=1.
 #
+# Lanes: TM_TEST_JOBS=N (default 2) tests run at the same time, each lane
+# with its own redis-server (its own REDIS_PORT, flushed only for that
+# lane's tests) and its own slice of the free_port range; 1 runs them one
+# after another. A free lane takes the next test that may start: the known
+# long tests first (LONG_TESTS below), then file order. Tests sharing
+# something global never overlap: the test_amqp_* tests (the one RabbitMQ
+# node) run one at a time, and so do the tests with a line
+# "# run.sh: serial" (fixed ports, ...); a test with a line
+# "# run.sh: alone" runs while no other test does. With TM_TEST_REDIS_PORT
+# there is one lane. Results print as each test ends.
+#
 # TM_KEEP_SCRATCH=1 keeps the scratch dir (logs, configs) for inspection.
 # When TM_BUILD ends in build-asan or build-tsan, sanitizer reports (ASan,
 # UBSan, LeakSanitizer, ThreadSanitizer) in any log of a test (daemon or CLI
@@ -27,6 +38,11 @@ TM_BUILD=$(cd "$TM_BUILD" && pwd) || exit 1
 export TM_BUILD TM_SRCDIR
 TEST_TIMEOUT=${TM_TEST_TIMEOUT:-120}
 SKIPS_AS_FAILS=${TM_SKIPS_AS_FAILS:-0}
+JOBS=${TM_TEST_JOBS:-2}
+if [[ ! $JOBS =~ ^[1-9][0-9]?$ ]]; then
+	echo "run.sh: TM_TEST_JOBS must be a number of lanes, 1-99 (got '$JOBS')" >&2
+	exit 1
+fi
 [[ ${CI:-} == true ]] && SKIPS_AS_FAILS=1
 
 if [[ ! -x $TM_BUILD/taskmill ]]; then
@@ -84,9 +100,31 @@ else
 	done
 fi
 
+# The known long tests (longest first, plain build): they start first so
+# that no lane ends the run alone with one of them. Others follow in file
+# order.
+LONG_TESTS=(http_broker_hung http_asyncapi http_slowloris redis_trim_race
+	http_broker_blackhole fork_drain_acks fault_harness circuit
+	amqp_fault_alarms http_endpoints redis_dlq_refused http_burst)
+ordered=()
+for long in "${LONG_TESTS[@]}"; do
+	for i in "${!tests[@]}"; do
+		[[ ${tests[i]##*/} == "test_$long.sh" ]] || continue
+		ordered+=("${tests[i]}")
+		unset 'tests[i]'
+	done
+done
+tests=("${ordered[@]}" "${tests[@]}")
+unset ordered long i
+
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/taskmill-it.XXXXXX")
-REDIS_PID=
-CURRENT_TEST_DIR=
+# Per lane (index 0..JOBS-1): its redis-server (pid, port) and, while it
+# runs a test, the test's scratch dir and its job (the subshell running it;
+# the test's watchdog pid is in DIR/watchdog.pid).
+LANE_REDIS_PID=()
+LANE_REDIS_PORT=()
+LANE_DIR=()
+LANE_JOB=()
 
 # Kill whatever a test left behind: daemons it recorded.
 kill_test_daemons() {
@@ -97,19 +135,39 @@ kill_test_daemons() {
 	done <"$dir/daemon.pids"
 }
 
-cleanup() {
-	kill_test_daemons "$CURRENT_TEST_DIR"
-	[[ -n ${RABBIT_PID:-} ]] && stop_rabbit # RabbitMQ block below
-	if [[ -n $REDIS_PID ]]; then
-		kill -TERM "$REDIS_PID" 2>/dev/null || true
-		local i
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$REDIS_PID" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$REDIS_PID" 2>/dev/null || true
-		wait "$REDIS_PID" 2>/dev/null || true
+# stop_lane_test LANE: end the test a lane runs (interrupted run): its
+# watchdog forwards the signal to the test's process group.
+stop_lane_test() {
+	local dir=${LANE_DIR[$1]:-} pid
+	[[ -n $dir ]] || return 0
+	if [[ -s $dir/watchdog.pid ]]; then
+		read -r pid <"$dir/watchdog.pid"
+		kill -TERM "$pid" 2>/dev/null || true
 	fi
+	kill -TERM "${LANE_JOB[$1]}" 2>/dev/null || true
+	kill_test_daemons "$dir"
+}
+
+stop_redis() {
+	local pid=$1 i
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local lane
+	for lane in "${!LANE_DIR[@]}"; do
+		stop_lane_test "$lane"
+	done
+	[[ -n ${RABBIT_PID:-} ]] && stop_rabbit # RabbitMQ block below
+	for lane in "${!LANE_REDIS_PID[@]}"; do
+		stop_redis "${LANE_REDIS_PID[lane]}"
+	done
 	if [[ ${TM_KEEP_SCRATCH:-0} == 1 ]]; then
 		echo "# scratch kept in $SCRATCH"
 	else
@@ -128,48 +186,57 @@ redis_ping() {
 	[[ $(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) == PONG ]]
 }
 
-# start_redis: start a private redis-server on a free port; sets REDIS_PORT.
+# start_redis LANE: start the lane's private redis-server on a free port,
+# in its own dir $SCRATCH/lane-LANE; sets LANE_REDIS_PORT[LANE].
 start_redis() {
-	local attempt port i
+	local lane=$1 dir=$SCRATCH/lane-$1 attempt port i pid
+	mkdir -p "$dir"
 	for ((attempt = 0; attempt < 10; attempt++)); do
 		port=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
 		port_is_free "$port" || continue
-		redis-server --bind 127.0.0.1 --port "$port" --dir "$SCRATCH" \
+		redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" \
 			--save '' --appendonly no --daemonize no \
 			--enable-debug-command local \
-			--logfile "$SCRATCH/redis.log" &
-		REDIS_PID=$!
+			--logfile "$dir/redis.log" &
+		pid=$!
+		LANE_REDIS_PID[lane]=$pid
 		for ((i = 0; i < 100; i++)); do
 			if redis_ping "$port"; then
-				REDIS_PORT=$port
+				LANE_REDIS_PORT[lane]=$port
 				return 0
 			fi
-			kill -0 "$REDIS_PID" 2>/dev/null || break
+			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
 		# Lost a race for the port, or a slow start: try another port.
-		kill -KILL "$REDIS_PID" 2>/dev/null || true
-		wait "$REDIS_PID" 2>/dev/null || true
-		REDIS_PID=
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+		unset 'LANE_REDIS_PID[lane]'
 	done
 	echo "run.sh: could not start redis-server; its log:" >&2
-	tail -n 20 "$SCRATCH/redis.log" >&2 2>/dev/null
+	tail -n 20 "$dir/redis.log" >&2 2>/dev/null
 	return 1
 }
 
 if [[ -n ${TM_TEST_REDIS_PORT:-} ]]; then
-	REDIS_PORT=$TM_TEST_REDIS_PORT
-	if ! redis_ping "$REDIS_PORT"; then
-		echo "run.sh: no redis answers on 127.0.0.1:$REDIS_PORT (TM_TEST_REDIS_PORT)" >&2
+	JOBS=1 # one server: every test flushes it, so one test at a time
+	LANE_REDIS_PORT[0]=$TM_TEST_REDIS_PORT
+	if ! redis_ping "$TM_TEST_REDIS_PORT"; then
+		echo "run.sh: no redis answers on 127.0.0.1:$TM_TEST_REDIS_PORT (TM_TEST_REDIS_PORT)" >&2
 		exit 1
 	fi
-	echo "# using the redis already running on 127.0.0.1:$REDIS_PORT (it is flushed before each test)"
+	echo "# using the redis already running on 127.0.0.1:$TM_TEST_REDIS_PORT (it is flushed before each test)"
 else
-	start_redis || exit 1
-	echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$REDIS_PORT"
+	((JOBS > ${#tests[@]})) && JOBS=${#tests[@]}
+	((JOBS >= 1)) || JOBS=1
+	for ((lane = 0; lane < JOBS; lane++)); do
+		start_redis "$lane" || exit 1
+	done
+	echo "# redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:${LANE_REDIS_PORT[*]}"
 fi
-export REDIS_PORT
+# REDIS_PORT is set per lane, for each test (run_lane_test)
 echo "# binary: $TM_BUILD/taskmill${SAN_NAME:+ ($SAN_NAME)}"
+echo "# $JOBS lane(s) (TM_TEST_JOBS)"
 
 # ---- RabbitMQ: BEGIN (maintained with src/amqp/) --------------------------
 # One rabbitmq-server per run, started only when a test_amqp_* test is
@@ -265,6 +332,13 @@ for t in "${tests[@]}"; do
 done
 # ---- RabbitMQ: END ---------------------------------------------------------
 
+# job_gone PID: the lane's job has ended (gone, or a zombie not yet waited).
+job_gone() {
+	local state
+	state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 0
+	[[ -z $state || $state == Z ]]
+}
+
 # show_logs DIR: the end of every log a failed test left.
 show_logs() {
 	local f
@@ -275,42 +349,57 @@ show_logs() {
 	done
 }
 
-passed=0
-failed=0
-skipped=0
+# SERIAL[TEST]=1: the test declares "# run.sh: serial" (it uses something
+# global, such as a fixed port: never at the same time as another such test).
+# ALONE[TEST]=1: "# run.sh: alone" (it loads the machine on purpose, or its
+# outcome depends on CPU time: it runs while no other test does; such tests
+# wait until no lane is busy, so in practice they run last).
+declare -A SERIAL=() ALONE=()
 for t in "${tests[@]}"; do
+	grep -qx '# run.sh: serial' "$t" && SERIAL[$t]=1
+	grep -qx '# run.sh: alone' "$t" && ALONE[$t]=1
+done
+
+# run_lane_test LANE TEST DIR: the lane's job (a background subshell): run the
+# test under its watchdog against the lane's redis, kill the daemons it left,
+# then post "LANE STATUS MS" on fd 3 (the lanes FIFO: one short line, an
+# atomic write). The watchdog runs in the background so that its pid is in
+# DIR/watchdog.pid for an interrupted run's clean-up.
+run_lane_test() {
+	local lane=$1 t=$2 dir=$3 name start rc=0 wd
 	name=$(basename "$t" .sh)
 	name=${name#test_}
-	dir=$SCRATCH/$name
-	mkdir -p "$dir"
-	CURRENT_TEST_DIR=$dir
-
-	if [[ $(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" FLUSHALL 2>&1) != OK ]]; then
-		echo "not ok - $name # FLUSHALL failed"
-		failed=$((failed + 1))
-		continue
-	fi
-
 	start=$(date +%s%N)
-	rc=0
 	# shellcheck disable=SC2016  # expanded by the test's own bash
-	limit=$TEST_TIMEOUT
+	local limit=$TEST_TIMEOUT
 	# a cluster test starts three RabbitMQ nodes first (about 30 s)
 	[[ $name != amqp_cluster_* ]] || ((limit >= 300)) || limit=300
-	TEST_DIR=$dir timeout -k 5 "$limit" bash -c '
+	TEST_DIR=$dir REDIS_PORT=${LANE_REDIS_PORT[lane]} \
+		TM_PORT_LO=$((20000 + lane * (12000 / JOBS))) \
+		TM_PORT_SPAN=$((12000 / JOBS)) \
+		timeout -k 5 "$limit" bash -c '
 		set -eEuo pipefail
 		trap '\''echo "ERROR: line $LINENO: $BASH_COMMAND (status $?)" >&2'\'' ERR
 		cd "$TEST_DIR"
 		source "$1"
 		source "$2"
-	' "test_$name" "$HERE/lib.sh" "$t" >"$dir/test.log" 2>&1 </dev/null || rc=$?
+	' "test_$name" "$HERE/lib.sh" "$t" >"$dir/test.log" 2>&1 </dev/null 3>&- &
+	wd=$!
+	echo "$wd" >"$dir/watchdog.pid"
+	wait "$wd" || rc=$?
 	kill_test_daemons "$dir"
-	CURRENT_TEST_DIR=
-	elapsed=$((($(date +%s%N) - start) / 1000000))
+	echo "$lane $rc $((($(date +%s%N) - start) / 1000000))" >&3
+}
 
-	why=
+passed=0
+failed=0
+skipped=0
+
+# report NAME DIR RC MS: print a finished test's line (and logs) and count it.
+report() {
+	local name=$1 dir=$2 rc=$3 elapsed=$4 why= reason
 	if ((rc == 124 || rc == 137)); then
-		why="timed out after ${limit}s"
+		why="timed out (watchdog: TM_TEST_TIMEOUT, at least 300 s for cluster tests)"
 	elif ((rc == 77)); then
 		why=skip
 	elif ((rc != 0)); then
@@ -344,7 +433,83 @@ for t in "${tests[@]}"; do
 		show_logs "$dir"
 		failed=$((failed + 1))
 	fi
+}
+
+# The scheduler. Invariants: a lane is busy iff LANE_DIR[lane] is set; at
+# most one busy lane runs a serial test (serial_lane) and at most one a
+# test_amqp_* test (amqp_lane); a test marked alone runs (alone_lane) only
+# while no other lane is busy; tests[] holds the tests not started yet, in
+# the order to start them. Lanes post on the FIFO when their test ends.
+mkfifo "$SCRATCH/lanes.fifo"
+exec 3<>"$SCRATCH/lanes.fifo"
+serial_lane=
+amqp_lane=
+alone_lane=
+busy=0
+while ((${#tests[@]} || busy)); do
+	# every free lane takes the first test that may start now
+	for ((lane = 0; lane < JOBS; lane++)); do
+		[[ -z ${LANE_DIR[lane]:-} ]] || continue
+		[[ -z $alone_lane ]] || break
+		pick=
+		for i in "${!tests[@]}"; do
+			t=${tests[i]}
+			if [[ -n ${ALONE[$t]:-} ]]; then
+				((busy == 0)) || continue
+			fi
+			if [[ -n ${SERIAL[$t]:-} ]]; then
+				[[ -z $serial_lane ]] || continue
+			fi
+			if [[ ${t##*/} == test_amqp_* ]]; then
+				[[ -z $amqp_lane ]] || continue
+			fi
+			pick=$i
+			break
+		done
+		[[ -n $pick ]] || break
+		t=${tests[pick]}
+		unset 'tests[pick]'
+		tests=("${tests[@]}")
+		name=$(basename "$t" .sh)
+		name=${name#test_}
+		dir=$SCRATCH/$name
+		mkdir -p "$dir"
+		if [[ $(redis-cli -h 127.0.0.1 -p "${LANE_REDIS_PORT[lane]}" FLUSHALL 2>&1) != OK ]]; then
+			echo "not ok - $name # FLUSHALL failed"
+			failed=$((failed + 1))
+			lane=$((lane - 1)) # the lane is still free: try the next test
+			continue
+		fi
+		[[ -n ${SERIAL[$t]:-} ]] && serial_lane=$lane
+		[[ ${t##*/} == test_amqp_* ]] && amqp_lane=$lane
+		[[ -n ${ALONE[$t]:-} ]] && alone_lane=$lane
+		LANE_DIR[lane]=$dir
+		run_lane_test "$lane" "$t" "$dir" &
+		LANE_JOB[lane]=$!
+		busy=$((busy + 1))
+	done
+	((busy)) || continue # every test that was left failed its FLUSHALL
+
+	# one lane ends its test. A lane's job killed from outside never posts:
+	# once it is gone (a job posts before it ends, so its line would be in
+	# the FIFO by then) its test counts as failed.
+	until read -r -t 30 lane rc elapsed <&3; do
+		for i in "${!LANE_JOB[@]}"; do
+			job_gone "${LANE_JOB[i]}" || continue
+			read -r -t 1 lane rc elapsed <&3 || { lane=$i rc=143 elapsed=0; }
+			break 2
+		done
+	done
+	wait "${LANE_JOB[lane]}" 2>/dev/null || true
+	dir=${LANE_DIR[lane]}
+	unset 'LANE_DIR[lane]' 'LANE_JOB[lane]'
+	busy=$((busy - 1))
+	[[ $serial_lane == "$lane" ]] && serial_lane=
+	[[ $amqp_lane == "$lane" ]] && amqp_lane=
+	[[ $alone_lane == "$lane" ]] && alone_lane=
+	report "${dir##*/}" "$dir" "$rc" "$elapsed"
 done
+exec 3>&-
 
 if ((skipped)); then
 	echo "$passed passed, $failed failed, $skipped skipped"

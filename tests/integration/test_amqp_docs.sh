@@ -1,3 +1,4 @@
+# run.sh: serial
 # The RabbitMQ page's shell blocks run as written (lib_docs.sh), against the
 # test node: its quick start takes the broker URL from TASKMILL_AMQP_URL.
 . "$TM_SRCDIR/tests/integration/lib_docs.sh"

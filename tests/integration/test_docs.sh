@@ -1,3 +1,4 @@
+# run.sh: serial
 # The documentation's shell blocks run as written (lib_docs.sh): the README's
 # tour with its own Redis, and every other page's runnable blocks. Blocks
 # that cannot run here carry a "not run" reason, listed in the log.

@@ -3,6 +3,11 @@
 # port (reopened as the server closes them) while a reload adds a task,
 # which needs new broker connections and a plugin file. The reload goes
 # through, both tasks run, and probes answer.
+# Alone: at the connection cap (8 here) a new connection sheds the one that
+# has waited longest for its request, so a probe whose request the server
+# thread has not read before 8 more flood connections arrive is shed; a
+# CPU shared with another test delays that thread enough (seen with 3 lanes).
+# run.sh: alone
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 need_tools curl
 FLOOD=$TM_BUILD/test-tools/connflood

@@ -9,7 +9,10 @@ FLOOD=$TM_BUILD/test-tools/connflood
 [[ -x $FLOOD ]] || skip "$FLOOD not built; run make test-plugins"
 
 N=20
-HOLD=30
+# 15 s: three times the server's whole-request deadline and idle timeout
+# (5 s); a server that restarts its deadline on every byte keeps the
+# trickling connections open for good, whatever the hold.
+HOLD=15
 CONF=$TEST_DIR/taskmill.yaml
 write_http_config "$CONF" pool_size=1 log_level=info <<YAML
 tasks:
