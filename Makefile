@@ -50,7 +50,7 @@ REAL_CFLAGS += $(SAN_FLAGS) -fno-sanitize-recover=all -fno-omit-frame-pointer
 REAL_LDFLAGS += $(SAN_FLAGS)
 endif
 
-DEP_PKGS = hiredis librabbitmq libcjson yaml-0.1 libmicrohttpd
+DEP_PKGS = hiredis librabbitmq libcjson yaml-0.1 libmicrohttpd openssl
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 # libsystemd (sd_notify): USE_SYSTEMD=yes|no|auto

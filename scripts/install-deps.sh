@@ -53,6 +53,7 @@ BUILD_PACKAGES=(
 	libyaml-dev
 	libmicrohttpd-dev
 	libsystemd-dev
+	libssl-dev
 )
 # What scripts/demo.sh runs besides the build.
 DEMO_PACKAGES=(

@@ -10,6 +10,15 @@ enum tm_pool_kind { TM_POOL_THREAD = 1, TM_POOL_FORK = 2 };
 enum tm_on_error { TM_ON_ERROR_REQUEUE = 1, TM_ON_ERROR_REJECT = 2 };
 enum tm_log_format { TM_LOG_TEXT = 1, TM_LOG_JSON = 2 };
 enum tm_broker_kind { TM_BROKER_REDIS = 1, TM_BROKER_AMQP = 2 };
+/* broker.redis.mode: one server, servers found through sentinels (the
+ * URLs list the sentinels), or a Redis Cluster (the URLs are seeds). */
+enum tm_redis_mode {
+    TM_REDIS_STANDALONE = 1,
+    TM_REDIS_SENTINEL = 2,
+    TM_REDIS_CLUSTER = 3
+};
+/* broker.amqp.queue_type: the kind of every queue taskmill declares. */
+enum tm_amqp_queue_type { TM_AMQP_CLASSIC = 1, TM_AMQP_QUORUM = 2 };
 
 /* struct tm_mark is a position in the config file, 1-based. */
 struct tm_mark {
@@ -20,8 +29,8 @@ struct tm_mark {
 /* struct tm_url is a parsed broker URL. Every string is owned by it. */
 struct tm_url {
     enum tm_broker_kind kind;
-    bool tls;           /* amqps:// (rediss:// is refused) */
-    char *scheme;       /* "redis", "amqp", "amqps" */
+    bool tls;           /* amqps:// or rediss:// */
+    char *scheme;       /* "redis", "rediss", "amqp", "amqps" */
     char *user;         /* NULL when absent; percent-decoded */
     char *password;     /* NULL when absent; percent-decoded */
     char *host;         /* never NULL; default 127.0.0.1 */
@@ -29,6 +38,16 @@ struct tm_url {
     int db;             /* redis database number from the path; 0 */
     char *vhost;        /* amqp vhost, percent-decoded; default "/" */
     char *redacted;     /* the URL without credentials, for logs/status */
+};
+
+/* struct tm_tls is broker.tls, for rediss:// and amqps:// nodes. Paths
+ * are resolved against the config file's directory; NULL when not set. */
+struct tm_tls {
+    char *ca_file;       /* NULL: the system CA store */
+    char *cert_file;     /* client certificate; set with key_file */
+    char *key_file;
+    char *server_name;   /* the name verified; NULL: each URL's host */
+    bool verify;         /* default true */
 };
 
 struct tm_cfg_task {
@@ -65,10 +84,20 @@ struct tm_cfg_task {
 struct tm_cfg {
     char *path;              /* the config file as given */
     char *dir;               /* its directory, for relative paths */
-    char *broker_url;        /* after ${VAR} expansion */
-    struct tm_url url;       /* parsed broker_url; password from
-                                password_file when given */
+    char *broker_url;        /* after ${VAR} expansion; a list's URLs
+                                joined by ", " */
+    struct tm_url url;       /* the first node (a copy of nodes[0]);
+                                password from password_file when given */
+    struct tm_url *nodes;    /* every node of broker.url, in order, all
+                                of one scheme; nnodes >= 1 */
+    size_t nnodes;
     char *password_file;     /* resolved path, or NULL */
+    struct tm_tls tls;       /* broker.tls */
+    bool has_tls;            /* broker.tls given */
+    enum tm_redis_mode redis_mode; /* default standalone */
+    char *redis_master;      /* sentinel: the master's name, else NULL */
+    enum tm_amqp_queue_type amqp_queue_type; /* default classic */
+    int64_t amqp_heartbeat_ms; /* default 30000; 0 = off; whole seconds */
     enum tm_pool_kind pool_kind;  /* default thread */
     unsigned pool_size;      /* default: online CPUs; 1..1024 */
     unsigned max_tasks_per_child; /* default 0 = never */

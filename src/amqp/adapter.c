@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h> /* getenv */
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -20,8 +21,39 @@ const struct tm_url *tm_amqp_node(const struct tm_amqp_broker *ab)
     return &ab->nodes[0];
 }
 
+/* The environment variables broker.tls replaced, and the key each one
+ * became. They are no longer read; one left set would silently not do
+ * what it did, so the adapter refuses to start instead. */
+static const char *const replaced_env[][2] = {
+    { "TASKMILL_AMQP_CACERT", "broker.tls.ca_file" },
+    { "TASKMILL_AMQP_CERT", "broker.tls.cert_file" },
+    { "TASKMILL_AMQP_KEY", "broker.tls.key_file" },
+    { "TASKMILL_AMQP_TLS_VERIFY", "broker.tls.verify" },
+};
+
+static int check_env(const struct tm_cfg *cfg)
+{
+    int bad = 0;
+    for (size_t i = 0; i < sizeof replaced_env / sizeof replaced_env[0];
+         i++) {
+        if (getenv(replaced_env[i][0]) == NULL)
+            continue;
+        tm_log_err(TM_AMQP_SRC, "%s is set, but no longer read: set %s in "
+                   "%s instead, and unset %s", replaced_env[i][0],
+                   replaced_env[i][1], cfg->path, replaced_env[i][0]);
+        bad = 1;
+    }
+    if (cfg->url.tls && !cfg->tls.verify)
+        tm_log_warn(TM_AMQP_SRC, "broker.tls.verify is false: the "
+                    "broker's certificate is not checked; anyone on the "
+                    "path can pose as the broker");
+    return bad ? -1 : 0;
+}
+
 static struct tm_broker *ab_create(const struct tm_cfg *cfg)
 {
+    if (check_env(cfg) < 0)
+        return NULL;
     struct tm_amqp_broker *ab = tm_calloc(1, sizeof *ab);
     ab->base.ops = &tm_broker_amqp_ops;
     ab->base.cfg = cfg;

@@ -47,7 +47,7 @@
 #define TM_AMQP_DLX "taskmill.dlx"
 
 /* The system CA bundle (Debian), used to verify amqps:// peers unless
- * TASKMILL_AMQP_CACERT names another file. */
+ * broker.tls.ca_file names another file. */
 #define TM_AMQP_CACERT_DEFAULT "/etc/ssl/certs/ca-certificates.crt"
 
 /* AMQP short strings (names, ids) hold at most 255 bytes. */

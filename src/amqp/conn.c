@@ -1,7 +1,7 @@
 /* amqp/conn.c - RabbitMQ connections: TCP or TLS, login, channels, errors. */
 #include "amqp.h"
 
-#include <stdlib.h> /* getenv */
+#include <assert.h>
 #include <string.h>
 #include <sys/socket.h> /* shutdown: see tm_amqp_drop */
 
@@ -13,6 +13,10 @@
 #include <amqp_tcp_socket.h>
 #endif
 
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
+#include "config.h"
 #include "util.h"
 
 /* tm_amqp_strerror describes a failed rabbitmq-c call: the library's status,
@@ -87,13 +91,6 @@ struct timeval tm_amqp_tv_ms(int64_t ms)
     return tv;
 }
 
-static int env_false(const char *name)
-{
-    const char *v = getenv(name);
-    return v != NULL && (strcmp(v, "0") == 0 || strcmp(v, "no") == 0 ||
-                         strcmp(v, "false") == 0 || strcmp(v, "off") == 0);
-}
-
 /* tm_amqp_drop closes a connection without a goodbye. shutdown(2) first: a
  * forked worker may hold a copy of the socket, and RabbitMQ must see the
  * connection end now to redeliver what it holds. */
@@ -119,12 +116,65 @@ void tm_amqp_close(amqp_connection_state_t c)
 }
 
 /*
+ * tls_setup configures the TLS socket s of node u from broker.tls: the
+ * peer verified against ca_file (default: the system CA bundle) and its
+ * name against server_name (default: the URL's host) unless verify is
+ * false, and the client certificate when given. rabbitmq-c only checks
+ * the host it connects to, so another name is set on the OpenSSL context
+ * for the handshake to verify (SNI stays the URL's host). Returns 0, or
+ * -1 with the reason in buf.
+ */
+static int tls_setup(amqp_socket_t *s, const struct tm_tls *tls,
+                     const struct tm_url *u, char *buf, size_t size)
+{
+    int verify = tls->verify;
+    int other_name = verify && tls->server_name != NULL &&
+                     strcmp(tls->server_name, u->host) != 0;
+    amqp_ssl_socket_set_verify_peer(s, verify);
+    amqp_ssl_socket_set_verify_hostname(s, verify && !other_name);
+    if (other_name) {
+        SSL_CTX *ctx = amqp_ssl_socket_get_context(s);
+        if (ctx == NULL ||
+            X509_VERIFY_PARAM_set1_host(SSL_CTX_get0_param(ctx),
+                                        tls->server_name, 0) != 1) {
+            tm_snprintf(buf, size, "%s: cannot set the TLS server name "
+                        "'%s'", u->redacted, tls->server_name);
+            return -1;
+        }
+    }
+    const char *ca = tls->ca_file;
+    if (ca == NULL && verify)
+        ca = TM_AMQP_CACERT_DEFAULT;
+    if (ca != NULL) {
+        int rc = amqp_ssl_socket_set_cacert(s, ca);
+        if (rc != AMQP_STATUS_OK) {
+            tm_snprintf(buf, size, "%s: cannot load the CA certificates %s "
+                        "(broker.tls.ca_file): %s", u->redacted, ca,
+                        amqp_error_string2(rc));
+            return -1;
+        }
+    }
+    /* the configuration holds both or neither */
+    assert((tls->cert_file == NULL) == (tls->key_file == NULL));
+    if (tls->cert_file != NULL) {
+        int rc = amqp_ssl_socket_set_key(s, tls->cert_file, tls->key_file);
+        if (rc != AMQP_STATUS_OK) {
+            tm_snprintf(buf, size, "%s: cannot load the client certificate "
+                        "%s with key %s (broker.tls): %s", u->redacted,
+                        tls->cert_file, tls->key_file,
+                        amqp_error_string2(rc));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/*
  * tm_amqp_open connects and logs in to broker node u (borrowed): TCP or
- * TLS (amqps://, verifying the peer against the system CA bundle unless
- * TASKMILL_AMQP_CACERT names another, or TASKMILL_AMQP_TLS_VERIFY=0),
- * user and password guest/guest when the URL has none. role names the
- * connection in RabbitMQ's management UI. heartbeat in seconds, 0 none.
- * Returns the connection, or NULL with the reason in buf.
+ * TLS (amqps://, configured by broker.tls, see tls_setup), user and
+ * password guest/guest when the URL has none. role names the connection
+ * in RabbitMQ's management UI. heartbeat in seconds, 0 none. Returns the
+ * connection, or NULL with the reason in buf.
  */
 amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
                                      const struct tm_url *u,
@@ -145,35 +195,8 @@ amqp_connection_state_t tm_amqp_open(const struct tm_amqp_broker *ab,
                         u->redacted);
             goto fail;
         }
-        int verify = !env_false("TASKMILL_AMQP_TLS_VERIFY");
-        amqp_ssl_socket_set_verify_peer(s, verify);
-        amqp_ssl_socket_set_verify_hostname(s, verify);
-        const char *ca = getenv("TASKMILL_AMQP_CACERT");
-        if (ca == NULL || ca[0] == '\0')
-            ca = verify ? TM_AMQP_CACERT_DEFAULT : NULL;
-        if (ca != NULL) {
-            int rc = amqp_ssl_socket_set_cacert(s, ca);
-            if (rc != AMQP_STATUS_OK) {
-                tm_snprintf(buf, size, "%s: cannot load the CA certificates "
-                            "%s: %s", u->redacted, ca,
-                            amqp_error_string2(rc));
-                goto fail;
-            }
-        }
-        const char *cert = getenv("TASKMILL_AMQP_CERT");
-        const char *key = getenv("TASKMILL_AMQP_KEY");
-        if (cert != NULL && cert[0] != '\0') {
-            int rc = amqp_ssl_socket_set_key(s, cert,
-                                             key != NULL && key[0] != '\0'
-                                                 ? key
-                                                 : cert);
-            if (rc != AMQP_STATUS_OK) {
-                tm_snprintf(buf, size, "%s: cannot load the client "
-                            "certificate %s: %s", u->redacted, cert,
-                            amqp_error_string2(rc));
-                goto fail;
-            }
-        }
+        if (tls_setup(s, &ab->base.cfg->tls, u, buf, size) < 0)
+            goto fail;
     } else {
         s = amqp_tcp_socket_new(c);
         if (s == NULL) {

@@ -30,14 +30,19 @@ AQ="tm.${0#test_}.$$"
 # write_amqp_config FILE [key=value...] < TASKS_YAML: like lib.sh's
 # write_config, for the run's RabbitMQ. Keys: pool_kind (thread), pool_size
 # (4), shutdown_timeout (10s), log_level (debug), http_port (HTTP_PORT, or a
-# free port which then becomes HTTP_PORT), url (amqp://127.0.0.1:PORT/).
+# free port which then becomes HTTP_PORT), url (amqp://127.0.0.1:PORT/; a
+# value starting with '[' is written as a YAML list), tls and amqp (flow
+# mappings for broker.tls and broker.amqp, e.g. amqp='{queue_type: quorum}').
 write_amqp_config() {
 	local file=$1 kv
 	shift
 	local pool_kind=thread pool_size=4 shutdown_timeout=10s log_level=debug
 	local http_port=${HTTP_PORT:-} url="amqp://127.0.0.1:$RABBIT_PORT/"
+	local tls='' amqp=''
 	for kv in "$@"; do
 		case $kv in
+		tls=*) tls=${kv#*=} ;;
+		amqp=*) amqp=${kv#*=} ;;
 		pool_kind=*) pool_kind=${kv#*=} ;;
 		pool_size=*) pool_size=${kv#*=} ;;
 		shutdown_timeout=*) shutdown_timeout=${kv#*=} ;;
@@ -52,7 +57,14 @@ write_amqp_config() {
 	fi
 	HTTP_PORT=$http_port
 	{
-		echo "broker: { url: \"$url\" }"
+		echo "broker:"
+		if [[ $url == \[* ]]; then
+			echo "  url: $url"
+		else
+			echo "  url: \"$url\""
+		fi
+		[[ -z $tls ]] || echo "  tls: $tls"
+		[[ -z $amqp ]] || echo "  amqp: $amqp"
 		echo "pool: { kind: $pool_kind, size: $pool_size }"
 		echo "plugin_dir: $TM_PLUGINS"
 		echo "http: { listen: 127.0.0.1:$http_port }"

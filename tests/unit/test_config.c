@@ -560,7 +560,9 @@ START_TEST(test_shipped_config)
         "on_error:", "max_retries:", "backoff:", "max_backoff:",
         "dead_letter:", "max_payload:", "max_priority:", "priority:",
         "config:", "circuit_failures:", "circuit_cool_off:",
-        "circuit_max_cool_off:"
+        "circuit_max_cool_off:", "tls:", "ca_file:", "cert_file:",
+        "key_file:", "server_name:", "verify:", "redis:", "mode:",
+        "master:", "amqp:", "queue_type:", "heartbeat:"
     };
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
@@ -658,7 +660,8 @@ static const struct bad bad_configs[] = {
       "unknown key 'sise' in pool; expected one of: kind, size, "
       "max_tasks_per_child" },
     { "broker: { uri: redis://h }\n" TASK, "1:11",
-      "unknown key 'uri' in broker; expected one of: url, password_file" },
+      "unknown key 'uri' in broker; expected one of: url, password_file, "
+      "tls, redis, amqp" },
     { "http: { port: 80 }\n" TASK, "1:9",
       "unknown key 'port' in http; expected one of: listen, token" },
     { "log: { level: info, colour: no }\n" TASK, "1:21",
@@ -805,9 +808,59 @@ static const struct bad bad_configs[] = {
       "tasks.add.priority: expected an integer from 0 to 255, got '-1'" },
     /* broker URL */
     { "broker:\n  url: http://x\n" TASK, "2:8", "broker.url: unknown scheme "
-      "'http'; expected one of: redis, amqp, amqps" },
-    { "broker:\n  url: rediss://x\n" TASK, "2:8", "broker.url: TLS for "
-      "Redis (rediss://) is not supported in this build" },
+      "'http'; expected one of: redis, rediss, amqp, amqps" },
+    /* broker section: lists of nodes, tls, redis, amqp */
+    { "broker:\n  url: [amqp://a, redis://b]\n" TASK, "2:19",
+      "broker.url[1]: scheme redis:// differs from the first node's "
+      "amqp://" },
+    { "broker:\n  url: [amqp://a, amqps://b]\n" TASK, "2:19",
+      "broker.url[1]: scheme amqps:// differs" },
+    { "broker:\n  url: [amqp://a, 'x:1']\n" TASK, "2:19",
+      "broker.url[1]: expected a URL like" },
+    { "broker:\n  url: [amqp://a, '']\n" TASK, "2:19",
+      "broker.url[1]: must not be empty" },
+    { "broker:\n  url: []\n" TASK, "2:8", "broker.url: an empty list" },
+    { "broker:\n  url: [redis://a, redis://b]\n" TASK, "2:8",
+      "broker.url: 2 URLs with broker.redis.mode: standalone (one server); "
+      "use mode: sentinel (the URLs are the sentinels) or cluster" },
+    { "broker:\n  url: amqps://h\n  tls:\n    cert_file: c.pem\n" TASK,
+      "4:5", "broker.tls.cert_file: given without broker.tls.key_file" },
+    { "broker:\n  url: amqps://h\n  tls: {key_file: k.pem}\n" TASK,
+      "3:9", "broker.tls.key_file: given without broker.tls.cert_file" },
+    { "broker:\n  url: amqp://h\n  tls: {verify: false}\n" TASK, "3:3",
+      "broker.tls: TLS settings with a plain amqp:// URL; use amqps://" },
+    { "broker:\n  tls: {ca_file: ca.pem}\n" TASK, "2:3",
+      "broker.tls: TLS settings with a plain redis:// URL; use rediss://" },
+    { "broker:\n  url: amqps://h\n  tls: {verify: maybe}\n" TASK, "3:17",
+      "broker.tls.verify: expected true or false" },
+    { "broker:\n  url: amqps://h\n  tls: {colour: red}\n" TASK, "3:9",
+      "unknown key 'colour' in broker.tls; expected one of: ca_file, "
+      "cert_file, key_file, server_name, verify" },
+    { "broker:\n  url: redis://h\n  redis: {mode: sentinel}\n" TASK,
+      "3:17", "broker.redis.mode: sentinel needs broker.redis.master" },
+    { "broker:\n  url: redis://h\n  redis: {master: m}\n" TASK, "3:11",
+      "broker.redis.master: only used with broker.redis.mode: sentinel" },
+    { "broker:\n  url: redis://h\n  redis: {mode: ring}\n" TASK, "3:17",
+      "broker.redis.mode: unknown value 'ring'; expected one of: "
+      "standalone, sentinel, cluster" },
+    { "broker:\n  url: amqp://h\n  redis: {mode: cluster}\n" TASK, "3:3",
+      "broker.redis: Redis settings with an amqp:// URL" },
+    { "broker:\n  url: redis://h\n  amqp: {queue_type: quorum}\n" TASK,
+      "3:3", "broker.amqp: RabbitMQ settings with a redis:// URL" },
+    { "broker:\n  url: amqp://h\n  amqp: {queue_type: stream}\n" TASK,
+      "3:22", "broker.amqp.queue_type: unknown value 'stream'; expected one "
+      "of: classic, quorum" },
+    { "broker:\n  url: amqp://h\n  amqp: {heartbeat: 1500ms}\n" TASK,
+      "3:21", "broker.amqp.heartbeat: expected whole seconds from 0 (off) "
+      "to 65535s, got '1500ms'" },
+    { "broker:\n  url: amqp://h\n  amqp: {heartbeat: 19h}\n" TASK,
+      "3:21", "broker.amqp.heartbeat: expected whole seconds" },
+    { "broker:\n  url: amqp://h\n  amqp: {queue_type: quorum}\n" TASK
+      "    max_priority: 3\n", "7:5", "tasks.add.max_priority: priorities "
+      "are not supported on quorum queues (broker.amqp.queue_type: quorum)" },
+    { TASK "    max_priority: 3\nbroker:\n  url: amqp://h\n  amqp: "
+      "{queue_type: quorum}\n", "4:5", "tasks.add.max_priority: priorities "
+      "are not supported on quorum queues" },
     { "broker:\n  url: redis://h:99999/0\n" TASK, "2:8", "broker.url: "
       "invalid port '99999'; expected 1 to 65535" },
     { "broker:\n  url: redis://h/x\n" TASK, "2:8", "broker.url: invalid "
@@ -839,6 +892,126 @@ START_TEST(test_bad_config)
     unsetenv("TM_TEST_UNSET");
     unsetenv("TM_TEST_UNSET2");
     expect_error(b->yaml, b->pos, b->msg);
+}
+END_TEST
+
+/* A list of AMQP nodes: each parsed, url a copy of the first, the
+ * password file's secret on every node; broker.tls and broker.amqp. */
+START_TEST(test_broker_nodes)
+{
+    char err[512] = "";
+    char expect[PATH_MAX];
+    write_file("secret", "s3\n");
+    struct tm_cfg *cfg = load_text(
+        "broker:\n"
+        "  url: [amqps://u@rmq-0:5671/, 'amqps://u@rmq-1:5681/v',\n"
+        "        amqps://u@rmq-2]\n"
+        "  password_file: secret\n"
+        "  tls:\n"
+        "    ca_file: ca.pem\n"
+        "    cert_file: /etc/c.pem\n"
+        "    key_file: c.key\n"
+        "    server_name: rmq.internal\n"
+        "    verify: false\n"
+        "  amqp: { queue_type: quorum, heartbeat: 5s }\n" TASK,
+        err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nnodes, 3);
+    ck_assert_str_eq(cfg->broker_url, "amqps://u@rmq-0:5671/, "
+                     "amqps://u@rmq-1:5681/v, amqps://u@rmq-2");
+    ck_assert_str_eq(cfg->url.host, "rmq-0");
+    ck_assert_str_eq(cfg->url.password, "s3");
+    ck_assert_str_eq(cfg->nodes[0].host, "rmq-0");
+    ck_assert_str_eq(cfg->nodes[1].host, "rmq-1");
+    ck_assert_int_eq(cfg->nodes[1].port, 5681);
+    ck_assert_str_eq(cfg->nodes[1].vhost, "v");
+    ck_assert_str_eq(cfg->nodes[2].host, "rmq-2");
+    ck_assert_int_eq(cfg->nodes[2].port, 5671);
+    for (size_t i = 0; i < cfg->nnodes; i++) {
+        ck_assert(cfg->nodes[i].tls);
+        ck_assert_str_eq(cfg->nodes[i].user, "u");
+        ck_assert_str_eq(cfg->nodes[i].password, "s3");
+    }
+    ck_assert(cfg->has_tls);
+    tm_snprintf(expect, sizeof expect, "%s/ca.pem", g_dir);
+    ck_assert_str_eq(cfg->tls.ca_file, expect);
+    ck_assert_str_eq(cfg->tls.cert_file, "/etc/c.pem");
+    tm_snprintf(expect, sizeof expect, "%s/c.key", g_dir);
+    ck_assert_str_eq(cfg->tls.key_file, expect);
+    ck_assert_str_eq(cfg->tls.server_name, "rmq.internal");
+    ck_assert(!cfg->tls.verify);
+    ck_assert_int_eq(cfg->amqp_queue_type, TM_AMQP_QUORUM);
+    ck_assert_int_eq(cfg->amqp_heartbeat_ms, 5000);
+    tm_cfg_free(cfg);
+
+    /* defaults: one node, classic, 30 s heartbeat, verify on */
+    cfg = load_text("broker: { url: amqp://h }\n" TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nnodes, 1);
+    ck_assert_str_eq(cfg->nodes[0].redacted, cfg->url.redacted);
+    ck_assert(!cfg->has_tls);
+    ck_assert(cfg->tls.verify);
+    ck_assert_int_eq(cfg->amqp_queue_type, TM_AMQP_CLASSIC);
+    ck_assert_int_eq(cfg->amqp_heartbeat_ms, 30000);
+    ck_assert_int_eq(cfg->redis_mode, TM_REDIS_STANDALONE);
+    tm_cfg_free(cfg);
+
+    /* no broker key at all: the default URL is the one node */
+    cfg = load_text(TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nnodes, 1);
+    ck_assert_str_eq(cfg->nodes[0].host, "127.0.0.1");
+    tm_cfg_free(cfg);
+
+    /* heartbeat 0 turns heartbeats off */
+    cfg = load_text("broker: { url: amqp://h, amqp: { heartbeat: 0 } }\n"
+                    TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->amqp_heartbeat_ms, 0);
+    tm_cfg_free(cfg);
+}
+END_TEST
+
+/* Redis: rediss:// is accepted by the configuration (the adapter decides
+ * whether it can connect), sentinel and cluster take lists. */
+START_TEST(test_broker_redis_modes)
+{
+    char err[512] = "";
+    struct tm_cfg *cfg = load_text("broker: { url: 'rediss://h:7000/2' }\n"
+                                   TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->url.kind, TM_BROKER_REDIS);
+    ck_assert(cfg->url.tls);
+    ck_assert_str_eq(cfg->url.scheme, "rediss");
+    ck_assert_str_eq(cfg->url.redacted, "rediss://h:7000/2");
+    tm_cfg_free(cfg);
+
+    cfg = load_text("broker:\n"
+                    "  url: [redis://s1:26379, redis://s2:26379]\n"
+                    "  redis: { mode: sentinel, master: mymaster }\n" TASK,
+                    err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->redis_mode, TM_REDIS_SENTINEL);
+    ck_assert_str_eq(cfg->redis_master, "mymaster");
+    ck_assert_uint_eq(cfg->nnodes, 2);
+    ck_assert_int_eq(cfg->nodes[1].port, 26379);
+    tm_cfg_free(cfg);
+
+    cfg = load_text("broker:\n"
+                    "  url:\n    - redis://c1:7000\n    - redis://c2:7000\n"
+                    "  redis: { mode: cluster }\n" TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->redis_mode, TM_REDIS_CLUSTER);
+    ck_assert_ptr_null(cfg->redis_master);
+    ck_assert_uint_eq(cfg->nnodes, 2);
+    tm_cfg_free(cfg);
+
+    /* a one-element list is a single node */
+    cfg = load_text("broker: { url: [redis://h] }\n" TASK, err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->nnodes, 1);
+    ck_assert_str_eq(cfg->broker_url, "redis://h");
+    tm_cfg_free(cfg);
 }
 END_TEST
 
@@ -1025,10 +1198,8 @@ struct bad_url {
 };
 
 static const struct bad_url bad_urls[] = {
-    { "rediss://h", "TLS for Redis (rediss://) is not supported in this "
-      "build" },
-    { "http://h", "unknown scheme 'http'; expected one of: redis, amqp, "
-      "amqps" },
+    { "http://h", "unknown scheme 'http'; expected one of: redis, rediss, "
+      "amqp, amqps" },
     { "127.0.0.1:6379", "expected a URL like" },
     { "", "expected a URL like" },
     { "redis://h:0", "invalid port '0'" },
@@ -1247,6 +1418,8 @@ static Suite *config_suite(void)
 
     tc = tcase_create("values");
     tcase_add_test(tc, test_url_parse);
+    tcase_add_test(tc, test_broker_nodes);
+    tcase_add_test(tc, test_broker_redis_modes);
     tcase_add_loop_test(tc, test_url_bad, 0,
                         (int)(sizeof bad_urls / sizeof bad_urls[0]));
     tcase_add_test(tc, test_duration);
