@@ -30,7 +30,7 @@ static const char replay_script[] =
  * the broker that uses it; the mutex serves one caller at a time. */
 static struct {
     pthread_mutex_t mu;
-    redisContext *c;
+    struct tm_rconn *c;
     const struct tm_redis *owner;
 } rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL};
 
@@ -68,7 +68,7 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
     pthread_mutex_lock(&rb_depth_conn.mu);
     if (rb_depth_conn.c != NULL &&
         (ti == TM_BROKER_DEPTH_CLOSE || rb_depth_conn.owner != rb)) {
-        redisFree(rb_depth_conn.c);
+        tm_rconn_close(rb_depth_conn.c);
         rb_depth_conn.c = NULL;
         rb_depth_conn.owner = NULL;
     }
@@ -88,18 +88,18 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
         }
         rb_depth_conn.owner = rb;
     }
-    redisContext *c = rb_depth_conn.c;
+    struct tm_rconn *c = rb_depth_conn.c;
     const struct tm_cfg_task *t = rb->tasks[ti].cfg;
     /* one round trip for the three reads */
-    redisAppendCommand(c, "XINFO GROUPS %s", t->queue);
-    redisAppendCommand(c, "XLEN %s", t->queue);
-    redisAppendCommand(c, "XLEN %s", t->dead_letter);
+    tm_rconn_append(c, "XINFO GROUPS %s", t->queue);
+    tm_rconn_append(c, "XLEN %s", t->queue);
+    tm_rconn_append(c, "XLEN %s", t->dead_letter);
     for (int i = 0; i < 3; i++) {
-        void *reply = NULL;
-        if (redisGetReply(c, &reply) != REDIS_OK || reply == NULL) {
+        redisReply *reply = NULL;
+        if (tm_rconn_get_reply(c, &reply) != 0) {
             tm_redis_reply_error(c, NULL, eb, sizeof eb);
             tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL, "depth: %s", eb);
-            redisFree(c);
+            tm_rconn_close(c);
             rb_depth_conn.c = NULL;
             rb_depth_conn.owner = NULL;
             goto out;

@@ -1,7 +1,7 @@
 /* intake.c - Redis intake: due retries, reclaim, own history, new entries.
  *
  * No read ever holds a body over max_payload. Every reply is read through
- * tm_redis_get_reply_capped, which drops a bulk string over max_payload
+ * tm_rconn_get_reply_capped, which drops a bulk string over max_payload
  * as it comes off the socket and leaves its reason in its place (hiredis
  * reads a whole reply, and RESP gives an entry's size only in the header
  * of its bulk string: the filter acts there). The claim scripts (due
@@ -217,7 +217,7 @@ static void intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
     tm_redis_mark_down(rb);
     atomic_store(&rt->client_id, 0);
     if (rt->rc != NULL) {
-        tm_redis_close(rt->rc);
+        tm_rconn_close(rt->rc);
         rt->rc = NULL;
     }
 }
@@ -248,8 +248,8 @@ static redisReply *intake_command(struct tm_redis_task *rt, int argc,
 {
     redisReply *r = NULL;
     *dead = 0;
-    if (redisAppendCommandArgv(rt->rc, argc, argv, NULL) != REDIS_OK ||
-        tm_redis_get_reply_capped(rt->rc, rt->cfg->max_payload, &r) != 0) {
+    if (tm_rconn_append_argv(rt->rc, argc, argv, NULL) != 0 ||
+        tm_rconn_get_reply_capped(rt->rc, rt->cfg->max_payload, &r) != 0) {
         *dead = tm_redis_reply_error(rt->rc, NULL, rt->errstr,
                                      sizeof rt->errstr);
         return NULL;
@@ -452,7 +452,7 @@ int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
         }
         rt->group_ready = 0;
         /* remember the connection's id: wake() unblocks it by that */
-        redisReply *id = redisCommand(rt->rc, "CLIENT ID");
+        redisReply *id = tm_rconn_command(rt->rc, "CLIENT ID");
         atomic_store(&rt->client_id, id != NULL &&
                                          id->type == REDIS_REPLY_INTEGER
                                      ? id->integer

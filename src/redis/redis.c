@@ -1,4 +1,4 @@
-/* redis.c - the Redis Streams adapter on hiredis: lifecycle and vtable. */
+/* redis.c - the Redis Streams adapter: lifecycle and vtable. */
 #include "redis/redis.h"
 
 #include <errno.h>
@@ -19,6 +19,11 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
     rb->ntasks = cfg->ntasks;
     rb->consumer = cfg->instance;
     rb->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *rb->tasks);
+    if (cfg->url.tls && !cfg->tls.verify)
+        tm_log_warn(SRC, "%s: broker.tls.verify is false: the server's "
+                    "certificate and name are not checked; anyone on the "
+                    "path can read and change the traffic",
+                    cfg->url.redacted);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         struct tm_redis_task *rt = &rb->tasks[i];
         rt->cfg = &cfg->tasks[i];
@@ -61,7 +66,7 @@ static void rb_wake(struct tm_broker *b)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     char eb[256];
-    redisContext *c = NULL;
+    struct tm_rconn *c = NULL;
     for (size_t i = 0; i < rb->ntasks; i++) {
         long long id = atomic_load(&rb->tasks[i].client_id);
         if (id <= 0)
@@ -71,12 +76,12 @@ static void rb_wake(struct tm_broker *b)
             if (c == NULL)
                 return; /* the reads end by their BLOCK time anyway */
         }
-        redisReply *r = redisCommand(c, "CLIENT UNBLOCK %lld", id);
+        redisReply *r = tm_rconn_command(c, "CLIENT UNBLOCK %lld", id);
         if (r != NULL)
             freeReplyObject(r);
     }
     if (c != NULL)
-        redisFree(c);
+        tm_rconn_close(c);
 }
 
 static void rb_destroy(struct tm_broker *b)
@@ -87,12 +92,12 @@ static void rb_destroy(struct tm_broker *b)
     for (size_t i = 0; i < rb->ntasks; i++) {
         tm_redis_collect(&rb->tasks[i]);
         if (rb->tasks[i].rc != NULL)
-            tm_redis_close(rb->tasks[i].rc);
+            tm_rconn_close(rb->tasks[i].rc);
         pthread_mutex_destroy(&rb->tasks[i].held_mu);
         tm_free(rb->tasks[i].retry_key);
     }
     if (rb->wc != NULL)
-        tm_redis_close(rb->wc);
+        tm_rconn_close(rb->wc);
     tm_free(rb->tasks);
     tm_free(rb->argv);
     tm_free(rb->argvlen);

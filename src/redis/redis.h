@@ -10,10 +10,12 @@
 #include <hiredis/hiredis.h>
 
 #include "broker.h"
+#include "redis/net.h"
 
 /*
  * The adapter is split by layer:
- *   conn.c    connections, timeouts, error translation
+ *   net.c     one connection: socket, deadlines, TLS, RESP
+ *   conn.c    the adapter's connections, error translation
  *   intake.c  reads of new entries, own history and reclaim (intake thread)
  *   retry.c   the retry schedule
  *   settle.c  ack, retry, dead-letter (settle thread)
@@ -59,7 +61,7 @@ struct tm_redis_held {
 struct tm_redis_task {
     const struct tm_cfg_task *cfg;
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
-    redisContext *rc;          /* intake connection: blocking reads */
+    struct tm_rconn *rc;         /* intake connection: blocking reads */
     int group_ready;
     int history_done;          /* own pending entries read again */
     char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
@@ -81,7 +83,7 @@ struct tm_redis_task {
 /* struct tm_redis is the adapter: the common head, then its state. */
 struct tm_redis {
     struct tm_broker base;
-    redisContext *wc;          /* settle connection: acks, dead letters */
+    struct tm_rconn *wc;         /* settle connection: acks, dead letters */
     struct tm_redis_task *tasks;
     size_t ntasks;
     const char *consumer;
@@ -106,23 +108,22 @@ struct tm_redis {
 /* tm_redis_reply_error describes a failed command in buf: the reply's
  * error text, or the context's I/O error. Returns 1 when the connection
  * is unusable. */
-int tm_redis_reply_error(redisContext *c, redisReply *r, char *buf,
+int tm_redis_reply_error(struct tm_rconn *c, redisReply *r, char *buf,
                          size_t size);
 /* tm_redis_command runs one command given as argv and returns its reply
  * (the caller frees it), or NULL with the reason in buf (and *dead = 1
  * when the connection is unusable). An error reply is returned as NULL
  * too. */
-redisReply *tm_redis_command(redisContext *c, int argc, const char **argv,
-                             const size_t *lens, char *buf, size_t size,
-                             int *dead);
+redisReply *tm_redis_command(struct tm_rconn *c, int argc,
+                             const char **argv, const size_t *lens,
+                             char *buf, size_t size, int *dead);
 /* tm_redis_connect opens one authenticated connection whose commands time
  * out after timeout_ms; NULL with the reason in buf. */
-redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
-                               char *buf, size_t size);
-void tm_redis_close(redisContext *c);
+struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
+                                  char *buf, size_t size);
 void tm_redis_mark_up(struct tm_redis *rb);
 void tm_redis_mark_down(struct tm_redis *rb);
-int tm_redis_ensure_group(redisContext *c, const struct tm_cfg_task *t,
+int tm_redis_ensure_group(struct tm_rconn *c, const struct tm_cfg_task *t,
                           char *buf, size_t size, int *dead);
 /* tm_redis_wc_ready opens the settle connection when it is closed;
  * tm_redis_wc_lost closes it after a failure (settle thread only). */
@@ -131,51 +132,6 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
                       const char *why);
 const redisReply *tm_redis_reply_field(const redisReply *a,
                                        const char *key);
-/* The longest line (a type header, a status, an error or an integer) the
- * reply filter accepts. */
-#define TM_REDIS_CAP_LINE_MAX 4096
-
-/*
- * struct tm_redis_cap filters the RESP2 byte stream between the socket and
- * hiredis's reader: a bulk string longer than limit is never passed on
- * (nor kept); the reader gets in its place TM_REDIS_OVERSIZE followed by
- * "body of N bytes exceeds max_payload of LIMIT". Every item of RESP2 is
- * one line, except the payload of a bulk string, which follows its "$N"
- * line: so the filter needs no nesting, only whether it is in a line, in
- * a payload to pass on (pass) or in one to drop (drop).
- */
-struct tm_redis_cap {
-    size_t limit;
-    size_t pass, drop;     /* payload bytes (CRLF included) left */
-    size_t nline;          /* bytes of the line being read */
-    char line[TM_REDIS_CAP_LINE_MAX];
-};
-
-/* tm_redis_cap_init starts a filter at a reply boundary. */
-void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit);
-/* tm_redis_cap_feed runs n bytes read from the socket through the filter
- * into the reader rd. -1 on a line over TM_REDIS_CAP_LINE_MAX or when the
- * reader refuses the bytes. */
-int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
-                      const char *in, size_t n);
-
-/* TM_REDIS_OVERSIZE starts the text that tm_redis_get_reply_capped puts
- * in place of a bulk string over its limit; the reason follows it ("body
- * of N bytes exceeds max_payload of M"). A byte no JSON text starts
- * with. */
-#define TM_REDIS_OVERSIZE "\x01"
-/* tm_redis_get_reply_capped reads the reply to the command last appended
- * on c (redisAppendCommandArgv) like redisGetReply, except that no bulk
- * string longer than limit is ever buffered: it is read off the socket
- * and dropped, and the reply holds TM_REDIS_OVERSIZE and the reason in
- * its place. Memory is thus bounded by the count of entries asked for
- * times limit, however large the entries are. Returns 0 with *out set
- * (the caller frees it), or -1 with c->err/errstr set (the connection is
- * then unusable). Only for a connection that pipelines nothing: the
- * filter starts and ends at a reply boundary. */
-int tm_redis_get_reply_capped(redisContext *c, size_t limit,
-                              redisReply **out);
-
 /* ---- retry.c ---- */
 
 /* tm_redis_retry_key returns "<queue>.retry.<group>" (the caller frees
@@ -184,7 +140,7 @@ int tm_redis_get_reply_capped(redisContext *c, size_t limit,
 char *tm_redis_retry_key(const struct tm_cfg_task *t);
 /* tm_redis_retry_append queues on c the command that schedules m's retry
  * after delay_ms (settle thread). */
-void tm_redis_retry_append(struct tm_redis *rb, redisContext *c,
+void tm_redis_retry_append(struct tm_redis *rb, struct tm_rconn *c,
                            const struct tm_msg *m);
 /* tm_redis_retry_note tells the task's intake that a retry is due at
  * due_ms (local monotonic ms), so it looks at the retry set then. */
