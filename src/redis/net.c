@@ -139,6 +139,22 @@ static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
     }
 }
 
+/* tls_why_closed replaces a failed write's reason with the server's
+ * alert when one arrived before the connection closed (a refused client
+ * certificate, for one): that says why, the write error does not. */
+static void tls_why_closed(struct tm_rconn *c)
+{
+    char one, eb[200];
+    ERR_clear_error();
+    int n = SSL_read(c->ssl, &one, 1);
+    if (n <= 0 && SSL_get_error(c->ssl, n) == SSL_ERROR_SSL &&
+        ERR_peek_error() != 0) {
+        ssl_errstr(eb, sizeof eb);
+        set_err(c, REDIS_ERR_IO, "%s", eb);
+    }
+    ERR_clear_error();
+}
+
 /* flush sends every queued byte before the deadline. */
 static int flush(struct tm_rconn *c, int64_t deadline)
 {
@@ -169,6 +185,8 @@ static int flush(struct tm_rconn *c, int64_t deadline)
     }
     rc = 0;
 out:
+    if (rc != 0 && c->ssl != NULL)
+        tls_why_closed(c);
     c->outlen = 0;
     return rc;
 }
@@ -324,6 +342,24 @@ out:
     return rc;
 }
 
+/* tls_settled waits for the server's verdict on the session: a TLS 1.3
+ * server judges the client's certificate after the client's side of the
+ * handshake is over, so its refusal comes as an alert on the first read.
+ * One PING (any reply, NOAUTH included, is an answer) makes that refusal
+ * an error of the connect, with its reason, rather than a reset on some
+ * later command. */
+static int tls_settled(struct tm_rconn *c, char *buf, size_t size)
+{
+    redisReply *r = tm_rconn_command(c, "PING");
+    if (r == NULL) {
+        tm_snprintf(buf, size, "TLS: the server ended the session: %s",
+                    c->errstr);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
 struct tm_rconn *tm_rconn_open(const struct tm_rconn_opts *o, char *buf,
                                size_t size)
 {
@@ -357,6 +393,8 @@ struct tm_rconn *tm_rconn_open(const struct tm_rconn_opts *o, char *buf,
         tm_snprintf(buf, size, "out of memory");
         goto fail;
     }
+    if (o->tls && tls_settled(c, buf, size) != 0)
+        goto fail;
     return c;
 fail:
     tm_rconn_close(c);
