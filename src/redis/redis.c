@@ -31,6 +31,8 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
         pthread_mutex_init(&rt->held_mu, NULL);
     }
+    pthread_mutex_init(&rb->wake_mu, NULL);
+    tm_redis_lanes_init(rb);
     return &rb->base;
 }
 
@@ -60,39 +62,16 @@ static int rb_connect_all(struct tm_broker *b)
     return 0;
 }
 
-/* rb_wake ends blocked XREADGROUP calls at once (CLIENT UNBLOCK, as if
- * their BLOCK time ran out), from a short connection of its own. */
-static void rb_wake(struct tm_broker *b)
-{
-    struct tm_redis *rb = (struct tm_redis *)b;
-    char eb[256];
-    struct tm_rconn *c = NULL;
-    for (size_t i = 0; i < rb->ntasks; i++) {
-        long long id = atomic_load(&rb->tasks[i].client_id);
-        if (id <= 0)
-            continue;
-        if (c == NULL) {
-            c = tm_redis_connect(rb, 1000, eb, sizeof eb);
-            if (c == NULL)
-                return; /* the reads end by their BLOCK time anyway */
-        }
-        redisReply *r = tm_rconn_command(c, "CLIENT UNBLOCK %lld", id);
-        if (r != NULL)
-            freeReplyObject(r);
-    }
-    if (c != NULL)
-        tm_rconn_close(c);
-}
-
 static void rb_destroy(struct tm_broker *b)
 {
     if (b == NULL)
         return;
     struct tm_redis *rb = (struct tm_redis *)b;
+    tm_redis_lanes_free(rb);
+    tm_rconn_close(rb->wake_c);
+    pthread_mutex_destroy(&rb->wake_mu);
     for (size_t i = 0; i < rb->ntasks; i++) {
         tm_redis_collect(&rb->tasks[i]);
-        if (rb->tasks[i].rc != NULL)
-            tm_rconn_close(rb->tasks[i].rc);
         pthread_mutex_destroy(&rb->tasks[i].held_mu);
         tm_free(rb->tasks[i].retry_key);
     }
@@ -112,9 +91,12 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .kind = "redis",
     .create = rb_create,
     .connect = rb_connect_all,
-    .fetch = tm_redis_fetch,
+    .lanes = tm_redis_nlanes,
+    .lane_of = tm_redis_lane_of,
+    .fetch_lane = tm_redis_fetch_lane,
+    .room_made = tm_redis_room_made,
     .settle = tm_redis_settle,
-    .wake = rb_wake,
+    .wake = tm_redis_wake,
     .tick = tm_redis_tick,
     .tick_ms = tm_redis_tick_ms,
     .publish = tm_redis_publish,

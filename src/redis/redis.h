@@ -16,7 +16,8 @@
  * The adapter is split by layer:
  *   net.c     one connection: socket, deadlines, TLS, RESP
  *   conn.c    the adapter's connections, error translation
- *   intake.c  reads of new entries, own history and reclaim (intake thread)
+ *   intake.c  reads of new entries, own history and reclaim (lane thread)
+ *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
  *   settle.c  ack, retry, dead-letter (settle thread)
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
@@ -58,17 +59,21 @@ struct tm_redis_held {
     unsigned char settled[];
 };
 
+struct tm_redis_lane;
+
 struct tm_redis_task {
     const struct tm_cfg_task *cfg;
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
-    struct tm_rconn *rc;         /* intake connection: blocking reads */
-    int group_ready;
+    struct tm_redis_lane *lane; /* the intake lane that reads it */
+    unsigned group_gen;        /* lane->conn_gen when its group was made
+                                  sure of; another value: not yet */
     int history_done;          /* own pending entries read again */
     char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
     int was_up;
-    atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
     _Atomic(struct tm_msg *) garbage; /* settled batches, to free here */
     int64_t next_maint_ms;     /* intake: next reclaim round */
+    int reclaimable;           /* intake: the last peek saw entries
+                                  pending past claim_idle */
     int64_t next_due_ms;       /* intake: next look at the retry set */
     atomic_llong retry_hint_ms; /* settle thread: earliest retry it
                                    scheduled since the intake looked */
@@ -80,12 +85,58 @@ struct tm_redis_task {
     char errstr[256];
 };
 
+/*
+ * struct tm_redis_lane is one intake lane: the tasks of one consumer group
+ * read by one thread on one connection, new entries of all of them by a
+ * single XREADGROUP ... STREAMS k1 k2 ... that blocks until one arrives,
+ * the next retry or reclaim is due, or the lane is poked. So intake costs
+ * one thread and one connection per group, whatever the count of tasks.
+ * Two tasks of one group on one queue go to different lanes (a stream
+ * appears once in a read).
+ *
+ * Poking: the settle thread pokes a lane when it made room for a task the
+ * lane had left out of its read (prefetch reached), or scheduled a retry
+ * due before the read ends. poke is set first, then when the lane is in a
+ * blocking read (in_block) its connection is unblocked (CLIENT UNBLOCK on
+ * the adapter's wake connection); the lane clears poke before each read
+ * and does not block when it was set. A read that starts between the two
+ * may miss the unblock: reads block at most TM_REDIS_ROOM_BLOCK_MS while
+ * a task of the lane waits for room.
+ */
+struct tm_redis_lane {
+    struct tm_redis *rb;
+    const char *group;
+    size_t *tasks;             /* task indexes, ntasks of them */
+    size_t ntasks;
+    struct tm_rconn *rc;       /* lane thread only */
+    unsigned conn_gen;         /* counts rc's connects */
+    int was_up;
+    atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
+    atomic_int poke;
+    atomic_int in_block;
+    atomic_llong block_end_ms; /* when the current read ends at the latest */
+    int64_t next_peek_ms;      /* next look at retry sets and pending
+                                  lists (lane thread only) */
+    int64_t peek_period_ms;    /* TM_REDIS_PEEK_MS or a shorter claim
+                                  period of a task */
+    /* read scratch (lane thread only) */
+    const char **argv;
+    size_t *argti;             /* task index of each stream in argv */
+    const char **peek_argv;
+    char (*peek_num)[24];
+    char errstr[256];
+};
+
 /* struct tm_redis is the adapter: the common head, then its state. */
 struct tm_redis {
     struct tm_broker base;
-    struct tm_rconn *wc;         /* settle connection: acks, dead letters */
+    struct tm_rconn *wc;          /* settle connection: acks, dead letters */
     struct tm_redis_task *tasks;
     size_t ntasks;
+    struct tm_redis_lane *lanes;
+    size_t nlanes;
+    pthread_mutex_t wake_mu;      /* guards wake_c */
+    struct tm_rconn *wake_c;      /* CLIENT UNBLOCK for lanes */
     const char *consumer;
     atomic_int ever_up;
     int wc_was_up;
@@ -192,8 +243,31 @@ void tm_redis_collect(struct tm_redis_task *rt);
     "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"     \
     "  keep(r[1], #p > 0 and p[1][4] or 1)\n"                               \
     "end\n"
-int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
-                   int timeout_ms, struct tm_batch **out);
+int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
+                        const size_t *room, int timeout_ms,
+                        struct tm_batch **out, size_t nout);
+
+/* ---- lane.c ---- */
+
+/* A lane peeks at its tasks' retry sets and pending lists (one script
+ * for all of them) at least this often, and at least every claim period
+ * of its tasks: other daemons schedule retries, and die, too. */
+#define TM_REDIS_PEEK_MS 1000
+/* While a task of a lane waits for room, a read blocks at most this. */
+#define TM_REDIS_ROOM_BLOCK_MS 1000
+/* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
+ * another for a queue seen twice in one); tm_redis_lanes_free frees
+ * them (closing their connections). */
+void tm_redis_lanes_init(struct tm_redis *rb);
+void tm_redis_lanes_free(struct tm_redis *rb);
+size_t tm_redis_nlanes(struct tm_broker *b);
+size_t tm_redis_lane_of(struct tm_broker *b, size_t ti);
+/* tm_redis_lane_poke makes the lane look again at once (any thread). */
+void tm_redis_lane_poke(struct tm_redis_lane *l);
+/* tm_redis_room_made pokes the lane of task ti (settle thread). */
+void tm_redis_room_made(struct tm_broker *b, size_t ti);
+/* tm_redis_wake pokes every lane (shutdown). */
+void tm_redis_wake(struct tm_broker *b);
 
 /* ---- settle.c ---- */
 

@@ -86,4 +86,7 @@ void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms)
     while (due_ms < cur &&
            !atomic_compare_exchange_weak(&rt->retry_hint_ms, &cur, due_ms))
         ;
+    /* due before the lane's read ends: end it early */
+    if (due_ms < atomic_load(&rt->lane->block_end_ms))
+        tm_redis_lane_poke(rt->lane);
 }
