@@ -621,6 +621,9 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     assert(li < rb->nlanes);
     struct tm_redis_lane *l = &rb->lanes[li];
     size_t nb = 0;
+    /* a first look after a (re)connect returns without blocking, so that
+     * the caller learns at once that the lane's tasks are subscribed */
+    int fresh = !l->was_up;
     for (size_t i = 0; i < l->ntasks; i++)
         tm_redis_collect(&rb->tasks[l->tasks[i]]);
     if (l->rc == NULL && lane_connect(rb, l) != 0)
@@ -670,7 +673,7 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     /* the connection works: every task with room was looked at */
     tm_redis_mark_up(rb);
     l->was_up = 1;
-    if (nb > 0 || k == 0)
+    if (nb > 0 || k == 0 || fresh)
         return (int)nb;
 
     /* 4. new entries of every task with room, in one read that waits

@@ -58,7 +58,7 @@ void tm_redis_lanes_init(struct tm_redis *rb)
         l->argti = tm_calloc(l->ntasks, sizeof *l->argti);
         l->peek_argv = tm_calloc(4 + 3 * l->ntasks, sizeof *l->peek_argv);
         l->peek_num = tm_calloc(l->ntasks, sizeof *l->peek_num);
-        l->peek_period_ms = TM_REDIS_PEEK_MS;
+        l->peek_period_ms = INT64_MAX;
         for (size_t j = 0; j < l->ntasks; j++) {
             int64_t p = tm_redis_claim_period(rb->tasks[l->tasks[j]].cfg);
             if (p < l->peek_period_ms)

@@ -117,8 +117,8 @@ struct tm_redis_lane {
     atomic_llong block_end_ms; /* when the current read ends at the latest */
     int64_t next_peek_ms;      /* next look at retry sets and pending
                                   lists (lane thread only) */
-    int64_t peek_period_ms;    /* TM_REDIS_PEEK_MS or a shorter claim
-                                  period of a task */
+    int64_t peek_period_ms;    /* the shortest claim period of its
+                                  tasks */
     /* read scratch (lane thread only) */
     const char **argv;
     size_t *argti;             /* task index of each stream in argv */
@@ -250,9 +250,9 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
 /* ---- lane.c ---- */
 
 /* A lane peeks at its tasks' retry sets and pending lists (one script
- * for all of them) at least this often, and at least every claim period
- * of its tasks: other daemons schedule retries, and die, too. */
-#define TM_REDIS_PEEK_MS 1000
+ * for all of them) every claim period of its tasks (the shortest; see
+ * tm_redis_claim_period): other daemons schedule retries, and die, too.
+ * Its own retries it learns of at once (tm_redis_retry_note). */
 /* While a task of a lane waits for room, a read blocks at most this. */
 #define TM_REDIS_ROOM_BLOCK_MS 1000
 /* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
