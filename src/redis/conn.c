@@ -30,10 +30,19 @@ int tm_redis_reply_error(struct tm_rconn *c, redisReply *r, char *buf,
     }
     if (r->type == REDIS_REPLY_ERROR) {
         tm_snprintf(buf, size, "%s", r->str);
-        return 0;
+        return tm_redis_error_moves(r->str);
     }
     tm_snprintf(buf, size, "unexpected reply type %d", r->type);
     return 0;
+}
+
+int tm_redis_error_moves(const char *err)
+{
+    /* READONLY: a master turned replica; MASTERDOWN: a replica lost its
+     * master; UNBLOCKED: a blocking read ended by a change of role */
+    return strncmp(err, "READONLY", 8) == 0 ||
+           strncmp(err, "MASTERDOWN", 10) == 0 ||
+           strncmp(err, "UNBLOCKED", 9) == 0;
 }
 
 /* tm_redis_command runs one command given as argv and returns its reply, or
@@ -54,14 +63,59 @@ redisReply *tm_redis_command(struct tm_rconn *c, int argc,
     return r;
 }
 
-struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
-                                  char *buf, size_t size)
+/* auth_select sends AUTH (when u has a password) and SELECT (when u
+ * names a database other than 0) on a new connection. A sentinel that
+ * has no password answers AUTH with an error that is ignored (sentinel
+ * set: auth where they have it). */
+static int auth_select(struct tm_rconn *c, const struct tm_url *u,
+                       const char *name, int sentinel, char *buf,
+                       size_t size)
+{
+    char eb[200];
+    int dead;
+    if (u->password != NULL) {
+        const char *argv[3] = {"AUTH", NULL, NULL};
+        int argc = 1;
+        if (u->user != NULL && u->user[0] != '\0')
+            argv[argc++] = u->user;
+        argv[argc++] = u->password;
+        redisReply *r = tm_redis_command(c, argc, argv, NULL, eb, sizeof eb,
+                                         &dead);
+        if (r == NULL && !(sentinel && !dead &&
+                           strstr(eb, "without any password") != NULL)) {
+            tm_snprintf(buf, size, "%s: AUTH failed: %s", name, eb);
+            return -1;
+        }
+        if (r != NULL)
+            freeReplyObject(r);
+    }
+    if (!sentinel && u->db != 0) {
+        char db[16];
+        tm_snprintf(db, sizeof db, "%d", u->db);
+        const char *argv[2] = {"SELECT", db};
+        redisReply *r = tm_redis_command(c, 2, argv, NULL, eb, sizeof eb,
+                                         &dead);
+        if (r == NULL) {
+            tm_snprintf(buf, size, "%s: SELECT %d failed: %s", name, u->db,
+                        eb);
+            return -1;
+        }
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* open_node connects to host:port with the credentials and database of
+ * u, and broker.tls; name is how errors call it. */
+static struct tm_rconn *open_node(struct tm_redis *rb, const struct tm_url *u,
+                                  const char *host, int port,
+                                  const char *name, int sentinel,
+                                  int64_t timeout_ms, char *buf, size_t size)
 {
     const struct tm_cfg *cfg = rb->base.cfg;
-    const struct tm_url *u = &cfg->url;
     struct tm_rconn_opts o = {
-        .host = u->host,
-        .port = u->port,
+        .host = host,
+        .port = port,
         .connect_timeout_ms = TM_REDIS_CONNECT_TIMEOUT_MS,
         .timeout_ms = timeout_ms,
         .tls = u->tls,
@@ -74,39 +128,103 @@ struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
     char why[256];
     struct tm_rconn *c = tm_rconn_open(&o, why, sizeof why);
     if (c == NULL) {
-        tm_snprintf(buf, size, "cannot connect to %s: %s", u->redacted, why);
+        tm_snprintf(buf, size, "cannot connect to %s: %s", name, why);
         return NULL;
     }
+    if (auth_select(c, u, name, sentinel, buf, size) != 0) {
+        tm_rconn_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* ask_sentinels finds the master's address: each sentinel of broker.url
+ * in turn, from the one that answered last, is asked SENTINEL
+ * get-master-addr-by-name; the first answer is taken. */
+static int ask_sentinels(struct tm_redis *rb, char *host, size_t hostlen,
+                         int *port, char *buf, size_t size)
+{
+    const struct tm_cfg *cfg = rb->base.cfg;
+    char eb[300] = "no sentinel";
+    for (size_t k = 0; k < cfg->nnodes; k++) {
+        size_t i = (atomic_load(&rb->sentinel_next) + k) % cfg->nnodes;
+        const struct tm_url *s = &cfg->nodes[i];
+        struct tm_rconn *c = open_node(rb, s, s->host, s->port, s->redacted,
+                                       1, TM_REDIS_CONNECT_TIMEOUT_MS, eb,
+                                       sizeof eb);
+        if (c == NULL)
+            continue;
+        const char *argv[] = {"SENTINEL", "get-master-addr-by-name",
+                              cfg->redis_master};
+        int dead;
+        redisReply *r = tm_redis_command(c, 3, argv, NULL, eb, sizeof eb,
+                                         &dead);
+        tm_rconn_close(c);
+        if (r == NULL)
+            continue;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            tm_snprintf(host, hostlen, "%s", r->element[0]->str);
+            *port = atoi(r->element[1]->str);
+            freeReplyObject(r);
+            atomic_store(&rb->sentinel_next, i);
+            return 0;
+        }
+        freeReplyObject(r);
+        tm_snprintf(eb, sizeof eb, "%s does not know master '%s'",
+                    s->redacted, cfg->redis_master);
+    }
+    tm_snprintf(buf, size, "sentinels: cannot learn the address of master "
+                "'%s': %s", cfg->redis_master, eb);
+    return -1;
+}
+
+/* is_master checks with ROLE that c is a master: a sentinel's answer may
+ * be older than a failover. */
+static int is_master(struct tm_rconn *c, const char *name, char *buf,
+                     size_t size)
+{
     char eb[200];
     int dead;
-    if (u->password != NULL) {
-        const char *argv[3] = {"AUTH", NULL, NULL};
-        int argc = 1;
-        if (u->user != NULL && u->user[0] != '\0')
-            argv[argc++] = u->user;
-        argv[argc++] = u->password;
-        redisReply *r = tm_redis_command(c, argc, argv, NULL, eb, sizeof eb,
-                                         &dead);
-        if (r == NULL) {
-            tm_snprintf(buf, size, "%s: AUTH failed: %s", u->redacted, eb);
-            tm_rconn_close(c);
-            return NULL;
-        }
+    const char *argv[] = {"ROLE"};
+    redisReply *r = tm_redis_command(c, 1, argv, NULL, eb, sizeof eb, &dead);
+    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING &&
+             strcmp(r->element[0]->str, "master") == 0;
+    if (!ok)
+        tm_snprintf(buf, size, "%s is not the master (ROLE: %s)", name,
+                    r == NULL ? eb
+                    : r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                            r->element[0]->type == REDIS_REPLY_STRING
+                        ? r->element[0]->str
+                        : "unexpected reply");
+    if (r != NULL)
         freeReplyObject(r);
-    }
-    if (u->db != 0) {
-        char db[16];
-        tm_snprintf(db, sizeof db, "%d", u->db);
-        const char *argv[2] = {"SELECT", db};
-        redisReply *r = tm_redis_command(c, 2, argv, NULL, eb, sizeof eb,
-                                         &dead);
-        if (r == NULL) {
-            tm_snprintf(buf, size, "%s: SELECT %d failed: %s", u->redacted,
-                        u->db, eb);
-            tm_rconn_close(c);
-            return NULL;
-        }
-        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
+                                  char *buf, size_t size)
+{
+    const struct tm_cfg *cfg = rb->base.cfg;
+    const struct tm_url *u = &cfg->url;
+    if (cfg->redis_mode != TM_REDIS_SENTINEL)
+        return open_node(rb, u, u->host, u->port, u->redacted, 0,
+                         timeout_ms, buf, size);
+    /* sentinel: the master the sentinels name, with the credentials and
+     * database of the first URL (password_file applies to all) */
+    char host[256], name[300];
+    int port = 0;
+    if (ask_sentinels(rb, host, sizeof host, &port, buf, size) != 0)
+        return NULL;
+    tm_snprintf(name, sizeof name, "master '%s' at %s:%d", cfg->redis_master,
+                host, port);
+    struct tm_rconn *c = open_node(rb, u, host, port, name, 0, timeout_ms,
+                                   buf, size);
+    if (c != NULL && is_master(c, name, buf, size) != 0) {
+        tm_rconn_close(c);
+        c = NULL;
     }
     return c;
 }

@@ -278,7 +278,7 @@ static redisReply *intake_command(struct tm_redis_task *rt, int argc,
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        tm_redis_reply_error(c, r, rt->errstr, sizeof rt->errstr);
+        *dead = tm_redis_reply_error(c, r, rt->errstr, sizeof rt->errstr);
         freeReplyObject(r);
         return NULL;
     }

@@ -139,6 +139,7 @@ struct tm_redis {
     struct tm_rconn *wake_c;      /* CLIENT UNBLOCK for lanes */
     const char *consumer;
     atomic_int ever_up;
+    atomic_size_t sentinel_next; /* the sentinel asked first */
     int wc_was_up;
     /* settle and upkeep scratch (settle thread only) */
     const char **argv;
@@ -161,6 +162,10 @@ struct tm_redis {
  * is unusable. */
 int tm_redis_reply_error(struct tm_rconn *c, redisReply *r, char *buf,
                          size_t size);
+/* tm_redis_error_moves says whether an error reply means the server is
+ * no longer the master (a failover): the connection is then closed and
+ * opened again, to the master the topology names now. */
+int tm_redis_error_moves(const char *err);
 /* tm_redis_command runs one command given as argv and returns its reply
  * (the caller frees it), or NULL with the reason in buf (and *dead = 1
  * when the connection is unusable). An error reply is returned as NULL

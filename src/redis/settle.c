@@ -252,7 +252,7 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
     ns = append_acks(rb, msgs, i, work, ns);
 
     /* replies come in the order of the commands */
-    int lost = 0;
+    int lost = 0, moved = 0;
     for (size_t c = 0; c < ns; c++) {
         redisReply *vr = NULL;
         if (tm_rconn_get_reply(rb->wc, &vr) != 0) {
@@ -261,9 +261,15 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
             break; /* spans c.. stay unsettled: their replies are lost */
         }
         span_done(rb, msgs, &rb->spans[c], vr);
+        if (vr->type == REDIS_REPLY_ERROR && tm_redis_error_moves(vr->str)) {
+            /* no longer the master: the rest is read, then the
+             * connection goes, and the next round finds the master */
+            tm_snprintf(eb, sizeof eb, "%s", vr->str);
+            moved = 1;
+        }
         freeReplyObject(vr);
     }
-    if (lost) {
+    if (lost || moved) {
         tm_redis_wc_lost(rb, "settle", eb);
     } else if (!rb->wc_was_up) {
         rb->wc_was_up = 1;

@@ -79,3 +79,54 @@ topo_redis_stop() {
 	kill -KILL "$1" 2>/dev/null || true
 	wait "$1" 2>/dev/null || true
 }
+
+# ------------------------------------------------------------- sentinel
+
+# topo_sentinel_setup: a master and one replica, and three sentinels
+# watching the master as "mymaster" (quorum 2, down after 1 s, failover
+# timeout 5 s). Sets TOPO_MASTER_PORT, TOPO_REPLICA_PORT,
+# TOPO_SENTINEL_PORTS (array) and TOPO_MASTER_PID, TOPO_REPLICA_PID.
+topo_sentinel_setup() {
+	local i p
+	TOPO_MASTER_PORT=$(free_port)
+	topo_redis_start master "redis-cli -p $TOPO_MASTER_PORT ping" \
+		--port "$TOPO_MASTER_PORT" --appendonly yes
+	TOPO_MASTER_PID=$TOPO_PID
+	TOPO_REPLICA_PORT=$(free_port)
+	topo_redis_start replica "redis-cli -p $TOPO_REPLICA_PORT ping" \
+		--port "$TOPO_REPLICA_PORT" --appendonly yes \
+		--replicaof 127.0.0.1 "$TOPO_MASTER_PORT"
+	TOPO_REPLICA_PID=$TOPO_PID
+	wait_until "redis-cli -p $TOPO_REPLICA_PORT INFO replication | grep -q 'master_link_status:up'" 20
+	TOPO_SENTINEL_PORTS=()
+	for i in 1 2 3; do
+		p=$(free_port)
+		mkdir -p "$TEST_DIR/sentinel$i"
+		cat >"$TEST_DIR/sentinel$i/sentinel.conf" <<CONF
+port $p
+bind 127.0.0.1
+dir $TEST_DIR/sentinel$i
+logfile $TEST_DIR/sentinel$i/sentinel.log
+sentinel monitor mymaster 127.0.0.1 $TOPO_MASTER_PORT 2
+sentinel down-after-milliseconds mymaster 1000
+sentinel failover-timeout mymaster 5000
+sentinel parallel-syncs mymaster 1
+CONF
+		if [[ -z $TOPO_HOOKED ]]; then
+			TOPO_HOOKED=1
+			tm_on_exit topo_kill_all
+		fi
+		redis-server "$TEST_DIR/sentinel$i/sentinel.conf" --sentinel &
+		TOPO_PIDS+=("$!")
+		TOPO_SENTINEL_PORTS+=("$p")
+	done
+	for p in "${TOPO_SENTINEL_PORTS[@]}"; do
+		wait_until "[[ \$(redis-cli -p $p SENTINEL replicas mymaster 2>/dev/null | grep -c '^name$') -ge 1 ]]" 30
+		wait_until "[[ \$(redis-cli -p $p SENTINEL sentinels mymaster 2>/dev/null | grep -c '^name$') -ge 2 ]]" 30
+	done
+}
+
+# topo_master_port: the master's port as the first sentinel names it
+topo_master_port() {
+	redis-cli -p "${TOPO_SENTINEL_PORTS[0]}" SENTINEL get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p
+}
