@@ -139,6 +139,13 @@ void tm_redis_room_made(struct tm_broker *b, size_t ti)
 void tm_redis_wake(struct tm_broker *b)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    for (size_t i = 0; i < rb->nlanes; i++)
-        tm_redis_lane_poke(&rb->lanes[i]);
+    /* at a stop every blocked read is ended, whether or not a poke is
+     * pending already: a poke whose unblock came too early would leave
+     * the read blocked, and reading, until its BLOCK time */
+    for (size_t i = 0; i < rb->nlanes; i++) {
+        struct tm_redis_lane *l = &rb->lanes[i];
+        atomic_store(&l->poke, 1);
+        if (atomic_load(&l->in_block))
+            unblock(l);
+    }
 }
