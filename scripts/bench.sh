@@ -32,6 +32,10 @@
 #                           reported next to classic (ratio, no target)
 #   BENCH_FLAT              stream sizes of the flatness runs ("100000 2000000")
 #   BENCH_LAT_RATE, BENCH_LAT_SECONDS   latency publisher (1000 /s, 5 s)
+#   BENCH_SCALE_TASKS       noop tasks of the idle scale run (500)
+#   BENCH_SCALE_SPREAD      tasks the spread throughput run uses (100)
+#   BENCH_SCALE_N           messages of each scale throughput run (300000)
+#   BENCH_SCALE_IDLE_S      seconds the idle scale run is watched (20)
 #   BENCH_AMQP=auto|no      RabbitMQ part (auto: when rabbitmq-server exists)
 #   BENCH_AMQP_PERSISTENT=1 pre-load RabbitMQ with delivery_mode 2
 #   BENCH_OUT               JSON output path
@@ -474,6 +478,129 @@ log "idle RSS"
 idle_rss thread idle.thread
 idle_rss fork idle.fork
 
+# Scale (issue 14): one daemon with SCALE_TASKS noop tasks, idle: its
+# Redis connections, threads, the commands per second Redis gets from it
+# and its CPU; then throughput with the load spread over SCALE_SPREAD
+# tasks against the same load on one task.
+SCALE_TASKS=${BENCH_SCALE_TASKS:-500}
+SCALE_SPREAD=${BENCH_SCALE_SPREAD:-100}
+SCALE_N=${BENCH_SCALE_N:-$((QUICK == 1 ? 100000 : 300000))}
+SCALE_IDLE_S=${BENCH_SCALE_IDLE_S:-$((QUICK == 1 ? 5 : 20))}
+SCALE_POOL=4
+
+# scale_tasks N PREFIX [PREFETCH]: the tasks: yaml of N noop tasks on
+# PREFIX.I
+scale_tasks() {
+	local i
+	for ((i = 0; i < $1; i++)); do
+		echo "  t$i: { plugin: noop.so, queue: $2.$i, group: $GROUP, prefetch: ${3:-$PREFETCH}, timeout: 0 }"
+	done
+}
+
+# proc_ticks PID: utime + stime of a process, in clock ticks
+proc_ticks() {
+	awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+
+# redis_cmds_for SECONDS: the commands clients send to Redis in that
+# time, as MONITOR shows them (those that scripts run inside Redis are
+# shown as "lua" and not counted)
+redis_cmds_for() {
+	timeout "$1" redis-cli -h 127.0.0.1 -p "$REDIS_PORT" MONITOR 2>/dev/null |
+		awk '/^[0-9.]+ \[[0-9]+ [0-9.:]+\]/ { n++ } END { print n + 0 }' || true
+}
+
+scale_idle() {
+	local http conns threads c0 c1 t0 t1 hz
+	http=$(free_port)
+	write_cfg "$DIR/scale-idle.yaml" "$REDIS_URL" thread "$SCALE_POOL" "$http" \
+		"$(scale_tasks "$SCALE_TASKS" scale.idle)"
+	start_daemon "$DIR/scale-idle.yaml" "$DIR/scale-idle.log" "$http"
+	curl -s -o /dev/null -m 5 "http://127.0.0.1:$http/status" || true
+	# past the start: the first upkeep round looks at every task
+	sleep 8
+	conns=$(($(rcli CLIENT LIST | wc -l) - 1))
+	threads=$(ls "/proc/$DAEMON_PID/task" | wc -l)
+	hz=$(getconf CLK_TCK)
+	t0=$(proc_ticks "$DAEMON_PID")
+	c=$(redis_cmds_for "$SCALE_IDLE_S")
+	t1=$(proc_ticks "$DAEMON_PID")
+	echo "{\"tasks\":$SCALE_TASKS,\"pool\":$SCALE_POOL,\"connections\":$conns,\"threads\":$threads,\"idle_cmds_per_s\":$(calc "$c / $SCALE_IDLE_S"),\"idle_cpu_pct\":$(calc "($t1 - $t0) * 100 / $hz / $SCALE_IDLE_S"),\"seconds\":$SCALE_IDLE_S}" \
+		>"$R/scale.idle.json"
+	stop_daemon
+	local i
+	for ((i = 0; i < SCALE_TASKS; i++)); do
+		echo "DEL scale.idle.$i scale.idle.$i.retry.$GROUP"
+	done | rcli >/dev/null
+}
+
+# scale_left NTASKS: entries of the scale.rNTASKS.* streams not yet
+# delivered to the group or not yet acknowledged
+SCALE_LEFT_LUA="local n = 0
+for _, k in ipairs(KEYS) do
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', k)) do
+    local f = {}
+    for j = 1, #g - 1, 2 do f[g[j]] = g[j + 1] end
+    if f['name'] == ARGV[1] then
+      n = n + (tonumber(f['lag']) or 1) + f['pending']
+    end
+  end
+end
+return n"
+scale_left() {
+	local i keys=()
+	for ((i = 0; i < $1; i++)); do
+		keys+=("scale.r$1.$i")
+	done
+	rcli EVAL "$SCALE_LEFT_LUA" "$1" "${keys[@]}" "$GROUP"
+}
+
+# scale_rate NTASKS REP: SCALE_N entries spread over NTASKS streams,
+# consumed by one thread daemon with NTASKS tasks; timed from the first
+# acknowledgement seen until the last (polled every 10 ms). One task gets the bench's prefetch; NTASKS tasks share it (at
+# least 16 each), so that both hold about as many messages in flight.
+scale_rate() {
+	local nt=$1 rep=$2 http i per t0 t1 left
+	per=$((SCALE_N / nt))
+	for ((i = 0; i < nt; i++)); do
+		"$BB/load_redis" 127.0.0.1 "$REDIS_PORT" "scale.r$nt.$i" "$per" >/dev/null 2>>"$DIR/load.log"
+		rcli XGROUP CREATE "scale.r$nt.$i" "$GROUP" 0 >/dev/null
+	done
+	http=$(free_port)
+	local pf=$((PREFETCH / nt < 16 ? 16 : PREFETCH / nt))
+	write_cfg "$DIR/scale-r$nt.yaml" "$REDIS_URL" thread "$SCALE_POOL" "$http" \
+		"$(scale_tasks "$nt" "scale.r$nt" "$pf")"
+	"$TM" run -c "$DIR/scale-r$nt.yaml" 2>>"$DIR/scale-r$nt.log" &
+	DAEMON_PID=$!
+	local deadline=$(($(now_ms) + 600000)) t0=
+	while :; do
+		left=$(scale_left "$nt")
+		[[ -z $t0 ]] && ((left < per * nt)) && t0=$(now_ms)
+		((left == 0)) && break
+		(($(now_ms) > deadline)) && { echo "bench: scale run of $nt tasks stuck, $left left" >&2; exit 1; }
+		sleep 0.01
+	done
+	t1=$(now_ms)
+	((t1 > t0)) || t1=$((t0 + 1))
+	stop_daemon
+	echo "{\"tasks\":$nt,\"n\":$((per * nt)),\"ms\":$((t1 - t0)),\"rate\":$(calc "$per * $nt * 1000 / ($t1 - $t0)")}" \
+		>"$R/scale.r$nt.run$rep.json"
+	for ((i = 0; i < nt; i++)); do
+		echo "DEL scale.r$nt.$i"
+	done | rcli >/dev/null
+	log "scale: $nt task(s): $(fmt_int "$(jget "$R/scale.r$nt.run$rep.json" rate)") msgs/s"
+}
+log "scale: $SCALE_TASKS idle tasks for $SCALE_IDLE_S s"
+scale_idle
+log "scale: $(fmt_int "$SCALE_N") messages on 1 task, then on $SCALE_SPREAD"
+SCALE_REPEAT=$((REPEAT < 2 ? 2 : REPEAT))
+for ((rep = 1; rep <= SCALE_REPEAT; rep++)); do
+	scale_rate 1 "$rep"
+	scale_rate "$SCALE_SPREAD" "$rep"
+done
+best scale.r1
+best "scale.r$SCALE_SPREAD"
+
 # --------------------------------------------------------------- RabbitMQ
 
 AMQP=skip
@@ -844,6 +971,37 @@ v=$(verdict "$ok")
 row "idle RSS, thread x4, 5 example tasks" "$(mib "$irss") MiB" - - "<= 5 MiB" "$v" - - - \
 	"VmRSS 2 s after ready: $(mib "$(jget "$R/idle.thread.json" anon_kib)") anon + $(mib "$(jget "$R/idle.thread.json" file_kib)") file (shared libs); fork x4: $(mib "$(jget "$R/idle.fork.json" rss_kib)") + $(mib "$(jget "$R/idle.fork.json" children_rss_kib)") in children"
 target_json idle_rss_mib "$(mib "$irss")" "<= 5" "$v"
+
+# scale (issue 14; "before": the one-thread, one-connection-per-task
+# intake, as measured for the issue with 200 noop tasks)
+sf=$R/scale.idle.json
+sc=$(jget "$sf" connections)
+st=$(($(jget "$sf" threads) - $(jget "$sf" pool)))
+sq=$(jget "$sf" idle_cmds_per_s)
+su=$(jget "$sf" idle_cpu_pct)
+v=$(verdict $((sc <= 4 ? 1 : 0)))
+row "scale: $SCALE_TASKS idle tasks, Redis connections" "$sc" "203 before (200 tasks)" - "<= 4" "$v" - - - \
+	"CLIENT LIST, monitoring connection open"
+target_json scale.connections "$sc" "<= 4" "$v"
+v=$(verdict $((st <= 8 ? 1 : 0)))
+row "scale: $SCALE_TASKS idle tasks, threads beyond the pool" "$st" "209 threads before (200 tasks)" - "<= 8" "$v" - - - \
+	"$(jget "$sf" threads) threads in /proc/PID/task, pool of $(jget "$sf" pool)"
+target_json scale.threads_beyond_pool "$st" "<= 8" "$v"
+v=$(verdict "$(awk -v q="$sq" 'BEGIN { print (q < 20) ? 1 : 0 }')")
+row "scale: $SCALE_TASKS idle tasks, Redis commands" "$(printf %.1f "$sq")/s" "840/s before (200 tasks)" - "< 20/s" "$v" - - - \
+	"sent to Redis (MONITOR) over $SCALE_IDLE_S s, 8 s after ready"
+target_json scale.idle_cmds_per_s "$(printf %.2f "$sq")" "< 20" "$v"
+v=$(verdict "$(awk -v u="$su" 'BEGIN { print (u < 0.2) ? 1 : 0 }')")
+row "scale: $SCALE_TASKS idle tasks, daemon CPU" "$(printf %.2f "$su")%" "1.7% before (200 tasks)" - "< 0.2%" "$v" - - - \
+	"utime + stime over $SCALE_IDLE_S s, of one core"
+target_json scale.idle_cpu_pct "$(printf %.3f "$su")" "< 0.2" "$v"
+r1=$(jget "$R/scale.r1.json" rate)
+rs=$(jget "$R/scale.r$SCALE_SPREAD.json" rate)
+ratio=$(calc "$rs / $r1")
+v=$(verdict "$(awk -v r="$ratio" 'BEGIN { print (r >= 0.8) ? 1 : 0 }')")
+row "scale: load over $SCALE_SPREAD tasks, thread x$SCALE_POOL" "$(fmt_int "$rs")/s" "$(fmt_int "$r1")/s (1 task)" \
+	"$(printf %.2f "$ratio")" ">= 0.8" "$v" - - - "$(fmt_int "$SCALE_N") msgs, first ack to last ack; prefetch $PREFETCH on 1 task, $((PREFETCH / SCALE_SPREAD < 16 ? 16 : PREFETCH / SCALE_SPREAD)) each on $SCALE_SPREAD; runs $(runs_of "$R/scale.r$SCALE_SPREAD.json") vs $(runs_of "$R/scale.r1.json")"
+target_json scale.spread_ratio "$(printf %.3f "$ratio")" ">= 0.8" "$v"
 
 if [[ $AMQP != skip ]]; then
 	throughput_rows amqp "RabbitMQ"

@@ -28,19 +28,11 @@ struct tm_broker *tm_broker_new(const struct tm_cfg *cfg, char *err,
     }
     /* Accepted by the configuration, not implemented by the Redis
      * adapter yet: refused here, before any connection is tried. */
-    if (cfg->url.kind == TM_BROKER_REDIS && cfg->url.tls) {
-        tm_snprintf(err, errlen, "%s: TLS for Redis (rediss://) is not "
-                    "supported by the Redis adapter yet; use redis://",
-                    cfg->url.redacted);
-        return NULL;
-    }
     if (cfg->url.kind == TM_BROKER_REDIS &&
-        cfg->redis_mode != TM_REDIS_STANDALONE) {
-        tm_snprintf(err, errlen, "%s: broker.redis.mode %s is not "
-                    "supported by the Redis adapter yet; use standalone",
-                    cfg->url.redacted,
-                    cfg->redis_mode == TM_REDIS_SENTINEL ? "sentinel"
-                                                         : "cluster");
+        cfg->redis_mode == TM_REDIS_CLUSTER) {
+        tm_snprintf(err, errlen, "%s: broker.redis.mode cluster is not "
+                    "supported by the Redis adapter yet; use standalone "
+                    "or sentinel", cfg->url.redacted);
         return NULL;
     }
     struct tm_broker *b = ops->create(cfg);

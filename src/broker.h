@@ -27,7 +27,7 @@ struct tm_dlq_entry {
  * struct tm_broker_ops is filled by each adapter (broker_redis.c, ...).
  *
  * Threading contract: fetch(b, i, ...) is called only by the intake thread
- * of task i; settle() only by the settle thread; both may run at the same
+ * of task i (fetch_lane(b, l, ...) only by that of lane l); settle() only by the settle thread; both may run at the same
  * time, and the adapter keeps them apart (separate connections, or its own
  * queue). The CLI functions (publish, dlq_*) are used by a process that
  * runs no intake.
@@ -53,6 +53,23 @@ struct tm_broker_ops {
      * call reconnects). */
     int (*fetch)(struct tm_broker *b, size_t task_index, size_t max,
                  int timeout_ms, struct tm_batch **out);
+
+    /* Lanes, optional (NULL: one intake thread per task, using fetch).
+     * An adapter with lanes reads the tasks of one lane on one thread:
+     * lanes() counts them, lane_of() gives a task's lane, and
+     * fetch_lane(b, l, room, ...) blocks up to timeout_ms for deliveries
+     * of lane l's tasks, room[i] being how many task i may take (0: none
+     * now; indexes are task indexes, all of them, other lanes' ignored).
+     * It sets out[0..k) to batches, each of one task (msgs[].task_index),
+     * k <= nout, nout being at least the count of tasks, and returns k
+     * (0 on timeout or poke) or -1 on a connection error. room_made(b, i)
+     * tells it, from the settle thread, that task i has room again after
+     * its lane was given 0 for it: a blocked fetch_lane returns soon. */
+    size_t (*lanes)(struct tm_broker *b);
+    size_t (*lane_of)(struct tm_broker *b, size_t task_index);
+    int (*fetch_lane)(struct tm_broker *b, size_t lane, const size_t *room,
+                      int timeout_ms, struct tm_batch **out, size_t nout);
+    void (*room_made)(struct tm_broker *b, size_t task_index);
 
     /* settle applies the m->settle (ack, retry, dead-letter) of each of
      * the n messages, batching commands. It may reorder msgs, and returns

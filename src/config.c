@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
+#include "redis/slot.h"
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 
@@ -2598,6 +2599,16 @@ static int check_whole(struct ctx *c, const yaml_node_t *root)
                      pri_first ? "priority" : "max_priority");
             bad = 1;
             continue;
+        }
+        if (c->url_done && cfg->url.kind == TM_BROKER_REDIS &&
+            cfg->redis_mode == TM_REDIS_CLUSTER) {
+            char why[600];
+            if (tm_redis_task_slots_check(t, why, sizeof why) != 0) {
+                cfg_fail(c, m->has_queue ? m->queue_at : t->at, "%s: %s",
+                         where, why);
+                bad = 1;
+                continue;
+            }
         }
         if (t->priority > t->max_priority) {
             cfg_fail(c, m->priority_val_at, "%s.priority: %d is above "

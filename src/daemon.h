@@ -76,6 +76,9 @@ struct tm_gen {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;              /* intake waits: room, stop */
+    struct tm_intake_lane *lanes;   /* a broker with lanes: one intake
+                                       thread each (intake.c) */
+    size_t nlanes;
 
     /* counters carried over from the generation this one replaced: at
      * creation they are copied (snap); once that generation has stopped,

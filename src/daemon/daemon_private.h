@@ -61,6 +61,7 @@ void tm_intake_start(struct tm_gen *g);
 /* tm_intake_stop stops reading new messages and joins the intake
  * threads; what was read runs on. */
 void tm_intake_stop(struct tm_gen *g);
+void tm_intake_join(struct tm_gen *g);
 
 /* tm_backoff_jitter returns ms plus up to half of it at random. */
 int64_t tm_backoff_jitter(int64_t ms);

@@ -291,9 +291,7 @@ int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
         drained = g->pool->ops->drain(g->pool, deadline);
     } else {
         drained = g->pool->ops->drain(g->pool, deadline);
-        for (size_t i = 0; i < g->ntasks; i++)
-            if (g->tasks[i].intake_started)
-                pthread_join(g->tasks[i].intake, NULL);
+        tm_intake_join(g);
     }
     for (size_t i = 0; i < g->ntasks; i++)
         g->tasks[i].intake_started = 0;

@@ -1,5 +1,6 @@
-/* intake.c - the intake threads: one per task, reading from the broker
- * and handing messages to the pool. */
+/* intake.c - the intake threads: one per task, or one per lane for a
+ * broker with lanes, reading from the broker and handing messages to the
+ * pool. */
 #include "daemon_private.h"
 
 #include "log.h"
@@ -81,9 +82,137 @@ static void *intake_main(void *arg)
     return NULL;
 }
 
+/* How long one blocking read of a lane may wait: the broker ends it
+ * early when there is work (a poke), and wake() ends it at stop. */
+#define TM_LANE_BLOCK_MS 30000
+
+/* struct tm_intake_lane is one lane's intake thread (brokers with lanes:
+ * one thread reads the tasks of a lane, see struct tm_broker_ops). */
+struct tm_intake_lane {
+    struct tm_gen *g;
+    size_t index;
+    pthread_t thread;
+    int started;
+};
+
+/* lane_room fills room[] for the lane's tasks (prefetch less inflight,
+ * through the circuit breaker) and says how many have room; *hold is the
+ * shortest wait a circuit asked for (the lane looks again then). A task
+ * left with no room is marked waiting_room, so that the settle thread,
+ * making room after the look, pokes the lane (room_made). */
+static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
+                        int64_t *hold)
+{
+    struct tm_broker *b = g->broker;
+    size_t with_room = 0;
+    *hold = TM_LANE_BLOCK_MS;
+    for (size_t i = 0; i < g->ntasks; i++) {
+        struct tm_task *t = &g->tasks[i];
+        room[i] = 0;
+        if (b->ops->lane_of(b, i) != lane)
+            continue;
+        long r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
+        if (r <= 0) {
+            /* flag first, then look again: room made after the flag is
+             * seen here or pokes the lane */
+            atomic_store(&t->waiting_room, 1);
+            r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
+            if (r <= 0)
+                continue;
+        }
+        atomic_store(&t->waiting_room, 0);
+        int64_t h = tm_circuit_gate(&t->circuit, t->cfg,
+                                    atomic_load(&t->stats.inflight), &r);
+        if (h > 0) {
+            if (h < *hold)
+                *hold = h;
+            continue;
+        }
+        if (r <= 0)
+            continue;
+        room[i] = (size_t)r;
+        with_room++;
+    }
+    return with_room;
+}
+
+/* submit_batch hands one batch to the pool. */
+static void submit_batch(struct tm_gen *g, struct tm_batch *batch)
+{
+    struct tm_task *t = &g->tasks[batch->msgs[0].task_index];
+    for (size_t i = 0; i < batch->n; i++)
+        batch->msgs[i].task = t;
+    size_t total = batch->n;
+    atomic_fetch_add(&t->stats.inflight, (long long)total);
+    size_t acc = g->pool->ops->submit(g->pool, batch->msgs, total);
+    for (size_t i = acc; i < total; i++) {
+        /* the pool is draining: leave these unacknowledged */
+        atomic_fetch_sub(&t->stats.inflight, 1);
+        tm_msg_release(&batch->msgs[i]);
+    }
+}
+
+static void set_subscribed(struct tm_gen *g, size_t lane, int on)
+{
+    for (size_t i = 0; i < g->ntasks; i++)
+        if (g->broker->ops->lane_of(g->broker, i) == lane)
+            atomic_store(&g->tasks[i].subscribed, on);
+}
+
+static void *lane_main(void *arg)
+{
+    struct tm_intake_lane *ln = arg;
+    struct tm_gen *g = ln->g;
+    struct tm_broker *b = g->broker;
+    int64_t backoff = TM_RECONNECT_MIN_MS;
+    size_t n_out = g->ntasks ? g->ntasks : 1;
+    size_t *room = tm_calloc(n_out, sizeof *room);
+    struct tm_batch **out = tm_calloc(n_out, sizeof *out);
+
+    while (!atomic_load(&g->stopping)) {
+        int64_t hold;
+        if (lane_room(g, ln->index, room, &hold) == 0) {
+            /* nothing may be read: wait for room (the settle thread
+             * signals it), the circuit, or the stop */
+            wait_ms(g, hold < 100 ? hold : 100);
+            continue;
+        }
+        int n = b->ops->fetch_lane(b, ln->index, room, (int)hold, out,
+                                   n_out);
+        if (n < 0) {
+            set_subscribed(g, ln->index, 0);
+            wait_ms(g, tm_backoff_jitter(backoff));
+            backoff = tm_backoff_next(backoff);
+            continue;
+        }
+        backoff = TM_RECONNECT_MIN_MS;
+        set_subscribed(g, ln->index, 1);
+        for (int i = 0; i < n; i++)
+            submit_batch(g, out[i]);
+    }
+    tm_free(room);
+    tm_free(out);
+    return NULL;
+}
+
 void tm_intake_start(struct tm_gen *g)
 {
+    struct tm_broker *b = g->broker;
     atomic_store(&g->stopping, 0);
+    if (b->ops->fetch_lane != NULL) {
+        g->nlanes = b->ops->lanes(b);
+        g->lanes = tm_calloc(g->nlanes ? g->nlanes : 1, sizeof *g->lanes);
+        for (size_t l = 0; l < g->nlanes; l++) {
+            g->lanes[l].g = g;
+            g->lanes[l].index = l;
+            if (pthread_create(&g->lanes[l].thread, NULL, lane_main,
+                               &g->lanes[l]) == 0)
+                g->lanes[l].started = 1;
+            else
+                tm_log_err(TM_DAEMON_SRC, "cannot start intake lane %zu", l);
+        }
+        return;
+    }
     for (size_t i = 0; i < g->ntasks; i++) {
         if (pthread_create(&g->tasks[i].intake, NULL, intake_main,
                            &g->tasks[i]) == 0)
@@ -102,10 +231,24 @@ void tm_intake_stop(struct tm_gen *g)
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     g->broker->ops->wake(g->broker);
+    tm_intake_join(g);
+}
+
+/* tm_intake_join joins the intake threads of a generation told to stop. */
+void tm_intake_join(struct tm_gen *g)
+{
     for (size_t i = 0; i < g->ntasks; i++)
         if (g->tasks[i].intake_started) {
             pthread_join(g->tasks[i].intake, NULL);
             g->tasks[i].intake_started = 0;
         }
+    for (size_t l = 0; l < g->nlanes; l++)
+        if (g->lanes[l].started) {
+            pthread_join(g->lanes[l].thread, NULL);
+            g->lanes[l].started = 0;
+        }
+    tm_free(g->lanes);
+    g->lanes = NULL;
+    g->nlanes = 0;
 }
 

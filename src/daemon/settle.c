@@ -104,6 +104,9 @@ static void room_made(struct tm_gen *g, struct tm_task *t)
         pthread_mutex_lock(&g->mu);
         pthread_cond_broadcast(&g->cv);
         pthread_mutex_unlock(&g->mu);
+        /* a lane reading without this task: let it look again */
+        if (g->broker->ops->room_made != NULL)
+            g->broker->ops->room_made(g->broker, t->index);
     }
 }
 

@@ -24,37 +24,104 @@ static const char replay_script[] =
  * next refresh of /metrics, never a task. */
 #define TM_REDIS_DEPTH_TIMEOUT_MS 2000
 
+/* Tasks whose counts one depth script reads (3 results each). */
+#define TM_REDIS_DEPTH_CHUNK 256
+/* Counts read for a later task this recently are answered from the
+ * cache: the refresher asks for every task in turn, and one script per
+ * chunk of tasks answers them all. */
+#define TM_REDIS_DEPTH_FRESH_MS 1000
+
+/* depth_script reads, for each task i, its group's lag and pending count
+ * (XINFO GROUPS) and the lengths of its stream and dead-letter stream.
+ * KEYS: stream, dead-letter stream, per task; ARGV[i]: task i's group.
+ * Returns depth, pending, dead-letter depth per task, -1 where Redis
+ * cannot tell: a group not created yet has delivered nothing (depth is
+ * the stream's length), a missing stream is empty; lag is nil when Redis
+ * cannot compute it (Redis 7.0 and later have it). */
+static const char depth_script[] =
+    "local out = {}\n"
+    "for i = 1, #ARGV do\n"
+    "  local depth, pend = -1, -1\n"
+    "  local len = redis.pcall('XLEN', KEYS[2 * i - 1])\n"
+    "  if type(len) ~= 'number' then len = -1 end\n"
+    "  local g = redis.pcall('XINFO', 'GROUPS', KEYS[2 * i - 1])\n"
+    "  if type(g) == 'table' and g.err == nil then\n"
+    "    local found = false\n"
+    "    for _, e in ipairs(g) do\n"
+    "      local f = {}\n"
+    "      for j = 1, #e - 1, 2 do f[e[j]] = e[j + 1] end\n"
+    "      if f['name'] == ARGV[i] then\n"
+    "        found = true\n"
+    "        if type(f['lag']) == 'number' then depth = f['lag'] end\n"
+    "        if type(f['pending']) == 'number' then pend = f['pending'] end\n"
+    "      end\n"
+    "    end\n"
+    "    if not found then depth = len; pend = 0 end\n"
+    "  elseif len == 0 then depth = 0; pend = 0 end\n"
+    "  local d = redis.pcall('XLEN', KEYS[2 * i])\n"
+    "  if type(d) ~= 'number' then d = -1 end\n"
+    "  out[#out + 1] = depth\n"
+    "  out[#out + 1] = pend\n"
+    "  out[#out + 1] = d\n"
+    "end\n"
+    "return out\n";
+
 /* The depth connection is separate from the intake and settle ones, so
  * that monitoring reads never queue behind them or delay them. One per
  * process (struct tm_redis has no room for it), opened on first use by
- * the broker that uses it; the mutex serves one caller at a time. */
+ * the broker that uses it; the mutex serves one caller at a time. The
+ * cache holds the counts of the chunk of tasks last read. */
 static struct {
     pthread_mutex_t mu;
-    redisContext *c;
+    struct tm_rconn *c;
     const struct tm_redis *owner;
-} rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL};
+    size_t from, n;            /* the cache: tasks from .. from + n */
+    int64_t at_ms;             /* when it was read */
+    long long vals[3 * TM_REDIS_DEPTH_CHUNK];
+} rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, {0}};
 
-/* group_counts finds the task's group in an XINFO GROUPS reply and sets
- * *depth from its lag (entries not yet delivered to the group; Redis 7.0
- * and later, nil when Redis cannot compute it) and *pending. Returns 0
- * when the group is not there. */
-static int group_counts(const redisReply *groups, const char *group,
-                        long long *depth, long long *pending)
+/* depth_read runs depth_script for the tasks from ti on (a chunk) into
+ * the cache. -1 when the connection failed (closed then). */
+static int depth_read(struct tm_redis *rb, size_t ti)
 {
-    for (size_t i = 0; i < groups->elements; i++) {
-        const redisReply *g = groups->element[i];
-        const redisReply *name = tm_redis_reply_field(g, "name");
-        if (name == NULL || name->type != REDIS_REPLY_STRING ||
-            strcmp(name->str, group) != 0)
-            continue;
-        const redisReply *lag = tm_redis_reply_field(g, "lag");
-        const redisReply *pend = tm_redis_reply_field(g, "pending");
-        if (lag != NULL && lag->type == REDIS_REPLY_INTEGER)
-            *depth = lag->integer;
-        if (pend != NULL && pend->type == REDIS_REPLY_INTEGER)
-            *pending = pend->integer;
-        return 1;
+    const char *argv[3 + 3 * TM_REDIS_DEPTH_CHUNK];
+    size_t n = rb->ntasks - ti;
+    char nkeys[24], eb[256];
+    if (n > TM_REDIS_DEPTH_CHUNK)
+        n = TM_REDIS_DEPTH_CHUNK;
+    tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n);
+    argv[0] = "EVAL";
+    argv[1] = depth_script;
+    argv[2] = nkeys;
+    for (size_t i = 0; i < n; i++) {
+        const struct tm_cfg_task *t = rb->tasks[ti + i].cfg;
+        argv[3 + 2 * i] = t->queue;
+        argv[4 + 2 * i] = t->dead_letter;
+        argv[3 + 2 * n + i] = t->group;
     }
+    struct tm_rconn *c = rb_depth_conn.c;
+    redisReply *r = tm_rconn_command_argv(c, (int)(3 + 3 * n), argv, NULL);
+    if (r == NULL) {
+        tm_redis_reply_error(c, NULL, eb, sizeof eb);
+        tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
+        tm_rconn_close(c);
+        rb_depth_conn.c = NULL;
+        rb_depth_conn.owner = NULL;
+        return -1;
+    }
+    rb_depth_conn.n = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 * n) {
+        for (size_t i = 0; i < 3 * n; i++)
+            rb_depth_conn.vals[i] = r->element[i]->type == REDIS_REPLY_INTEGER
+                                        ? r->element[i]->integer
+                                        : -1;
+        rb_depth_conn.from = ti;
+        rb_depth_conn.n = n;
+        rb_depth_conn.at_ms = tm_now_ms();
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", r->str);
+    }
+    freeReplyObject(r);
     return 0;
 }
 
@@ -62,13 +129,12 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
                     long long *pending, long long *dlq_depth)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    redisReply *r[3] = {NULL, NULL, NULL};
     char eb[256];
     int rc = -1;
     pthread_mutex_lock(&rb_depth_conn.mu);
     if (rb_depth_conn.c != NULL &&
         (ti == TM_BROKER_DEPTH_CLOSE || rb_depth_conn.owner != rb)) {
-        redisFree(rb_depth_conn.c);
+        tm_rconn_close(rb_depth_conn.c);
         rb_depth_conn.c = NULL;
         rb_depth_conn.owner = NULL;
     }
@@ -87,44 +153,24 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
             goto out;
         }
         rb_depth_conn.owner = rb;
+        rb_depth_conn.n = 0;
     }
-    redisContext *c = rb_depth_conn.c;
-    const struct tm_cfg_task *t = rb->tasks[ti].cfg;
-    /* one round trip for the three reads */
-    redisAppendCommand(c, "XINFO GROUPS %s", t->queue);
-    redisAppendCommand(c, "XLEN %s", t->queue);
-    redisAppendCommand(c, "XLEN %s", t->dead_letter);
-    for (int i = 0; i < 3; i++) {
-        void *reply = NULL;
-        if (redisGetReply(c, &reply) != REDIS_OK || reply == NULL) {
-            tm_redis_reply_error(c, NULL, eb, sizeof eb);
-            tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL, "depth: %s", eb);
-            redisFree(c);
-            rb_depth_conn.c = NULL;
-            rb_depth_conn.owner = NULL;
-            goto out;
-        }
-        r[i] = reply;
+    /* a later task of the chunk last read, read recently: cached; the
+     * task the chunk starts with is read again (a new round) */
+    int cached = rb_depth_conn.n > 0 && ti > rb_depth_conn.from &&
+                 ti < rb_depth_conn.from + rb_depth_conn.n &&
+                 tm_now_ms() - rb_depth_conn.at_ms < TM_REDIS_DEPTH_FRESH_MS;
+    if (!cached && depth_read(rb, ti) != 0)
+        goto out;
+    if (rb_depth_conn.n > 0 && ti >= rb_depth_conn.from &&
+        ti < rb_depth_conn.from + rb_depth_conn.n) {
+        const long long *v = &rb_depth_conn.vals[3 * (ti - rb_depth_conn.from)];
+        *depth = v[0];
+        *pending = v[1];
+        *dlq_depth = v[2];
     }
-    long long len = r[1]->type == REDIS_REPLY_INTEGER ? r[1]->integer : -1;
-    if (r[0]->type == REDIS_REPLY_ARRAY) {
-        if (!group_counts(r[0], t->group, depth, pending)) {
-            /* no group yet: nothing was delivered to it */
-            *depth = len;
-            *pending = 0;
-        }
-    } else if (r[0]->type == REDIS_REPLY_ERROR && len == 0) {
-        /* no such key: an empty queue */
-        *depth = 0;
-        *pending = 0;
-    }
-    if (r[2]->type == REDIS_REPLY_INTEGER)
-        *dlq_depth = r[2]->integer;
     rc = 0;
 out:
-    for (int i = 0; i < 3; i++)
-        if (r[i] != NULL)
-            freeReplyObject(r[i]);
     pthread_mutex_unlock(&rb_depth_conn.mu);
     return rc;
 }

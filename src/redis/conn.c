@@ -15,18 +15,11 @@
 
 #define SRC TM_REDIS_SRC
 
-static struct timeval tv_ms(int64_t ms)
-{
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000),
-                         .tv_usec = (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
 /* tm_redis_reply_error describes a failed command: the reply's error
  * text, or the
  * context's I/O error. Returns 1 when the connection is unusable. */
-int tm_redis_reply_error(redisContext *c, redisReply *r, char *buf,
-                       size_t size)
+int tm_redis_reply_error(struct tm_rconn *c, redisReply *r, char *buf,
+                         size_t size)
 {
     if (r == NULL) {
         tm_snprintf(buf, size, "%s",
@@ -37,20 +30,29 @@ int tm_redis_reply_error(redisContext *c, redisReply *r, char *buf,
     }
     if (r->type == REDIS_REPLY_ERROR) {
         tm_snprintf(buf, size, "%s", r->str);
-        return 0;
+        return tm_redis_error_moves(r->str);
     }
     tm_snprintf(buf, size, "unexpected reply type %d", r->type);
     return 0;
 }
 
+int tm_redis_error_moves(const char *err)
+{
+    /* READONLY: a master turned replica; MASTERDOWN: a replica lost its
+     * master; UNBLOCKED: a blocking read ended by a change of role */
+    return strncmp(err, "READONLY", 8) == 0 ||
+           strncmp(err, "MASTERDOWN", 10) == 0 ||
+           strncmp(err, "UNBLOCKED", 9) == 0;
+}
+
 /* tm_redis_command runs one command given as argv and returns its reply, or
  * NULL with the reason in buf (and *dead = 1 when the connection is
  * unusable). An error reply is returned as NULL too. */
-redisReply *tm_redis_command(redisContext *c, int argc, const char **argv,
-                              const size_t *lens, char *buf, size_t size,
-                              int *dead)
+redisReply *tm_redis_command(struct tm_rconn *c, int argc,
+                             const char **argv, const size_t *lens,
+                             char *buf, size_t size, int *dead)
 {
-    redisReply *r = redisCommandArgv(c, argc, argv, lens);
+    redisReply *r = tm_rconn_command_argv(c, argc, argv, lens);
     *dead = 0;
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
         *dead = tm_redis_reply_error(c, r, buf, size);
@@ -61,25 +63,14 @@ redisReply *tm_redis_command(redisContext *c, int argc, const char **argv,
     return r;
 }
 
-redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
-                                char *buf, size_t size)
+/* auth_select sends AUTH (when u has a password) and SELECT (when u
+ * names a database other than 0) on a new connection. A sentinel that
+ * has no password answers AUTH with an error that is ignored (sentinel
+ * set: auth where they have it). */
+static int auth_select(struct tm_rconn *c, const struct tm_url *u,
+                       const char *name, int sentinel, char *buf,
+                       size_t size)
 {
-    const struct tm_url *u = &rb->base.cfg->url;
-    redisContext *c = redisConnectWithTimeout(
-        u->host, u->port, tv_ms(TM_REDIS_CONNECT_TIMEOUT_MS));
-    if (c == NULL) {
-        tm_snprintf(buf, size, "cannot connect to %s: out of memory",
-                    u->redacted);
-        return NULL;
-    }
-    if (c->err) {
-        tm_snprintf(buf, size, "cannot connect to %s: %s", u->redacted,
-                    c->errstr);
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv_ms(timeout_ms));
-    redisEnableKeepAlive(c);
     char eb[200];
     int dead;
     if (u->password != NULL) {
@@ -90,38 +81,152 @@ redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
         argv[argc++] = u->password;
         redisReply *r = tm_redis_command(c, argc, argv, NULL, eb, sizeof eb,
                                          &dead);
-        if (r == NULL) {
-            tm_snprintf(buf, size, "%s: AUTH failed: %s", u->redacted, eb);
-            redisFree(c);
-            return NULL;
+        if (r == NULL && !(sentinel && !dead &&
+                           strstr(eb, "without any password") != NULL)) {
+            tm_snprintf(buf, size, "%s: AUTH failed: %s", name, eb);
+            return -1;
         }
-        freeReplyObject(r);
+        if (r != NULL)
+            freeReplyObject(r);
     }
-    if (u->db != 0) {
+    if (!sentinel && u->db != 0) {
         char db[16];
         tm_snprintf(db, sizeof db, "%d", u->db);
         const char *argv[2] = {"SELECT", db};
         redisReply *r = tm_redis_command(c, 2, argv, NULL, eb, sizeof eb,
                                          &dead);
         if (r == NULL) {
-            tm_snprintf(buf, size, "%s: SELECT %d failed: %s", u->redacted,
-                        u->db, eb);
-            redisFree(c);
-            return NULL;
+            tm_snprintf(buf, size, "%s: SELECT %d failed: %s", name, u->db,
+                        eb);
+            return -1;
         }
         freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* open_node connects to host:port with the credentials and database of
+ * u, and broker.tls; name is how errors call it. */
+static struct tm_rconn *open_node(struct tm_redis *rb, const struct tm_url *u,
+                                  const char *host, int port,
+                                  const char *name, int sentinel,
+                                  int64_t timeout_ms, char *buf, size_t size)
+{
+    const struct tm_cfg *cfg = rb->base.cfg;
+    struct tm_rconn_opts o = {
+        .host = host,
+        .port = port,
+        .connect_timeout_ms = TM_REDIS_CONNECT_TIMEOUT_MS,
+        .timeout_ms = timeout_ms,
+        .tls = u->tls,
+        .ca_file = cfg->tls.ca_file,
+        .cert_file = cfg->tls.cert_file,
+        .key_file = cfg->tls.key_file,
+        .server_name = cfg->tls.server_name,
+        .verify = cfg->tls.verify,
+    };
+    char why[256];
+    struct tm_rconn *c = tm_rconn_open(&o, why, sizeof why);
+    if (c == NULL) {
+        tm_snprintf(buf, size, "cannot connect to %s: %s", name, why);
+        return NULL;
+    }
+    if (auth_select(c, u, name, sentinel, buf, size) != 0) {
+        tm_rconn_close(c);
+        return NULL;
     }
     return c;
 }
 
-/* tm_redis_close shuts the socket down before freeing the context: a child of
- * the fork pool holds a copy of every descriptor, which would otherwise
- * keep the connection open on the server. */
-void tm_redis_close(redisContext *c)
+/* ask_sentinels finds the master's address: each sentinel of broker.url
+ * in turn, from the one that answered last, is asked SENTINEL
+ * get-master-addr-by-name; the first answer is taken. */
+static int ask_sentinels(struct tm_redis *rb, char *host, size_t hostlen,
+                         int *port, char *buf, size_t size)
 {
-    if (c->fd >= 0)
-        shutdown(c->fd, SHUT_RDWR);
-    redisFree(c);
+    const struct tm_cfg *cfg = rb->base.cfg;
+    char eb[300] = "no sentinel";
+    for (size_t k = 0; k < cfg->nnodes; k++) {
+        size_t i = (atomic_load(&rb->sentinel_next) + k) % cfg->nnodes;
+        const struct tm_url *s = &cfg->nodes[i];
+        struct tm_rconn *c = open_node(rb, s, s->host, s->port, s->redacted,
+                                       1, TM_REDIS_CONNECT_TIMEOUT_MS, eb,
+                                       sizeof eb);
+        if (c == NULL)
+            continue;
+        const char *argv[] = {"SENTINEL", "get-master-addr-by-name",
+                              cfg->redis_master};
+        int dead;
+        redisReply *r = tm_redis_command(c, 3, argv, NULL, eb, sizeof eb,
+                                         &dead);
+        tm_rconn_close(c);
+        if (r == NULL)
+            continue;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            tm_snprintf(host, hostlen, "%s", r->element[0]->str);
+            *port = atoi(r->element[1]->str);
+            freeReplyObject(r);
+            atomic_store(&rb->sentinel_next, i);
+            return 0;
+        }
+        freeReplyObject(r);
+        tm_snprintf(eb, sizeof eb, "%s does not know master '%s'",
+                    s->redacted, cfg->redis_master);
+    }
+    tm_snprintf(buf, size, "sentinels: cannot learn the address of master "
+                "'%s': %s", cfg->redis_master, eb);
+    return -1;
+}
+
+/* is_master checks with ROLE that c is a master: a sentinel's answer may
+ * be older than a failover. */
+static int is_master(struct tm_rconn *c, const char *name, char *buf,
+                     size_t size)
+{
+    char eb[200];
+    int dead;
+    const char *argv[] = {"ROLE"};
+    redisReply *r = tm_redis_command(c, 1, argv, NULL, eb, sizeof eb, &dead);
+    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING &&
+             strcmp(r->element[0]->str, "master") == 0;
+    if (!ok)
+        tm_snprintf(buf, size, "%s is not the master (ROLE: %s)", name,
+                    r == NULL ? eb
+                    : r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                            r->element[0]->type == REDIS_REPLY_STRING
+                        ? r->element[0]->str
+                        : "unexpected reply");
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
+                                  char *buf, size_t size)
+{
+    const struct tm_cfg *cfg = rb->base.cfg;
+    const struct tm_url *u = &cfg->url;
+    if (cfg->redis_mode != TM_REDIS_SENTINEL)
+        return open_node(rb, u, u->host, u->port, u->redacted, 0,
+                         timeout_ms, buf, size);
+    /* sentinel: the master the sentinels name, with the credentials and
+     * database of the first URL (password_file applies to all) */
+    char host[256], name[300];
+    int port = 0;
+    if (ask_sentinels(rb, host, sizeof host, &port, buf, size) != 0)
+        return NULL;
+    tm_snprintf(name, sizeof name, "master '%s' at %s:%d", cfg->redis_master,
+                host, port);
+    struct tm_rconn *c = open_node(rb, u, host, port, name, 0, timeout_ms,
+                                   buf, size);
+    if (c != NULL && is_master(c, name, buf, size) != 0) {
+        tm_rconn_close(c);
+        c = NULL;
+    }
+    return c;
 }
 
 void tm_redis_mark_up(struct tm_redis *rb)
@@ -138,12 +243,12 @@ void tm_redis_mark_down(struct tm_redis *rb)
 
 /* tm_redis_ensure_group creates the task's consumer group at the start of the
  * stream (creating the stream too); an existing group is used as is. */
-int tm_redis_ensure_group(redisContext *c, const struct tm_cfg_task *t,
-                        char *buf, size_t size, int *dead)
+int tm_redis_ensure_group(struct tm_rconn *c, const struct tm_cfg_task *t,
+                          char *buf, size_t size, int *dead)
 {
     const char *argv[] = {"XGROUP", "CREATE", t->queue, t->group, "0",
                           "MKSTREAM"};
-    redisReply *r = redisCommandArgv(c, 6, argv, NULL);
+    redisReply *r = tm_rconn_command_argv(c, 6, argv, NULL);
     *dead = 0;
     if (r != NULL && r->type == REDIS_REPLY_ERROR &&
         strncmp(r->str, "BUSYGROUP", 9) == 0) {
@@ -179,7 +284,7 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what, const char *why)
     rb->wc_was_up = 0;
     tm_redis_mark_down(rb);
     if (rb->wc != NULL) {
-        tm_redis_close(rb->wc);
+        tm_rconn_close(rb->wc);
         rb->wc = NULL;
     }
 }
@@ -194,146 +299,4 @@ const redisReply *tm_redis_reply_field(const redisReply *a, const char *key)
             strcmp(a->element[i]->str, key) == 0)
             return a->element[i + 1];
     return NULL;
-}
-
-/* ---- replies with a cap on bulk strings ---- */
-
-/* Bytes read from the socket at a time. */
-#define TM_REDIS_CAP_CHUNK 16384
-
-static int cap_feed_out(redisReader *rd, const char *p, size_t n)
-{
-    return n > 0 && redisReaderFeed(rd, p, n) != REDIS_OK ? -1 : 0;
-}
-
-/* cap_line passes on one complete line (CRLF included), or for a bulk
- * header over the limit the marker in its place. */
-static int cap_line(struct tm_redis_cap *f, redisReader *rd)
-{
-    if (f->line[0] != '$')
-        return cap_feed_out(rd, f->line, f->nline);
-    long long n = strtoll(f->line + 1, NULL, 10);
-    if (n < 0 || (unsigned long long)n <= f->limit) {
-        f->pass = n < 0 ? 0 : (size_t)n + 2;
-        return cap_feed_out(rd, f->line, f->nline);
-    }
-    char text[128], head[32];
-    int tl = tm_snprintf(text, sizeof text,
-                         TM_REDIS_OVERSIZE "body of %lld bytes exceeds "
-                         "max_payload of %zu\r\n", n, f->limit);
-    int hl = tm_snprintf(head, sizeof head, "$%d\r\n", tl - 2);
-    f->drop = (size_t)n + 2;
-    if (cap_feed_out(rd, head, (size_t)hl) != 0)
-        return -1;
-    return cap_feed_out(rd, text, (size_t)tl);
-}
-
-int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
-                      const char *in, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        if (f->drop > 0) {
-            size_t k = n - i < f->drop ? n - i : f->drop;
-            f->drop -= k;
-            i += k;
-            continue;
-        }
-        if (f->pass > 0) {
-            size_t k = n - i < f->pass ? n - i : f->pass;
-            if (cap_feed_out(rd, in + i, k) != 0)
-                return -1;
-            f->pass -= k;
-            i += k;
-            continue;
-        }
-        const char *nl = memchr(in + i, '\n', n - i);
-        size_t take = nl != NULL ? (size_t)(nl - (in + i)) + 1 : n - i;
-        if (f->nline + take > sizeof f->line)
-            return -1;
-        memcpy(f->line + f->nline, in + i, take);
-        f->nline += take;
-        i += take;
-        if (nl == NULL)
-            continue;
-        if (cap_line(f, rd) != 0)
-            return -1;
-        f->nline = 0;
-    }
-    return 0;
-}
-
-void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit)
-{
-    memset(f, 0, sizeof *f);
-    f->limit = limit;
-}
-
-int tm_redis_get_reply_capped(redisContext *c, size_t limit,
-                              redisReply **out)
-{
-    void *r = NULL;
-    int done = 0;
-    *out = NULL;
-    /* the filter starts at a reply boundary: nothing read ahead */
-    if (c->reader->pos < c->reader->len) {
-        if (redisGetReply(c, &r) != REDIS_OK)
-            return -1;
-        *out = r;
-        return 0;
-    }
-    do {
-        if (redisBufferWrite(c, &done) != REDIS_OK)
-            return -1;
-    } while (!done);
-    struct tm_redis_cap *f = tm_calloc(1, sizeof *f);
-    char *buf = tm_malloc(TM_REDIS_CAP_CHUNK);
-    int rc = -1;
-    tm_redis_cap_init(f, limit);
-    /* read until the reply is whole, and the filter done with the bulk
-     * it drops: the reader has the reply as soon as it has the reason in
-     * that bulk's place, while the rest of its bytes are still coming */
-    while (r == NULL || f->drop > 0) {
-        if (r == NULL && redisReaderGetReply(c->reader, &r) != REDIS_OK) {
-            c->err = REDIS_ERR_PROTOCOL;
-            tm_snprintf(c->errstr, sizeof c->errstr, "%s",
-                        c->reader->errstr);
-            goto out;
-        }
-        if (r != NULL && f->drop == 0)
-            break;
-        ssize_t n = read(c->fd, buf, TM_REDIS_CAP_CHUNK);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            int e = errno;
-            char eb[TM_STRERRNO_BUF];
-            c->err = n == 0 ? REDIS_ERR_EOF : REDIS_ERR_IO;
-            if (n == 0)
-                tm_snprintf(c->errstr, sizeof c->errstr,
-                            "Server closed the connection");
-            else
-                tm_snprintf(c->errstr, sizeof c->errstr, "%s",
-                            tm_strerror(e, eb, sizeof eb));
-            goto out;
-        }
-        if (tm_redis_cap_feed(f, c->reader, buf, (size_t)n) != 0) {
-            c->err = REDIS_ERR_PROTOCOL;
-            tm_snprintf(c->errstr, sizeof c->errstr,
-                        "reply line over %d bytes, or out of memory",
-                        TM_REDIS_CAP_LINE_MAX);
-            goto out;
-        }
-    }
-    /* a reply ends where the filter is back at a line start */
-    assert(f->pass == 0 && f->drop == 0 && f->nline == 0);
-    *out = r;
-    r = NULL;
-    rc = 0;
-out:
-    if (r != NULL)
-        freeReplyObject(r);
-    tm_free(buf);
-    tm_free(f);
-    return rc;
 }

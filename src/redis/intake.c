@@ -1,7 +1,7 @@
 /* intake.c - Redis intake: due retries, reclaim, own history, new entries.
  *
  * No read ever holds a body over max_payload. Every reply is read through
- * tm_redis_get_reply_capped, which drops a bulk string over max_payload
+ * tm_rconn_get_reply_capped, which drops a bulk string over max_payload
  * as it comes off the socket and leaves its reason in its place (hiredis
  * reads a whole reply, and RESP gives an entry's size only in the header
  * of its bulk string: the filter acts there). The claim scripts (due
@@ -14,6 +14,7 @@
  * dead-letter script copies its body inside Redis. */
 #include "redis/redis.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +25,27 @@
 
 #define SRC TM_REDIS_SRC
 
-/* The retry set is looked at on every fetch when a retry is due, else at
- * least this often (other daemons schedule retries too). */
-#define TM_REDIS_DUE_RECHECK_MS 1000
+/* peek_script looks, for each task of a lane, at the retry set and the
+ * pending list: KEYS are stream, retry set, for each task; ARGV[1] the
+ * group, ARGV[1 + i] task i's claim_idle. Returns, for each task, the ms
+ * until its next retry is due (-1: none) and 1 when an entry has been
+ * pending past claim_idle (0: none, or no stream or group yet). */
+static const char peek_script[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local out = {}\n"
+    "for i = 1, #KEYS / 2 do\n"
+    "  local wait = -1\n"
+    "  local nxt = redis.call('ZRANGE', KEYS[2 * i], 0, 0, 'WITHSCORES')\n"
+    "  if #nxt > 0 then wait = math.max(0, tonumber(nxt[2]) - now) end\n"
+    "  local idle = 0\n"
+    "  local p = redis.pcall('XPENDING', KEYS[2 * i - 1], ARGV[1], 'IDLE',\n"
+    "    tonumber(ARGV[1 + i]), '-', '+', 1)\n"
+    "  if type(p) == 'table' and p.err == nil and #p > 0 then idle = 1 end\n"
+    "  out[#out + 1] = wait\n"
+    "  out[#out + 1] = idle\n"
+    "end\n"
+    "return out\n";
 
 /* reclaim_script takes entries idle past ARGV[7] ms on any consumer,
  * scanning the group's pending list from ARGV[6] ("-" or "(id"), and
@@ -207,18 +226,22 @@ static struct tm_batch *entries_batch(struct tm_redis_task *rt,
     return b;
 }
 
+/* intake_failed closes the lane's connection after a failure of task
+ * rt's read (the lane reconnects on its next fetch). */
 static void intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
                           const char *what)
 {
+    struct tm_redis_lane *l = rt->lane;
     if (rt->was_up || atomic_load(&rb->base.up))
         tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, NULL,
                      "%s: %s; reconnecting", what, rt->errstr);
     rt->was_up = 0;
+    l->was_up = 0;
     tm_redis_mark_down(rb);
-    atomic_store(&rt->client_id, 0);
-    if (rt->rc != NULL) {
-        tm_redis_close(rt->rc);
-        rt->rc = NULL;
+    atomic_store(&l->client_id, 0);
+    if (l->rc != NULL) {
+        tm_rconn_close(l->rc);
+        l->rc = NULL;
     }
 }
 
@@ -232,7 +255,7 @@ static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
         tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, NULL,
                      "group '%s' is gone from '%s'; creating it again",
                      rt->cfg->group, rt->cfg->queue);
-        rt->group_ready = 0;
+        rt->group_gen = rt->lane->conn_gen - 1;
         return 0;
     }
     intake_failed(rb, rt, what);
@@ -246,16 +269,16 @@ static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
 static redisReply *intake_command(struct tm_redis_task *rt, int argc,
                                   const char **argv, int *dead)
 {
+    struct tm_rconn *c = rt->lane->rc;
     redisReply *r = NULL;
     *dead = 0;
-    if (redisAppendCommandArgv(rt->rc, argc, argv, NULL) != REDIS_OK ||
-        tm_redis_get_reply_capped(rt->rc, rt->cfg->max_payload, &r) != 0) {
-        *dead = tm_redis_reply_error(rt->rc, NULL, rt->errstr,
-                                     sizeof rt->errstr);
+    if (tm_rconn_append_argv(c, argc, argv, NULL) != 0 ||
+        tm_rconn_get_reply_capped(c, rt->cfg->max_payload, &r) != 0) {
+        *dead = tm_redis_reply_error(c, NULL, rt->errstr, sizeof rt->errstr);
         return NULL;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        tm_redis_reply_error(rt->rc, r, rt->errstr, sizeof rt->errstr);
+        *dead = tm_redis_reply_error(c, r, rt->errstr, sizeof rt->errstr);
         freeReplyObject(r);
         return NULL;
     }
@@ -308,8 +331,8 @@ static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
 }
 
 /* due_retries claims the retries that are due, when one may be: on the
- * time the last look or the settle thread announced, and at least every
- * TM_REDIS_DUE_RECHECK_MS. Sets rt->next_due_ms. */
+ * time the last look, the lane's peek or the settle thread announced.
+ * Sets rt->next_due_ms. */
 static int due_retries(struct tm_redis *rb, struct tm_redis_task *rt,
                        size_t ti, size_t max, struct tm_batch **out)
 {
@@ -330,10 +353,11 @@ static int due_retries(struct tm_redis *rb, struct tm_redis_task *rt,
         return -1;
     }
     long long w = strtoll(wait, NULL, 10);
-    if (w < 0 || w > TM_REDIS_DUE_RECHECK_MS)
-        w = TM_REDIS_DUE_RECHECK_MS;
-    /* more may be due at once when the reply was full */
-    rt->next_due_ms = (size_t)n >= max ? now : tm_now_ms() + w;
+    /* more may be due at once when the reply was full; none left: the
+     * lane's next peek looks again (other daemons schedule retries too) */
+    rt->next_due_ms = (size_t)n >= max ? now
+                      : w < 0          ? LLONG_MAX
+                                       : tm_now_ms() + w;
     if (n > 0)
         tm_log_write(TM_LOG_DEBUG, SRC, rt->cfg->name, NULL,
                      "claimed %d due retries", n);
@@ -348,7 +372,7 @@ static int reclaim(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
 {
     const struct tm_cfg_task *t = rt->cfg;
     int64_t now = tm_now_ms();
-    if (now < rt->next_maint_ms)
+    if (!rt->reclaimable || now < rt->next_maint_ms)
         return 0;
     char idle[24];
     tm_snprintf(idle, sizeof idle, "%lld", (long long)t->claim_idle_ms);
@@ -362,8 +386,10 @@ static int reclaim(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
     tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "%s",
                 cursor[0] != '\0' ? cursor : "-");
     /* a full page: go on at once, else wait for the next round */
-    if (strcmp(rt->claim_cursor, "-") == 0)
+    if (strcmp(rt->claim_cursor, "-") == 0) {
         rt->next_maint_ms = now + tm_redis_claim_period(t);
+        rt->reclaimable = 0; /* until the lane's next peek finds more */
+    }
     if (n > 0)
         tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
                      "reclaimed %d entries pending over %lld ms on other "
@@ -391,115 +417,280 @@ static int read_history(struct tm_redis *rb, struct tm_redis_task *rt,
     return n;
 }
 
-/* read_new reads up to max new entries, waiting up to block_ms for the
- * first one. */
-static int read_new(struct tm_redis *rb, struct tm_redis_task *rt,
-                    size_t ti, size_t max, int64_t block_ms,
-                    struct tm_batch **out)
+/* lane_connect opens the lane's connection and learns its CLIENT ID
+ * (a poke unblocks it by that). */
+static int lane_connect(struct tm_redis *rb, struct tm_redis_lane *l)
 {
-    const struct tm_cfg_task *t = rt->cfg;
-    char count[24], block[24];
-    tm_snprintf(count, sizeof count, "%zu", max);
-    tm_snprintf(block, sizeof block, "%lld", (long long)block_ms);
-    const char *argv[] = {"XREADGROUP", "GROUP", t->group, rb->consumer,
-                          "COUNT", count, "BLOCK", block, "STREAMS",
-                          t->queue, ">"};
-    int dead = 0;
-    redisReply *r = intake_command(rt, 11, argv, &dead);
-    if (r == NULL && dead) {
-        intake_failed(rb, rt, "XREADGROUP");
+    l->rc = tm_redis_connect(rb, TM_REDIS_COMMAND_TIMEOUT_MS, l->errstr,
+                             sizeof l->errstr);
+    if (l->rc == NULL) {
+        if (l->was_up || atomic_load(&rb->base.up))
+            tm_log_warn(SRC, "intake of group '%s': %s; reconnecting",
+                        l->group, l->errstr);
+        l->was_up = 0;
+        tm_redis_mark_down(rb);
         return -1;
     }
-    if (r == NULL)
-        return read_failed(rb, rt, "XREADGROUP");
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
-        r->element[0]->type != REDIS_REPLY_ARRAY ||
-        r->element[0]->elements != 2 ||
-        r->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
-        freeReplyObject(r); /* nil: the block timed out */
-        return 0;
-    }
-    struct tm_batch *b =
-        entries_batch(rt, r, r->element[0]->element[1], ti);
-    if (b == NULL)
-        return 0;
-    *out = b;
-    return (int)b->n;
+    l->conn_gen++;
+    redisReply *id = tm_rconn_command(l->rc, "CLIENT ID");
+    atomic_store(&l->client_id, id != NULL && id->type == REDIS_REPLY_INTEGER
+                                    ? id->integer
+                                    : 0);
+    if (id != NULL)
+        freeReplyObject(id);
+    return 0;
 }
 
-int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
-                   int timeout_ms, struct tm_batch **out)
+/* task_ready makes sure of the task's group on this connection. */
+static int task_ready(struct tm_redis *rb, struct tm_redis_task *rt)
 {
-    struct tm_redis *rb = (struct tm_redis *)b;
-    struct tm_redis_task *rt = &rb->tasks[ti];
+    struct tm_redis_lane *l = rt->lane;
     const struct tm_cfg_task *t = rt->cfg;
-    int dead = 0, n;
-    *out = NULL;
-    tm_redis_collect(rt);
-    if (max == 0)
+    int dead = 0;
+    if (rt->group_gen == l->conn_gen)
         return 0;
-    if (max > TM_REDIS_ACK_CHUNK)
-        max = TM_REDIS_ACK_CHUNK;
-
-    if (rt->rc == NULL) {
-        rt->rc = tm_redis_connect(rb,
-                                  (int64_t)timeout_ms +
-                                      TM_REDIS_BLOCK_SLACK_MS,
-                                  rt->errstr, sizeof rt->errstr);
-        if (rt->rc == NULL) {
-            intake_failed(rb, rt, "connect");
-            return -1;
-        }
-        rt->group_ready = 0;
-        /* remember the connection's id: wake() unblocks it by that */
-        redisReply *id = redisCommand(rt->rc, "CLIENT ID");
-        atomic_store(&rt->client_id, id != NULL &&
-                                         id->type == REDIS_REPLY_INTEGER
-                                     ? id->integer
-                                     : 0);
-        if (id != NULL)
-            freeReplyObject(id);
+    if (tm_redis_ensure_group(l->rc, t, rt->errstr, sizeof rt->errstr,
+                              &dead) != 0) {
+        intake_failed(rb, rt, "XGROUP CREATE");
+        return -1;
     }
-    if (!rt->group_ready) {
-        if (tm_redis_ensure_group(rt->rc, t, rt->errstr, sizeof rt->errstr,
-                                  &dead) != 0) {
-            intake_failed(rb, rt, "XGROUP CREATE");
-            return -1;
-        }
-        rt->group_ready = 1;
-        if (!rt->was_up)
-            tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
-                         "consuming stream '%s' as %s/%s", t->queue,
-                         t->group, rb->consumer);
-        rt->was_up = 1;
-        tm_redis_mark_up(rb);
-    }
+    rt->group_gen = l->conn_gen;
+    if (!rt->was_up)
+        tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
+                     "consuming stream '%s' as %s/%s", t->queue, t->group,
+                     rb->consumer);
+    rt->was_up = 1;
+    return 0;
+}
 
+/* take_owed runs steps 1-3 of a task's intake: retries that are due,
+ * entries idle past claim_idle on dead consumers, and once after start
+ * this consumer's own pending entries. */
+static int take_owed(struct tm_redis *rb, struct tm_broker *b,
+                     struct tm_redis_task *rt, size_t ti, size_t max,
+                     struct tm_batch **out)
+{
     /* 1. retries that are due, from the retry set (delivery count + 1) */
-    n = due_retries(rb, rt, ti, max, out);
+    int n = due_retries(rb, rt, ti, max, out);
     if (n != 0)
         return n;
-
     /* 2. entries idle past claim_idle on dead consumers */
     if (rt->history_done) {
         n = reclaim(rb, rt, ti, max, out);
         if (n != 0)
             return n;
     }
-
     /* 3. this consumer's own pending entries, once after start (not
      * after a reload: the previous configuration is still running them) */
     if (b->resumed)
         rt->history_done = 1;
     if (!rt->history_done)
         return read_history(rb, rt, ti, max, out);
+    return 0;
+}
 
-    /* 4. new entries, waiting until the next retry is due at most */
-    int64_t bl = timeout_ms > 0 ? timeout_ms : 1;
-    int64_t now = tm_now_ms();
+/* next_look is when the task next needs a look outside the blocking
+ * read: its next due retry, or its next reclaim round. */
+static int64_t next_look(const struct tm_redis_task *rt)
+{
     int64_t hint = atomic_load(&rt->retry_hint_ms);
     int64_t until = rt->next_due_ms < hint ? rt->next_due_ms : hint;
-    if (until - now < bl)
-        bl = until - now > 1 ? until - now : 1;
-    return read_new(rb, rt, ti, max, bl, out);
+    if (rt->history_done && rt->reclaimable && rt->next_maint_ms < until)
+        until = rt->next_maint_ms;
+    return until;
+}
+
+/* read_new reads new entries of the tasks given in l->argv/argti (k of
+ * them), at most count each, waiting up to block_ms for the first one.
+ * Each stream's part of the reply becomes one batch. */
+static int read_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
+                    size_t count, int64_t block_ms, struct tm_batch **out,
+                    size_t nout)
+{
+    char cnt[24], block[24];
+    tm_snprintf(cnt, sizeof cnt, "%zu", count);
+    tm_snprintf(block, sizeof block, "%lld", (long long)block_ms);
+    const char **argv = l->argv;
+    argv[0] = "XREADGROUP";
+    argv[1] = "GROUP";
+    argv[2] = l->group;
+    argv[3] = rb->consumer;
+    argv[4] = "COUNT";
+    argv[5] = cnt;
+    argv[6] = "BLOCK";
+    argv[7] = block;
+    argv[8] = "STREAMS";
+    /* argv[9 .. 9+k) are the streams, then k times ">" */
+    for (size_t i = 0; i < k; i++)
+        argv[9 + k + i] = ">";
+    struct tm_redis_task *first = &rb->tasks[l->argti[0]];
+    int dead = 0;
+    tm_rconn_set_timeout(l->rc, block_ms + TM_REDIS_BLOCK_SLACK_MS);
+    redisReply *r = intake_command(first, (int)(9 + 2 * k), argv, &dead);
+    tm_rconn_set_timeout(l->rc, TM_REDIS_COMMAND_TIMEOUT_MS);
+    if (r == NULL && dead) {
+        intake_failed(rb, first, "XREADGROUP");
+        return -1;
+    }
+    if (r == NULL) {
+        /* NOGROUP names no stream: make sure of every group again */
+        for (size_t i = 0; i < k; i++)
+            rb->tasks[l->argti[i]].group_gen = l->conn_gen - 1;
+        return read_failed(rb, first, "XREADGROUP");
+    }
+    size_t nb = 0;
+    if (r->type == REDIS_REPLY_ARRAY) {
+        for (size_t e = 0; e < r->elements && nb < nout; e++) {
+            redisReply *pair = r->element[e];
+            if (pair->type != REDIS_REPLY_ARRAY || pair->elements != 2 ||
+                pair->element[0]->type != REDIS_REPLY_STRING ||
+                pair->element[1]->type != REDIS_REPLY_ARRAY)
+                continue;
+            size_t i = 0;
+            while (i < k && strcmp(argv[9 + i], pair->element[0]->str) != 0)
+                i++;
+            if (i == k)
+                continue;
+            /* the stream's part leaves the reply: its batch owns it */
+            r->element[e] = NULL;
+            size_t ti = l->argti[i];
+            struct tm_batch *bt = entries_batch(&rb->tasks[ti], pair,
+                                                pair->element[1], ti);
+            if (bt != NULL)
+                out[nb++] = bt;
+        }
+    }
+    freeReplyObject(r); /* nil: the block timed out */
+    return (int)nb;
+}
+
+/* peek runs peek_script for every task of the lane and sets their next
+ * due retry and whether reclaim has work; -1 when the connection was
+ * lost. */
+static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
+{
+    size_t n = l->ntasks;
+    const char **argv = l->peek_argv;
+    char nkeys[24];
+    tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n);
+    argv[0] = "EVAL";
+    argv[1] = peek_script;
+    argv[2] = nkeys;
+    argv[3 + 2 * n] = l->group;
+    for (size_t i = 0; i < n; i++) {
+        struct tm_redis_task *rt = &rb->tasks[l->tasks[i]];
+        argv[3 + 2 * i] = rt->cfg->queue;
+        argv[4 + 2 * i] = rt->retry_key;
+        tm_snprintf(l->peek_num[i], sizeof l->peek_num[i], "%lld",
+                    (long long)rt->cfg->claim_idle_ms);
+        argv[4 + 2 * n + i] = l->peek_num[i];
+    }
+    struct tm_redis_task *first = &rb->tasks[l->tasks[0]];
+    int dead = 0;
+    int64_t now = tm_now_ms();
+    redisReply *r = intake_command(first, (int)(4 + 3 * n), argv, &dead);
+    if (r == NULL) {
+        if (dead) {
+            intake_failed(rb, first, "peek");
+            return -1;
+        }
+        tm_log_write(TM_LOG_WARNING, SRC, first->cfg->name, NULL,
+                     "peek: %s", first->errstr);
+        return 0;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 * n) {
+        for (size_t i = 0; i < n; i++) {
+            struct tm_redis_task *rt = &rb->tasks[l->tasks[i]];
+            const redisReply *w = r->element[2 * i];
+            const redisReply *idle = r->element[2 * i + 1];
+            if (w->type == REDIS_REPLY_INTEGER)
+                rt->next_due_ms = w->integer < 0 ? LLONG_MAX
+                                                 : now + w->integer;
+            if (idle->type == REDIS_REPLY_INTEGER && idle->integer > 0)
+                rt->reclaimable = 1;
+        }
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
+                        int timeout_ms, struct tm_batch **out, size_t nout)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    assert(li < rb->nlanes);
+    struct tm_redis_lane *l = &rb->lanes[li];
+    size_t nb = 0;
+    /* a first look after a (re)connect returns without blocking, so that
+     * the caller learns at once that the lane's tasks are subscribed */
+    int fresh = !l->was_up;
+    for (size_t i = 0; i < l->ntasks; i++)
+        tm_redis_collect(&rb->tasks[l->tasks[i]]);
+    if (l->rc == NULL && lane_connect(rb, l) != 0)
+        return -1;
+    if (tm_now_ms() >= l->next_peek_ms) {
+        for (size_t i = 0; i < l->ntasks; i++)
+            if (task_ready(rb, &rb->tasks[l->tasks[i]]) != 0)
+                return -1;
+        if (peek(rb, l) != 0)
+            return -1;
+        l->next_peek_ms = tm_now_ms() + l->peek_period_ms;
+    }
+
+    /* steps 1-3 for each task with room; their batches first */
+    size_t k = 0, count = TM_REDIS_ACK_CHUNK;
+    int waiting = 0;
+    int64_t now = tm_now_ms();
+    int64_t until = now + (timeout_ms > 0 ? timeout_ms : 1);
+    for (size_t i = 0; i < l->ntasks && nb < nout; i++) {
+        size_t ti = l->tasks[i];
+        struct tm_redis_task *rt = &rb->tasks[ti];
+        size_t max = room[ti] < TM_REDIS_ACK_CHUNK ? room[ti]
+                                                    : TM_REDIS_ACK_CHUNK;
+        if (max == 0) {
+            waiting = 1;
+            continue;
+        }
+        if (task_ready(rb, rt) != 0)
+            return nb > 0 ? (int)nb : -1;
+        int n = take_owed(rb, b, rt, ti, max, &out[nb]);
+        if (n < 0)
+            return nb > 0 ? (int)nb : -1;
+        if (n > 0) {
+            nb++;
+            continue;
+        }
+        int64_t t_look = next_look(rt);
+        if (t_look < until)
+            until = t_look;
+        /* one COUNT for every stream of the read: the least room, so
+         * that no task gets more than its prefetch allows */
+        if (max < count)
+            count = max;
+        l->argv[9 + k] = rt->cfg->queue;
+        l->argti[k++] = ti;
+    }
+    /* the connection works: every task with room was looked at */
+    tm_redis_mark_up(rb);
+    l->was_up = 1;
+    if (nb > 0 || k == 0 || fresh)
+        return (int)nb;
+
+    /* 4. new entries of every task with room, in one read that waits
+     * until the next look a task needs at most, or a poke */
+    if (waiting && until > now + TM_REDIS_ROOM_BLOCK_MS)
+        until = now + TM_REDIS_ROOM_BLOCK_MS;
+    if (until > l->next_peek_ms)
+        until = l->next_peek_ms;
+    int64_t bl = until - now > 1 ? until - now : 1;
+    atomic_store(&l->block_end_ms, now + bl);
+    atomic_store(&l->in_block, 1);
+    if (atomic_exchange(&l->poke, 0)) {
+        atomic_store(&l->in_block, 0);
+        return 0; /* poked: the caller looks at the room again */
+    }
+    int n = read_new(rb, l, k, count, bl, out, nout);
+    atomic_store(&l->in_block, 0);
+    atomic_store(&l->block_end_ms, LLONG_MAX);
+    return n;
 }

@@ -1,4 +1,4 @@
-/* redis.c - the Redis Streams adapter on hiredis: lifecycle and vtable. */
+/* redis.c - the Redis Streams adapter: lifecycle and vtable. */
 #include "redis/redis.h"
 
 #include <errno.h>
@@ -19,6 +19,11 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
     rb->ntasks = cfg->ntasks;
     rb->consumer = cfg->instance;
     rb->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *rb->tasks);
+    if (cfg->url.tls && !cfg->tls.verify)
+        tm_log_warn(SRC, "%s: broker.tls.verify is false: the server's "
+                    "certificate and name are not checked; anyone on the "
+                    "path can read and change the traffic",
+                    cfg->url.redacted);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         struct tm_redis_task *rt = &rb->tasks[i];
         rt->cfg = &cfg->tasks[i];
@@ -26,6 +31,8 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
         pthread_mutex_init(&rt->held_mu, NULL);
     }
+    pthread_mutex_init(&rb->wake_mu, NULL);
+    tm_redis_lanes_init(rb);
     return &rb->base;
 }
 
@@ -55,44 +62,21 @@ static int rb_connect_all(struct tm_broker *b)
     return 0;
 }
 
-/* rb_wake ends blocked XREADGROUP calls at once (CLIENT UNBLOCK, as if
- * their BLOCK time ran out), from a short connection of its own. */
-static void rb_wake(struct tm_broker *b)
-{
-    struct tm_redis *rb = (struct tm_redis *)b;
-    char eb[256];
-    redisContext *c = NULL;
-    for (size_t i = 0; i < rb->ntasks; i++) {
-        long long id = atomic_load(&rb->tasks[i].client_id);
-        if (id <= 0)
-            continue;
-        if (c == NULL) {
-            c = tm_redis_connect(rb, 1000, eb, sizeof eb);
-            if (c == NULL)
-                return; /* the reads end by their BLOCK time anyway */
-        }
-        redisReply *r = redisCommand(c, "CLIENT UNBLOCK %lld", id);
-        if (r != NULL)
-            freeReplyObject(r);
-    }
-    if (c != NULL)
-        redisFree(c);
-}
-
 static void rb_destroy(struct tm_broker *b)
 {
     if (b == NULL)
         return;
     struct tm_redis *rb = (struct tm_redis *)b;
+    tm_redis_lanes_free(rb);
+    tm_rconn_close(rb->wake_c);
+    pthread_mutex_destroy(&rb->wake_mu);
     for (size_t i = 0; i < rb->ntasks; i++) {
         tm_redis_collect(&rb->tasks[i]);
-        if (rb->tasks[i].rc != NULL)
-            tm_redis_close(rb->tasks[i].rc);
         pthread_mutex_destroy(&rb->tasks[i].held_mu);
         tm_free(rb->tasks[i].retry_key);
     }
     if (rb->wc != NULL)
-        tm_redis_close(rb->wc);
+        tm_rconn_close(rb->wc);
     tm_free(rb->tasks);
     tm_free(rb->argv);
     tm_free(rb->argvlen);
@@ -107,9 +91,12 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .kind = "redis",
     .create = rb_create,
     .connect = rb_connect_all,
-    .fetch = tm_redis_fetch,
+    .lanes = tm_redis_nlanes,
+    .lane_of = tm_redis_lane_of,
+    .fetch_lane = tm_redis_fetch_lane,
+    .room_made = tm_redis_room_made,
     .settle = tm_redis_settle,
-    .wake = rb_wake,
+    .wake = tm_redis_wake,
     .tick = tm_redis_tick,
     .tick_ms = tm_redis_tick_ms,
     .publish = tm_redis_publish,

@@ -10,11 +10,14 @@
 #include <hiredis/hiredis.h>
 
 #include "broker.h"
+#include "redis/net.h"
 
 /*
  * The adapter is split by layer:
- *   conn.c    connections, timeouts, error translation
- *   intake.c  reads of new entries, own history and reclaim (intake thread)
+ *   net.c     one connection: socket, deadlines, TLS, RESP
+ *   conn.c    the adapter's connections, error translation
+ *   intake.c  reads of new entries, own history and reclaim (lane thread)
+ *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
  *   settle.c  ack, retry, dead-letter (settle thread)
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
@@ -56,17 +59,21 @@ struct tm_redis_held {
     unsigned char settled[];
 };
 
+struct tm_redis_lane;
+
 struct tm_redis_task {
     const struct tm_cfg_task *cfg;
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
-    redisContext *rc;          /* intake connection: blocking reads */
-    int group_ready;
+    struct tm_redis_lane *lane; /* the intake lane that reads it */
+    unsigned group_gen;        /* lane->conn_gen when its group was made
+                                  sure of; another value: not yet */
     int history_done;          /* own pending entries read again */
     char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
     int was_up;
-    atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
     _Atomic(struct tm_msg *) garbage; /* settled batches, to free here */
     int64_t next_maint_ms;     /* intake: next reclaim round */
+    int reclaimable;           /* intake: the last peek saw entries
+                                  pending past claim_idle */
     int64_t next_due_ms;       /* intake: next look at the retry set */
     atomic_llong retry_hint_ms; /* settle thread: earliest retry it
                                    scheduled since the intake looked */
@@ -78,14 +85,61 @@ struct tm_redis_task {
     char errstr[256];
 };
 
+/*
+ * struct tm_redis_lane is one intake lane: the tasks of one consumer group
+ * read by one thread on one connection, new entries of all of them by a
+ * single XREADGROUP ... STREAMS k1 k2 ... that blocks until one arrives,
+ * the next retry or reclaim is due, or the lane is poked. So intake costs
+ * one thread and one connection per group, whatever the count of tasks.
+ * Two tasks of one group on one queue go to different lanes (a stream
+ * appears once in a read).
+ *
+ * Poking: the settle thread pokes a lane when it made room for a task the
+ * lane had left out of its read (prefetch reached), or scheduled a retry
+ * due before the read ends. poke is set first, then when the lane is in a
+ * blocking read (in_block) its connection is unblocked (CLIENT UNBLOCK on
+ * the adapter's wake connection); the lane clears poke before each read
+ * and does not block when it was set. A read that starts between the two
+ * may miss the unblock: reads block at most TM_REDIS_ROOM_BLOCK_MS while
+ * a task of the lane waits for room.
+ */
+struct tm_redis_lane {
+    struct tm_redis *rb;
+    const char *group;
+    size_t *tasks;             /* task indexes, ntasks of them */
+    size_t ntasks;
+    struct tm_rconn *rc;       /* lane thread only */
+    unsigned conn_gen;         /* counts rc's connects */
+    int was_up;
+    atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
+    atomic_int poke;
+    atomic_int in_block;
+    atomic_llong block_end_ms; /* when the current read ends at the latest */
+    int64_t next_peek_ms;      /* next look at retry sets and pending
+                                  lists (lane thread only) */
+    int64_t peek_period_ms;    /* the shortest claim period of its
+                                  tasks */
+    /* read scratch (lane thread only) */
+    const char **argv;
+    size_t *argti;             /* task index of each stream in argv */
+    const char **peek_argv;
+    char (*peek_num)[24];
+    char errstr[256];
+};
+
 /* struct tm_redis is the adapter: the common head, then its state. */
 struct tm_redis {
     struct tm_broker base;
-    redisContext *wc;          /* settle connection: acks, dead letters */
+    struct tm_rconn *wc;          /* settle connection: acks, dead letters */
     struct tm_redis_task *tasks;
     size_t ntasks;
+    struct tm_redis_lane *lanes;
+    size_t nlanes;
+    pthread_mutex_t wake_mu;      /* guards wake_c */
+    struct tm_rconn *wake_c;      /* CLIENT UNBLOCK for lanes */
     const char *consumer;
     atomic_int ever_up;
+    atomic_size_t sentinel_next; /* the sentinel asked first */
     int wc_was_up;
     /* settle and upkeep scratch (settle thread only) */
     const char **argv;
@@ -106,23 +160,26 @@ struct tm_redis {
 /* tm_redis_reply_error describes a failed command in buf: the reply's
  * error text, or the context's I/O error. Returns 1 when the connection
  * is unusable. */
-int tm_redis_reply_error(redisContext *c, redisReply *r, char *buf,
+int tm_redis_reply_error(struct tm_rconn *c, redisReply *r, char *buf,
                          size_t size);
+/* tm_redis_error_moves says whether an error reply means the server is
+ * no longer the master (a failover): the connection is then closed and
+ * opened again, to the master the topology names now. */
+int tm_redis_error_moves(const char *err);
 /* tm_redis_command runs one command given as argv and returns its reply
  * (the caller frees it), or NULL with the reason in buf (and *dead = 1
  * when the connection is unusable). An error reply is returned as NULL
  * too. */
-redisReply *tm_redis_command(redisContext *c, int argc, const char **argv,
-                             const size_t *lens, char *buf, size_t size,
-                             int *dead);
+redisReply *tm_redis_command(struct tm_rconn *c, int argc,
+                             const char **argv, const size_t *lens,
+                             char *buf, size_t size, int *dead);
 /* tm_redis_connect opens one authenticated connection whose commands time
  * out after timeout_ms; NULL with the reason in buf. */
-redisContext *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
-                               char *buf, size_t size);
-void tm_redis_close(redisContext *c);
+struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
+                                  char *buf, size_t size);
 void tm_redis_mark_up(struct tm_redis *rb);
 void tm_redis_mark_down(struct tm_redis *rb);
-int tm_redis_ensure_group(redisContext *c, const struct tm_cfg_task *t,
+int tm_redis_ensure_group(struct tm_rconn *c, const struct tm_cfg_task *t,
                           char *buf, size_t size, int *dead);
 /* tm_redis_wc_ready opens the settle connection when it is closed;
  * tm_redis_wc_lost closes it after a failure (settle thread only). */
@@ -131,51 +188,6 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
                       const char *why);
 const redisReply *tm_redis_reply_field(const redisReply *a,
                                        const char *key);
-/* The longest line (a type header, a status, an error or an integer) the
- * reply filter accepts. */
-#define TM_REDIS_CAP_LINE_MAX 4096
-
-/*
- * struct tm_redis_cap filters the RESP2 byte stream between the socket and
- * hiredis's reader: a bulk string longer than limit is never passed on
- * (nor kept); the reader gets in its place TM_REDIS_OVERSIZE followed by
- * "body of N bytes exceeds max_payload of LIMIT". Every item of RESP2 is
- * one line, except the payload of a bulk string, which follows its "$N"
- * line: so the filter needs no nesting, only whether it is in a line, in
- * a payload to pass on (pass) or in one to drop (drop).
- */
-struct tm_redis_cap {
-    size_t limit;
-    size_t pass, drop;     /* payload bytes (CRLF included) left */
-    size_t nline;          /* bytes of the line being read */
-    char line[TM_REDIS_CAP_LINE_MAX];
-};
-
-/* tm_redis_cap_init starts a filter at a reply boundary. */
-void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit);
-/* tm_redis_cap_feed runs n bytes read from the socket through the filter
- * into the reader rd. -1 on a line over TM_REDIS_CAP_LINE_MAX or when the
- * reader refuses the bytes. */
-int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
-                      const char *in, size_t n);
-
-/* TM_REDIS_OVERSIZE starts the text that tm_redis_get_reply_capped puts
- * in place of a bulk string over its limit; the reason follows it ("body
- * of N bytes exceeds max_payload of M"). A byte no JSON text starts
- * with. */
-#define TM_REDIS_OVERSIZE "\x01"
-/* tm_redis_get_reply_capped reads the reply to the command last appended
- * on c (redisAppendCommandArgv) like redisGetReply, except that no bulk
- * string longer than limit is ever buffered: it is read off the socket
- * and dropped, and the reply holds TM_REDIS_OVERSIZE and the reason in
- * its place. Memory is thus bounded by the count of entries asked for
- * times limit, however large the entries are. Returns 0 with *out set
- * (the caller frees it), or -1 with c->err/errstr set (the connection is
- * then unusable). Only for a connection that pipelines nothing: the
- * filter starts and ends at a reply boundary. */
-int tm_redis_get_reply_capped(redisContext *c, size_t limit,
-                              redisReply **out);
-
 /* ---- retry.c ---- */
 
 /* tm_redis_retry_key returns "<queue>.retry.<group>" (the caller frees
@@ -184,7 +196,7 @@ int tm_redis_get_reply_capped(redisContext *c, size_t limit,
 char *tm_redis_retry_key(const struct tm_cfg_task *t);
 /* tm_redis_retry_append queues on c the command that schedules m's retry
  * after delay_ms (settle thread). */
-void tm_redis_retry_append(struct tm_redis *rb, redisContext *c,
+void tm_redis_retry_append(struct tm_redis *rb, struct tm_rconn *c,
                            const struct tm_msg *m);
 /* tm_redis_retry_note tells the task's intake that a retry is due at
  * due_ms (local monotonic ms), so it looks at the retry set then. */
@@ -236,8 +248,31 @@ void tm_redis_collect(struct tm_redis_task *rt);
     "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"     \
     "  keep(r[1], #p > 0 and p[1][4] or 1)\n"                               \
     "end\n"
-int tm_redis_fetch(struct tm_broker *b, size_t ti, size_t max,
-                   int timeout_ms, struct tm_batch **out);
+int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
+                        const size_t *room, int timeout_ms,
+                        struct tm_batch **out, size_t nout);
+
+/* ---- lane.c ---- */
+
+/* A lane peeks at its tasks' retry sets and pending lists (one script
+ * for all of them) every claim period of its tasks (the shortest; see
+ * tm_redis_claim_period): other daemons schedule retries, and die, too.
+ * Its own retries it learns of at once (tm_redis_retry_note). */
+/* While a task of a lane waits for room, a read blocks at most this. */
+#define TM_REDIS_ROOM_BLOCK_MS 1000
+/* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
+ * another for a queue seen twice in one); tm_redis_lanes_free frees
+ * them (closing their connections). */
+void tm_redis_lanes_init(struct tm_redis *rb);
+void tm_redis_lanes_free(struct tm_redis *rb);
+size_t tm_redis_nlanes(struct tm_broker *b);
+size_t tm_redis_lane_of(struct tm_broker *b, size_t ti);
+/* tm_redis_lane_poke makes the lane look again at once (any thread). */
+void tm_redis_lane_poke(struct tm_redis_lane *l);
+/* tm_redis_room_made pokes the lane of task ti (settle thread). */
+void tm_redis_room_made(struct tm_broker *b, size_t ti);
+/* tm_redis_wake pokes every lane (shutdown). */
+void tm_redis_wake(struct tm_broker *b);
 
 /* ---- settle.c ---- */
 

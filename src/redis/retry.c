@@ -65,7 +65,7 @@ char *tm_redis_retry_key(const struct tm_cfg_task *t)
     return k;
 }
 
-void tm_redis_retry_append(struct tm_redis *rb, redisContext *c,
+void tm_redis_retry_append(struct tm_redis *rb, struct tm_rconn *c,
                            const struct tm_msg *m)
 {
     const struct tm_redis_task *rt = &rb->tasks[m->task_index];
@@ -76,7 +76,7 @@ void tm_redis_retry_append(struct tm_redis *rb, redisContext *c,
     const char *argv[] = {"EVAL", retry_script, "2", t->queue,
                           rt->retry_key, t->group, rb->consumer, delay,
                           m->id};
-    redisAppendCommandArgv(c, (int)(sizeof argv / sizeof argv[0]), argv,
+    tm_rconn_append_argv(c, (int)(sizeof argv / sizeof argv[0]), argv,
                            NULL);
 }
 
@@ -86,4 +86,7 @@ void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms)
     while (due_ms < cur &&
            !atomic_compare_exchange_weak(&rt->retry_hint_ms, &cur, due_ms))
         ;
+    /* due before the lane's read ends: end it early */
+    if (due_ms < atomic_load(&rt->lane->block_end_ms))
+        tm_redis_lane_poke(rt->lane);
 }

@@ -100,7 +100,7 @@ static void append_dead(struct tm_redis *rb, struct tm_msg *m)
                           "attempts", attempts,
                           "failed_at", failed_at,
                           "origin_id", m->id};
-    redisAppendCommandArgv(rb->wc, (int)(sizeof argv / sizeof argv[0]),
+    tm_rconn_append_argv(rb->wc, (int)(sizeof argv / sizeof argv[0]),
                            argv, NULL);
 }
 
@@ -165,7 +165,7 @@ static size_t append_acks(struct tm_redis *rb, struct tm_msg **msgs,
             argc++;
             i++;
         }
-        redisAppendCommandArgv(rb->wc, (int)argc, rb->argv, rb->argvlen);
+        tm_rconn_append_argv(rb->wc, (int)argc, rb->argv, rb->argvlen);
         rb->spans[ns].from = start;
         rb->spans[ns].to = i;
         ns++;
@@ -252,18 +252,24 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
     ns = append_acks(rb, msgs, i, work, ns);
 
     /* replies come in the order of the commands */
-    int lost = 0;
+    int lost = 0, moved = 0;
     for (size_t c = 0; c < ns; c++) {
-        void *vr = NULL;
-        if (redisGetReply(rb->wc, &vr) != REDIS_OK || vr == NULL) {
+        redisReply *vr = NULL;
+        if (tm_rconn_get_reply(rb->wc, &vr) != 0) {
             tm_redis_reply_error(rb->wc, NULL, eb, sizeof eb);
             lost = 1;
             break; /* spans c.. stay unsettled: their replies are lost */
         }
         span_done(rb, msgs, &rb->spans[c], vr);
+        if (vr->type == REDIS_REPLY_ERROR && tm_redis_error_moves(vr->str)) {
+            /* no longer the master: the rest is read, then the
+             * connection goes, and the next round finds the master */
+            tm_snprintf(eb, sizeof eb, "%s", vr->str);
+            moved = 1;
+        }
         freeReplyObject(vr);
     }
-    if (lost) {
+    if (lost || moved) {
         tm_redis_wc_lost(rb, "settle", eb);
     } else if (!rb->wc_was_up) {
         rb->wc_was_up = 1;

@@ -73,7 +73,7 @@ static size_t held_ids(struct tm_redis *rb, struct tm_redis_task *rt)
  * Entries waiting in the retry set are not held by anyone and are left
  * alone (reclaim skips them). Returns 1 on connection loss. */
 static int refresh_held(struct tm_redis *rb, struct tm_redis_task *rt,
-                        redisContext *c, char *eb, size_t ebsize)
+                        struct tm_rconn *c, char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
     size_t n = held_ids(rb, rt);
@@ -157,7 +157,7 @@ static const char trim_script[] =
     "return redis.call('XTRIM', KEYS[1], 'MINID', minid)\n";
 
 /* trim caps the stream at maxlen entries (trim_script). */
-static int trim(struct tm_redis_task *rt, redisContext *c, char *eb,
+static int trim(struct tm_redis_task *rt, struct tm_rconn *c, char *eb,
                 size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
@@ -192,13 +192,13 @@ static int trim(struct tm_redis_task *rt, redisContext *c, char *eb,
  * (an hour at least), and one removed anyway is created again by its
  * next read, having nothing pending to lose. */
 static int sweep_consumers(struct tm_redis *rb, struct tm_redis_task *rt,
-                           redisContext *c, char *eb, size_t ebsize)
+                           struct tm_rconn *c, char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
     long long limit = t->claim_idle_ms * 10;
     if (limit < 3600000)
         limit = 3600000;
-    redisReply *r = redisCommand(c, "XINFO CONSUMERS %s %s", t->queue,
+    redisReply *r = tm_rconn_command(c, "XINFO CONSUMERS %s %s", t->queue,
                                  t->group);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         int dead = tm_redis_reply_error(c, r, eb, ebsize);
@@ -217,7 +217,7 @@ static int sweep_consumers(struct tm_redis *rb, struct tm_redis_task *rt,
             strcmp(name->str, rb->consumer) == 0 || pend->integer != 0 ||
             idle->integer < limit)
             continue;
-        redisReply *d = redisCommand(c, "XGROUP DELCONSUMER %s %s %s",
+        redisReply *d = tm_rconn_command(c, "XGROUP DELCONSUMER %s %s %s",
                                      t->queue, t->group, name->str);
         if (d == NULL) {
             dead = tm_redis_reply_error(c, d, eb, ebsize);

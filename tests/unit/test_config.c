@@ -1181,12 +1181,23 @@ START_TEST(test_broker_redis_modes)
 
     cfg = load_text("broker:\n"
                     "  url:\n    - redis://c1:7000\n    - redis://c2:7000\n"
-                    "  redis: { mode: cluster }\n" TASK, err, sizeof err);
+                    "  redis: { mode: cluster }\n"
+                    "tasks:\n  add: { plugin: add.so, queue: '{add}' }\n",
+                    err, sizeof err);
     ck_assert_msg(cfg != NULL, "%s", err);
     ck_assert_int_eq(cfg->redis_mode, TM_REDIS_CLUSTER);
     ck_assert_ptr_null(cfg->redis_master);
     ck_assert_uint_eq(cfg->nnodes, 2);
     tm_cfg_free(cfg);
+
+    /* cluster: a task whose keys do not share a slot gets a hash tag
+     * proposed */
+    cfg = load_text("broker:\n"
+                    "  url: [redis://c1:7000, redis://c2:7000]\n"
+                    "  redis: { mode: cluster }\n" TASK, err, sizeof err);
+    ck_assert_ptr_null(cfg);
+    ck_assert_msg(strstr(err, "one hash slot") != NULL &&
+                  strstr(err, "queue: '{taskmill.add}'") != NULL, "%s", err);
 
     /* a one-element list is a single node */
     cfg = load_text("broker: { url: [redis://h] }\n" TASK, err, sizeof err);

@@ -1,6 +1,7 @@
 /* test_redis.c - unit tests for the Redis adapter's pure parts
  * (src/redis/). */
 #include "redis/redis.h"
+#include "redis/slot.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,45 @@ START_TEST(retry_key_derives_from_the_queue)
     k = tm_redis_retry_key(&t);
     ck_assert_str_eq(k, "taskmill.add.retry.taskmill");
     tm_free(k);
+}
+END_TEST
+
+/* Cluster slots as Redis computes them (CLUSTER KEYSLOT), hash tags
+ * included: the first '{' to the next '}', when not empty. */
+START_TEST(key_slots_follow_redis)
+{
+    ck_assert_uint_eq(tm_redis_key_slot("123456789", 9), 12739);
+    ck_assert_uint_eq(tm_redis_key_slot("foo", 3), 12182);
+    ck_assert_uint_eq(tm_redis_key_slot("bar", 3), 5061);
+    ck_assert_uint_eq(tm_redis_key_slot("{bar}.x", 7), 5061);
+    ck_assert_uint_eq(tm_redis_key_slot("a{bar}b{foo}", 12), 5061);
+    /* an empty tag does not count: the whole key is hashed */
+    ck_assert_uint_eq(tm_redis_key_slot("foo{}{bar}", 10),
+                      tm_redis_key_slot("foo{}{bar}", 10));
+    ck_assert_uint_ne(tm_redis_key_slot("foo{}{bar}", 10), 5061);
+    ck_assert_uint_eq(tm_redis_key_slot("foo{{bar}}zap", 13),
+                      tm_redis_key_slot("{bar", 4));
+}
+END_TEST
+
+/* A task's stream, retry set and dead-letter stream must share a slot in
+ * cluster mode; the refusal proposes a hash tag. */
+START_TEST(task_keys_share_a_slot)
+{
+    char name[] = "orders", q1[] = "orders", d1[] = "orders.dlq";
+    char q2[] = "{orders}", d2[] = "{orders}.dlq", g[] = "taskmill";
+    char d3[] = "dead.orders";
+    struct tm_cfg_task t = {.name = name, .queue = q1, .group = g,
+                            .dead_letter = d1};
+    char err[600];
+    ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
+    ck_assert_ptr_nonnull(strstr(err, "dead_letter: '{orders}.dlq'"));
+    t.queue = q2;
+    t.dead_letter = d2;
+    ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), 0);
+    t.dead_letter = d3; /* a tagged queue, an untagged dead letter */
+    ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
 }
 END_TEST
 
@@ -138,6 +178,8 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, claim_period_bounds);
     tcase_add_test(tc, cap_drops_oversized_bulks);
     tcase_add_test(tc, cap_refuses_overlong_lines);
+    tcase_add_test(tc, key_slots_follow_redis);
+    tcase_add_test(tc, task_keys_share_a_slot);
     suite_add_tcase(s, tc);
     return s;
 }

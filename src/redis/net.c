@@ -1,0 +1,624 @@
+/* net.c - one connection to a Redis server: a non-blocking socket with
+ * deadlines, optional TLS (OpenSSL), RESP through hiredis's reader and
+ * formatter, and the reply filter that caps bulk strings. */
+#include "redis/net.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "util.h"
+
+/* Bytes read from the socket at a time. */
+#define TM_RCONN_CHUNK 16384
+
+static void set_err(struct tm_rconn *c, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(struct tm_rconn *c, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errstr, sizeof c->errstr, fmt, ap);
+    va_end(ap);
+    c->err = err;
+}
+
+static void set_errno(struct tm_rconn *c, const char *what, int e)
+{
+    char eb[TM_STRERRNO_BUF];
+    set_err(c, REDIS_ERR_IO, "%s: %s", what, tm_strerror(e, eb, sizeof eb));
+}
+
+/* ssl_errstr describes the first error on OpenSSL's queue (and empties
+ * it: the queue is per thread, a stale entry would blame the next
+ * call). */
+static void ssl_errstr(char *buf, size_t size)
+{
+    unsigned long e = ERR_get_error();
+    if (e == 0)
+        tm_snprintf(buf, size, "unknown TLS error");
+    else
+        ERR_error_string_n(e, buf, size);
+    ERR_clear_error();
+}
+
+/* wait_fd waits until fd is ready for events or the deadline passes.
+ * 0 ready, -1 with c->err set. */
+static int wait_fd(struct tm_rconn *c, short events, int64_t deadline,
+                   const char *what)
+{
+    for (;;) {
+        int64_t left = deadline - tm_now_ms();
+        if (left <= 0) {
+            set_err(c, REDIS_ERR_IO, "%s: timed out", what);
+            return -1;
+        }
+        struct pollfd p = {.fd = c->fd, .events = events};
+        int n = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR) {
+            set_errno(c, what, errno);
+            return -1;
+        }
+    }
+}
+
+/* ssl_wait turns an SSL_* result into a wait: 0 when the call is to be
+ * made again, -1 with c->err set. */
+static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
+                    const char *what)
+{
+    int e = SSL_get_error(c->ssl, ret);
+    if (e == SSL_ERROR_WANT_READ)
+        return wait_fd(c, POLLIN, deadline, what);
+    if (e == SSL_ERROR_WANT_WRITE)
+        return wait_fd(c, POLLOUT, deadline, what);
+    if (e == SSL_ERROR_ZERO_RETURN) {
+        set_err(c, REDIS_ERR_EOF, "Server closed the connection");
+        return -1;
+    }
+    if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+        if (errno == 0 || ret == 0)
+            set_err(c, REDIS_ERR_EOF, "Server closed the connection");
+        else
+            set_errno(c, what, errno);
+        return -1;
+    }
+    char eb[200];
+    ssl_errstr(eb, sizeof eb);
+    set_err(c, REDIS_ERR_IO, "%s: %s", what, eb);
+    return -1;
+}
+
+/* read_some reads at least one byte before the deadline. */
+static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
+                         int64_t deadline)
+{
+    for (;;) {
+        if (c->ssl != NULL) {
+            ERR_clear_error();
+            int n = SSL_read(c->ssl, buf, (int)size);
+            if (n > 0)
+                return n;
+            if (ssl_wait(c, n, deadline, "read") != 0)
+                return -1;
+            continue;
+        }
+        ssize_t n = read(c->fd, buf, size);
+        if (n > 0)
+            return n;
+        if (n == 0) {
+            set_err(c, REDIS_ERR_EOF, "Server closed the connection");
+            return -1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            set_errno(c, "read", errno);
+            return -1;
+        }
+        if (wait_fd(c, POLLIN, deadline, "read") != 0)
+            return -1;
+    }
+}
+
+/* tls_why_closed replaces a failed write's reason with the server's
+ * alert when one arrived before the connection closed (a refused client
+ * certificate, for one): that says why, the write error does not. */
+static void tls_why_closed(struct tm_rconn *c)
+{
+    char one, eb[200];
+    ERR_clear_error();
+    int n = SSL_read(c->ssl, &one, 1);
+    if (n <= 0 && SSL_get_error(c->ssl, n) == SSL_ERROR_SSL &&
+        ERR_peek_error() != 0) {
+        ssl_errstr(eb, sizeof eb);
+        set_err(c, REDIS_ERR_IO, "%s", eb);
+    }
+    ERR_clear_error();
+}
+
+/* flush sends every queued byte before the deadline. */
+static int flush(struct tm_rconn *c, int64_t deadline)
+{
+    size_t done = 0;
+    int rc = -1;
+    while (done < c->outlen) {
+        size_t left = c->outlen - done;
+        if (c->ssl != NULL) {
+            ERR_clear_error();
+            int n = SSL_write(c->ssl, c->out + done,
+                              left > INT32_MAX ? INT32_MAX : (int)left);
+            if (n > 0)
+                done += (size_t)n;
+            else if (ssl_wait(c, n, deadline, "write") != 0)
+                goto out;
+            continue;
+        }
+        ssize_t n = send(c->fd, c->out + done, left, MSG_NOSIGNAL);
+        if (n >= 0) {
+            done += (size_t)n;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (wait_fd(c, POLLOUT, deadline, "write") != 0)
+                goto out;
+        } else if (errno != EINTR) {
+            set_errno(c, "write", errno);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (rc != 0 && c->ssl != NULL)
+        tls_why_closed(c);
+    c->outlen = 0;
+    return rc;
+}
+
+/* tcp_connect connects to one address before the deadline. */
+static int tcp_connect(struct tm_rconn *c, const struct addrinfo *ai,
+                       int64_t deadline, char *buf, size_t size)
+{
+    char eb[TM_STRERRNO_BUF];
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
+                                       SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+        tm_snprintf(buf, size, "%s", tm_strerror(errno, eb, sizeof eb));
+        return -1;
+    }
+    c->fd = fd;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (errno != EINPROGRESS) {
+            tm_snprintf(buf, size, "%s", tm_strerror(errno, eb, sizeof eb));
+            goto fail;
+        }
+        if (wait_fd(c, POLLOUT, deadline, "connect") != 0) {
+            tm_snprintf(buf, size, "%s", c->errstr);
+            goto fail;
+        }
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+            soerr = errno;
+        if (soerr != 0) {
+            tm_snprintf(buf, size, "%s", tm_strerror(soerr, eb, sizeof eb));
+            goto fail;
+        }
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    return 0;
+fail:
+    close(fd);
+    c->fd = -1;
+    c->err = 0;
+    return -1;
+}
+
+static int is_ip_literal(const char *h)
+{
+    unsigned char a[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, h, a) == 1 || inet_pton(AF_INET6, h, a) == 1;
+}
+
+/* tls_context builds the OpenSSL context of one connection from o. */
+static SSL_CTX *tls_context(const struct tm_rconn_opts *o, char *buf,
+                            size_t size)
+{
+    char eb[200];
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL) {
+        ssl_errstr(eb, sizeof eb);
+        tm_snprintf(buf, size, "TLS: %s", eb);
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                              SSL_MODE_ENABLE_PARTIAL_WRITE);
+    if (o->verify) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        int ok = o->ca_file != NULL
+                     ? SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL)
+                     : SSL_CTX_set_default_verify_paths(ctx);
+        if (ok != 1) {
+            ssl_errstr(eb, sizeof eb);
+            tm_snprintf(buf, size, "TLS: cannot load the CA %s%s: %s",
+                        o->ca_file != NULL ? "file " : "store",
+                        o->ca_file != NULL ? o->ca_file : "", eb);
+            goto fail;
+        }
+    } else {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    }
+    if (o->cert_file != NULL) {
+        if (SSL_CTX_use_certificate_chain_file(ctx, o->cert_file) != 1) {
+            ssl_errstr(eb, sizeof eb);
+            tm_snprintf(buf, size, "TLS: cannot load cert_file %s: %s",
+                        o->cert_file, eb);
+            goto fail;
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx, o->key_file,
+                                        SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(ctx) != 1) {
+            ssl_errstr(eb, sizeof eb);
+            tm_snprintf(buf, size, "TLS: cannot use key_file %s: %s",
+                        o->key_file, eb);
+            goto fail;
+        }
+    }
+    return ctx;
+fail:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+/* tls_handshake starts TLS on the connected socket: SNI and the name
+ * checked are server_name, else the host (no SNI for an address). */
+static int tls_handshake(struct tm_rconn *c, const struct tm_rconn_opts *o,
+                         int64_t deadline, char *buf, size_t size)
+{
+    const char *name = o->server_name != NULL ? o->server_name : o->host;
+    int rc = -1;
+    SSL_CTX *ctx = tls_context(o, buf, size);
+    if (ctx == NULL)
+        return -1;
+    SSL *ssl = SSL_new(ctx);
+    if (ssl == NULL || SSL_set_fd(ssl, c->fd) != 1) {
+        tm_snprintf(buf, size, "TLS: out of memory");
+        SSL_free(ssl);
+        goto out;
+    }
+    c->ssl = ssl;
+    if (!is_ip_literal(name))
+        SSL_set_tlsext_host_name(ssl, name);
+    if (o->verify) {
+        X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+        int ok = is_ip_literal(name)
+                     ? X509_VERIFY_PARAM_set1_ip_asc(vp, name)
+                     : X509_VERIFY_PARAM_set1_host(vp, name, 0);
+        if (ok != 1) {
+            tm_snprintf(buf, size, "TLS: cannot verify the name '%s'", name);
+            goto out;
+        }
+    }
+    for (;;) {
+        ERR_clear_error();
+        int n = SSL_connect(ssl);
+        if (n == 1)
+            break;
+        long vr = SSL_get_verify_result(ssl);
+        if (vr != X509_V_OK) {
+            ERR_clear_error();
+            tm_snprintf(buf, size, "TLS: certificate verification failed "
+                        "for '%s': %s", name,
+                        X509_verify_cert_error_string(vr));
+            goto out;
+        }
+        if (ssl_wait(c, n, deadline, "TLS handshake") != 0) {
+            tm_snprintf(buf, size, "%s", c->errstr);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    SSL_CTX_free(ctx); /* the session holds its own reference */
+    return rc;
+}
+
+/* tls_settled waits for the server's verdict on the session: a TLS 1.3
+ * server judges the client's certificate after the client's side of the
+ * handshake is over, so its refusal comes as an alert on the first read.
+ * One PING (any reply, NOAUTH included, is an answer) makes that refusal
+ * an error of the connect, with its reason, rather than a reset on some
+ * later command. */
+static int tls_settled(struct tm_rconn *c, char *buf, size_t size)
+{
+    redisReply *r = tm_rconn_command(c, "PING");
+    if (r == NULL) {
+        tm_snprintf(buf, size, "TLS: the server ended the session: %s",
+                    c->errstr);
+        return -1;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+struct tm_rconn *tm_rconn_open(const struct tm_rconn_opts *o, char *buf,
+                               size_t size)
+{
+    struct tm_rconn *c = tm_calloc(1, sizeof *c);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    char port[16], why[200] = "no address";
+    int64_t deadline = tm_now_ms() + o->connect_timeout_ms;
+    c->fd = -1;
+    c->timeout_ms = o->timeout_ms;
+    tm_snprintf(port, sizeof port, "%d", o->port);
+    int gai = getaddrinfo(o->host, port, &hints, &res);
+    if (gai != 0) {
+        tm_snprintf(buf, size, "cannot resolve %s: %s", o->host,
+                    gai_strerror(gai));
+        goto fail;
+    }
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+        if (tcp_connect(c, ai, deadline, why, sizeof why) == 0)
+            break;
+    freeaddrinfo(res);
+    if (c->fd < 0) {
+        tm_snprintf(buf, size, "%s", why);
+        goto fail;
+    }
+    if (o->tls && tls_handshake(c, o, deadline, buf, size) != 0)
+        goto fail;
+    c->reader = redisReaderCreate();
+    if (c->reader == NULL) {
+        tm_snprintf(buf, size, "out of memory");
+        goto fail;
+    }
+    if (o->tls && tls_settled(c, buf, size) != 0)
+        goto fail;
+    return c;
+fail:
+    tm_rconn_close(c);
+    return NULL;
+}
+
+void tm_rconn_close(struct tm_rconn *c)
+{
+    if (c == NULL)
+        return;
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RDWR);
+    if (c->ssl != NULL)
+        SSL_free(c->ssl); /* no close_notify: the socket is shut down */
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->reader != NULL)
+        redisReaderFree(c->reader);
+    tm_free(c->out);
+    tm_free(c);
+}
+
+void tm_rconn_set_timeout(struct tm_rconn *c, int64_t timeout_ms)
+{
+    c->timeout_ms = timeout_ms;
+}
+
+/* queue takes a formatted command (len bytes, or -1: formatting failed)
+ * onto the output buffer and frees it. */
+static int queue(struct tm_rconn *c, char *cmd, long long len)
+{
+    if (len < 0 || cmd == NULL) {
+        set_err(c, REDIS_ERR_OOM, "cannot format the command");
+        return -1;
+    }
+    if (c->outlen + (size_t)len > c->outcap) {
+        size_t cap = c->outcap ? c->outcap : 256;
+        while (cap < c->outlen + (size_t)len)
+            cap *= 2;
+        c->out = tm_realloc(c->out, cap);
+        c->outcap = cap;
+    }
+    memcpy(c->out + c->outlen, cmd, (size_t)len);
+    c->outlen += (size_t)len;
+    redisFreeCommand(cmd);
+    return 0;
+}
+
+int tm_rconn_append_argv(struct tm_rconn *c, int argc, const char **argv,
+                         const size_t *lens)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    return queue(c, cmd, len);
+}
+
+int tm_rconn_append(struct tm_rconn *c, const char *fmt, ...)
+{
+    char *cmd = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    va_end(ap);
+    return queue(c, cmd, len);
+}
+
+/* ---- replies, with or without a cap on bulk strings ---- */
+
+static int cap_feed_out(redisReader *rd, const char *p, size_t n)
+{
+    return n > 0 && redisReaderFeed(rd, p, n) != REDIS_OK ? -1 : 0;
+}
+
+/* cap_line passes on one complete line (CRLF included), or for a bulk
+ * header over the limit the marker in its place. */
+static int cap_line(struct tm_redis_cap *f, redisReader *rd)
+{
+    if (f->line[0] != '$')
+        return cap_feed_out(rd, f->line, f->nline);
+    long long n = strtoll(f->line + 1, NULL, 10);
+    if (n < 0 || (unsigned long long)n <= f->limit) {
+        f->pass = n < 0 ? 0 : (size_t)n + 2;
+        return cap_feed_out(rd, f->line, f->nline);
+    }
+    char text[128], head[32];
+    int tl = tm_snprintf(text, sizeof text,
+                         TM_REDIS_OVERSIZE "body of %lld bytes exceeds "
+                         "max_payload of %zu\r\n", n, f->limit);
+    int hl = tm_snprintf(head, sizeof head, "$%d\r\n", tl - 2);
+    f->drop = (size_t)n + 2;
+    if (cap_feed_out(rd, head, (size_t)hl) != 0)
+        return -1;
+    return cap_feed_out(rd, text, (size_t)tl);
+}
+
+int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
+                      const char *in, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (f->drop > 0) {
+            size_t k = n - i < f->drop ? n - i : f->drop;
+            f->drop -= k;
+            i += k;
+            continue;
+        }
+        if (f->pass > 0) {
+            size_t k = n - i < f->pass ? n - i : f->pass;
+            if (cap_feed_out(rd, in + i, k) != 0)
+                return -1;
+            f->pass -= k;
+            i += k;
+            continue;
+        }
+        const char *nl = memchr(in + i, '\n', n - i);
+        size_t take = nl != NULL ? (size_t)(nl - (in + i)) + 1 : n - i;
+        if (f->nline + take > sizeof f->line)
+            return -1;
+        memcpy(f->line + f->nline, in + i, take);
+        f->nline += take;
+        i += take;
+        if (nl == NULL)
+            continue;
+        if (cap_line(f, rd) != 0)
+            return -1;
+        f->nline = 0;
+    }
+    return 0;
+}
+
+void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit)
+{
+    memset(f, 0, sizeof *f);
+    f->limit = limit;
+}
+
+/* get_reply reads one reply, through the filter f when it is not NULL:
+ * then it reads on until the filter is done with the bulk it drops (the
+ * reader has the reply as soon as it has the reason in that bulk's
+ * place, while the rest of its bytes are still coming). */
+static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
+                     redisReply **out)
+{
+    void *r = NULL;
+    char *buf = NULL;
+    int rc = -1;
+    *out = NULL;
+    if (c->err)
+        return -1;
+    int64_t deadline = tm_now_ms() + c->timeout_ms;
+    if (c->outlen > 0 && flush(c, deadline) != 0)
+        goto out;
+    buf = tm_malloc(TM_RCONN_CHUNK);
+    for (;;) {
+        if (r == NULL && redisReaderGetReply(c->reader, &r) != REDIS_OK) {
+            set_err(c, REDIS_ERR_PROTOCOL, "%s", c->reader->errstr);
+            goto out;
+        }
+        if (r != NULL && (f == NULL || f->drop == 0))
+            break;
+        ssize_t n = read_some(c, buf, TM_RCONN_CHUNK, deadline);
+        if (n < 0)
+            goto out;
+        if (f == NULL) {
+            if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+                set_err(c, REDIS_ERR_OOM, "out of memory");
+                goto out;
+            }
+        } else if (tm_redis_cap_feed(f, c->reader, buf, (size_t)n) != 0) {
+            set_err(c, REDIS_ERR_PROTOCOL,
+                    "reply line over %d bytes, or out of memory",
+                    TM_REDIS_CAP_LINE_MAX);
+            goto out;
+        }
+    }
+    /* through the filter, a reply ends where it is back at a line start */
+    assert(f == NULL || (f->pass == 0 && f->drop == 0 && f->nline == 0));
+    *out = r;
+    r = NULL;
+    rc = 0;
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    tm_free(buf);
+    return rc;
+}
+
+int tm_rconn_get_reply(struct tm_rconn *c, redisReply **out)
+{
+    return get_reply(c, NULL, out);
+}
+
+int tm_rconn_get_reply_capped(struct tm_rconn *c, size_t limit,
+                              redisReply **out)
+{
+    /* the filter starts at a reply boundary: nothing read ahead */
+    if (c->reader->pos < c->reader->len)
+        return get_reply(c, NULL, out);
+    struct tm_redis_cap *f = tm_calloc(1, sizeof *f);
+    tm_redis_cap_init(f, limit);
+    int rc = get_reply(c, f, out);
+    tm_free(f);
+    return rc;
+}
+
+redisReply *tm_rconn_command_argv(struct tm_rconn *c, int argc,
+                                  const char **argv, const size_t *lens)
+{
+    redisReply *r = NULL;
+    if (tm_rconn_append_argv(c, argc, argv, lens) != 0 ||
+        tm_rconn_get_reply(c, &r) != 0)
+        return NULL;
+    return r;
+}
+
+redisReply *tm_rconn_command(struct tm_rconn *c, const char *fmt, ...)
+{
+    char *cmd = NULL;
+    redisReply *r = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    va_end(ap);
+    if (queue(c, cmd, len) != 0 || tm_rconn_get_reply(c, &r) != 0)
+        return NULL;
+    return r;
+}

@@ -1,0 +1,63 @@
+/* slot.c - Redis Cluster hash slots, and the one-slot rule for a task's
+ * keys. */
+#include "redis/slot.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "redis/redis.h"
+#include "util.h"
+
+/* crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), as Redis
+ * Cluster computes it. */
+static uint16_t crc16(const char *p, size_t n)
+{
+    uint16_t crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= (uint16_t)((uint16_t)(unsigned char)p[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021)
+                                 : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+unsigned tm_redis_key_slot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    if (open != NULL) {
+        size_t from = (size_t)(open - key) + 1;
+        const char *close = memchr(key + from, '}', len - from);
+        if (close != NULL && close > key + from)
+            return crc16(key + from, (size_t)(close - (key + from))) %
+                   TM_REDIS_SLOTS;
+    }
+    return crc16(key, len) % TM_REDIS_SLOTS;
+}
+
+static unsigned slot_of(const char *key)
+{
+    return tm_redis_key_slot(key, strlen(key));
+}
+
+int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
+                              size_t errlen)
+{
+    char *retry = tm_redis_retry_key(t);
+    unsigned q = slot_of(t->queue), r = slot_of(retry),
+             d = slot_of(t->dead_letter);
+    int rc = 0;
+    if (q != r || q != d) {
+        tm_snprintf(err, errlen,
+                    "in broker.redis.mode: cluster, a task's keys must share "
+                    "one hash slot (its scripts run on one node), but "
+                    "queue '%s' is in slot %u, its retry set '%s' in %u and "
+                    "dead_letter '%s' in %u; give them one hash tag, e.g. "
+                    "queue: '{%s}' and dead_letter: '{%s}.dlq'",
+                    t->queue, q, retry, r, t->dead_letter, d, t->queue,
+                    t->queue);
+        rc = -1;
+    }
+    tm_free(retry);
+    return rc;
+}
