@@ -1349,6 +1349,34 @@ fail:
     return NULL;
 }
 
+/* get_mapping_json turns the mapping val (or null: nothing changes) into
+ * compact JSON text in *out, replacing what was there (a task's config:, a
+ * schedule's body:). Returns 0, or -1 with the error reported. */
+static int get_mapping_json(struct ctx *c, const yaml_node_t *val,
+                            const char *path, char **out)
+{
+    if (is_null(val))
+        return 0;
+    if (val->type != YAML_MAPPING_NODE) {
+        cfg_fail(c, mark_of(val), "%s: expected a mapping, got %s", path,
+                 node_kind(val));
+        return -1;
+    }
+    cJSON *j = yaml_to_json(c, val, path, 0);
+    if (j == NULL)
+        return -1;
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (text == NULL) {
+        cfg_fail(c, mark_of(val), "%s: out of memory", path);
+        return -1;
+    }
+    tm_free(*out);
+    *out = tm_strdup(text);
+    cJSON_free(text);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- tasks */
 
 enum task_key {
@@ -1521,28 +1549,9 @@ static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
         tw->tmk->priority_at = mark_of(key);
         tw->tmk->priority_val_at = mark_of(val);
         break;
-    case TK_CONFIG: {
-        if (is_null(val))
-            break;
-        if (val->type != YAML_MAPPING_NODE) {
-            cfg_fail(c, mark_of(val), "%s: expected a mapping, got %s",
-                     path, node_kind(val));
-            return -1;
-        }
-        cJSON *j = yaml_to_json(c, val, path, 0);
-        if (j == NULL)
-            return -1;
-        char *text = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-        if (text == NULL) {
-            cfg_fail(c, mark_of(val), "%s: out of memory", path);
-            return -1;
-        }
-        tm_free(t->config_json);
-        t->config_json = tm_strdup(text);
-        cJSON_free(text);
+    case TK_CONFIG:
+        r = get_mapping_json(c, val, path, &t->config_json);
         break;
-    }
     case TK_CIRCUIT_FAILURES:
         r = get_int(c, key, val, path, 0, 1000000, &x);
         t->circuit_failures = (unsigned)x;
@@ -1786,28 +1795,9 @@ static int cb_schedule_key(struct ctx *c, int i, const yaml_node_t *key,
             }
         }
         break;
-    case SK_BODY: {
-        if (is_null(val))
-            break;
-        if (val->type != YAML_MAPPING_NODE) {
-            cfg_fail(c, mark_of(val), "%s: expected a mapping, got %s",
-                     path, node_kind(val));
-            return -1;
-        }
-        cJSON *j = yaml_to_json(c, val, path, 0);
-        if (j == NULL)
-            return -1;
-        char *text = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-        if (text == NULL) {
-            cfg_fail(c, mark_of(val), "%s: out of memory", path);
-            return -1;
-        }
-        tm_free(s->body_json);
-        s->body_json = tm_strdup(text);
-        cJSON_free(text);
+    case SK_BODY:
+        r = get_mapping_json(c, val, path, &s->body_json);
         break;
-    }
     case SK_CATCH_UP:
         r = get_enum(c, key, val, path, catch_up_choices,
                      NELEM(catch_up_choices), &e);
