@@ -161,22 +161,7 @@ static enum MHD_Result answer_tasks(struct tm_daemon *d,
     cJSON *j = cJSON_CreateObject();
     pthread_rwlock_rdlock(&d->gen_lock);
     cJSON_AddStringToObject(j, "version", TM_VERSION);
-    cJSON *b = cJSON_AddObjectToObject(j, "broker");
-    cJSON_AddStringToObject(b, "kind", d->broker != NULL
-                                           ? d->broker->ops->kind
-                                           : d->cfg->url.scheme);
-    cJSON_AddStringToObject(b, "url", d->cfg->url.redacted);
-    cJSON_AddBoolToObject(b, "connected",
-                          d->broker != NULL && atomic_load(&d->broker->up));
-    cJSON *p = cJSON_AddObjectToObject(j, "pool");
-    cJSON_AddStringToObject(p, "kind", d->cfg->pool_kind == TM_POOL_FORK
-                                           ? "fork"
-                                           : "thread");
-    cJSON_AddNumberToObject(p, "size", d->pool != NULL ? d->pool->size
-                                                       : d->cfg->pool_size);
-    cJSON_AddNumberToObject(p, "busy", d->pool != NULL
-                                           ? d->pool->ops->busy(d->pool)
-                                           : 0);
+    tm_http_add_broker_pool(j, d);
     cJSON_AddBoolToObject(j, "writable", d->cfg->http_token != NULL);
     cJSON *a = cJSON_AddArrayToObject(j, "tasks");
     for (size_t i = 0; i < d->ntasks; i++)

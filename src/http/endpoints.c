@@ -121,26 +121,10 @@ static double round3(double v)
     return (double)(long long)(x + (x >= 0 ? 0.5 : -0.5)) / 1000.0;
 }
 
-static void cb_status(struct tm_daemon *d, struct reply *r)
+/* tm_http_add_broker_pool adds the "broker" and "pool" objects that
+ * /status and /api/v1/tasks share to j; gen_lock is held for reading. */
+void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d)
 {
-    int64_t now_ns = tm_now_ns();
-    pthread_rwlock_rdlock(&d->gen_lock);
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "version", TM_VERSION);
-    cJSON_AddNumberToObject(j, "uptime_seconds",
-                            (double)((tm_now_ms() - d->start_mono_ms) /
-                                     1000));
-    cJSON *cf = cJSON_AddObjectToObject(j, "config");
-    cJSON_AddNumberToObject(cf, "generation",
-                            atomic_load(&d->config_generation));
-    cJSON_AddBoolToObject(cf, "last_reload_successful",
-                          atomic_load(&d->last_reload_ok));
-    char when[40];
-    tm_rfc3339(atomic_load(&d->last_reload_ok_wall_ms), when, sizeof when);
-    cJSON_AddStringToObject(cf, "last_reload_success_time", when);
-    if (d->last_reload_error[0] != '\0')
-        cJSON_AddStringToObject(cf, "last_reload_error",
-                                d->last_reload_error);
     cJSON *b = cJSON_AddObjectToObject(j, "broker");
     cJSON_AddStringToObject(b, "kind", d->broker != NULL
                                            ? d->broker->ops->kind
@@ -166,6 +150,29 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
     cJSON_AddNumberToObject(p, "busy", d->pool != NULL
                                            ? d->pool->ops->busy(d->pool)
                                            : 0);
+}
+
+static void cb_status(struct tm_daemon *d, struct reply *r)
+{
+    int64_t now_ns = tm_now_ns();
+    pthread_rwlock_rdlock(&d->gen_lock);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "version", TM_VERSION);
+    cJSON_AddNumberToObject(j, "uptime_seconds",
+                            (double)((tm_now_ms() - d->start_mono_ms) /
+                                     1000));
+    cJSON *cf = cJSON_AddObjectToObject(j, "config");
+    cJSON_AddNumberToObject(cf, "generation",
+                            atomic_load(&d->config_generation));
+    cJSON_AddBoolToObject(cf, "last_reload_successful",
+                          atomic_load(&d->last_reload_ok));
+    char when[40];
+    tm_rfc3339(atomic_load(&d->last_reload_ok_wall_ms), when, sizeof when);
+    cJSON_AddStringToObject(cf, "last_reload_success_time", when);
+    if (d->last_reload_error[0] != '\0')
+        cJSON_AddStringToObject(cf, "last_reload_error",
+                                d->last_reload_error);
+    tm_http_add_broker_pool(j, d);
     cJSON *tasks = cJSON_AddObjectToObject(j, "tasks");
     for (size_t i = 0; i < d->ntasks; i++) {
         const struct tm_task *t = &d->tasks[i];

@@ -157,4 +157,10 @@ struct tm_http_conn *tm_http_conns_expired(struct tm_http_conns *t,
 int64_t tm_http_conns_next_expiry(const struct tm_http_conns *t,
                                   int64_t deadline_ms);
 
+/* tm_http_add_broker_pool adds the "broker" (kind, url, connected, node)
+ * and "pool" (kind, size, busy) objects of /status to j; the caller holds
+ * gen_lock for reading. */
+struct cJSON;
+void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d);
+
 #endif /* TASKMILL_HTTP_PRIVATE_H */
