@@ -1,4 +1,4 @@
-/* test_config.c - unit tests for the YAML configuration (src/config.c). */
+/* test_config.c - unit tests for the YAML configuration (src/config/). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* mkdtemp, setenv */
 #endif
