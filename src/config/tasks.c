@@ -32,14 +32,16 @@ enum task_key {
     TK_PLUGIN, TK_QUEUE, TK_GROUP, TK_PREFETCH, TK_TIMEOUT, TK_CLAIM_IDLE,
     TK_MAXLEN, TK_ON_ERROR, TK_MAX_RETRIES, TK_BACKOFF, TK_MAX_BACKOFF,
     TK_DEAD_LETTER, TK_MAX_PAYLOAD, TK_MAX_PRIORITY, TK_PRIORITY, TK_CONFIG,
-    TK_CIRCUIT_FAILURES, TK_CIRCUIT_COOL_OFF, TK_CIRCUIT_MAX_COOL_OFF
+    TK_CIRCUIT_FAILURES, TK_CIRCUIT_COOL_OFF, TK_CIRCUIT_MAX_COOL_OFF,
+    TK_RATE_LIMIT, TK_CONCURRENCY, TK_DEDUP_TTL, TK_REPLY_TTL
 };
 
 static const char *const task_keys[] = {
     "plugin", "queue", "group", "prefetch", "timeout", "claim_idle",
     "maxlen", "on_error", "max_retries", "backoff", "max_backoff",
     "dead_letter", "max_payload", "max_priority", "priority", "config",
-    "circuit_failures", "circuit_cool_off", "circuit_max_cool_off"
+    "circuit_failures", "circuit_cool_off", "circuit_max_cool_off",
+    "rate_limit", "concurrency", "dedup_ttl", "reply_ttl"
 };
 
 static const struct choice on_error_choices[] = {
@@ -75,6 +77,7 @@ static void task_defaults(struct tm_cfg_task *t)
     t->circuit_failures = 5;
     t->circuit_cool_off_ms = 5000;
     t->circuit_max_cool_off_ms = 300000;
+    t->reply_ttl_ms = 300000;
 }
 
 /* task_walk is what a task's keys need besides the task itself. */
@@ -85,6 +88,59 @@ struct task_walk {
     const yaml_node_t *max_backoff_v;
     const yaml_node_t *max_cool_off_v;  /* circuit_max_cool_off, if given */
 };
+
+/* RATE_MAX bounds rate_limit's count: far above any broker's rate, and
+ * small enough that count * period stays exact in every computation. */
+#define RATE_MAX 1000000000LL
+
+/*
+ * get_rate reads rate_limit: "N/s", "N/m" or "N/h" (also "/sec", "/min",
+ * "/hour"), N a whole number 1..RATE_MAX, or null for none. Stores
+ * rate_count = N and rate_period_ms = the unit; rate_count 0 means no
+ * limit. Returns 0, or -1 after reporting an error.
+ */
+static int get_rate(struct ctx *c, const yaml_node_t *k, const yaml_node_t *v,
+                    const char *path, struct tm_cfg_task *t)
+{
+    static const struct { const char *unit; int64_t ms; } units[] = {
+        { "s", 1000 }, { "sec", 1000 }, { "m", 60000 }, { "min", 60000 },
+        { "h", 3600000 }, { "hour", 3600000 },
+    };
+    char shown[CFG_CLIP + 8];
+    if (tm_cfg_is_null(v)) {
+        t->rate_count = 0;
+        t->rate_period_ms = 0;
+        return 0;
+    }
+    char *s = tm_cfg_get_scalar(c, k, v, path);
+    if (s == NULL)
+        return -1;
+    int rc = -1;
+    char *slash = strchr(s, '/');
+    int64_t n = 0;
+    if (slash != NULL) {
+        *slash = '\0';
+        if (tm_cfg_parse_i64(s, &n) == 0 && n >= 1 && n <= RATE_MAX) {
+            for (size_t i = 0; i < NELEM(units); i++) {
+                if (strcmp(slash + 1, units[i].unit) == 0) {
+                    t->rate_count = (uint32_t)n;
+                    t->rate_period_ms = units[i].ms;
+                    rc = 0;
+                    break;
+                }
+            }
+        }
+        *slash = '/';
+    }
+    if (rc != 0)
+        tm_cfg_fail(c, tm_cfg_mark_of(v),
+                    "%s: '%s' is not a rate; expected a rate like 100/s, "
+                    "30/m or 1000/h (a whole number from 1 to %lld per "
+                    "second, minute or hour)",
+                    path, tm_cfg_clip(s, shown, sizeof shown), RATE_MAX);
+    tm_free(s);
+    return rc;
+}
 
 static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
                        const yaml_node_t *val, const char *path, void *arg)
@@ -171,6 +227,19 @@ static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
     case TK_CIRCUIT_MAX_COOL_OFF:
         r = tm_cfg_get_duration(c, key, val, path, 1, &t->circuit_max_cool_off_ms);
         tw->max_cool_off_v = val;
+        break;
+    case TK_RATE_LIMIT:
+        r = get_rate(c, key, val, path, t);
+        break;
+    case TK_CONCURRENCY:
+        r = tm_cfg_get_int(c, key, val, path, 1, 65535, &x);
+        t->concurrency = (unsigned)x;
+        break;
+    case TK_DEDUP_TTL:
+        r = tm_cfg_get_duration(c, key, val, path, 0, &t->dedup_ttl_ms);
+        break;
+    case TK_REPLY_TTL:
+        r = tm_cfg_get_duration(c, key, val, path, 1, &t->reply_ttl_ms);
         break;
     }
     return r < 0 ? -1 : 0;
