@@ -131,10 +131,35 @@ struct tm_broker_ops {
                    const char *body, size_t len, int priority,
                    int64_t timeout_ms, char *id, size_t idlen, char **reply,
                    int *task_failed);
+
+    /* Pause (DESIGN.md: taskmill pause|resume). The state of a task is
+     * kept in the broker, where every daemon consuming the task reads it
+     * (Redis: the key "<queue>.paused.<group>"; RabbitMQ: the control
+     * queue "<queue>.paused", holding one message while paused), so that
+     * daemons started later honour it too. A paused task's intake reads
+     * nothing: its messages stay in the broker, and what was read before
+     * runs and is settled as usual.
+     *
+     * pause_set writes task t's state (paused: 1 pause, 0 resume) on a
+     * connection of its own (CLI, admin API). Returns 0, or -1 with the
+     * error set. */
+    int (*pause_set)(struct tm_broker *b, const struct tm_cfg_task *t,
+                     int paused);
+    /* paused says whether task i's intake holds back for a pause, as this
+     * daemon last read the state (1 or 0); any thread, no I/O. */
+    int (*paused)(struct tm_broker *b, size_t task_index);
+    /* pause_note tells the intake of a daemon that this process has just
+     * set task i's state to paused, so that it acts at once rather than at
+     * its next read of the state; any thread, no I/O. */
+    void (*pause_note)(struct tm_broker *b, size_t task_index, int paused);
 };
 
 /* TM_BROKER_DEPTH_CLOSE, as depth()'s task_index, closes its connection. */
 #define TM_BROKER_DEPTH_CLOSE ((size_t)-1)
+
+/* tm_broker_paused says whether task i of b is paused as b last read it
+ * (0 for a broker without pause). */
+static inline int tm_broker_paused(struct tm_broker *b, size_t task_index);
 
 /* struct tm_broker is the common head of every adapter's state. */
 struct tm_broker {
@@ -152,6 +177,12 @@ struct tm_broker {
     int err;                        /* 0, or an errno-like code */
     char errstr[1024];
 };
+
+static inline int tm_broker_paused(struct tm_broker *b, size_t task_index)
+{
+    return b != NULL && b->ops->paused != NULL &&
+           b->ops->paused(b, task_index) == 1;
+}
 
 /* tm_broker_ops_for returns the adapter for a URL kind, or NULL when this
  * build has none. */

@@ -1,4 +1,5 @@
 /* metrics.c - the Prometheus text exposition (format 0.0.4). */
+#include "broker.h"
 #include "daemon.h"
 
 #include <dirent.h>
@@ -232,6 +233,14 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
         mb_printf(&b, "taskmill_task_circuit_open{task=\"%s\"} %d\n", lb,
                   tm_circuit_state(&d->tasks[i].circuit, tm_now_ms()) !=
                       TM_CIRCUIT_CLOSED);
+    }
+    family(&b, "taskmill_task_paused", "gauge",
+           "1 while the task is paused (taskmill pause): its intake reads "
+           "nothing, its messages wait in the broker.");
+    for (size_t i = 0; i < d->ntasks; i++) {
+        label(d->tasks[i].cfg->name, lb, sizeof lb);
+        mb_printf(&b, "taskmill_task_paused{task=\"%s\"} %d\n", lb,
+                  tm_broker_paused(d->broker, i));
     }
     family(&b, "taskmill_task_duration_seconds", "histogram",
            "Time spent running a task.");

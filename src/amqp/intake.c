@@ -147,7 +147,8 @@ static int start_consumer(const struct tm_amqp_task *at,
 static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
                                          char *ctag,
                                          const struct tm_url **node,
-                                         char *buf, size_t size, int *perm)
+                                         char *buf, size_t size, int *perm,
+                                         int *paused)
 {
     const struct tm_cfg_task *t = at->cfg;
     char role[300];
@@ -161,7 +162,9 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
     if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
         tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
         tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) != 0 ||
-        start_consumer(at, c, ctag, buf, size) != 0) {
+        (*paused = tm_amqp_pause_read(c, TM_AMQP_CH_ADMIN, at, buf,
+                                      size)) < 0 ||
+        (!*paused && start_consumer(at, c, ctag, buf, size) != 0)) {
         tm_amqp_drop(c);
         return NULL;
     }
@@ -193,11 +196,12 @@ static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
  * on entry and on return, but not while connecting. */
 int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
 {
-    char eb[512], ctag[TM_AMQP_SHORTSTR_MAX + 1];
+    char eb[512], ctag[TM_AMQP_SHORTSTR_MAX + 1] = "";
     const struct tm_url *node = NULL;
+    int paused = 0;
     pthread_mutex_unlock(&at->io_mu);
     amqp_connection_state_t c =
-        task_open(at, ctag, &node, eb, sizeof eb, perm);
+        task_open(at, ctag, &node, eb, sizeof eb, perm, &paused);
     pthread_mutex_lock(&at->io_mu);
     if (c == NULL) {
         tm_snprintf(at->errstr, sizeof at->errstr, "%s", eb);
@@ -209,6 +213,7 @@ int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
         return 0;
     }
     task_install(at, c, ctag, node);
+    tm_amqp_pause_connected(at, paused);
     return 0;
 }
 
@@ -655,6 +660,11 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
             n = -1;
             goto out;
         }
+    }
+    if (tm_amqp_pause_apply(at) != 0) {
+        tm_amqp_conn_lost(at, "pause");
+        n = -1;
+        goto out;
     }
     if (at->stopped && resume_consuming(at) != 0) {
         tm_amqp_conn_lost(at, "consume");

@@ -628,6 +628,11 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         tm_redis_collect(&rb->tasks[l->tasks[i]]);
     if (l->rc == NULL && lane_connect(rb, l) != 0)
         return -1;
+    /* the pause state first: nothing of a paused task is read */
+    if (tm_redis_pause_poll(rb, l) != 0) {
+        intake_failed(rb, &rb->tasks[l->tasks[0]], "pause state read");
+        return -1;
+    }
     if (tm_now_ms() >= l->next_peek_ms) {
         for (size_t i = 0; i < l->ntasks; i++)
             if (task_ready(rb, &rb->tasks[l->tasks[i]]) != 0)
@@ -639,7 +644,7 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
 
     /* steps 1-3 for each task with room; their batches first */
     size_t k = 0, count = TM_REDIS_ACK_CHUNK;
-    int waiting = 0;
+    int waiting = 0, paused = 0;
     int64_t now = tm_now_ms();
     int64_t until = now + (timeout_ms > 0 ? timeout_ms : 1);
     for (size_t i = 0; i < l->ntasks && nb < nout; i++) {
@@ -647,6 +652,10 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         struct tm_redis_task *rt = &rb->tasks[ti];
         size_t max = room[ti] < TM_REDIS_ACK_CHUNK ? room[ti]
                                                     : TM_REDIS_ACK_CHUNK;
+        if (max > 0 && atomic_load(&rt->paused)) {
+            paused = 1; /* nothing is read: retries, reclaim, new */
+            continue;
+        }
         if (max == 0) {
             waiting = 1;
             continue;
@@ -673,6 +682,8 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     /* the connection works: every task with room was looked at */
     tm_redis_mark_up(rb);
     l->was_up = 1;
+    if (nb == 0 && k == 0 && !fresh && paused)
+        tm_redis_pause_wait(l, until); /* every task with room paused */
     if (nb > 0 || k == 0 || fresh)
         return (int)nb;
 
@@ -682,6 +693,9 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         until = now + TM_REDIS_ROOM_BLOCK_MS;
     if (until > l->next_peek_ms)
         until = l->next_peek_ms;
+    /* and no longer than the next read of the pause state */
+    if (until > atomic_load(&l->next_pause_ms))
+        until = atomic_load(&l->next_pause_ms);
     int64_t bl = until - now > 1 ? until - now : 1;
     atomic_store(&l->block_end_ms, now + bl);
     atomic_store(&l->in_block, 1);

@@ -28,6 +28,20 @@ START_TEST(retry_key_derives_from_the_queue)
 }
 END_TEST
 
+/* The pause key is named like the retry set: queue first, then the
+ * group, so a hash tag in the queue puts it in the queue's slot. */
+START_TEST(pause_key_derives_from_the_queue)
+{
+    char q1[] = "{orders}", g1[] = "workers";
+    struct tm_cfg_task t = {.queue = q1, .group = g1};
+    char *k = tm_redis_pause_key(&t);
+    ck_assert_str_eq(k, "{orders}.paused.workers");
+    ck_assert_uint_eq(tm_redis_key_slot(k, strlen(k)),
+                      tm_redis_key_slot(q1, strlen(q1)));
+    tm_free(k);
+}
+END_TEST
+
 /* Cluster slots as Redis computes them (CLUSTER KEYSLOT), hash tags
  * included: the first '{' to the next '}', when not empty. */
 START_TEST(key_slots_follow_redis)
@@ -57,6 +71,7 @@ START_TEST(task_keys_share_a_slot)
                             .dead_letter = d1};
     char err[600];
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "pause key 'orders.paused.taskmill'"));
     ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
     ck_assert_ptr_nonnull(strstr(err, "dead_letter: '{orders}.dlq'"));
     t.queue = q2;
@@ -175,6 +190,7 @@ static Suite *redis_suite(void)
     Suite *s = suite_create("redis");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, retry_key_derives_from_the_queue);
+    tcase_add_test(tc, pause_key_derives_from_the_queue);
     tcase_add_test(tc, claim_period_bounds);
     tcase_add_test(tc, cap_drops_oversized_bulks);
     tcase_add_test(tc, cap_refuses_overlong_lines);
