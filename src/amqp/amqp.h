@@ -278,8 +278,8 @@ struct tm_amqp_broker {
     uint64_t cli_seq;
     /* the pause state's connection (settle thread; pause.c) */
     amqp_connection_state_t pause_conn;
-    int64_t pause_read_ms;        /* its last read, monotonic */
-    int pause_failing;            /* the last read failed (logged) */
+    int64_t pause_next_ms;        /* its next read, monotonic */
+    int64_t pause_backoff_ms;     /* 0, or the wait after failed reads */
     /* the monitoring connection (depth) */
     pthread_mutex_t depth_mu;
     amqp_connection_state_t dconn;
@@ -395,6 +395,8 @@ void tm_amqp_tick(struct tm_broker *b);
 /* ---- pause.c: the pause state (control queue "<queue>.paused") ---- */
 /* The settle thread reads every task's state this often (its tick). */
 #define TM_AMQP_PAUSE_POLL_MS 1000
+/* After failed reads it waits longer each time, up to this. */
+#define TM_AMQP_PAUSE_BACKOFF_MAX_MS 30000
 /* tm_amqp_pause_read reads task at's state on c/ch (declaring its control
  * queue): 1 paused, 0 not, -1 on failure with the reason in buf. */
 int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,

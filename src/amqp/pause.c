@@ -101,12 +101,12 @@ void tm_amqp_pause_poll(struct tm_amqp_broker *ab)
 {
     char eb[512];
     int64_t now = tm_now_ms();
-    /* once per tick (tick_ms is the period), but never twice in half of
-     * it */
-    if (now - ab->pause_read_ms < TM_AMQP_PAUSE_POLL_MS / 2 ||
-        ab->ntasks == 0)
+    /* once per tick (tick_ms is the period), never twice in half of it,
+     * and after failures less and less often: a broker that does not
+     * answer must not hold up the settle thread every second */
+    if (now < ab->pause_next_ms || ab->ntasks == 0)
         return;
-    ab->pause_read_ms = now;
+    ab->pause_next_ms = now + TM_AMQP_PAUSE_POLL_MS / 2;
     if (ab->pause_conn == NULL) {
         amqp_connection_state_t c =
             tm_amqp_open(ab, "pause", 0, NULL, eb, sizeof eb);
@@ -128,15 +128,20 @@ void tm_amqp_pause_poll(struct tm_amqp_broker *ab)
         }
         note_state(at, p);
     }
-    ab->pause_failing = 0;
+    ab->pause_backoff_ms = 0;
     return;
 failed:
     /* the last state read stays in force; a task's connection reads it
      * again when it opens */
-    tm_log_write(ab->pause_failing ? TM_LOG_DEBUG : TM_LOG_WARNING,
+    tm_log_write(ab->pause_backoff_ms > 0 ? TM_LOG_DEBUG : TM_LOG_WARNING,
                  TM_AMQP_SRC, NULL, NULL,
                  "reading the pause state: %s; trying again", eb);
-    ab->pause_failing = 1;
+    ab->pause_backoff_ms = ab->pause_backoff_ms == 0
+                               ? TM_AMQP_PAUSE_POLL_MS
+                               : ab->pause_backoff_ms * 2;
+    if (ab->pause_backoff_ms > TM_AMQP_PAUSE_BACKOFF_MAX_MS)
+        ab->pause_backoff_ms = TM_AMQP_PAUSE_BACKOFF_MAX_MS;
+    ab->pause_next_ms = tm_now_ms() + ab->pause_backoff_ms;
 }
 
 void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused)
