@@ -139,10 +139,11 @@ static int start_consumer(const struct tm_amqp_task *at,
 
 /*
  * task_open opens a connection for the task: channels, topology, qos
- * (prefetch) and the consumer with manual acks. It touches no shared
- * state, so it runs without io_mu (a slow connect must not hold up the
- * settle thread). Returns the connection, or NULL with the reason in buf
- * (and *perm set when the broker refused the topology).
+ * (prefetch) and, unless the task is paused (*paused set to 1), the
+ * consumer with manual acks. It touches no shared state, so it runs
+ * without io_mu (a slow connect must not hold up the settle thread).
+ * Returns the connection, or NULL with the reason in buf (and *perm set
+ * when the broker refused the topology).
  */
 static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
                                          char *ctag,
@@ -159,11 +160,14 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
                      size);
     if (c == NULL)
         return NULL;
-    if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
-        tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
-        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) != 0 ||
-        (*paused = tm_amqp_pause_read(c, TM_AMQP_CH_ADMIN, at, buf,
-                                      size)) < 0 ||
+    /* the pause state is read before the consumer starts: a task paused
+     * meanwhile gets no delivery on this connection */
+    *paused = -1;
+    if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) == 0 &&
+        tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) == 0 &&
+        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) == 0)
+        *paused = tm_amqp_pause_read(c, TM_AMQP_CH_ADMIN, at, buf, size);
+    if (*paused < 0 ||
         (!*paused && start_consumer(at, c, ctag, buf, size) != 0)) {
         tm_amqp_drop(c);
         return NULL;

@@ -221,7 +221,8 @@ static int wait_confirm(amqp_connection_state_t c, amqp_channel_t ch,
         const amqp_method_t *m = &f.payload.method;
         if (m->id == AMQP_BASIC_ACK_METHOD) {
             const amqp_basic_ack_t *x = m->decoded;
-            if (x->delivery_tag == seq || (x->multiple && x->delivery_tag >= seq))
+            if (x->delivery_tag == seq ||
+                (x->multiple && x->delivery_tag >= seq))
                 return 0;
         } else if (m->id == AMQP_BASIC_NACK_METHOD) {
             tm_snprintf(buf, size, "the broker refused the pause message");
