@@ -406,11 +406,13 @@ int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
  * opened (the consumer was started only when not paused); io_mu held. */
 void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused);
 /* tm_amqp_pause_apply cancels the consumer when the task was paused since,
- * or, when it was resumed, sets stopped for the caller to start it again;
- * intake, io_mu held. -1 when the connection failed (reason in errstr). */
+ * or, when it was resumed, sets stopped for the intake to start it again
+ * (its next fetch); io_mu held. -1 when the connection failed (reason in
+ * errstr). */
 int tm_amqp_pause_apply(struct tm_amqp_task *at);
 /* tm_amqp_pause_poll reads every task's state about every
- * TM_AMQP_PAUSE_POLL_MS on its own connection (settle thread, tick). */
+ * TM_AMQP_PAUSE_POLL_MS on its own connection, and applies it (settle
+ * thread, tick). */
 void tm_amqp_pause_poll(struct tm_amqp_broker *ab);
 int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
                       int paused);

@@ -127,6 +127,13 @@ void tm_amqp_pause_poll(struct tm_amqp_broker *ab)
             goto failed;
         }
         note_state(at, p);
+        /* applied here too, not only by the intake: an intake waiting for
+         * room (prefetch reached) calls no fetch, and its consumer would
+         * otherwise go on receiving as runs end */
+        pthread_mutex_lock(&at->io_mu);
+        if (tm_amqp_pause_apply(at) != 0)
+            tm_amqp_conn_lost(at, "pause");
+        pthread_mutex_unlock(&at->io_mu);
     }
     ab->pause_backoff_ms = 0;
     return;
