@@ -6,7 +6,8 @@
 # stays 200); a daemon restarted during the pause consumes nothing of the
 # task; the API's resume on another daemon (with its token) restarts all
 # three, which run everything that waited; the API's pause acts on its
-# own daemon and on the others.
+# own daemon and on the others. A task whose every message is running
+# (its intake waiting for room) receives nothing more once paused.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 need_tools jq curl
@@ -132,4 +133,30 @@ for ((i = 1; i <= N; i++)); do
 	DAEMON_PID=${PIDS[i]}
 	stop_daemon
 done
+
+# ---- a task whose intake waits for room (prefetch reached, every message
+# running) stops receiving too: the runs under way end, and nothing more
+# comes, although no fetch happens while they run
+CONF=$TEST_DIR/slow.yaml
+write_amqp_config "$CONF" pool_size=2 <<YAML
+tasks:
+  slow: { plugin: sleep.so, queue: $AQ.slow, prefetch: 2 }
+YAML
+start_daemon "$CONF"
+wait_ping "$HTTP_PORT" 90
+amqptool publish "$AQ.slow" 10 '{"ms":4000,"n":%d}' >/dev/null
+wait_metric taskmill_tasks_inflight 'task="slow"' 2 30
+tm pause -c "$CONF" slow
+assert_eq 0 "$TM_RC" "taskmill pause slow: $(cat "$TM_ERR")"
+wait_metric taskmill_task_paused 'task="slow"' 1 30
+wait_metric taskmill_tasks_total 'task="slow",outcome="success"' 2 30
+wait_metric taskmill_tasks_inflight 'task="slow"' 0 30
+sleep 2
+assert_eq 0 "$(metric taskmill_tasks_inflight 'task="slow"')" "nothing received after the runs under way"
+assert_eq 2 "$(metric taskmill_tasks_total 'task="slow",outcome="success"')" "runs of the paused task"
+assert_eq 8 "$(ready_count "$AQ.slow")" "messages ready in its queue"
+tm resume -c "$CONF" slow
+assert_eq 0 "$TM_RC" "taskmill resume slow: $(cat "$TM_ERR")"
+wait_metric taskmill_tasks_inflight 'task="slow"' 2 30
+stop_daemon
 true
