@@ -64,6 +64,22 @@ START_TEST(task_keys_share_a_slot)
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), 0);
     t.dead_letter = d3; /* a tagged queue, an untagged dead letter */
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+
+    /* dedup keys "<queue>.dedup.<key>" share the slot of a tagged
+     * queue, whatever the key holds */
+    t.dead_letter = d2;
+    t.dedup_ttl_ms = 60000;
+    ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), 0);
+    ck_assert_uint_eq(tm_redis_key_slot("{orders}.dedup.}{x}", 19),
+                      tm_redis_key_slot(q2, strlen(q2)));
+    t.queue = q1;
+    t.dead_letter = d1;
+    ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+    ck_assert(tm_redis_has_hash_tag("{a}"));
+    ck_assert(tm_redis_has_hash_tag("x{a}y"));
+    ck_assert(!tm_redis_has_hash_tag("x{}{a}"));
+    ck_assert(!tm_redis_has_hash_tag("x{a"));
+    ck_assert(!tm_redis_has_hash_tag("plain"));
 }
 END_TEST
 
