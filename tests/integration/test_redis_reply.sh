@@ -113,6 +113,14 @@ fields=$(rcall EVAL "local e = redis.call('XRANGE', KEYS[1], '-', '+')[1][2]
 assert_eq "attempts,body,in_reply_to,outcome" "$fields" "fields without a correlation id"
 assert_eq "$id" "$(rcall EVAL "return redis.call('XRANGE', KEYS[1], '-', '+')[1][2][8]" 1 my.replies.nocorr)" "in_reply_to"
 
+# An invalid body is answered too (it never runs: 0 attempts).
+rcall XADD q.rpc '*' body 'not json' reply_to my.replies.bad >/dev/null
+wait_until '[[ $(xlen my.replies.bad) == 1 ]]' 10
+bad=$(xids my.replies.bad)
+assert_eq invalid "$(xfield my.replies.bad "$bad" outcome)" "outcome of an invalid request"
+assert_eq 0 "$(xfield my.replies.bad "$bad" attempts)" "attempts of an invalid request"
+assert_eq invalid "$(xfield my.replies.bad "$bad" body | jq -r .outcome)" "error object of an invalid request"
+
 # A reply_to that is not a stream: the answer is refused and logged, the
 # request is acknowledged all the same.
 rcall SET my.replies.str x >/dev/null
