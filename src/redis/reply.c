@@ -98,30 +98,27 @@ static const char answer_script[] =
 /* Size of a UUID's text with its NUL. */
 #define TM_REDIS_UUID_LEN 37
 
+/* is says whether the string reply k is name. */
+static int is(const redisReply *k, const char *name)
+{
+    return k->len == strlen(name) && memcmp(k->str, name, k->len) == 0;
+}
+
 void tm_redis_meta_field(struct tm_msg *m, const redisReply *k,
                          const redisReply *v)
 {
-    static const struct {
-        const char *name;
-        size_t off, len_off;
-    } meta[] = {
-        {"reply_to", offsetof(struct tm_msg, reply_to),
-         offsetof(struct tm_msg, reply_to_len)},
-        {"correlation_id", offsetof(struct tm_msg, correlation_id),
-         offsetof(struct tm_msg, correlation_id_len)},
-        {"dedup_key", offsetof(struct tm_msg, dedup_key),
-         offsetof(struct tm_msg, dedup_key_len)},
-    };
-    for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++) {
-        if (k->len != strlen(meta[i].name) ||
-            memcmp(k->str, meta[i].name, k->len) != 0)
-            continue;
-        /* an empty value is no value: no key of that name */
-        if (v->len == 0)
-            return;
-        *(const char **)((char *)m + meta[i].off) = v->str;
-        *(size_t *)((char *)m + meta[i].len_off) = v->len;
+    /* an empty value is no value: as if the field were not there */
+    if (v->len == 0)
         return;
+    if (is(k, "reply_to")) {
+        m->reply_to = v->str;
+        m->reply_to_len = v->len;
+    } else if (is(k, "correlation_id")) {
+        m->correlation_id = v->str;
+        m->correlation_id_len = v->len;
+    } else if (is(k, "dedup_key")) {
+        m->dedup_key = v->str;
+        m->dedup_key_len = v->len;
     }
 }
 

@@ -3,9 +3,9 @@
  * One pipeline per call: a retry script per retried message, a
  * dead-letter script per dead-lettered one, a final script (reply.c) per
  * message that answers a request or records a dedup key, then one XACK
- * per task and chunk. Every command covers a contiguous run of msgs (a span), so when
- * the connection fails part-way, exactly the spans whose replies were not
- * read are returned as unsettled; a command the broker refused (OOM,
+ * per task and chunk. Every command covers a contiguous run of msgs (a
+ * span), so when the connection fails part-way, exactly the spans whose
+ * replies were not read are returned as unsettled; a command the broker refused (OOM,
  * READONLY, WRONGTYPE ...) leaves its span unsettled too, to be tried
  * again. Each command is safe to run twice: XACK is, the retry script
  * only moves a due time, and the dead-letter and final scripts act only
