@@ -5,13 +5,14 @@
 # runs again. A failed run does not block the next copy. Copies read
 # before any of them succeeded may all run, but only the first success
 # is recorded: the others count as duplicates. Messages without a key are
-# never deduplicated.
+# never deduplicated. DEDUP_POOL (thread) is the pool kind
+# (test_dedup_fork.sh runs this with the fork pool).
 . "$TM_SRCDIR/tests/integration/lib_redis.sh"
 
 CONF=$TEST_DIR/taskmill.yaml
 JOURNAL=$TEST_DIR/journal.txt
 : >"$JOURNAL"
-write_config "$CONF" <<YAML
+write_config "$CONF" pool_kind="${DEDUP_POOL:-thread}" <<YAML
 tasks:
   journal:
     plugin: journal.so
