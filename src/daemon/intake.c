@@ -161,7 +161,6 @@ static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
     return with_room;
 }
 
-
 static void set_subscribed(struct tm_gen *g, size_t lane, int on)
 {
     for (size_t i = 0; i < g->ntasks; i++)

@@ -5,11 +5,11 @@
  * message that answers a request or records a dedup key, then one XACK
  * per task and chunk. Every command covers a contiguous run of msgs (a
  * span), so when the connection fails part-way, exactly the spans whose
- * replies were not read are returned as unsettled; a command the broker refused (OOM,
- * READONLY, WRONGTYPE ...) leaves its span unsettled too, to be tried
- * again. Each command is safe to run twice: XACK is, the retry script
- * only moves a due time, and the dead-letter and final scripts act only
- * while the entry is still pending. */
+ * replies were not read are returned as unsettled; a command the broker
+ * refused (OOM, READONLY, WRONGTYPE ...) leaves its span unsettled too, to
+ * be tried again. Each command is safe to run twice: XACK is, the retry
+ * script only moves a due time, and the dead-letter and final scripts act
+ * only while the entry is still pending. */
 #include "redis/redis.h"
 
 #include <assert.h>
