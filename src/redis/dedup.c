@@ -108,6 +108,7 @@ void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
         return;
     char eb[256];
     eb[0] = '\0';
+    size_t bad = 0; /* the batch whose look-up failed */
     for (size_t b = 0; b < nb && asked > 0; b++) {
         size_t n = batch_keys(rb, out[b]);
         if (n == 0)
@@ -116,17 +117,20 @@ void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
         redisReply *r = NULL;
         if (tm_rconn_get_reply(c, &r) != 0) {
             tm_redis_reply_error(c, NULL, eb, sizeof eb);
+            bad = b;
             break;
         }
-        if (r->type == REDIS_REPLY_ERROR)
+        if (r->type == REDIS_REPLY_ERROR) {
             tm_snprintf(eb, sizeof eb, "%s", r->str);
-        else
+            bad = b;
+        } else {
             mark(out[b], r, n);
+        }
         freeReplyObject(r);
     }
     if (eb[0] != '\0')
         tm_log_write(TM_LOG_WARNING, SRC,
-                     rb->tasks[out[0]->msgs[0].task_index].cfg->name, NULL,
+                     rb->tasks[out[bad]->msgs[0].task_index].cfg->name, NULL,
                      "dedup look-up failed: %s; the batch runs, and a "
                      "second success of one key still counts as a "
                      "duplicate", eb);
