@@ -105,4 +105,5 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .dlq_purge = tm_redis_dlq_purge,
     .destroy = rb_destroy,
     .depth = tm_redis_depth,
+    .request = tm_redis_request,
 };
