@@ -107,6 +107,7 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .dlq_purge = tm_redis_dlq_purge,
     .destroy = rb_destroy,
     .depth = tm_redis_depth,
+    .request = tm_redis_request,
     .pause_set = tm_redis_pause_set,
     .paused = tm_redis_paused,
     .pause_note = tm_redis_pause_note,
