@@ -3,6 +3,8 @@
  * pool. */
 #include "daemon_private.h"
 
+#include <assert.h>
+
 #include "log.h"
 #include "util.h"
 
@@ -30,21 +32,85 @@ int64_t tm_backoff_next(int64_t ms)
     return ms * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS : ms * 2;
 }
 
+/* A read made with tokens of a bucket the broker keeps (shared by the
+ * daemons) waits at most this long, so that tokens it leaves unused go
+ * back soon. */
+#define TM_FLOW_HOLD_MS 1000
+
+/* flow_cap is how many messages of t may be in flight (read and not yet
+ * settled): prefetch, or concurrency when that is lower. Messages over it
+ * are not read: they wait in the broker. Since a message is in flight
+ * from its read until its settlement, at most concurrency of them run at
+ * once, whatever the pool and its size. *by_conc says concurrency is the
+ * cap. */
+static long flow_cap(const struct tm_task *t, int *by_conc)
+{
+    long cap = (long)t->cfg->prefetch;
+    *by_conc = 0;
+    if (t->cfg->concurrency > 0 && (long)t->cfg->concurrency < cap) {
+        cap = (long)t->cfg->concurrency;
+        *by_conc = 1;
+    }
+    return cap;
+}
+
+/* flow_held records whether the last look held t's intake back by
+ * rate_limit or concurrency; a wait is counted once, when it starts
+ * (taskmill_rate_limited_total). Held-back messages stay in the broker:
+ * not read, so no attempt is spent and nothing fails. */
+static void flow_held(struct tm_task *t, int held)
+{
+    if (held && !t->flow.held)
+        atomic_fetch_add_explicit(&t->stats.rate_limited, 1,
+                                  memory_order_relaxed);
+    t->flow.held = held;
+}
+
+/* flow_take_local takes up to room tokens of t's rate_limit from this
+ * daemon's bucket (brokers that keep none) and returns how many the next
+ * read may take; all of room without a rate_limit. When it returns 0,
+ * *wait is how long until the next token. */
+static size_t flow_take_local(struct tm_task *t, size_t room, int64_t *wait)
+{
+    *wait = 0;
+    if (t->cfg->rate_count == 0)
+        return room;
+    assert(t->flow.granted == 0);
+    size_t got = tm_bucket_take(&t->flow.bucket, t->cfg, tm_now_ms(), room,
+                                wait);
+    t->flow.granted = got;
+    return got;
+}
+
+/* flow_used_local gives the tokens a read left unused back to the local
+ * bucket; used is what the read took. */
+static void flow_used_local(struct tm_task *t, size_t used)
+{
+    if (t->cfg->rate_count == 0)
+        return;
+    assert(used <= t->flow.granted);
+    tm_bucket_give(&t->flow.bucket, t->cfg, t->flow.granted - used);
+    t->flow.granted = 0;
+}
+
 static void *intake_main(void *arg)
 {
     struct tm_task *t = arg;
     struct tm_gen *g = t->gen;
     struct tm_broker *b = g->broker;
     int64_t backoff = TM_RECONNECT_MIN_MS;
-    long prefetch = (long)t->cfg->prefetch;
+    int by_conc;
+    long cap = flow_cap(t, &by_conc);
 
     while (!atomic_load(&g->stopping)) {
-        long room = prefetch - (long)atomic_load(&t->stats.inflight);
+        long room = cap - (long)atomic_load(&t->stats.inflight);
         if (room <= 0) {
             atomic_store(&t->waiting_room, 1);
-            room = prefetch - (long)atomic_load(&t->stats.inflight);
-            if (room <= 0)
+            room = cap - (long)atomic_load(&t->stats.inflight);
+            if (room <= 0) {
+                flow_held(t, by_conc);
                 wait_ms(g, 100);
+            }
             atomic_store(&t->waiting_room, 0);
             continue;
         }
@@ -55,9 +121,18 @@ static void *intake_main(void *arg)
             wait_ms(g, hold);
             continue;
         }
+        /* rate_limit: this daemon's bucket (the only intake with fetch
+         * is of brokers that keep no bucket) */
+        int64_t wait;
+        size_t max = flow_take_local(t, (size_t)room, &wait);
+        flow_held(t, max == 0);
+        if (max == 0) {
+            wait_ms(g, wait);
+            continue;
+        }
         struct tm_batch *batch = NULL;
-        int n = b->ops->fetch(b, t->index, (size_t)room, TM_FETCH_BLOCK_MS,
-                              &batch);
+        int n = b->ops->fetch(b, t->index, max, TM_FETCH_BLOCK_MS, &batch);
+        flow_used_local(t, n > 0 && batch != NULL ? batch->n : 0);
         if (n < 0) {
             atomic_store(&t->subscribed, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
@@ -95,8 +170,8 @@ struct tm_intake_lane {
     int started;
 };
 
-/* lane_room fills room[] for the lane's tasks (prefetch less inflight,
- * through the circuit breaker) and says how many have room; *hold is the
+/* lane_room fills room[] for the lane's tasks (prefetch, or concurrency
+ * when lower, less inflight, through the circuit breaker) and says how many have room; *hold is the
  * shortest wait a circuit asked for (the lane looks again then). A task
  * left with no room is marked waiting_room, so that the settle thread,
  * making room after the look, pokes the lane (room_made). */
@@ -111,14 +186,18 @@ static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
         room[i] = 0;
         if (b->ops->lane_of(b, i) != lane)
             continue;
-        long r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
+        int by_conc;
+        long cap = flow_cap(t, &by_conc);
+        long r = cap - (long)atomic_load(&t->stats.inflight);
         if (r <= 0) {
             /* flag first, then look again: room made after the flag is
              * seen here or pokes the lane */
             atomic_store(&t->waiting_room, 1);
-            r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
-            if (r <= 0)
+            r = cap - (long)atomic_load(&t->stats.inflight);
+            if (r <= 0) {
+                flow_held(t, by_conc);
                 continue;
+            }
         }
         atomic_store(&t->waiting_room, 0);
         int64_t h = tm_circuit_gate(&t->circuit, t->cfg,
@@ -134,6 +213,109 @@ static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
         with_room++;
     }
     return with_room;
+}
+
+/* struct tm_lane_flow is a lane thread's scratch for rate_limit, by task
+ * index. */
+struct tm_lane_flow {
+    size_t *want, *back, *got;
+    int64_t *wait;
+    int waiting;        /* a task waits for its next token */
+};
+
+/* lane_rate caps room[] of the lane's rate-limited tasks by the tokens
+ * taken for them: from the broker's buckets (rate_take, one call for the
+ * lane, which also gives back what the last read left unused), or from
+ * this daemon's. A task given none is held back and *hold lowered to the
+ * wait for its next token (the lane sleeps until then, or reads the
+ * other tasks until then); a read made with shared tokens waits at most
+ * TM_FLOW_HOLD_MS. Returns how many tasks have room, or -1 when the
+ * broker could not be asked (nothing taken). */
+static int lane_rate(struct tm_gen *g, size_t lane, size_t *room,
+                     int64_t *hold, struct tm_lane_flow *f)
+{
+    struct tm_broker *b = g->broker;
+    int ask = 0, with_room = 0;
+    f->waiting = 0;
+    for (size_t i = 0; i < g->ntasks; i++) {
+        struct tm_task *t = &g->tasks[i];
+        f->want[i] = f->got[i] = 0;
+        f->back[i] = 0;
+        f->wait[i] = 0;
+        if (b->ops->lane_of(b, i) != lane || t->cfg->rate_count == 0)
+            continue;
+        assert(t->flow.granted == 0);
+        f->want[i] = room[i];
+        if (b->ops->rate_take == NULL) {
+            f->got[i] = flow_take_local(t, room[i], &f->wait[i]);
+            continue;
+        }
+        f->back[i] = t->flow.back;
+        if (f->want[i] > 0 || f->back[i] > 0)
+            ask = 1;
+    }
+    if (ask) {
+        if (b->ops->rate_take(b, lane, f->want, f->back, f->got,
+                              f->wait) != 0)
+            return -1;
+        for (size_t i = 0; i < g->ntasks; i++)
+            if (b->ops->lane_of(b, i) == lane &&
+                g->tasks[i].cfg->rate_count > 0) {
+                g->tasks[i].flow.back = 0; /* given back */
+                g->tasks[i].flow.granted = f->got[i];
+                if (f->got[i] > 0 && *hold > TM_FLOW_HOLD_MS)
+                    *hold = TM_FLOW_HOLD_MS;
+            }
+    }
+    for (size_t i = 0; i < g->ntasks; i++) {
+        struct tm_task *t = &g->tasks[i];
+        if (b->ops->lane_of(b, i) != lane)
+            continue;
+        if (t->cfg->rate_count > 0 && f->want[i] > 0) {
+            assert(f->got[i] <= f->want[i]);
+            room[i] = f->got[i];
+            flow_held(t, f->got[i] == 0);
+            if (f->got[i] == 0) {
+                f->waiting = 1;
+                if (f->wait[i] < *hold)
+                    *hold = f->wait[i] > 0 ? f->wait[i] : 1;
+            }
+        } else if (room[i] > 0) {
+            flow_held(t, 0);
+        }
+        if (room[i] > 0)
+            with_room++;
+    }
+    return with_room;
+}
+
+/* lane_used settles the tokens of the lane's last read (n batches in
+ * out, or n < 0: failed, and the tokens count as used): what was not
+ * read goes back, to this daemon's bucket at once or to the broker's
+ * with the next take. */
+static void lane_used(struct tm_gen *g, size_t lane, struct tm_batch **out,
+                      int n)
+{
+    struct tm_broker *b = g->broker;
+    for (int k = 0; k < n; k++) {
+        struct tm_task *t = &g->tasks[out[k]->msgs[0].task_index];
+        if (t->cfg->rate_count == 0)
+            continue;
+        assert(out[k]->n <= t->flow.granted);
+        t->flow.granted -= out[k]->n;
+    }
+    for (size_t i = 0; i < g->ntasks; i++) {
+        struct tm_task *t = &g->tasks[i];
+        if (b->ops->lane_of(b, i) != lane || t->cfg->rate_count == 0)
+            continue;
+        if (n < 0)
+            t->flow.granted = 0;
+        if (b->ops->rate_take == NULL)
+            flow_used_local(t, 0);
+        else
+            t->flow.back += t->flow.granted;
+        t->flow.granted = 0;
+    }
 }
 
 /* submit_batch hands one batch to the pool. */
@@ -168,17 +350,33 @@ static void *lane_main(void *arg)
     size_t n_out = g->ntasks ? g->ntasks : 1;
     size_t *room = tm_calloc(n_out, sizeof *room);
     struct tm_batch **out = tm_calloc(n_out, sizeof *out);
+    struct tm_lane_flow f = {
+        .want = tm_calloc(n_out, sizeof *f.want),
+        .back = tm_calloc(n_out, sizeof *f.back),
+        .got = tm_calloc(n_out, sizeof *f.got),
+        .wait = tm_calloc(n_out, sizeof *f.wait),
+    };
 
     while (!atomic_load(&g->stopping)) {
         int64_t hold;
-        if (lane_room(g, ln->index, room, &hold) == 0) {
+        lane_room(g, ln->index, room, &hold);
+        int with_room = lane_rate(g, ln->index, room, &hold, &f);
+        if (with_room < 0) {
+            set_subscribed(g, ln->index, 0);
+            wait_ms(g, tm_backoff_jitter(backoff));
+            backoff = tm_backoff_next(backoff);
+            continue;
+        }
+        if (with_room == 0) {
             /* nothing may be read: wait for room (the settle thread
-             * signals it), the circuit, or the stop */
-            wait_ms(g, hold < 100 ? hold : 100);
+             * signals it), the circuit, the stop, or the next token (no
+             * asking the broker before it is due) */
+            wait_ms(g, hold < 100 || f.waiting ? hold : 100);
             continue;
         }
         int n = b->ops->fetch_lane(b, ln->index, room, (int)hold, out,
                                    n_out);
+        lane_used(g, ln->index, out, n);
         if (n < 0) {
             set_subscribed(g, ln->index, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
@@ -192,6 +390,10 @@ static void *lane_main(void *arg)
     }
     tm_free(room);
     tm_free(out);
+    tm_free(f.want);
+    tm_free(f.back);
+    tm_free(f.got);
+    tm_free(f.wait);
     return NULL;
 }
 
