@@ -47,7 +47,8 @@ struct tm_broker_ops {
      * reached or refuses; the caller retries with backoff. */
     int (*connect)(struct tm_broker *b);
 
-    /* fetch blocks up to timeout_ms for at most max deliveries of task i.
+    /* fetch blocks up to timeout_ms for at most max deliveries of task i
+     * (max 0: none; the call only serves the connection until then).
      * Returns the count (0 on timeout) with *out set to a batch when
      * count > 0; -1 on a connection error (broker marked down; the next
      * call reconnects). */

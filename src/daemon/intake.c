@@ -126,12 +126,13 @@ static void *intake_main(void *arg)
         int64_t wait;
         size_t max = flow_take_local(t, (size_t)room, &wait);
         flow_held(t, max == 0);
-        if (max == 0) {
-            wait_ms(g, wait);
-            continue;
-        }
+        int block = TM_FETCH_BLOCK_MS;
+        if (max == 0 && wait < block)
+            block = (int)wait;
+        /* with no token the read takes nothing: it only keeps the
+         * connection served (heartbeats) until the next token is due */
         struct tm_batch *batch = NULL;
-        int n = b->ops->fetch(b, t->index, max, TM_FETCH_BLOCK_MS, &batch);
+        int n = b->ops->fetch(b, t->index, max, block, &batch);
         flow_used_local(t, n > 0 && batch != NULL ? batch->n : 0);
         if (n < 0) {
             atomic_store(&t->subscribed, 0);
