@@ -50,7 +50,7 @@ bench_rate_limit_measure() {
 	# ten times the first run's rate, and at least 5,000,000/s (a first
 	# run on a busy host can be slow)
 	RATE_LIMIT="$(awk -v r="$(jget "$R/rate.none.run1.json" rate)" \
-		'BEGIN { r *= 10; printf "%.0f", r > 5000000 ? r : 5000000 }')/s"
+		'BEGIN { r *= 10; printf "%.0f", (r > 5000000 ? r : 5000000) }')/s"
 	for ((rep = 1; rep <= REPEAT; rep++)); do
 		((rep == 1)) || rate_run "rate.none.run$rep" ""
 		rate_run "rate.limited.run$rep" "$RATE_LIMIT"
