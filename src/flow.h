@@ -29,18 +29,24 @@ struct tm_bucket {
  * struct tm_flow is a task's flow-control state, used by the thread that
  * reads the task (its intake thread or its lane's) only.
  *
- * Invariant between reads: granted == 0. Before a read the intake takes
- * granted tokens (at most the task's room) and reads at most granted
- * messages; after it, the tokens the read left unused go back: at once
- * to a local bucket, or as `back` with the next take from a bucket the
- * broker keeps (so they cost no command of their own).
+ * This daemon's bucket (brokers that keep none): before a read the
+ * intake takes granted tokens (at most the task's room) and reads at most
+ * granted messages; after it, the tokens it left unused go back at once.
+ * Between reads granted == 0.
+ *
+ * The broker's bucket (shared by the daemons): the intake holds `have`
+ * tokens taken from it, at most a burst, and reads at most that many
+ * messages; it asks for more only when they do not cover the task's room,
+ * so with a limit far above the rate one request serves many reads.
+ * Tokens held longer than a second (the task is idle) are owed `back`
+ * and returned with the next request (costing no command of their own).
  */
 struct tm_flow {
-    struct tm_bucket bucket;    /* this daemon's bucket, when the broker
-                                   keeps none */
-    size_t granted;             /* tokens held for the read under way */
-    size_t back;                /* unused tokens owed to the broker's
-                                   bucket, returned with the next take */
+    struct tm_bucket bucket;    /* this daemon's bucket */
+    size_t granted;             /* of it, taken for the read under way */
+    size_t have;                /* held from the broker's bucket */
+    int64_t have_ms;            /* when have last rose from 0 */
+    size_t back;                /* owed back to the broker's bucket */
     int held;                   /* the last look held the task back (a
                                    wait is counted once, when it starts) */
 };

@@ -32,9 +32,9 @@ int64_t tm_backoff_next(int64_t ms)
     return ms * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS : ms * 2;
 }
 
-/* A read made with tokens of a bucket the broker keeps (shared by the
- * daemons) waits at most this long, so that tokens it leaves unused go
- * back soon. */
+/* Tokens of a bucket the broker keeps (shared by the daemons) are held
+ * at most about this long unused: they go back with the next request
+ * after it, and a read made while they are held waits at most this. */
 #define TM_FLOW_HOLD_MS 1000
 
 /* flow_cap is how many messages of t may be in flight (read and not yet
@@ -224,65 +224,100 @@ struct tm_lane_flow {
     int waiting;        /* a task waits for its next token */
 };
 
-/* lane_rate caps room[] of the lane's rate-limited tasks by the tokens
- * taken for them: from the broker's buckets (rate_take, one call for the
- * lane, which also gives back what the last read left unused), or from
- * this daemon's. A task given none is held back and *hold lowered to the
- * wait for its next token (the lane sleeps until then, or reads the
- * other tasks until then); a read made with shared tokens waits at most
- * TM_FLOW_HOLD_MS. Returns how many tasks have room, or -1 when the
- * broker could not be asked (nothing taken). */
+/* flow_lane_local caps room for a rate-limited task of a lane whose
+ * broker keeps no bucket: tokens from this daemon's. */
+static void flow_lane_local(struct tm_task *t, size_t *room,
+                            struct tm_lane_flow *f, size_t i)
+{
+    f->want[i] = *room;
+    f->got[i] = flow_take_local(t, *room, &f->wait[i]);
+}
+
+/* flow_lane_want decides what task t asks of the broker's bucket before
+ * a read with room: nothing while the tokens it holds cover the room,
+ * else enough to hold a burst (one request serves many reads when the
+ * limit is far above the rate). Tokens held longer than TM_FLOW_HOLD_MS
+ * (the task is idle) are given back with the request. */
+static void flow_lane_want(struct tm_task *t, size_t room, int64_t now,
+                           struct tm_lane_flow *f, size_t i)
+{
+    struct tm_flow *fl = &t->flow;
+    size_t burst = tm_flow_burst(t->cfg);
+    assert(fl->have <= burst);
+    if (fl->have > 0 && now - fl->have_ms >= TM_FLOW_HOLD_MS) {
+        fl->back += fl->have;
+        fl->have = 0;
+    }
+    if (room > fl->have)
+        f->want[i] = burst - fl->have;
+    f->back[i] = fl->back;
+}
+
+/* lane_rate caps room[] of the lane's rate-limited tasks by their
+ * tokens: held from the broker's buckets (rate_take, one call for the
+ * lane, made only when a task's tokens do not cover its room), or taken
+ * from this daemon's. A task left with none is held back and *hold
+ * lowered to the wait for its next token (the lane sleeps until then, or
+ * reads the other tasks until then); a read made while tokens are held
+ * waits at most TM_FLOW_HOLD_MS. Returns how many tasks have room, or
+ * -1 when the broker could not be asked (nothing taken). */
 static int lane_rate(struct tm_gen *g, size_t lane, size_t *room,
                      int64_t *hold, struct tm_lane_flow *f)
 {
     struct tm_broker *b = g->broker;
-    int ask = 0, with_room = 0;
+    int ask = 0, with_room = 0, shared = b->ops->rate_take != NULL;
+    int64_t now = tm_now_ms();
     f->waiting = 0;
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
-        f->want[i] = f->got[i] = 0;
-        f->back[i] = 0;
+        f->want[i] = f->got[i] = f->back[i] = 0;
         f->wait[i] = 0;
         if (b->ops->lane_of(b, i) != lane || t->cfg->rate_count == 0)
             continue;
         assert(t->flow.granted == 0);
-        f->want[i] = room[i];
-        if (b->ops->rate_take == NULL) {
-            f->got[i] = flow_take_local(t, room[i], &f->wait[i]);
+        if (!shared) {
+            flow_lane_local(t, &room[i], f, i);
             continue;
         }
-        f->back[i] = t->flow.back;
+        flow_lane_want(t, room[i], now, f, i);
         if (f->want[i] > 0 || f->back[i] > 0)
             ask = 1;
     }
-    if (ask) {
-        if (b->ops->rate_take(b, lane, f->want, f->back, f->got,
-                              f->wait) != 0)
-            return -1;
-        for (size_t i = 0; i < g->ntasks; i++)
-            if (b->ops->lane_of(b, i) == lane &&
-                g->tasks[i].cfg->rate_count > 0) {
-                g->tasks[i].flow.back = 0; /* given back */
-                g->tasks[i].flow.granted = f->got[i];
-                if (f->got[i] > 0 && *hold > TM_FLOW_HOLD_MS)
-                    *hold = TM_FLOW_HOLD_MS;
-            }
-    }
+    if (ask && b->ops->rate_take(b, lane, f->want, f->back, f->got,
+                                 f->wait) != 0)
+        return -1;
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
         if (b->ops->lane_of(b, i) != lane)
             continue;
-        if (t->cfg->rate_count > 0 && f->want[i] > 0) {
-            assert(f->got[i] <= f->want[i]);
-            room[i] = f->got[i];
-            flow_held(t, f->got[i] == 0);
-            if (f->got[i] == 0) {
-                f->waiting = 1;
-                if (f->wait[i] < *hold)
-                    *hold = f->wait[i] > 0 ? f->wait[i] : 1;
+        if (t->cfg->rate_count == 0) {
+            if (room[i] > 0)
+                flow_held(t, 0);
+        } else {
+            struct tm_flow *fl = &t->flow;
+            size_t tokens = f->got[i];
+            if (shared) {
+                assert(f->got[i] <= f->want[i]);
+                fl->back = 0; /* given back (ask), or none owed */
+                if (fl->have == 0)
+                    fl->have_ms = now;
+                fl->have += f->got[i];
+                tokens = fl->have;
+                if (tokens > 0 && *hold > TM_FLOW_HOLD_MS)
+                    *hold = TM_FLOW_HOLD_MS;
+            } else {
+                fl->granted = f->got[i];
             }
-        } else if (room[i] > 0) {
-            flow_held(t, 0);
+            if (room[i] > 0) {
+                flow_held(t, tokens == 0);
+                if (tokens == 0) {
+                    f->waiting = 1;
+                    if (f->wait[i] < *hold)
+                        *hold = f->wait[i] > 0 ? f->wait[i] : 1;
+                }
+            }
+            if (tokens < room[i])
+                room[i] = tokens;
         }
         if (room[i] > 0)
             with_room++;
@@ -290,32 +325,31 @@ static int lane_rate(struct tm_gen *g, size_t lane, size_t *room,
     return with_room;
 }
 
-/* lane_used settles the tokens of the lane's last read (n batches in
- * out, or n < 0: failed, and the tokens count as used): what was not
- * read goes back, to this daemon's bucket at once or to the broker's
- * with the next take. */
+/* lane_used accounts the tokens of the lane's last read (n batches in
+ * out, or n < 0: failed, and the tokens held count as used): the read
+ * took one per message; those of this daemon's bucket that it left go
+ * back at once, those of the broker's stay held for the next reads. */
 static void lane_used(struct tm_gen *g, size_t lane, struct tm_batch **out,
                       int n)
 {
     struct tm_broker *b = g->broker;
+    int shared = b->ops->rate_take != NULL;
     for (int k = 0; k < n; k++) {
         struct tm_task *t = &g->tasks[out[k]->msgs[0].task_index];
         if (t->cfg->rate_count == 0)
             continue;
-        assert(out[k]->n <= t->flow.granted);
-        t->flow.granted -= out[k]->n;
+        size_t *tokens = shared ? &t->flow.have : &t->flow.granted;
+        assert(out[k]->n <= *tokens);
+        *tokens -= out[k]->n;
     }
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
         if (b->ops->lane_of(b, i) != lane || t->cfg->rate_count == 0)
             continue;
         if (n < 0)
-            t->flow.granted = 0;
-        if (b->ops->rate_take == NULL)
+            t->flow.have = t->flow.granted = 0;
+        if (!shared)
             flow_used_local(t, 0);
-        else
-            t->flow.back += t->flow.granted;
-        t->flow.granted = 0;
     }
 }
 

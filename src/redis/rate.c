@@ -3,13 +3,12 @@
  *
  * The bucket is the hash "<queue>.rate.<group>" (fields tokens, at) in
  * the task's slot, brought up to date by rate_script in the server's
- * clock (TIME), so the daemons' clocks do not matter. The intake takes
- * tokens before each read and reads no more entries than it got: nothing
- * is read that cannot run at once. A read that finds fewer entries leaves
- * tokens unused; they go back with the lane's next take (the same
- * command), so giving them back costs nothing. Tokens held by a lane
- * blocked in a read are out of the bucket until then: the daemon bounds
- * such a read to TM_FLOW_HOLD_MS. A daemon that dies with tokens loses
+ * clock (TIME), so the daemons' clocks do not matter. The intake holds
+ * tokens taken from it (at most a burst) and reads no more entries than
+ * it holds: nothing is read that cannot run at once. It asks for more
+ * only when its tokens do not cover the task's room, and gives back what
+ * it held unused for a second with its next request (the same command,
+ * so giving back costs nothing). A daemon that dies holding tokens loses
  * them: the bucket refills as usual. */
 #include "redis/redis.h"
 
