@@ -109,16 +109,14 @@ struct tm_intake_lane {
 };
 
 /* lane_room fills room[] for the lane's tasks (prefetch, or concurrency
- * when lower, less inflight, through the circuit breaker) and says how
- * many have room; *hold is the shortest wait a circuit asked for (the
- * lane looks again then). A task left with no room is marked
+ * when lower, less inflight, through the circuit breaker); *hold is the
+ * shortest wait a circuit asked for (the lane looks again then). A task left with no room is marked
  * waiting_room, so that the settle thread, making room after the look,
  * pokes the lane (room_made). */
-static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
-                        int64_t *hold)
+static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
+                      int64_t *hold)
 {
     struct tm_broker *b = g->broker;
-    size_t with_room = 0;
     *hold = TM_LANE_BLOCK_MS;
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
@@ -149,9 +147,7 @@ static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
         if (r <= 0)
             continue;
         room[i] = (size_t)r;
-        with_room++;
     }
-    return with_room;
 }
 
 /* submit_batch hands one batch to the pool. */
