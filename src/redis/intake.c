@@ -422,9 +422,9 @@ static int read_history(struct tm_redis *rb, struct tm_redis_task *rt,
     return n;
 }
 
-/* lane_connect opens the lane's connection and learns its CLIENT ID
+/* tm_redis_lane_connect opens the lane's connection and learns its CLIENT ID
  * (a poke unblocks it by that). */
-static int lane_connect(struct tm_redis *rb, struct tm_redis_lane *l)
+int tm_redis_lane_connect(struct tm_redis *rb, struct tm_redis_lane *l)
 {
     l->rc = tm_redis_connect(rb, TM_REDIS_COMMAND_TIMEOUT_MS, l->errstr,
                              sizeof l->errstr);
@@ -632,7 +632,7 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     int fresh = !l->was_up;
     for (size_t i = 0; i < l->ntasks; i++)
         tm_redis_collect(&rb->tasks[l->tasks[i]]);
-    if (l->rc == NULL && lane_connect(rb, l) != 0)
+    if (l->rc == NULL && tm_redis_lane_connect(rb, l) != 0)
         return -1;
     /* the pause state first: nothing of a paused task is read */
     if (tm_redis_pause_poll(rb, l) != 0) {

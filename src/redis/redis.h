@@ -19,6 +19,7 @@
  *   intake.c  reads of new entries, own history and reclaim (lane thread)
  *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
+ *   rate.c    rate_limit: the task's token bucket, shared by all daemons
  *   settle.c  ack, retry, dead-letter (settle thread)
  *   reply.c   answers to requests, written when settling; emit --wait
  *   dedup.c   which messages of a read already succeeded (dedup_ttl)
@@ -67,6 +68,8 @@ struct tm_redis_lane;
 struct tm_redis_task {
     const struct tm_cfg_task *cfg;
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
+    char *rate_key;            /* "<queue>.rate.<group>": rate_limit's
+                                  token bucket */
     struct tm_redis_lane *lane; /* the intake lane that reads it */
     unsigned group_gen;        /* lane->conn_gen when its group was made
                                   sure of; another value: not yet */
@@ -258,6 +261,17 @@ void tm_redis_collect(struct tm_redis_task *rt);
 int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
                         const size_t *room, int timeout_ms,
                         struct tm_batch **out, size_t nout);
+/* tm_redis_lane_connect opens the lane's connection (lane thread). */
+int tm_redis_lane_connect(struct tm_redis *rb, struct tm_redis_lane *l);
+
+/* ---- rate.c ---- */
+
+/* tm_redis_rate_key returns "<queue>.rate.<group>" (the caller frees it
+ * with tm_free), built from the queue name first like the retry key. */
+char *tm_redis_rate_key(const struct tm_cfg_task *t);
+/* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
+int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
+                       const size_t *back, size_t *got, int64_t *wait_ms);
 
 /* ---- lane.c ---- */
 

@@ -60,8 +60,8 @@ START_TEST(key_slots_follow_redis)
 }
 END_TEST
 
-/* A task's stream, retry set and dead-letter stream must share a slot in
- * cluster mode; the refusal proposes a hash tag. */
+/* A task's stream, retry set, rate bucket and dead-letter stream must
+ * share a slot in cluster mode; the refusal proposes a hash tag. */
 START_TEST(task_keys_share_a_slot)
 {
     char name[] = "orders", q1[] = "orders", d1[] = "orders.dlq";
@@ -74,6 +74,7 @@ START_TEST(task_keys_share_a_slot)
     ck_assert_ptr_nonnull(strstr(err, "pause key 'orders.paused.taskmill'"));
     ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
     ck_assert_ptr_nonnull(strstr(err, "dead_letter: '{orders}.dlq'"));
+    ck_assert_ptr_nonnull(strstr(err, "rate bucket 'orders.rate.taskmill'"));
     t.queue = q2;
     t.dead_letter = d2;
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), 0);
