@@ -187,9 +187,11 @@ static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
                 (unsigned long long)(tm_rand64() ^ at->gen));
     at->salt[8] = '\0';
     tm_amqp_conn_reset(at);
+    /* no consumer tag: the task is paused, no consumer was started */
     tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, t->name, NULL,
-                 "consuming queue '%s' on %s "
+                 "%s queue '%s' on %s "
                  "(prefetch %u; dead letters to '%s')",
+                 ctag[0] != '\0' ? "consuming" : "connected for",
                  t->queue, node->redacted, t->prefetch, t->dead_letter);
     at->was_up = 1;
     at->err_hash = 0;
