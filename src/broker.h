@@ -10,6 +10,7 @@
 #include "msg.h"
 
 struct tm_broker;
+struct tm_sched_session;
 
 /* struct tm_dlq_entry is one dead-letter entry, as `dlq list/show` see it.
  * Every string is owned by the entry. */
@@ -131,6 +132,48 @@ struct tm_broker_ops {
                    const char *body, size_t len, int priority,
                    int64_t timeout_ms, char *id, size_t idlen, char **reply,
                    int *task_failed);
+
+    /*
+     * Schedules (src/schedule/fire.c). A schedule session is a connection
+     * of its own, apart from intake and settlement, used by one thread.
+     * sched_open(b, fire) opens one for b->cfg's schedules: with fire set
+     * it takes part in firing (RabbitMQ: its consumers join the election
+     * of each schedule's leader); without, it only reads (CLI, API).
+     * NULL with b->errstr set when the broker cannot be reached.
+     *
+     * sched_fire publishes slot slot_ms of s to its task's queue, with the
+     * schedule and slot in the message, unless that slot or a later one
+     * of s was fired already, by any daemon: the broker decides, so each
+     * slot is published once however many daemons try. Returns 1 when
+     * this call published it, 0 when it did not (fired already, or this
+     * session does not lead s), -1 on a failure: the session is then
+     * broken, to be closed and opened again. *last_ms (when not NULL) is
+     * set to the last slot of s fired, as far as the session knows, -1
+     * when unknown.
+     *
+     * sched_last reads the last slot of s fired (epoch ms), -1 when none
+     * was or the broker cannot tell. 0, or -1 on a failure.
+     *
+     * sched_serve, optional, waits up to timeout_ms while keeping the
+     * session alive (heartbeats, leadership changes): NULL means the
+     * session needs no serving between calls. 0, or -1 when broken.
+     *
+     * sched_close closes the session; NULL accepted.
+     */
+    struct tm_sched_session *(*sched_open)(struct tm_broker *b, int fire);
+    int (*sched_fire)(struct tm_sched_session *ss,
+                      const struct tm_cfg_schedule *s, int64_t slot_ms,
+                      int64_t *last_ms);
+    int (*sched_last)(struct tm_sched_session *ss,
+                      const struct tm_cfg_schedule *s, int64_t *slot_ms);
+    int (*sched_serve)(struct tm_sched_session *ss, int64_t timeout_ms);
+    void (*sched_close)(struct tm_sched_session *ss);
+};
+
+/* struct tm_sched_session is the common head of each adapter's schedule
+ * session (sched_open). */
+struct tm_sched_session {
+    struct tm_broker *b;
 };
 
 /* TM_BROKER_DEPTH_CLOSE, as depth()'s task_index, closes its connection. */

@@ -38,6 +38,12 @@ int tm_gen_start(struct tm_gen *g);
  */
 int tm_gen_stop(struct tm_gen *g, int64_t deadline_ns, int finish_queued);
 
+/* tm_gen_fire_start starts g's schedule firing thread, going on from
+ * the stopped one of g itself (a reload that failed) or else of g->prev;
+ * tm_gen_fire_stop stops it (idempotent). */
+void tm_gen_fire_start(struct tm_gen *g);
+void tm_gen_fire_stop(struct tm_gen *g);
+
 /* tm_gen_wait_idle waits, however long it takes, until no call runs in
  * g's pool: a call abandoned at the drain deadline still runs the
  * generation's plugin code with its task and worker data. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "schedule/fire.h"
 #include "util.h"
 
 /* How often a retired generation looks whether its abandoned calls have
@@ -145,6 +146,8 @@ void tm_gen_free(struct tm_gen *g)
 {
     if (g == NULL)
         return;
+    tm_fire_free(g->fire);
+    g->fire = NULL;
     if (g->pool != NULL) {
         /* the pool goes first (its workers run worker fini), the plugins
          * (cb_fini, dlclose) last, and only once nothing runs their code */
@@ -258,7 +261,24 @@ int tm_gen_start(struct tm_gen *g)
     }
     g->settle_started = 1;
     tm_intake_start(g);
+    tm_gen_fire_start(g);
     return 0;
+}
+
+void tm_gen_fire_start(struct tm_gen *g)
+{
+    /* the replaced generation's thread was stopped: its cursors carry
+     * over, so that the reload neither skips nor repeats a slot */
+    struct tm_fire *old = g->fire;
+    g->fire = tm_fire_start(g->broker, g->d->sched_stats,
+                            old != NULL ? old
+                            : g->prev != NULL ? g->prev->fire : NULL);
+    tm_fire_free(old);
+}
+
+void tm_gen_fire_stop(struct tm_gen *g)
+{
+    tm_fire_stop(g->fire);
 }
 
 static long long gen_inflight(const struct tm_gen *g)
@@ -278,6 +298,7 @@ static long long gen_inflight(const struct tm_gen *g)
  */
 int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
 {
+    tm_gen_fire_stop(g);
     atomic_store(&g->stopping, 1);
     pthread_mutex_lock(&g->mu);
     pthread_cond_broadcast(&g->cv);

@@ -105,4 +105,8 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .dlq_purge = tm_redis_dlq_purge,
     .destroy = rb_destroy,
     .depth = tm_redis_depth,
+    .sched_open = tm_redis_sched_open,
+    .sched_fire = tm_redis_sched_fire,
+    .sched_last = tm_redis_sched_last,
+    .sched_close = tm_redis_sched_close,
 };
