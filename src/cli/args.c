@@ -21,6 +21,8 @@ const char tm_cli_usage[] =
     "       taskmill dlq [-c FILE] list [TASK]\n"
     "       taskmill dlq [-c FILE] show TASK ID\n"
     "       taskmill dlq [-c FILE] (replay | purge) TASK [ID] [--yes]\n"
+    "       taskmill schedules [-c FILE]      each schedule with its last "
+    "and next slot\n"
     "       taskmill --version | --help\n"
     "\n"
     "-c defaults to $TASKMILL_CONFIG, then " TM_DEFAULT_CONFIG ".\n"
@@ -57,7 +59,7 @@ static const char *option_value(int argc, char **argv, int *i)
 int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
 {
     static const char *const cmds[] = {"run", "check", "emit", "invoke",
-                                       "dlq"};
+                                       "dlq", "schedules"};
     memset(a, 0, sizeof *a);
     int i = 1;
     if (i < argc && argv[i][0] != '-') {
