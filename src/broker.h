@@ -145,11 +145,11 @@ struct tm_broker_ops {
      * schedule and slot in the message, unless that slot or a later one
      * of s was fired already, by any daemon: the broker decides, so each
      * slot is published once however many daemons try. Returns 1 when
-     * this call published it, 0 when it did not (fired already, or this
-     * session does not lead s), -1 on a failure: the session is then
-     * broken, to be closed and opened again. *last_ms (when not NULL) is
-     * set to the last slot of s fired, as far as the session knows, -1
-     * when unknown.
+     * this call published it; 0 when it did not: fired already (*last_ms
+     * then the last slot fired, >= slot_ms), or another daemon leads s
+     * (*last_ms = -1: the caller tries the slot again later, for the
+     * lead may pass to it); -1 on a failure: the session is then broken,
+     * to be closed and opened again. last_ms may be NULL.
      *
      * sched_last reads the last slot of s fired (epoch ms), -1 when none
      * was or the broker cannot tell. 0, or -1 on a failure.

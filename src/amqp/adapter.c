@@ -183,4 +183,9 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .destroy = ab_destroy,
     .depth = tm_amqp_depth,
     .request = tm_amqp_request,
+    .sched_open = tm_amqp_sched_open,
+    .sched_fire = tm_amqp_sched_fire,
+    .sched_last = tm_amqp_sched_last,
+    .sched_serve = tm_amqp_sched_serve,
+    .sched_close = tm_amqp_sched_close,
 };

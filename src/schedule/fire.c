@@ -103,11 +103,16 @@ void tm_sched_stats_get(struct tm_sched_stats *st, const char *name,
 
 /* struct cursor is where one schedule stands: next is the next slot to
  * fire (INT64_MAX: none left); started once the thread placed it (from
- * the broker's last fired slot, or from the configuration replaced). */
+ * the broker's last fired slot, or from the configuration replaced).
+ * follower: the broker said another daemon leads the schedule (RabbitMQ)
+ * and did not say whether next was fired: next stays due here, tried
+ * again every turn, so that if the lead passes to this daemon it fires
+ * what the old leader left (up to TM_FIRE_GRACE_MS back). */
 struct cursor {
     const struct tm_cfg_schedule *s;
     int64_t next;
     int started;
+    int follower;
 };
 
 struct tm_fire {
@@ -121,6 +126,10 @@ struct tm_fire {
     pthread_cond_t cv;         /* stop */
     atomic_int stop;
     struct tm_sched_session *ss; /* the thread's; NULL while closed */
+    int64_t started_ms;        /* when the thread started: schedules are
+                                  placed from then, so that slots passing
+                                  while the first session opens are
+                                  fired late, not skipped */
 };
 
 /* wait_ms sleeps up to ms, or until a stop is asked. */
@@ -150,7 +159,8 @@ static int64_t next_after(const struct tm_cfg_schedule *s, int64_t t)
  * any daemon; the broker keeps it): with catch_up: once and a slot
  * missed since, that latest missed slot (fired at once); otherwise the
  * first slot after now. A schedule never fired has nothing to catch up.
- * Returns 0, or -1 when the broker could not be read.
+ * now is when the thread started. Returns 0, or -1 when the broker could
+ * not be read.
  */
 static int place(struct tm_fire *f, struct cursor *c, int64_t now)
 {
@@ -179,7 +189,10 @@ static int place(struct tm_fire *f, struct cursor *c, int64_t now)
 static int fire_due(struct tm_fire *f, struct cursor *c, int64_t now)
 {
     int64_t prev;
-    if (c->next < now - TM_FIRE_GRACE_MS &&
+    if (c->follower && c->next < now - TM_FIRE_GRACE_MS) {
+        /* the leader fired these, or will answer for them */
+        c->next = next_after(c->s, now - TM_FIRE_GRACE_MS);
+    } else if (c->next < now - TM_FIRE_GRACE_MS &&
         tm_sched_prev(&c->s->spec, now, &prev) == 0 && prev >= c->next) {
         int64_t from = c->next;
         c->next = c->s->catch_up == TM_CATCH_UP_ONCE
@@ -197,6 +210,9 @@ static int fire_due(struct tm_fire *f, struct cursor *c, int64_t now)
         int rc = f->b->ops->sched_fire(f->ss, c->s, c->next, &last);
         if (rc < 0)
             return -1;
+        c->follower = rc == 0 && last < 0;
+        if (c->follower)
+            break;
         tm_sched_stats_note(f->st, c->s->name, rc == 1,
                             rc == 1 ? c->next : last);
         if (rc == 1)
@@ -216,6 +232,7 @@ static void *fire_main(void *arg)
     const struct tm_broker_ops *ops = f->b->ops;
     int64_t backoff = TM_FIRE_BACKOFF_MIN_MS;
     int logged = 0;
+    f->started_ms = tm_sched_now_ms();
     while (!atomic_load(&f->stop)) {
         if (f->ss == NULL) {
             f->ss = ops->sched_open(f->b, 1);
@@ -240,10 +257,13 @@ static void *fire_main(void *arg)
         int64_t wake = INT64_MAX;
         for (size_t i = 0; i < f->n && !broken; i++) {
             struct cursor *c = &f->cur[i];
-            if (!c->started && place(f, c, now) != 0)
+            if (!c->started && place(f, c, f->started_ms) != 0)
                 broken = 1;
             else if (fire_due(f, c, now) != 0)
                 broken = 1;
+            else if (c->follower && c->next <= now)
+                wake = wake < now + TM_FIRE_TURN_MS ? wake
+                                                    : now + TM_FIRE_TURN_MS;
             else if (c->next < wake)
                 wake = c->next;
         }
