@@ -139,7 +139,7 @@ struct tm_broker_ops {
      * sched_open(b, fire) opens one for b->cfg's schedules: with fire set
      * it takes part in firing (RabbitMQ: its consumers join the election
      * of each schedule's leader); without, it only reads (CLI, API).
-     * NULL with b->errstr set when the broker cannot be reached.
+     * NULL with the reason in err when the broker cannot be reached.
      *
      * sched_fire publishes slot slot_ms of s to its task's queue, with the
      * schedule and slot in the message, unless that slot or a later one
@@ -149,7 +149,9 @@ struct tm_broker_ops {
      * then the last slot fired, >= slot_ms), or another daemon leads s
      * (*last_ms = -1: the caller tries the slot again later, for the
      * lead may pass to it); -1 on a failure: the session is then broken,
-     * to be closed and opened again. last_ms may be NULL.
+     * to be closed and opened again. last_ms may be NULL. Failures of
+     * sched_fire, sched_last and sched_serve are described in
+     * ss->errstr.
      *
      * sched_last reads the last slot of s fired (epoch ms), -1 when none
      * was or the broker cannot tell. 0, or -1 on a failure.
@@ -160,7 +162,8 @@ struct tm_broker_ops {
      *
      * sched_close closes the session; NULL accepted.
      */
-    struct tm_sched_session *(*sched_open)(struct tm_broker *b, int fire);
+    struct tm_sched_session *(*sched_open)(struct tm_broker *b, int fire,
+                                           char *err, size_t errlen);
     int (*sched_fire)(struct tm_sched_session *ss,
                       const struct tm_cfg_schedule *s, int64_t slot_ms,
                       int64_t *last_ms);
@@ -171,9 +174,11 @@ struct tm_broker_ops {
 };
 
 /* struct tm_sched_session is the common head of each adapter's schedule
- * session (sched_open). */
+ * session (sched_open). Its errors go to its own errstr, never to the
+ * broker's, which other threads write. */
 struct tm_sched_session {
     struct tm_broker *b;
+    char errstr[512];
 };
 
 /* TM_BROKER_DEPTH_CLOSE, as depth()'s task_index, closes its connection. */

@@ -403,7 +403,8 @@ int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);
 
 /* ---- schedule.c: the election of each schedule's leader, fires ---- */
-struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire);
+struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,
+                                            char *err, size_t errlen);
 int tm_amqp_sched_fire(struct tm_sched_session *ss,
                        const struct tm_cfg_schedule *s, int64_t slot_ms,
                        int64_t *last_ms);

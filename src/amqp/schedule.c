@@ -28,6 +28,8 @@
 #include "amqp.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +74,18 @@ struct tm_amqp_sched {
     size_t n;
 };
 
+/* serr describes a session's failure in its errstr. */
+static void serr(struct tm_sched_session *ss, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void serr(struct tm_sched_session *ss, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ss->errstr, sizeof ss->errstr, fmt, ap);
+    va_end(ap);
+}
+
 static struct tm_amqp_broker *ab_of(struct tm_amqp_sched *as)
 {
     return as->ab;
@@ -82,8 +96,8 @@ static int fail(struct tm_amqp_sched *as, const char *what,
                 amqp_rpc_reply_t r)
 {
     char eb[300];
-    tm_broker_set_error(&ab_of(as)->base, EIO, "schedules: %s: %s", what,
-                        tm_amqp_strerror(r, eb, sizeof eb));
+    serr(&as->base, "schedules: %s: %s", what,
+         tm_amqp_strerror(r, eb, sizeof eb));
     return -1;
 }
 
@@ -136,8 +150,8 @@ static int publish_state(struct tm_amqp_sched *as, const char *queue,
                                 amqp_cstring_bytes(queue), 0, 0, &p,
                                 amqp_cstring_bytes(body));
     if (rc != AMQP_STATUS_OK) {
-        tm_broker_set_error(&ab_of(as)->base, EIO, "schedules: publish to "
-                            "'%s': %s", queue, amqp_error_string2(rc));
+        serr(&as->base, "schedules: publish to '%s': %s", queue,
+             amqp_error_string2(rc));
         return -1;
     }
     return 0;
@@ -169,7 +183,7 @@ static int take_state(struct tm_amqp_sched *as, struct lock *l,
     if (drop == 0)
         return 0;
     if (amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, drop, 0) != AMQP_STATUS_OK) {
-        tm_broker_set_error(&ab_of(as)->base, EIO, "schedules: ack failed");
+        serr(&as->base, "schedules: ack failed");
         return -1;
     }
     return commit(as);
@@ -219,9 +233,8 @@ static int serve(struct tm_amqp_sched *as, int64_t ms)
                 (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
                  f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
                  f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)) {
-                tm_broker_set_error(&ab_of(as)->base, EIO, "schedules: "
-                                    "the broker sent %s",
-                                    amqp_method_name(f.payload.method.id));
+                serr(&as->base, "schedules: the broker sent %s",
+                     amqp_method_name(f.payload.method.id));
                 return -1;
             }
             continue;
@@ -246,8 +259,8 @@ static int declare_locks(struct tm_amqp_sched *as)
         if (t != NULL && as->fire &&
             tm_amqp_declare(as->c, TM_AMQP_SCH_ADMIN, ab, t, eb, sizeof eb,
                             &perm) != 0) {
-            tm_broker_set_error(&ab->base, perm ? EINVAL : EIO,
-                                "schedules: %s", eb);
+            (void)perm; /* refused or not, the session cannot go on */
+            serr(&as->base, "schedules: %s", eb);
             return -1;
         }
         amqp_table_entry_t e;
@@ -310,7 +323,8 @@ void tm_amqp_sched_close(struct tm_sched_session *ss)
     tm_free(as);
 }
 
-struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire)
+struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,
+                                            char *err, size_t errlen)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
     const struct tm_cfg *cfg = b->cfg;
@@ -333,12 +347,12 @@ struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire)
     as->c = tm_amqp_open(ab, fire ? "schedules" : "schedules-read",
                          tm_amqp_heartbeat_s(ab), NULL, eb, sizeof eb);
     if (as->c == NULL) {
-        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
+        serr(&as->base, "%s", eb);
         goto fail;
     }
     if (tm_amqp_channel(as->c, TM_AMQP_SCH_LEAD, 0, eb, sizeof eb) != 0 ||
         tm_amqp_channel(as->c, TM_AMQP_SCH_ADMIN, 0, eb, sizeof eb) != 0) {
-        tm_broker_set_error(b, EIO, "schedules: %s", eb);
+        serr(&as->base, "schedules: %s", eb);
         goto fail;
     }
     if (fire) {
@@ -356,6 +370,7 @@ struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire)
         goto fail;
     return &as->base;
 fail:
+    tm_snprintf(err, errlen, "%s", as->base.errstr);
     tm_amqp_sched_close(&as->base);
     return NULL;
 }
@@ -395,8 +410,7 @@ int tm_amqp_sched_last(struct tm_sched_session *ss,
     amqp_destroy_message(&m);
     if (amqp_basic_reject(as->c, TM_AMQP_SCH_ADMIN, tag, 1) !=
         AMQP_STATUS_OK) {
-        tm_broker_set_error(&ab_of(as)->base, EIO, "schedules: reject "
-                            "failed");
+        serr(&as->base, "schedules: reject failed");
         return -1;
     }
     return 0;
@@ -426,8 +440,8 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
         if (serve(as, 50) != 0)
             return -1;
     if (l->held == 0) {
-        tm_broker_set_error(&ab_of(as)->base, EIO, "schedule '%s': its "
-                            "state did not come back", s->name);
+        serr(&as->base, "schedule '%s': its state did not come back",
+             s->name);
         return -1;
     }
     const struct tm_cfg_task *t = tm_cfg_find_task(ss->b->cfg, s->task);
@@ -447,8 +461,8 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
                                 amqp_cstring_bytes(s->body_json));
     tm_free(h.e);
     if (rc != AMQP_STATUS_OK) {
-        tm_broker_set_error(&ab_of(as)->base, EIO, "schedule '%s': publish: "
-                            "%s", s->name, amqp_error_string2(rc));
+        serr(&as->base, "schedule '%s': publish: %s", s->name,
+             amqp_error_string2(rc));
         return -1;
     }
     /* one transaction: the message, the new state, the last value, and
@@ -458,7 +472,7 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
         return -1;
     if (amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, l->held, 0) !=
         AMQP_STATUS_OK) {
-        tm_broker_set_error(&ab_of(as)->base, EIO, "schedules: ack failed");
+        serr(&as->base, "schedules: ack failed");
         return -1;
     }
     if (commit(as) != 0)

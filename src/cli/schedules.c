@@ -68,9 +68,9 @@ int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a)
     }
     size_t n = cfg->nschedules;
     rows = tm_calloc(n ? n : 1, sizeof *rows);
-    if (tm_sched_report(b, tm_sched_now_ms(), rows) != 0) {
+    if (tm_sched_report(b, tm_sched_now_ms(), rows, err, sizeof err) != 0) {
         fprintf(stderr, "taskmill: cannot read the last slots from the "
-                "broker: %s\n", b->errstr);
+                "broker: %s\n", err);
         goto out;
     }
     int wn = width_of("NAME", rows, n, get_name);

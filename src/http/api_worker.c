@@ -148,8 +148,9 @@ static void run_schedules(struct tm_broker *b, struct tm_api_req *out)
     const struct tm_cfg *cfg = b->cfg;
     size_t n = cfg->nschedules;
     struct tm_sched_row *rows = tm_calloc(n ? n : 1, sizeof *rows);
-    if (tm_sched_report(b, tm_sched_now_ms(), rows) != 0) {
-        tm_api_error(out, 502, "broker: %s", b->errstr);
+    char err[512];
+    if (tm_sched_report(b, tm_sched_now_ms(), rows, err, sizeof err) != 0) {
+        tm_api_error(out, 502, "broker: %s", err);
         tm_free(rows);
         return;
     }

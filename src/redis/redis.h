@@ -304,7 +304,8 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
  * the last slot of the schedule fired (the caller frees it): built from
  * the queue name first, so a hash tag in the queue carries over to it. */
 char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule);
-struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire);
+struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
+                                             char *err, size_t errlen);
 int tm_redis_sched_fire(struct tm_sched_session *ss,
                         const struct tm_cfg_schedule *s, int64_t slot_ms,
                         int64_t *last_ms);

@@ -4,6 +4,8 @@
 #include "redis/redis.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,18 @@ static const char fire_script[] =
     " 'slot', ARGV[1])\n"
     "return {1, ARGV[1]}\n";
 
+/* serr describes a session's failure in its errstr. */
+static void serr(struct tm_sched_session *ss, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void serr(struct tm_sched_session *ss, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ss->errstr, sizeof ss->errstr, fmt, ap);
+    va_end(ap);
+}
+
 /* struct tm_redis_sched is the Redis schedule session: one connection of
  * its own, used by one thread. */
 struct tm_redis_sched {
@@ -51,17 +65,15 @@ char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule)
     return k;
 }
 
-struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire)
+struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
+                                             char *err, size_t errlen)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    char eb[256];
     (void)fire; /* Redis needs no election: the script decides */
-    struct tm_rconn *c = tm_redis_connect(rb, TM_REDIS_SCHED_TIMEOUT_MS, eb,
-                                          sizeof eb);
-    if (c == NULL) {
-        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
+    struct tm_rconn *c = tm_redis_connect(rb, TM_REDIS_SCHED_TIMEOUT_MS, err,
+                                          errlen);
+    if (c == NULL)
         return NULL;
-    }
     struct tm_redis_sched *rs = tm_calloc(1, sizeof *rs);
     rs->base.b = b;
     rs->c = c;
@@ -98,8 +110,7 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
         *last_ms = -1;
     /* the configuration checked that the task exists */
     if (t == NULL) {
-        tm_broker_set_error(ss->b, EINVAL, "schedule '%s': no task '%s'",
-                            s->name, s->task);
+        serr(ss, "schedule '%s': no task '%s'", s->name, s->task);
         goto out;
     }
     key = tm_redis_sched_key(t, s->name);
@@ -108,14 +119,13 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
                           s->body_json, s->name};
     r = tm_redis_command(rs->c, 8, argv, NULL, eb, sizeof eb, &dead);
     if (r == NULL) {
-        tm_broker_set_error(ss->b, dead ? EIO : EINVAL, "schedule '%s': %s",
-                            s->name, eb);
+        serr(ss, "schedule '%s': %s", s->name, eb);
         goto out;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER) {
-        tm_broker_set_error(ss->b, EPROTO, "schedule '%s': unexpected reply "
-                            "of the fire script", s->name);
+        serr(ss, "schedule '%s': unexpected reply of the fire script",
+             s->name);
         goto out;
     }
     if (last_ms != NULL)
@@ -144,8 +154,7 @@ int tm_redis_sched_last(struct tm_sched_session *ss,
                                      &dead);
     tm_free(key);
     if (r == NULL) {
-        tm_broker_set_error(ss->b, dead ? EIO : EINVAL, "schedule '%s': %s",
-                            s->name, eb);
+        serr(ss, "schedule '%s': %s", s->name, eb);
         return -1;
     }
     *slot_ms = parse_slot(r);

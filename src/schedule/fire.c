@@ -232,14 +232,15 @@ static void *fire_main(void *arg)
     const struct tm_broker_ops *ops = f->b->ops;
     int64_t backoff = TM_FIRE_BACKOFF_MIN_MS;
     int logged = 0;
+    char err[512];
     f->started_ms = tm_sched_now_ms();
     while (!atomic_load(&f->stop)) {
         if (f->ss == NULL) {
-            f->ss = ops->sched_open(f->b, 1);
+            f->ss = ops->sched_open(f->b, 1, err, sizeof err);
             if (f->ss == NULL) {
                 if (!logged)
                     tm_log_warn(SRC, "cannot reach the broker to fire "
-                                "schedules: %s; retrying", f->b->errstr);
+                                "schedules: %s; retrying", err);
                 logged = 1;
                 wait_ms(f, backoff);
                 backoff = backoff * 2 > TM_FIRE_BACKOFF_MAX_MS
@@ -269,7 +270,7 @@ static void *fire_main(void *arg)
         }
         if (broken) {
             tm_log_warn(SRC, "firing schedules: %s; reconnecting",
-                        f->b->errstr);
+                        f->ss->errstr);
             logged = 1;
             close_session(f);
             wait_ms(f, backoff);
@@ -284,7 +285,7 @@ static void *fire_main(void *arg)
         if (ops->sched_serve != NULL) {
             if (ops->sched_serve(f->ss, ms) != 0) {
                 tm_log_warn(SRC, "schedule session: %s; reconnecting",
-                            f->b->errstr);
+                            f->ss->errstr);
                 close_session(f);
             }
         } else {

@@ -8,9 +8,10 @@
 #include "broker.h"
 #include "config.h"
 #include "schedule/slots.h"
+#include "util.h"
 
 int tm_sched_report(struct tm_broker *b, int64_t now,
-                    struct tm_sched_row *rows)
+                    struct tm_sched_row *rows, char *err, size_t errlen)
 {
     const struct tm_cfg *cfg = b->cfg;
     int rc = 0;
@@ -25,17 +26,18 @@ int tm_sched_report(struct tm_broker *b, int64_t now,
     if (cfg->nschedules == 0)
         goto out;
     if (b->ops->sched_open == NULL) {
-        tm_broker_set_error(b, 0, "this broker keeps no schedule state");
+        tm_snprintf(err, errlen, "this broker keeps no schedule state");
         rc = -1;
         goto out;
     }
-    ss = b->ops->sched_open(b, 0);
+    ss = b->ops->sched_open(b, 0, err, errlen);
     if (ss == NULL) {
         rc = -1;
         goto out;
     }
     for (size_t i = 0; i < cfg->nschedules; i++) {
         if (b->ops->sched_last(ss, rows[i].s, &rows[i].last_ms) != 0) {
+            tm_snprintf(err, errlen, "%s", ss->errstr);
             rc = -1;
             goto out;
         }

@@ -3,6 +3,7 @@
 #ifndef TASKMILL_SCHEDULE_FIRE_REPORT_H
 #define TASKMILL_SCHEDULE_FIRE_REPORT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct tm_broker;
@@ -21,10 +22,10 @@ struct tm_sched_row {
  * tm_sched_report fills rows[0 .. b->cfg->nschedules) for the time now:
  * next slots from the configuration, last slots read from the broker on
  * a read-only session of their own (it takes no part in firing). Returns
- * 0, or -1 with b->errstr set when the broker could not be read (the
+ * 0, or -1 with the reason in err when the broker could not be read (the
  * last slots are then -1, the rest is filled).
  */
 int tm_sched_report(struct tm_broker *b, int64_t now,
-                    struct tm_sched_row *rows);
+                    struct tm_sched_row *rows, char *err, size_t errlen);
 
 #endif /* TASKMILL_SCHEDULE_FIRE_REPORT_H */
