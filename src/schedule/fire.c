@@ -126,7 +126,7 @@ struct tm_fire {
     pthread_cond_t cv;         /* stop */
     atomic_int stop;
     struct tm_sched_session *ss; /* the thread's; NULL while closed */
-    int64_t started_ms;        /* when the thread started: schedules are
+    int64_t started_ms;        /* when tm_fire_start ran: schedules are
                                   placed from then, so that slots passing
                                   while the first session opens are
                                   fired late, not skipped */
@@ -159,7 +159,7 @@ static int64_t next_after(const struct tm_cfg_schedule *s, int64_t t)
  * any daemon; the broker keeps it): with catch_up: once and a slot
  * missed since, that latest missed slot (fired at once); otherwise the
  * first slot after now. A schedule never fired has nothing to catch up.
- * now is when the thread started. Returns 0, or -1 when the broker could
+ * now is when the firing started. Returns 0, or -1 when the broker could
  * not be read.
  */
 static int place(struct tm_fire *f, struct cursor *c, int64_t now)
@@ -233,7 +233,6 @@ static void *fire_main(void *arg)
     int64_t backoff = TM_FIRE_BACKOFF_MIN_MS;
     int logged = 0;
     char err[512];
-    f->started_ms = tm_sched_now_ms();
     while (!atomic_load(&f->stop)) {
         if (f->ss == NULL) {
             f->ss = ops->sched_open(f->b, 1, err, sizeof err);
@@ -316,6 +315,7 @@ struct tm_fire *tm_fire_start(struct tm_broker *b, struct tm_sched_stats *st,
     struct tm_fire *f = tm_calloc(1, sizeof *f);
     f->b = b;
     f->st = st;
+    f->started_ms = tm_sched_now_ms();
     f->n = cfg->nschedules;
     f->cur = tm_calloc(f->n, sizeof *f->cur);
     for (size_t i = 0; i < f->n; i++) {
