@@ -261,19 +261,18 @@ int tm_gen_start(struct tm_gen *g)
     }
     g->settle_started = 1;
     tm_intake_start(g);
-    tm_gen_fire_start(g);
+    /* the replaced generation (alive until it is retired) stopped its
+     * firing thread: the cursors carry over, so that the reload neither
+     * skips nor repeats a slot */
+    tm_gen_fire_start(g, g->prev != NULL ? g->prev->fire : NULL);
     return 0;
 }
 
-void tm_gen_fire_start(struct tm_gen *g)
+void tm_gen_fire_start(struct tm_gen *g, const struct tm_fire *from)
 {
-    /* the replaced generation's thread was stopped: its cursors carry
-     * over, so that the reload neither skips nor repeats a slot */
-    struct tm_fire *old = g->fire;
-    g->fire = tm_fire_start(g->broker, g->d->sched_stats,
-                            old != NULL ? old
-                            : g->prev != NULL ? g->prev->fire : NULL);
-    tm_fire_free(old);
+    struct tm_fire *own = g->fire; /* stopped; may be from itself */
+    g->fire = tm_fire_start(g->broker, g->d->sched_stats, from);
+    tm_fire_free(own);
 }
 
 void tm_gen_fire_stop(struct tm_gen *g)

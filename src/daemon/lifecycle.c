@@ -219,7 +219,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     g->settle_started = 1;
     if (!stop_requested(d)) {
         tm_intake_start(g);
-        tm_gen_fire_start(g);
+        tm_gen_fire_start(g, NULL);
         atomic_store(&d->state, TM_STATE_RUNNING);
         tm_log_info(TM_DAEMON_SRC, "taskmill %s running: %zu task(s), %s pool of %u, "
                     "broker %s", TM_VERSION, g->ntasks, g->pool->ops->kind,

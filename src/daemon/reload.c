@@ -230,7 +230,7 @@ void tm_reload(struct tm_daemon *d)
         tm_gen_stop(g, tm_now_ns(), 0);
         tm_gen_free(g);
         tm_intake_start(old);
-        tm_gen_fire_start(old);
+        tm_gen_fire_start(old, old->fire);
         return;
     }
     struct summary sum;
