@@ -226,10 +226,18 @@ static int fire_due(struct tm_fire *f, struct cursor *c, int64_t now)
     return 0;
 }
 
+static int64_t next_backoff(int64_t ms)
+{
+    return ms * 2 > TM_FIRE_BACKOFF_MAX_MS ? TM_FIRE_BACKOFF_MAX_MS
+                                           : ms * 2;
+}
+
 static void *fire_main(void *arg)
 {
     struct tm_fire *f = arg;
     const struct tm_broker_ops *ops = f->b->ops;
+    /* a failure is logged once, until a round goes through again; the
+     * attempts back off exponentially meanwhile */
     int64_t backoff = TM_FIRE_BACKOFF_MIN_MS;
     int logged = 0;
     char err[512];
@@ -242,15 +250,9 @@ static void *fire_main(void *arg)
                                 "schedules: %s; retrying", err);
                 logged = 1;
                 wait_ms(f, backoff);
-                backoff = backoff * 2 > TM_FIRE_BACKOFF_MAX_MS
-                              ? TM_FIRE_BACKOFF_MAX_MS
-                              : backoff * 2;
+                backoff = next_backoff(backoff);
                 continue;
             }
-            if (logged)
-                tm_log_info(SRC, "firing schedules again");
-            logged = 0;
-            backoff = TM_FIRE_BACKOFF_MIN_MS;
         }
         int64_t now = tm_sched_now_ms();
         int broken = 0;
@@ -268,13 +270,19 @@ static void *fire_main(void *arg)
                 wake = c->next;
         }
         if (broken) {
-            tm_log_warn(SRC, "firing schedules: %s; reconnecting",
-                        f->ss->errstr);
+            if (!logged)
+                tm_log_warn(SRC, "firing schedules: %s; reconnecting",
+                            f->ss->errstr);
             logged = 1;
             close_session(f);
             wait_ms(f, backoff);
+            backoff = next_backoff(backoff);
             continue;
         }
+        if (logged)
+            tm_log_info(SRC, "firing schedules again");
+        logged = 0;
+        backoff = TM_FIRE_BACKOFF_MIN_MS;
         int64_t ms = wake == INT64_MAX ? TM_FIRE_TURN_MS
                                        : wake - tm_sched_now_ms();
         if (ms > TM_FIRE_TURN_MS)
