@@ -78,6 +78,7 @@ TEST_PACKAGES=(
 	liblua5.4-dev
 	python3-dev
 	python3-yaml
+	python3-redis
 	chromium
 )
 # npm packages of the tests, each checked by its package.json.

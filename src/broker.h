@@ -48,7 +48,8 @@ struct tm_broker_ops {
      * reached or refuses; the caller retries with backoff. */
     int (*connect)(struct tm_broker *b);
 
-    /* fetch blocks up to timeout_ms for at most max deliveries of task i.
+    /* fetch blocks up to timeout_ms for at most max deliveries of task i
+     * (max 0: none; the call only serves the connection until then).
      * Returns the count (0 on timeout) with *out set to a batch when
      * count > 0; -1 on a connection error (broker marked down; the next
      * call reconnects). */
@@ -132,6 +133,20 @@ struct tm_broker_ops {
                    const char *body, size_t len, int priority,
                    int64_t timeout_ms, char *id, size_t idlen, char **reply,
                    int *task_failed);
+
+    /* rate_take takes rate_limit tokens from buckets the broker keeps,
+     * shared by every daemon reading the same tasks. Called by lane l's
+     * intake thread only, before its fetch_lane: for each task i of the
+     * lane (indexes are task indexes, all of them, other lanes' and tasks
+     * without rate_limit ignored) it first gives back back[i] tokens a
+     * read left unused, then takes up to want[i] (0: none wanted) and
+     * sets got[i]; when got[i] is 0 for want[i] > 0, wait_ms[i] is how
+     * long until the bucket has a token again. Returns 0, or -1 on a
+     * connection error (nothing taken, nothing given back). Optional:
+     * NULL when the broker keeps no buckets; each daemon then limits
+     * with its own (rate_limit is per daemon). */
+    int (*rate_take)(struct tm_broker *b, size_t lane, const size_t *want,
+                     const size_t *back, size_t *got, int64_t *wait_ms);
 
     /*
      * Schedules (src/schedule/fire.c). A schedule session is a connection

@@ -257,6 +257,10 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     task_series(&b, d, "taskmill_dead_letter_total", "counter",
                 "Messages dead-lettered.",
                 offsetof(struct tm_task_stats, dead_lettered), 0);
+    task_series(&b, d, "taskmill_rate_limited_total", "counter",
+                "Waits of the task's intake held back by rate_limit or "
+                "concurrency.",
+                offsetof(struct tm_task_stats, rate_limited), 0);
     task_series(&b, d, "taskmill_tasks_inflight", "gauge",
                 "Messages received and not yet settled.",
                 offsetof(struct tm_task_stats, inflight), 1);

@@ -28,6 +28,7 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         struct tm_redis_task *rt = &rb->tasks[i];
         rt->cfg = &cfg->tasks[i];
         rt->retry_key = tm_redis_retry_key(rt->cfg);
+        rt->rate_key = tm_redis_rate_key(rt->cfg);
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
         pthread_mutex_init(&rt->held_mu, NULL);
     }
@@ -74,6 +75,7 @@ static void rb_destroy(struct tm_broker *b)
         tm_redis_collect(&rb->tasks[i]);
         pthread_mutex_destroy(&rb->tasks[i].held_mu);
         tm_free(rb->tasks[i].retry_key);
+        tm_free(rb->tasks[i].rate_key);
     }
     if (rb->wc != NULL)
         tm_rconn_close(rb->wc);
@@ -105,6 +107,8 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .dlq_purge = tm_redis_dlq_purge,
     .destroy = rb_destroy,
     .depth = tm_redis_depth,
+    .request = tm_redis_request,
+    .rate_take = tm_redis_rate_take,
     .sched_open = tm_redis_sched_open,
     .sched_fire = tm_redis_sched_fire,
     .sched_last = tm_redis_sched_last,

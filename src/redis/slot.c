@@ -40,25 +40,45 @@ static unsigned slot_of(const char *key)
     return tm_redis_key_slot(key, strlen(key));
 }
 
+int tm_redis_has_hash_tag(const char *key)
+{
+    const char *open = strchr(key, '{');
+    return open != NULL && open[1] != '\0' && open[1] != '}' &&
+           strchr(open + 2, '}') != NULL;
+}
+
 int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                               size_t errlen)
 {
     char *retry = tm_redis_retry_key(t);
+    char *rate = tm_redis_rate_key(t);
     unsigned q = slot_of(t->queue), r = slot_of(retry),
-             d = slot_of(t->dead_letter);
+             d = slot_of(t->dead_letter), b = slot_of(rate);
     int rc = 0;
-    if (q != r || q != d) {
+    if (q != r || q != d || q != b) {
         tm_snprintf(err, errlen,
                     "in broker.redis.mode: cluster, a task's keys must share "
                     "one hash slot (its scripts run on one node), but "
-                    "queue '%s' is in slot %u, its retry set '%s' in %u and "
+                    "queue '%s' is in slot %u, its retry set '%s' in %u, "
+                    "its rate bucket '%s' in %u and "
                     "dead_letter '%s' in %u; give them one hash tag, e.g. "
                     "queue: '{%s}' and dead_letter: '{%s}.dlq'",
-                    t->queue, q, retry, r, t->dead_letter, d, t->queue,
-                    t->queue);
+                    t->queue, q, retry, r, rate, b, t->dead_letter, d,
+                    t->queue, t->queue);
+        rc = -1;
+    } else if (t->dedup_ttl_ms > 0 && !tm_redis_has_hash_tag(t->queue)) {
+        /* "<queue>.dedup.<key>": the key is the producer's, any text, so
+         * only the queue's own hash tag keeps it in the queue's slot */
+        tm_snprintf(err, errlen,
+                    "in broker.redis.mode: cluster, a task with dedup_ttl "
+                    "keeps its keys '%s.dedup.<dedup_key>' in its queue's "
+                    "hash slot, which needs a hash tag in the queue name, "
+                    "e.g. queue: '{%s}' and dead_letter: '{%s}.dlq'",
+                    t->queue, t->queue, t->queue);
         rc = -1;
     }
     tm_free(retry);
+    tm_free(rate);
     return rc;
 }
 
