@@ -10,6 +10,7 @@
 #include "msg.h"
 
 struct tm_broker;
+struct tm_sched_session;
 
 /* struct tm_dlq_entry is one dead-letter entry, as `dlq list/show` see it.
  * Every string is owned by the entry. */
@@ -167,6 +168,52 @@ struct tm_broker_ops {
      * set task i's state to paused, so that it acts at once rather than at
      * its next read of the state; any thread, no I/O. */
     void (*pause_note)(struct tm_broker *b, size_t task_index, int paused);
+    /*
+     * Schedules (src/schedule/fire.c). A schedule session is a connection
+     * of its own, apart from intake and settlement, used by one thread.
+     * sched_open(b, fire) opens one for b->cfg's schedules: with fire set
+     * it takes part in firing (RabbitMQ: its consumers join the election
+     * of each schedule's leader); without, it only reads (CLI, API).
+     * NULL with the reason in err when the broker cannot be reached.
+     *
+     * sched_fire publishes slot slot_ms of s to its task's queue, with the
+     * schedule and slot in the message, unless that slot or a later one
+     * of s was fired already, by any daemon: the broker decides, so each
+     * slot is published once however many daemons try. Returns 1 when
+     * this call published it; 0 when it did not: fired already (*last_ms
+     * then the last slot fired, >= slot_ms), or another daemon leads s
+     * (*last_ms = -1: the caller tries the slot again later, for the
+     * lead may pass to it); -1 on a failure: the session is then broken,
+     * to be closed and opened again. last_ms may be NULL. Failures of
+     * sched_fire, sched_last and sched_serve are described in
+     * ss->errstr.
+     *
+     * sched_last reads the last slot of s fired (epoch ms), -1 when none
+     * was or the broker cannot tell. 0, or -1 on a failure.
+     *
+     * sched_serve, optional, waits up to timeout_ms while keeping the
+     * session alive (heartbeats, leadership changes): NULL means the
+     * session needs no serving between calls. 0, or -1 when broken.
+     *
+     * sched_close closes the session; NULL accepted.
+     */
+    struct tm_sched_session *(*sched_open)(struct tm_broker *b, int fire,
+                                           char *err, size_t errlen);
+    int (*sched_fire)(struct tm_sched_session *ss,
+                      const struct tm_cfg_schedule *s, int64_t slot_ms,
+                      int64_t *last_ms);
+    int (*sched_last)(struct tm_sched_session *ss,
+                      const struct tm_cfg_schedule *s, int64_t *slot_ms);
+    int (*sched_serve)(struct tm_sched_session *ss, int64_t timeout_ms);
+    void (*sched_close)(struct tm_sched_session *ss);
+};
+
+/* struct tm_sched_session is the common head of each adapter's schedule
+ * session (sched_open). Its errors go to its own errstr, never to the
+ * broker's, which other threads write. */
+struct tm_sched_session {
+    struct tm_broker *b;
+    char errstr[512];
 };
 
 /* TM_BROKER_DEPTH_CLOSE, as depth()'s task_index, closes its connection. */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "schedule/fire.h"
 #include "util.h"
 
 struct mbuf {
@@ -60,6 +61,41 @@ static void family(struct mbuf *b, const char *name, const char *type,
                    const char *help)
 {
     mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* schedule_metrics writes the fires this process made and the last slot
+ * fired (as it knows it) of each schedule of the running configuration;
+ * the counts outlive reloads. */
+static void schedule_metrics(struct tm_daemon *d, struct mbuf *b)
+{
+    const struct tm_cfg *cfg = d->cfg;
+    char lb[256];
+    if (cfg->nschedules == 0 || d->sched_stats == NULL)
+        return;
+    family(b, "taskmill_schedule_fired_total", "counter",
+           "Slots of the schedule this daemon published.");
+    for (size_t i = 0; i < cfg->nschedules; i++) {
+        unsigned long long fired;
+        int64_t last;
+        tm_sched_stats_get(d->sched_stats, cfg->schedules[i].name, &fired,
+                           &last);
+        mb_printf(b, "taskmill_schedule_fired_total{schedule=\"%s\"} %llu\n",
+                  label(cfg->schedules[i].name, lb, sizeof lb), fired);
+    }
+    family(b, "taskmill_schedule_last_fired_timestamp_seconds", "gauge",
+           "Slot time of the schedule's last fire by any daemon, as this "
+           "daemon knows it.");
+    for (size_t i = 0; i < cfg->nschedules; i++) {
+        unsigned long long fired;
+        int64_t last;
+        tm_sched_stats_get(d->sched_stats, cfg->schedules[i].name, &fired,
+                           &last);
+        if (last >= 0)
+            mb_printf(b, "taskmill_schedule_last_fired_timestamp_seconds{"
+                      "schedule=\"%s\"} %.3f\n",
+                      label(cfg->schedules[i].name, lb, sizeof lb),
+                      (double)last / 1000.0);
+    }
 }
 
 static void process_metrics(struct tm_daemon *d, struct mbuf *b)
@@ -304,6 +340,7 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
                   (d->broker != NULL ? atomic_load(&d->broker->reconnects)
                                      : 0UL));
     depth_metrics(d, &b);
+    schedule_metrics(d, &b);
     process_metrics(d, &b);
     *len = b.len;
     return b.p;

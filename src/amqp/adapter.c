@@ -187,4 +187,9 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .pause_set = tm_amqp_pause_set,
     .paused = tm_amqp_paused,
     .pause_note = tm_amqp_pause_note,
+    .sched_open = tm_amqp_sched_open,
+    .sched_fire = tm_amqp_sched_fire,
+    .sched_last = tm_amqp_sched_last,
+    .sched_serve = tm_amqp_sched_serve,
+    .sched_close = tm_amqp_sched_close,
 };

@@ -436,4 +436,15 @@ long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);
 
+/* ---- schedule.c: the election of each schedule's leader, fires ---- */
+struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,
+                                            char *err, size_t errlen);
+int tm_amqp_sched_fire(struct tm_sched_session *ss,
+                       const struct tm_cfg_schedule *s, int64_t slot_ms,
+                       int64_t *last_ms);
+int tm_amqp_sched_last(struct tm_sched_session *ss,
+                       const struct tm_cfg_schedule *s, int64_t *slot_ms);
+int tm_amqp_sched_serve(struct tm_sched_session *ss, int64_t timeout_ms);
+void tm_amqp_sched_close(struct tm_sched_session *ss);
+
 #endif /* TASKMILL_AMQP_H */

@@ -24,6 +24,8 @@ const char tm_cli_usage[] =
     "       taskmill (pause | resume) [-c FILE] TASK   stop / restart intake "
     "of TASK\n"
     "                                         on every daemon\n"
+    "       taskmill schedules [-c FILE]      each schedule with its last "
+    "and next slot\n"
     "       taskmill --version | --help\n"
     "\n"
     "-c defaults to $TASKMILL_CONFIG, then " TM_DEFAULT_CONFIG ".\n"
@@ -60,7 +62,8 @@ static const char *option_value(int argc, char **argv, int *i)
 int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
 {
     static const char *const cmds[] = {"run", "check", "emit", "invoke",
-                                       "dlq", "pause", "resume"};
+                                       "dlq", "pause", "resume",
+                                       "schedules"};
     memset(a, 0, sizeof *a);
     int i = 1;
     if (i < argc && argv[i][0] != '-') {

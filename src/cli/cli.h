@@ -35,7 +35,7 @@ enum tm_cli_config_from {
  * from argv or the environment. */
 struct tm_cli_args {
     const char *cmd;           /* "run", "check", "emit", "invoke", "dlq",
-                                  "pause", "resume" */
+                                  "pause", "resume", "schedules" */
     const char *config;        /* never NULL after tm_cli_parse */
     enum tm_cli_config_from config_from;
     const char *pos[TM_CLI_MAX_POS];
@@ -92,5 +92,6 @@ int tm_cli_invoke(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a);
 /* tm_cli_pause is `pause` and `resume` (a->cmd says which). */
 int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a);
+int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a);
 
 #endif /* TASKMILL_CLI_H */

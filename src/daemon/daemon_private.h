@@ -38,6 +38,13 @@ int tm_gen_start(struct tm_gen *g);
  */
 int tm_gen_stop(struct tm_gen *g, int64_t deadline_ns, int finish_queued);
 
+/* tm_gen_fire_start starts g's schedule firing thread, going on from the
+ * cursors of from (a stopped firing thread: the replaced generation's,
+ * or g's own after a reload that failed; NULL: none), and frees g's
+ * stopped one if it had one. tm_gen_fire_stop stops it (idempotent). */
+void tm_gen_fire_start(struct tm_gen *g, const struct tm_fire *from);
+void tm_gen_fire_stop(struct tm_gen *g);
+
 /* tm_gen_wait_idle waits, however long it takes, until no call runs in
  * g's pool: a call abandoned at the drain deadline still runs the
  * generation's plugin code with its task and worker data. */

@@ -224,6 +224,11 @@ static unsigned parse_route(const char *path, const char *method,
         rt->allow = "GET, HEAD";
         return get ? 0 : 405;
     }
+    if (strcmp(path, "schedules") == 0) {
+        rt->op = TM_API_SCHEDULES;
+        rt->allow = "GET, HEAD";
+        return get ? 0 : 405;
+    }
     if (strncmp(path, "tasks/", 6) != 0)
         return 404;
     const char *p = path + 6;
@@ -350,13 +355,14 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     pthread_rwlock_rdlock(&d->gen_lock);
     int has_token = d->cfg->http_token != NULL;
     enum tm_broker_kind kind = d->cfg->url.kind;
+    int no_task = rt.tasks || rt.op == TM_API_SCHEDULES;
     const struct tm_cfg_task *t =
-        rt.tasks ? NULL : tm_cfg_find_task(d->cfg, rt.task);
+        no_task ? NULL : tm_cfg_find_task(d->cfg, rt.task);
     size_t max_payload = t != NULL ? t->max_payload : 0;
     pthread_rwlock_unlock(&d->gen_lock);
     code = 0;
     size_t limit = 0;
-    if (!rt.tasks && t == NULL) {
+    if (!no_task && t == NULL) {
         code = 404;
         tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
     } else if (rt.id[0] != '\0' && !id_ok(kind, rt.id)) {

@@ -114,4 +114,8 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .pause_set = tm_redis_pause_set,
     .paused = tm_redis_paused,
     .pause_note = tm_redis_pause_note,
+    .sched_open = tm_redis_sched_open,
+    .sched_fire = tm_redis_sched_fire,
+    .sched_last = tm_redis_sched_last,
+    .sched_close = tm_redis_sched_close,
 };

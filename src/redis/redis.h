@@ -382,4 +382,19 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
 long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                         const char *id);
 
+/* ---- schedule.c ---- */
+
+/* tm_redis_sched_key returns "<queue>.sched.<schedule>", the key holding
+ * the last slot of the schedule fired (the caller frees it): built from
+ * the queue name first, so a hash tag in the queue carries over to it. */
+char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule);
+struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
+                                             char *err, size_t errlen);
+int tm_redis_sched_fire(struct tm_sched_session *ss,
+                        const struct tm_cfg_schedule *s, int64_t slot_ms,
+                        int64_t *last_ms);
+int tm_redis_sched_last(struct tm_sched_session *ss,
+                        const struct tm_cfg_schedule *s, int64_t *slot_ms);
+void tm_redis_sched_close(struct tm_sched_session *ss);
+
 #endif /* TASKMILL_REDIS_H */

@@ -83,3 +83,25 @@ int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
     tm_free(pause);
     return rc;
 }
+
+int tm_redis_schedule_slot_check(const struct tm_cfg_task *t,
+                                 const char *schedule, char *err,
+                                 size_t errlen)
+{
+    size_t n = strlen(t->queue) + strlen(schedule) + sizeof ".sched.";
+    char *key = tm_malloc(n);
+    tm_snprintf(key, n, "%s.sched.%s", t->queue, schedule);
+    unsigned q = slot_of(t->queue), k = slot_of(key);
+    int rc = 0;
+    if (q != k) {
+        tm_snprintf(err, errlen,
+                    "in broker.redis.mode: cluster, a schedule's key must "
+                    "share its task's hash slot (one script fires it), but "
+                    "queue '%s' is in slot %u and '%s' in %u; give the "
+                    "queue a hash tag, e.g. queue: '{%s}'",
+                    t->queue, q, key, k, t->queue);
+        rc = -1;
+    }
+    tm_free(key);
+    return rc;
+}

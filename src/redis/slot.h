@@ -27,4 +27,12 @@ int tm_redis_has_hash_tag(const char *key);
 int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                               size_t errlen);
 
+/* tm_redis_schedule_slot_check checks that the key of schedule
+ * ("<queue>.sched.<schedule>", its last fired slot) hashes to the slot of
+ * its task's stream t: the script that fires a slot sets that key and
+ * adds to the stream. 0, or -1 with the reason and a hash tag in err. */
+int tm_redis_schedule_slot_check(const struct tm_cfg_task *t,
+                                 const char *schedule, char *err,
+                                 size_t errlen);
+
 #endif /* TASKMILL_REDIS_SLOT_H */

@@ -212,6 +212,23 @@ START_TEST(answer_in_the_script_or_before_it)
 }
 END_TEST
 
+/* A schedule's last-slot key "<queue>.sched.<name>" shares the slot of a
+ * tagged queue; an untagged one is refused with a hash tag proposed. */
+START_TEST(schedule_key_shares_the_slot)
+{
+    char q1[] = "orders", q2[] = "{orders}";
+    struct tm_cfg_task t = {.queue = q1};
+    char err[600];
+    ck_assert_int_eq(tm_redis_schedule_slot_check(&t, "nightly", err,
+                                                  sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
+    ck_assert_ptr_nonnull(strstr(err, "'orders.sched.nightly'"));
+    t.queue = q2;
+    ck_assert_int_eq(tm_redis_schedule_slot_check(&t, "nightly", err,
+                                                  sizeof err), 0);
+}
+END_TEST
+
 /* The claim period is a quarter of claim_idle, within 50 ms .. 5 s. */
 START_TEST(claim_period_bounds)
 {
@@ -326,6 +343,7 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, cap_refuses_overlong_lines);
     tcase_add_test(tc, key_slots_follow_redis);
     tcase_add_test(tc, task_keys_share_a_slot);
+    tcase_add_test(tc, schedule_key_shares_the_slot);
     tcase_add_test(tc, answer_in_the_script_or_before_it);
     suite_add_tcase(s, tc);
     return s;
