@@ -44,20 +44,23 @@ int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                               size_t errlen)
 {
     char *retry = tm_redis_retry_key(t);
+    char *sched = tm_redis_scheduled_key(t);
     unsigned q = slot_of(t->queue), r = slot_of(retry),
-             d = slot_of(t->dead_letter);
+             d = slot_of(t->dead_letter), s = slot_of(sched);
     int rc = 0;
-    if (q != r || q != d) {
+    if (q != r || q != d || q != s) {
         tm_snprintf(err, errlen,
                     "in broker.redis.mode: cluster, a task's keys must share "
                     "one hash slot (its scripts run on one node), but "
-                    "queue '%s' is in slot %u, its retry set '%s' in %u and "
-                    "dead_letter '%s' in %u; give them one hash tag, e.g. "
-                    "queue: '{%s}' and dead_letter: '{%s}.dlq'",
-                    t->queue, q, retry, r, t->dead_letter, d, t->queue,
-                    t->queue);
+                    "queue '%s' is in slot %u, its retry set '%s' in %u, "
+                    "its scheduled set '%s' in %u and dead_letter '%s' in "
+                    "%u; give them one hash tag, e.g. queue: '{%s}' and "
+                    "dead_letter: '{%s}.dlq'",
+                    t->queue, q, retry, r, sched, s, t->dead_letter, d,
+                    t->queue, t->queue);
         rc = -1;
     }
+    tm_free(sched);
     tm_free(retry);
     return rc;
 }
