@@ -182,5 +182,6 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .dlq_purge = tm_amqp_dlq_purge,
     .destroy = ab_destroy,
     .depth = tm_amqp_depth,
+    .publish_at = tm_amqp_publish_at,
     .request = tm_amqp_request,
 };

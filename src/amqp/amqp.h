@@ -134,6 +134,9 @@ struct tm_amqp_rec {
     unsigned char cst, rst;    /* confirm states of the copy, the reply */
     int returned;              /* the broker could not route the copy */
     int requeue;               /* settle the original with a nack */
+    int park;                  /* a delay copy (delay.c): settle is
+                                  TM_SETTLE_RETRY, rk a delay queue,
+                                  delay_ms its level */
     char copy_id[40];          /* message id of the dead-letter copy */
 };
 
@@ -247,6 +250,9 @@ struct tm_amqp_task {
     struct tm_amqp_delivery *partial;
     struct tm_amqp_delivery *ready, *ready_tail;
     size_t nready;
+    /* deliveries whose x-not-before lies ahead, for the settle thread
+     * to park in the delay queues (delay.c) */
+    struct tm_amqp_delivery *park, *park_tail;
     uint64_t *tags, *ntags;       /* settle scratch: acks, nacks */
     size_t tagcap;
     char errstr[512];
@@ -385,6 +391,26 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
 size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 void tm_amqp_tick(struct tm_broker *b);
 
+/* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
+/* tm_amqp_not_before reads header x-not-before (epoch ms: an integer, a
+ * float or a string of digits) into *due_ms; -1 when absent or not a
+ * time. */
+int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms);
+/* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
+ * wait: the largest level not above it, the smallest when it is below. */
+int64_t tm_amqp_delay_level(int64_t left_ms);
+/* tm_amqp_park_due says whether d must wait (x-not-before after now_ms),
+ * with the ms left in *left_ms. */
+int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
+                     int64_t *left_ms);
+void tm_amqp_park_take(struct tm_amqp_broker *ab);
+/* tm_amqp_prepare_park finds (declaring it) r's delay queue; one that
+ * cannot be declared makes r a dead letter. -1: connection failed. */
+int tm_amqp_prepare_park(struct tm_amqp_publisher *pc,
+                         struct tm_amqp_rec *r);
+uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
+                              struct tm_amqp_rec *r);
+
 /* ---- admin.c: CLI and monitoring ---- */
 int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
                     const char *body, size_t len, int priority, char *id,
@@ -401,5 +427,8 @@ long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                        const char *id);
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);
+int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const char *body, size_t len, int priority,
+                       int64_t due_ms, char *id, size_t idlen);
 
 #endif /* TASKMILL_AMQP_H */
