@@ -350,6 +350,8 @@ void tm_amqp_new_message_props(amqp_basic_properties_t *p,
 
 /* ---- intake.c: consuming connections, the pump, the ack floor ---- */
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
+/* tm_amqp_ready_push appends d to the task's ready list (io_mu held). */
+void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d);
 void tm_amqp_conn_reset(struct tm_amqp_task *at);
 void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what);
 int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm);

@@ -216,11 +216,31 @@ void tm_amqp_park_take(struct tm_amqp_broker *ab)
     int64_t now = tm_wall_ms();
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
+        size_t n = 0, ready = 0;
         pthread_mutex_lock(&at->io_mu);
         struct tm_amqp_delivery *list = at->park;
         at->park = at->park_tail = NULL;
+        /* due meanwhile: to the ready list, to run now (a requeue would
+         * count as a redelivery on quorum queues) */
+        struct tm_amqp_delivery **pp = &list;
+        while (*pp != NULL) {
+            struct tm_amqp_delivery *d = *pp;
+            int64_t left;
+            if (tm_amqp_park_due(d, now, &left)) {
+                pp = &d->next;
+                continue;
+            }
+            *pp = d->next;
+            if (at->conn != NULL && d->gen == at->gen) {
+                tm_amqp_ready_push(at, d);
+                ready++;
+            } else {
+                tm_amqp_delivery_free(d); /* redelivered by RabbitMQ */
+            }
+        }
         pthread_mutex_unlock(&at->io_mu);
-        size_t n = 0;
+        if (ready > 0)
+            tm_amqp_signal_intake(at);
         while (list != NULL) {
             struct tm_amqp_delivery *d = list;
             list = d->next;
@@ -234,19 +254,14 @@ void tm_amqp_park_take(struct tm_amqp_broker *ab)
             r.attempt = d->attempt;
             r.failed_at = now;
             r.d = d;
-            if (tm_amqp_park_due(d, now, &left)) {
-                r.settle = TM_SETTLE_RETRY;
-                r.outcome = TM_OUT_NONE;
-                r.park = 1;
-                r.delay_ms = tm_amqp_delay_level(left);
-                n++;
-            } else {
-                /* due meanwhile: back to the queue, to run now */
-                r.settle = TM_SETTLE_NONE;
-                r.requeue = 1;
-                tm_amqp_recvec_push(&ab->done, &r);
-                continue;
-            }
+            int parks = tm_amqp_park_due(d, now, &left);
+            assert(parks);
+            (void)parks;
+            r.settle = TM_SETTLE_RETRY;
+            r.outcome = TM_OUT_NONE;
+            r.park = 1;
+            r.delay_ms = tm_amqp_delay_level(left);
+            n++;
             tm_amqp_recvec_push(&ab->pub.out, &r);
         }
         if (n > 0)

@@ -46,7 +46,7 @@ static void task_down(struct tm_amqp_task *at)
     atomic_store(&ab->base.up, 0);
 }
 
-static void ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
+void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
 {
     d->next = NULL;
     if (at->ready_tail != NULL)
@@ -335,7 +335,7 @@ static int delivery_done(struct tm_amqp_task *at)
         d = NULL;
     } else {
         d->body[d->body_len] = '\0';
-        ready_push(at, d);
+        tm_amqp_ready_push(at, d);
         d = NULL;
     }
     tm_amqp_delivery_free(d);
