@@ -78,7 +78,7 @@ static int delay_declare(struct tm_amqp_publisher *pc,
                          int64_t ms, char *buf, size_t size, int *dead)
 {
     char eb[256];
-    amqp_table_entry_t e[5];
+    amqp_table_entry_t e[6];
     int n = 0;
     memset(e, 0, sizeof e);
     e[n].key = amqp_cstring_bytes("x-dead-letter-exchange");
@@ -99,6 +99,9 @@ static int delay_declare(struct tm_amqp_publisher *pc,
         e[n].key = amqp_cstring_bytes("x-dead-letter-strategy");
         e[n].value.kind = AMQP_FIELD_KIND_UTF8;
         e[n++].value.value.bytes = amqp_cstring_bytes("at-least-once");
+        e[n].key = amqp_cstring_bytes("x-overflow");
+        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[n++].value.value.bytes = amqp_cstring_bytes("reject-publish");
     }
     assert(n <= (int)(sizeof e / sizeof e[0]));
     amqp_table_t tbl = {.num_entries = n, .entries = e};
