@@ -55,6 +55,8 @@ void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g);
 
 /* ---- intake (intake.c) ---------------------------------------------- */
 
+/* tm_intake_submit hands a batch read by intake to the pool. */
+void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch);
 /* tm_intake_start starts one intake thread per task of g. */
 void tm_intake_start(struct tm_gen *g);
 

@@ -30,6 +30,40 @@ int64_t tm_backoff_next(int64_t ms)
     return ms * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS : ms * 2;
 }
 
+/* tm_intake_submit hands one batch (of one task) to the pool. Duplicates
+ * (m->duplicate: the broker found their dedup key done) are not run: they
+ * go to the settle thread at once, with outcome duplicate; the pool gets
+ * the runs of messages between them. */
+void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch)
+{
+    struct tm_task *t = &g->tasks[batch->msgs[0].task_index];
+    for (size_t i = 0; i < batch->n; i++)
+        batch->msgs[i].task = t;
+    size_t total = batch->n;
+    atomic_fetch_add(&t->stats.inflight, (long long)total);
+    size_t i = 0;
+    while (i < total) {
+        struct tm_msg *m = &batch->msgs[i];
+        if (m->duplicate) {
+            m->outcome = TM_OUT_DUPLICATE;
+            m->next = NULL;
+            tm_settle_pool_done(g, m);
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < total && !batch->msgs[j].duplicate)
+            j++;
+        size_t acc = g->pool->ops->submit(g->pool, m, j - i);
+        for (size_t k = i + acc; k < j; k++) {
+            /* the pool is draining: leave these unacknowledged */
+            atomic_fetch_sub(&t->stats.inflight, 1);
+            tm_msg_release(&batch->msgs[k]);
+        }
+        i = j;
+    }
+}
+
 static void *intake_main(void *arg)
 {
     struct tm_task *t = arg;
@@ -68,16 +102,7 @@ static void *intake_main(void *arg)
         atomic_store(&t->subscribed, 1);
         if (n == 0 || batch == NULL)
             continue;
-        for (size_t i = 0; i < batch->n; i++)
-            batch->msgs[i].task = t;
-        size_t total = batch->n;
-        atomic_fetch_add(&t->stats.inflight, (long long)total);
-        size_t acc = g->pool->ops->submit(g->pool, batch->msgs, total);
-        for (size_t i = acc; i < total; i++) {
-            /* the pool is draining: leave these unacknowledged */
-            atomic_fetch_sub(&t->stats.inflight, 1);
-            tm_msg_release(&batch->msgs[i]);
-        }
+        tm_intake_submit(g, batch);
     }
     return NULL;
 }
@@ -136,22 +161,6 @@ static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
     return with_room;
 }
 
-/* submit_batch hands one batch to the pool. */
-static void submit_batch(struct tm_gen *g, struct tm_batch *batch)
-{
-    struct tm_task *t = &g->tasks[batch->msgs[0].task_index];
-    for (size_t i = 0; i < batch->n; i++)
-        batch->msgs[i].task = t;
-    size_t total = batch->n;
-    atomic_fetch_add(&t->stats.inflight, (long long)total);
-    size_t acc = g->pool->ops->submit(g->pool, batch->msgs, total);
-    for (size_t i = acc; i < total; i++) {
-        /* the pool is draining: leave these unacknowledged */
-        atomic_fetch_sub(&t->stats.inflight, 1);
-        tm_msg_release(&batch->msgs[i]);
-    }
-}
-
 static void set_subscribed(struct tm_gen *g, size_t lane, int on)
 {
     for (size_t i = 0; i < g->ntasks; i++)
@@ -188,7 +197,7 @@ static void *lane_main(void *arg)
         backoff = TM_RECONNECT_MIN_MS;
         set_subscribed(g, ln->index, 1);
         for (int i = 0; i < n; i++)
-            submit_batch(g, out[i]);
+            tm_intake_submit(g, out[i]);
     }
     tm_free(room);
     tm_free(out);

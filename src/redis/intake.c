@@ -155,23 +155,28 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
         m->invalid = "the entry has no fields";
         return 0;
     }
+    int has_body = 0;
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
         const redisReply *k = f->element[i], *v = f->element[i + 1];
-        if (k->type == REDIS_REPLY_STRING && k->len == 4 &&
-            memcmp(k->str, "body", 4) == 0 && v->type == REDIS_REPLY_STRING) {
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        if (!has_body && k->len == 4 && memcmp(k->str, "body", 4) == 0) {
+            has_body = 1;
             if (v->len > sizeof TM_REDIS_OVERSIZE - 1 &&
                 memcmp(v->str, TM_REDIS_OVERSIZE,
-                       sizeof TM_REDIS_OVERSIZE - 1) == 0) {
+                       sizeof TM_REDIS_OVERSIZE - 1) == 0)
                 /* dropped by the capped read: the reason is left */
                 m->invalid = v->str + sizeof TM_REDIS_OVERSIZE - 1;
-                return 0;
+            else {
+                m->body = v->str;
+                m->body_len = v->len;
             }
-            m->body = v->str;
-            m->body_len = v->len;
-            return 0;
+        } else {
+            tm_redis_meta_field(m, k, v);
         }
     }
-    m->invalid = "the entry has no body field";
+    if (!has_body)
+        m->invalid = "the entry has no body field";
     return 0;
 }
 
@@ -614,8 +619,9 @@ static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
     return 0;
 }
 
-int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
-                        int timeout_ms, struct tm_batch **out, size_t nout)
+/* fetch_lane reads what lane li may take now (see tm_redis_fetch_lane). */
+static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
+                      int timeout_ms, struct tm_batch **out, size_t nout)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     assert(li < rb->nlanes);
@@ -692,5 +698,15 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     int n = read_new(rb, l, k, count, bl, out, nout);
     atomic_store(&l->in_block, 0);
     atomic_store(&l->block_end_ms, LLONG_MAX);
+    return n;
+}
+
+int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
+                        int timeout_ms, struct tm_batch **out, size_t nout)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    int n = fetch_lane(b, li, room, timeout_ms, out, nout);
+    if (n > 0)
+        tm_redis_dedup_check(rb, &rb->lanes[li], out, (size_t)n);
     return n;
 }

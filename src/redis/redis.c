@@ -107,6 +107,7 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .dlq_purge = tm_redis_dlq_purge,
     .destroy = rb_destroy,
     .depth = tm_redis_depth,
+    .request = tm_redis_request,
     .publish_at = tm_redis_publish_at,
     .scheduled = tm_redis_scheduled,
 };

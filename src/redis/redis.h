@@ -20,6 +20,8 @@
  *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
  *   settle.c  ack, retry, dead-letter (settle thread)
+ *   reply.c   answers to requests, written when settling; emit --wait
+ *   dedup.c   which messages of a read already succeeded (dedup_ttl)
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
  *   scheduled.c  delayed messages: the scheduled set and its promoter
  *   admin.c   CLI and monitoring: publish, dead letters, depths
@@ -297,6 +299,47 @@ void tm_redis_wake(struct tm_broker *b);
 /* ---- settle.c ---- */
 
 size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
+
+/* ---- reply.c ---- */
+
+/* tm_redis_meta_field sets m's request or dedup metadata from one field
+ * k = v of its entry (reply_to, correlation_id, dedup_key; others are
+ * ignored). m points into the reply. */
+void tm_redis_meta_field(struct tm_msg *m, const redisReply *k,
+                         const redisReply *v);
+/* tm_redis_final_needed says whether m (to acknowledge or dead-letter) is
+ * settled by the final script: it answers a request, or records its
+ * dedup key. */
+int tm_redis_final_needed(const struct tm_redis *rb, const struct tm_msg *m);
+/* tm_redis_final_cross says whether m's answer is a command of its own,
+ * queued before the final script (cluster: reply_to in another slot). */
+int tm_redis_final_cross(const struct tm_redis *rb, const struct tm_msg *m);
+/* tm_redis_final_append queues on c m's settlement: the answer command
+ * when it is one of its own, then the final script. Returns the count of
+ * commands queued (1 or 2). */
+int tm_redis_final_append(struct tm_redis *rb, struct tm_rconn *c,
+                          const struct tm_msg *m);
+/* tm_redis_final_done reads the reply r of one command that
+ * tm_redis_final_append queued (answer_only: the answer of its own); a
+ * success that another copy of its dedup key beat becomes a duplicate.
+ * r is not an error reply unless answer_only. */
+void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
+                         const redisReply *r, int answer_only);
+int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const char *body, size_t len, int priority,
+                     int64_t timeout_ms, char *id, size_t idlen,
+                     char **reply, int *task_failed);
+
+/* ---- dedup.c ---- */
+
+/* tm_redis_dedup_key returns "<queue>.dedup.<key>" (free with tm_free). */
+char *tm_redis_dedup_key(const struct tm_cfg_task *t, const char *key,
+                         size_t len);
+/* tm_redis_dedup_check marks, in the nb batches just read on lane l, the
+ * messages whose dedup key already succeeded (m->duplicate, m->result the
+ * stored result): one pipelined MGET per batch with keys (lane thread). */
+void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
+                          struct tm_batch **out, size_t nb);
 
 /* ---- upkeep.c ---- */
 

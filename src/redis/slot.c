@@ -40,6 +40,13 @@ static unsigned slot_of(const char *key)
     return tm_redis_key_slot(key, strlen(key));
 }
 
+int tm_redis_has_hash_tag(const char *key)
+{
+    const char *open = strchr(key, '{');
+    return open != NULL && open[1] != '\0' && open[1] != '}' &&
+           strchr(open + 2, '}') != NULL;
+}
+
 int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                               size_t errlen)
 {
@@ -58,6 +65,16 @@ int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                     "dead_letter: '{%s}.dlq'",
                     t->queue, q, retry, r, sched, s, t->dead_letter, d,
                     t->queue, t->queue);
+        rc = -1;
+    } else if (t->dedup_ttl_ms > 0 && !tm_redis_has_hash_tag(t->queue)) {
+        /* "<queue>.dedup.<key>": the key is the producer's, any text, so
+         * only the queue's own hash tag keeps it in the queue's slot */
+        tm_snprintf(err, errlen,
+                    "in broker.redis.mode: cluster, a task with dedup_ttl "
+                    "keeps its keys '%s.dedup.<dedup_key>' in its queue's "
+                    "hash slot, which needs a hash tag in the queue name, "
+                    "e.g. queue: '{%s}' and dead_letter: '{%s}.dlq'",
+                    t->queue, t->queue, t->queue);
         rc = -1;
     }
     tm_free(sched);

@@ -76,12 +76,12 @@ expect_json '.pool.busy | type == "number" and . >= 0 and . <= 2' "pool busy"
 expect_json '.tasks | keys == ["add","noop","slow.one"]' "task names"
 for t in add noop slow.one; do
 	expect_json ".tasks[\"$t\"] | keys == [\"circuit\",\"dead_lettered\",\"inflight\",\"outcomes\",\"p50_ms\",\"p99_ms\",\"queue\",\"rate_1s\",\"rate_60s\",\"retries\",\"scheduled\"]" "keys of task $t"
-	expect_json ".tasks[\"$t\"].outcomes | keys == [\"crashed\",\"error\",\"invalid\",\"rejected\",\"success\",\"timeout\"]" "outcomes of task $t"
+	expect_json ".tasks[\"$t\"].outcomes | keys == [\"crashed\",\"duplicate\",\"error\",\"invalid\",\"rejected\",\"success\",\"timeout\"]" "outcomes of task $t"
 	expect_json "[.tasks[\"$t\"] | .inflight, .retries, .dead_lettered, .rate_1s, .rate_60s, .p50_ms, .p99_ms, .outcomes[]] | all(type == \"number\" and . >= 0)" "numbers of task $t"
 done
 expect_json '.tasks.add.queue == "q.add" and .tasks.noop.queue == "q.noop"' "queues"
 expect_json '.tasks.noop.outcomes.success == 30' "noop successes"
-expect_json '.tasks.add.outcomes == {"success":2,"error":0,"rejected":1,"timeout":0,"crashed":0,"invalid":1}' "add outcomes"
+expect_json '.tasks.add.outcomes == {"success":2,"error":0,"rejected":1,"timeout":0,"crashed":0,"invalid":1,"duplicate":0}' "add outcomes"
 expect_json '.tasks.add.dead_lettered == 2 and .tasks.add.retries == 0' "add dead letters"
 # rates count complete seconds: once the second of the work is over, the
 # 30 noop show in rate_60s (a mean over the seconds of uptime, up to 60)
