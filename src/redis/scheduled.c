@@ -15,8 +15,9 @@
  * Between rounds the promoter sleeps until the earliest due member, at
  * most TM_REDIS_PROMOTE_MAX_SLEEP_MS (members other processes add are
  * noticed that late at worst), plus a little jitter so that daemons do
- * not all call at the same instant; a member this process adds that is
- * due earlier wakes it at once (tm_redis_publish_at).
+ * not all call at the same instant; a member this process adds (its
+ * admin API, on an adapter of its own) wakes every promoter of the
+ * process at once, for a round that sees it (tm_redis_publish_at).
  */
 #include "redis/redis.h"
 
@@ -183,14 +184,23 @@ struct tm_redis_sched {
     char **keys;                  /* per task: "<queue>.scheduled" */
     atomic_llong *counts;         /* per task: members left, -1 unknown */
     pthread_t thread;
-    int started;                  /* thread runs (settle thread, destroy) */
+    int started;                  /* thread runs (settle thread; destroy,
+                                     after the settle thread ended) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;                     /* under mu */
     int poked;                    /* under mu: a round is wanted now */
     struct tm_rconn *c;           /* promoter thread only */
     int64_t backoff_ms;           /* promoter thread only */
+    struct tm_redis_sched *next;  /* running promoters, under running.mu */
 };
+
+/* The promoters running in this process: a member added by any adapter
+ * of the process wakes them all. */
+static struct {
+    pthread_mutex_t mu;
+    struct tm_redis_sched *head;
+} running = {PTHREAD_MUTEX_INITIALIZER, NULL};
 
 char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
 {
@@ -342,6 +352,10 @@ void tm_redis_sched_start(struct tm_redis_sched *s)
         return;
     }
     s->started = 1;
+    pthread_mutex_lock(&running.mu);
+    s->next = running.head;
+    running.head = s;
+    pthread_mutex_unlock(&running.mu);
 }
 
 void tm_redis_sched_free(struct tm_redis_sched *s)
@@ -349,6 +363,13 @@ void tm_redis_sched_free(struct tm_redis_sched *s)
     if (s == NULL)
         return;
     if (s->started) {
+        pthread_mutex_lock(&running.mu);
+        struct tm_redis_sched **pp = &running.head;
+        while (*pp != NULL && *pp != s)
+            pp = &(*pp)->next;
+        assert(*pp == s);
+        *pp = s->next;
+        pthread_mutex_unlock(&running.mu);
         pthread_mutex_lock(&s->mu);
         s->stop = 1;
         pthread_cond_broadcast(&s->cv);
@@ -365,13 +386,17 @@ void tm_redis_sched_free(struct tm_redis_sched *s)
     tm_free(s);
 }
 
-/* sched_poke makes a running promoter start a round now. */
-static void sched_poke(struct tm_redis_sched *s)
+/* poke_all makes every promoter of the process start a round now. */
+static void poke_all(void)
 {
-    pthread_mutex_lock(&s->mu);
-    s->poked = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&running.mu);
+    for (struct tm_redis_sched *s = running.head; s != NULL; s = s->next) {
+        pthread_mutex_lock(&s->mu);
+        s->poked = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&running.mu);
 }
 
 /* uuid4 writes a random (version 4) UUID into buf (37 bytes). */
@@ -425,9 +450,8 @@ int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
     }
     freeReplyObject(r);
     tm_snprintf(id, idlen, "%s", uuid);
-    /* a daemon's own message may be due before its promoter wakes */
-    if (rb->sched != NULL && rb->sched->started)
-        sched_poke(rb->sched);
+    /* a daemon's own message may be due before its promoters wake */
+    poke_all();
     rc = 0;
 out:
     tm_free(member);
