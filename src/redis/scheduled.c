@@ -312,9 +312,13 @@ static void *promoter_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         int64_t sleep_ms = round_run(s);
         pthread_mutex_lock(&s->mu);
-        int64_t until = tm_now_ns() + sleep_ms * 1000000LL, now;
-        while (!s->stop && !s->poked && (now = tm_now_ns()) < until)
+        int64_t until = tm_now_ns() + sleep_ms * 1000000LL;
+        for (;;) {
+            int64_t now = tm_now_ns();
+            if (s->stop || s->poked || now >= until)
+                break;
             tm_cond_wait_ns(&s->cv, &s->mu, until - now);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     if (s->c != NULL)
