@@ -53,6 +53,13 @@ assert_eq 0 "$(ready_count "$Q")" "task queue empty"
 unacked=$(rabbitctl list_queues name messages_unacknowledged |
 	awk -v q="$Q" '$1 == q {print $2}')
 assert_eq 0 "$unacked" "nothing held unacknowledged by the daemon"
+# 30 days at most on RabbitMQ
+tm emit -c "$CONF" stamp '{}' --delay 721h
+assert_eq 2 "$TM_RC" "a delay over 30 days is refused"
+assert_match '30 days' "$(cat "$TM_ERR")" "the refusal says the limit"
+# 30 days: the longest level (125 ms x 2^24, about 24 days) first
+emit_amqp "$CONF" stamp '{"n":"d30"}' --delay 720h >/dev/null
+wait_until "[[ \$(ready_count '$Q.delay.2097152000ms') == 1 ]]" 30
 rc=0
 stop_daemon || rc=$?
 assert_eq 0 "$rc" "daemon exit status"
