@@ -4,7 +4,8 @@
 # with an RFC 3339 time and with epoch ms; a member written by hand with
 # ZADD runs with its fields (scheduled_id, reply_to ...); members that
 # cannot become messages go to the dead-letter stream with the reason;
-# /status "scheduled" and taskmill_scheduled_depth count what waits.
+# /status and /api/v1/tasks "scheduled" and taskmill_scheduled_depth
+# count what waits.
 CONF=$TEST_DIR/taskmill.yaml
 OUT=$TEST_DIR/stamps
 write_config "$CONF" <<YAML
@@ -94,6 +95,7 @@ tm emit -c "$CONF" stamp '{"n":"later"}' --delay 1h
 assert_eq 0 "$TM_RC" "emit --delay 1h"
 wait_until "curl -s http://127.0.0.1:$HTTP_PORT/status | jq -e '.tasks.stamp.scheduled == 1'" 30
 wait_metric taskmill_scheduled_depth 'task="stamp"' 1 30
+wait_until "curl -s http://127.0.0.1:$HTTP_PORT/api/v1/tasks | jq -e '.tasks[0].scheduled == 1'" 30
 rc=0
 stop_daemon || rc=$?
 assert_eq 0 "$rc" "daemon exit status"
