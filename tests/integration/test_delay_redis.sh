@@ -35,7 +35,7 @@ note "emitted at $t0, ran at $ran: after $((ran - t0)) ms"
 assert_ge "$due" "$ran" "not run before its time"
 assert_ge 3000 "$((ran - t0))" "not run before 3.0 s"
 assert_le 4500 "$((ran - t0))" "run by 4.5 s on an idle daemon"
-sid=$(xfield q.delay "$(xids q.delay | head -n 1)" scheduled_id)
+sid=$(xfield q.delay "$(xids q.delay | sed -n 1p)" scheduled_id)
 assert_eq "$mid" "$sid" "the entry carries scheduled_id = the member id"
 assert_eq 0 "$(rcall ZCARD q.delay.scheduled)" "the member left the set"
 
@@ -65,7 +65,7 @@ rcall ZADD q.delay.scheduled "$due" \
 wait_until "grep -q '\"zadd\"' '$OUT'" 30
 assert_match '\{"n":"zadd","list":\[\],"big":12345678901234567890\}' \
 	"$(grep '"zadd"' "$OUT")" "the body's text is unchanged"
-last=$(xids q.delay | tail -n 1)
+last=$(xids q.delay | sed -n '$p')
 assert_eq p-1 "$(xfield q.delay "$last" scheduled_id)" "scheduled_id"
 assert_eq r.s "$(xfield q.delay "$last" reply_to)" "reply_to"
 assert_eq c-1 "$(xfield q.delay "$last" correlation_id)" "correlation_id"
@@ -83,7 +83,7 @@ note "dead-letter reasons: $errs"
 assert_match 'not a JSON object' "$errs" "reason: not JSON"
 assert_match 'no body object' "$errs" "reason: no body"
 assert_match 'id is not a string' "$errs" "reason: id type"
-first=$(xids q.delay.dlq | head -n 1)
+first=$(xids q.delay.dlq | sed -n 1p)
 assert_eq 'not json' "$(xfield q.delay.dlq "$first" body)" "member kept as the body"
 assert_eq stamp "$(xfield q.delay.dlq "$first" task)" "task field"
 tm dlq -c "$CONF" list stamp
