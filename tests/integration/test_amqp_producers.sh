@@ -3,8 +3,9 @@
 # python3-pika), every ```js block with node (ioredis and amqplib from
 # tests/integration/node_modules, installed by scripts/install-deps.sh),
 # against the run's Redis and RabbitMQ, while one daemon per broker
-# consumes the task `report`. Each snippet's message for now and its
-# delayed one both run. (RabbitMQ's queue gets this test's prefix: the
+# consumes the task `report`. Each client's message for now and its
+# delayed one both run, and its request gets the answer (outcome success,
+# body null: the journal task returns no result). (RabbitMQ's queue gets this test's prefix: the
 # node is shared by the run's tests.)
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
 PAGE=$TM_SRCDIR/docs/producers.md
@@ -63,15 +64,18 @@ for f in "$TEST_DIR"/snippet*; do
 		cat "$f.out" >&2
 		fail "${f##*/} failed"
 	}
+	if grep -q 'when.*request' "$f"; then
+		assert_eq 'success null' "$(cat "$f.out")" "${f##*/}: the answer printed"
+	fi
 	count=$((count + 1))
 done
-assert_eq 4 "$count" "snippets run (redis-py, ioredis, pika, amqplib)"
+assert_eq 8 "$count" "snippets run (redis-py, ioredis, pika, amqplib; messages, requests)"
 for client in redis-py ioredis pika amqplib; do
-	for when in now later; do
+	for when in now later request; do
 		wait_until "grep -qE '\"from\": ?\"$client\", ?\"when\": ?\"$when\"' '$OUT'" 30
 	done
 done
-assert_eq 8 "$(grep -c . "$OUT")" "every message ran once"
+assert_eq 12 "$(grep -c . "$OUT")" "every message ran once"
 for pid in "$RPID" "$APID"; do
 	DAEMON_PID=$pid
 	rc=0
