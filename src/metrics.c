@@ -1,4 +1,5 @@
 /* metrics.c - the Prometheus text exposition (format 0.0.4). */
+#include "broker.h"
 #include "daemon.h"
 
 #include <dirent.h>
@@ -226,6 +227,10 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     task_series(&b, d, "taskmill_dead_letter_total", "counter",
                 "Messages dead-lettered.",
                 offsetof(struct tm_task_stats, dead_lettered), 0);
+    task_series(&b, d, "taskmill_rate_limited_total", "counter",
+                "Waits of the task's intake held back by rate_limit or "
+                "concurrency.",
+                offsetof(struct tm_task_stats, rate_limited), 0);
     task_series(&b, d, "taskmill_tasks_inflight", "gauge",
                 "Messages received and not yet settled.",
                 offsetof(struct tm_task_stats, inflight), 1);
@@ -237,6 +242,14 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
         mb_printf(&b, "taskmill_task_circuit_open{task=\"%s\"} %d\n", lb,
                   tm_circuit_state(&d->tasks[i].circuit, tm_now_ms()) !=
                       TM_CIRCUIT_CLOSED);
+    }
+    family(&b, "taskmill_task_paused", "gauge",
+           "1 while the task is paused (taskmill pause): its intake reads "
+           "nothing, its messages wait in the broker.");
+    for (size_t i = 0; i < d->ntasks; i++) {
+        label(d->tasks[i].cfg->name, lb, sizeof lb);
+        mb_printf(&b, "taskmill_task_paused{task=\"%s\"} %d\n", lb,
+                  tm_broker_paused(d->broker, i));
     }
     family(&b, "taskmill_task_duration_seconds", "histogram",
            "Time spent running a task.");

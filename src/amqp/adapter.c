@@ -103,6 +103,7 @@ static void ab_destroy(struct tm_broker *b)
         if (at->efd >= 0)
             close(at->efd);
     }
+    tm_amqp_close(ab->pause_conn);
     pthread_mutex_lock(&ab->depth_mu);
     tm_amqp_close(ab->dconn);
     ab->dconn = NULL;
@@ -189,4 +190,7 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .depth = tm_amqp_depth,
     .publish_at = tm_amqp_publish_at,
     .request = tm_amqp_request,
+    .pause_set = tm_amqp_pause_set,
+    .paused = tm_amqp_paused,
+    .pause_note = tm_amqp_pause_note,
 };

@@ -250,6 +250,9 @@ struct tm_amqp_task {
     struct tm_amqp_delivery *partial;
     struct tm_amqp_delivery *ready, *ready_tail;
     size_t nready;
+    atomic_int paused;            /* the pause state last read (any
+                                     thread; pause.c) */
+    int pause_held;               /* no consumer: cancelled for a pause */
     /* deliveries whose x-not-before lies ahead, for the settle thread
      * to park in the delay queues (delay.c) */
     struct tm_amqp_delivery *park, *park_tail;
@@ -279,6 +282,10 @@ struct tm_amqp_broker {
     /* the CLI connection (publish, request, dlq): one thread */
     amqp_connection_state_t cli;
     uint64_t cli_seq;
+    /* the pause state's connection (settle thread; pause.c) */
+    amqp_connection_state_t pause_conn;
+    int64_t pause_next_ms;        /* its next read, monotonic */
+    int64_t pause_backoff_ms;     /* 0, or the wait after failed reads */
     /* the monitoring connection (depth) */
     pthread_mutex_t depth_mu;
     amqp_connection_state_t dconn;
@@ -393,6 +400,32 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
 size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 void tm_amqp_tick(struct tm_broker *b);
 
+/* ---- pause.c: the pause state (control queue "<queue>.paused") ---- */
+/* The settle thread reads every task's state this often (its tick). */
+#define TM_AMQP_PAUSE_POLL_MS 1000
+/* After failed reads it waits longer each time, up to this. */
+#define TM_AMQP_PAUSE_BACKOFF_MAX_MS 30000
+/* tm_amqp_pause_read reads task at's state on c/ch (declaring its control
+ * queue): 1 paused, 0 not, -1 on failure with the reason in buf. */
+int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
+                       const struct tm_amqp_task *at, char *buf,
+                       size_t size);
+/* tm_amqp_pause_connected records the state read as the task's connection
+ * opened (the consumer was started only when not paused); io_mu held. */
+void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused);
+/* tm_amqp_pause_apply cancels the consumer when the task was paused since,
+ * or, when it was resumed, sets stopped for the intake to start it again
+ * (its next fetch); io_mu held. -1 when the connection failed (reason in
+ * errstr). */
+int tm_amqp_pause_apply(struct tm_amqp_task *at);
+/* tm_amqp_pause_poll reads every task's state about every
+ * TM_AMQP_PAUSE_POLL_MS on its own connection, and applies it (settle
+ * thread, tick). */
+void tm_amqp_pause_poll(struct tm_amqp_broker *ab);
+int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
+                      int paused);
+int tm_amqp_paused(struct tm_broker *b, size_t ti);
+void tm_amqp_pause_note(struct tm_broker *b, size_t ti, int paused);
 /* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
 /* tm_amqp_not_before reads header x-not-before (epoch ms: an integer, a
  * float or a string of digits) into *due_ms; -1 when absent or not a

@@ -303,7 +303,7 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
  * confirms and notifications (copies held while the broker blocked
  * publishing go out once it stops), then every consuming connection's
  * frames, which sends a heartbeat when one is due and notices a silent
- * broker. */
+ * broker; and it reads the tasks' pause state. */
 void tm_amqp_tick(struct tm_broker *b)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
@@ -319,4 +319,5 @@ void tm_amqp_tick(struct tm_broker *b)
         if (ready)
             tm_amqp_signal_intake(at);
     }
+    tm_amqp_pause_poll(ab);
 }

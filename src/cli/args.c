@@ -22,6 +22,9 @@ const char tm_cli_usage[] =
     "       taskmill dlq [-c FILE] list [TASK]\n"
     "       taskmill dlq [-c FILE] show TASK ID\n"
     "       taskmill dlq [-c FILE] (replay | purge) TASK [ID] [--yes]\n"
+    "       taskmill (pause | resume) [-c FILE] TASK   stop / restart intake "
+    "of TASK\n"
+    "                                         on every daemon\n"
     "       taskmill --version | --help\n"
     "\n"
     "-c defaults to $TASKMILL_CONFIG, then " TM_DEFAULT_CONFIG ".\n"
@@ -60,7 +63,7 @@ static const char *option_value(int argc, char **argv, int *i)
 int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
 {
     static const char *const cmds[] = {"run", "check", "emit", "invoke",
-                                       "dlq"};
+                                       "dlq", "pause", "resume"};
     memset(a, 0, sizeof *a);
     int i = 1;
     if (i < argc && argv[i][0] != '-') {

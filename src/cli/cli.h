@@ -35,7 +35,8 @@ enum tm_cli_config_from {
 /* struct tm_cli_args is the parsed command line; every string is borrowed
  * from argv or the environment. */
 struct tm_cli_args {
-    const char *cmd;           /* "run", "check", "emit", "invoke", "dlq" */
+    const char *cmd;           /* "run", "check", "emit", "invoke", "dlq",
+                                  "pause", "resume" */
     const char *config;        /* never NULL after tm_cli_parse */
     enum tm_cli_config_from config_from;
     const char *pos[TM_CLI_MAX_POS];
@@ -100,5 +101,7 @@ int tm_cli_check(struct tm_cfg *cfg);
 int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_invoke(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a);
+/* tm_cli_pause is `pause` and `resume` (a->cmd says which). */
+int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a);
 
 #endif /* TASKMILL_CLI_H */

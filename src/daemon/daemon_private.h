@@ -71,6 +71,46 @@ int64_t tm_backoff_jitter(int64_t ms);
 /* tm_backoff_next doubles a reconnect delay up to TM_RECONNECT_MAX_MS. */
 int64_t tm_backoff_next(int64_t ms);
 
+/* ---- flow control (flow.c) ------------------------------------------ */
+
+/* Tokens of a bucket the broker keeps (shared by the daemons) are held
+ * at most about this long unused: they go back with the next request
+ * after it, and a read made while they are held waits at most this. */
+#define TM_FLOW_HOLD_MS 1000
+
+/* tm_flow_cap returns how many messages of t may be in flight (read, not
+ * yet settled): prefetch, or concurrency when lower (*by_conc = 1). */
+long tm_flow_cap(const struct tm_task *t, int *by_conc);
+
+/* tm_flow_held records whether the last look held t's intake back by
+ * rate_limit or concurrency; a wait is counted once, when it starts. */
+void tm_flow_held(struct tm_task *t, int held);
+
+/* tm_flow_take_local takes up to room tokens of t's rate_limit from this
+ * daemon's bucket and returns how many the next read may take (room
+ * without a rate_limit); when 0, *wait is the ms until the next token.
+ * tm_flow_used_local then gives back what the read (used) left. */
+size_t tm_flow_take_local(struct tm_task *t, size_t room, int64_t *wait);
+void tm_flow_used_local(struct tm_task *t, size_t used);
+
+/* struct tm_lane_flow is a lane thread's scratch for rate_limit, by task
+ * index (arrays of the generation's count of tasks). */
+struct tm_lane_flow {
+    size_t *want, *back, *got;
+    int64_t *wait;
+    int waiting;        /* a task waits for its next token */
+};
+
+/* tm_flow_lane_rate caps room[] of lane's rate-limited tasks by their
+ * tokens before a read, lowering *hold to the next token's wait; returns
+ * how many tasks have room, or -1 when the broker could not be asked.
+ * tm_flow_lane_used accounts the read that followed (n batches in out,
+ * n < 0: failed). Lane thread only. */
+int tm_flow_lane_rate(struct tm_gen *g, size_t lane, size_t *room,
+                      int64_t *hold, struct tm_lane_flow *f);
+void tm_flow_lane_used(struct tm_gen *g, size_t lane, struct tm_batch **out,
+                       int n);
+
 /* ---- settlement (settle.c) ------------------------------------------ */
 
 /* tm_settle_pool_done is the pools' done callback (ctx: the generation):

@@ -70,15 +70,18 @@ static void *intake_main(void *arg)
     struct tm_gen *g = t->gen;
     struct tm_broker *b = g->broker;
     int64_t backoff = TM_RECONNECT_MIN_MS;
-    long prefetch = (long)t->cfg->prefetch;
+    int by_conc;
+    long cap = tm_flow_cap(t, &by_conc);
 
     while (!atomic_load(&g->stopping)) {
-        long room = prefetch - (long)atomic_load(&t->stats.inflight);
+        long room = cap - (long)atomic_load(&t->stats.inflight);
         if (room <= 0) {
             atomic_store(&t->waiting_room, 1);
-            room = prefetch - (long)atomic_load(&t->stats.inflight);
-            if (room <= 0)
+            room = cap - (long)atomic_load(&t->stats.inflight);
+            if (room <= 0) {
+                tm_flow_held(t, by_conc);
                 wait_ms(g, 100);
+            }
             atomic_store(&t->waiting_room, 0);
             continue;
         }
@@ -89,9 +92,19 @@ static void *intake_main(void *arg)
             wait_ms(g, hold);
             continue;
         }
+        /* rate_limit: this daemon's bucket (the only intake with fetch
+         * is of brokers that keep no bucket) */
+        int64_t wait;
+        size_t max = tm_flow_take_local(t, (size_t)room, &wait);
+        tm_flow_held(t, max == 0);
+        int block = TM_FETCH_BLOCK_MS;
+        if (max == 0 && wait < block)
+            block = (int)wait;
+        /* with no token the read takes nothing: it only keeps the
+         * connection served (heartbeats) until the next token is due */
         struct tm_batch *batch = NULL;
-        int n = b->ops->fetch(b, t->index, (size_t)room, TM_FETCH_BLOCK_MS,
-                              &batch);
+        int n = b->ops->fetch(b, t->index, max, block, &batch);
+        tm_flow_used_local(t, n > 0 && batch != NULL ? batch->n : 0);
         if (n < 0) {
             atomic_store(&t->subscribed, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
@@ -120,30 +133,33 @@ struct tm_intake_lane {
     int started;
 };
 
-/* lane_room fills room[] for the lane's tasks (prefetch less inflight,
- * through the circuit breaker) and says how many have room; *hold is the
- * shortest wait a circuit asked for (the lane looks again then). A task
- * left with no room is marked waiting_room, so that the settle thread,
- * making room after the look, pokes the lane (room_made). */
-static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
-                        int64_t *hold)
+/* lane_room fills room[] for the lane's tasks (prefetch, or concurrency
+ * when lower, less inflight, through the circuit breaker); *hold is the
+ * shortest wait a circuit asked for (the lane looks again then). A task left with no room is marked
+ * waiting_room, so that the settle thread, making room after the look,
+ * pokes the lane (room_made). */
+static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
+                      int64_t *hold)
 {
     struct tm_broker *b = g->broker;
-    size_t with_room = 0;
     *hold = TM_LANE_BLOCK_MS;
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
         room[i] = 0;
         if (b->ops->lane_of(b, i) != lane)
             continue;
-        long r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
+        int by_conc;
+        long cap = tm_flow_cap(t, &by_conc);
+        long r = cap - (long)atomic_load(&t->stats.inflight);
         if (r <= 0) {
             /* flag first, then look again: room made after the flag is
              * seen here or pokes the lane */
             atomic_store(&t->waiting_room, 1);
-            r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
-            if (r <= 0)
+            r = cap - (long)atomic_load(&t->stats.inflight);
+            if (r <= 0) {
+                tm_flow_held(t, by_conc);
                 continue;
+            }
         }
         atomic_store(&t->waiting_room, 0);
         int64_t h = tm_circuit_gate(&t->circuit, t->cfg,
@@ -156,9 +172,7 @@ static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
         if (r <= 0)
             continue;
         room[i] = (size_t)r;
-        with_room++;
     }
-    return with_room;
 }
 
 static void set_subscribed(struct tm_gen *g, size_t lane, int on)
@@ -177,17 +191,33 @@ static void *lane_main(void *arg)
     size_t n_out = g->ntasks ? g->ntasks : 1;
     size_t *room = tm_calloc(n_out, sizeof *room);
     struct tm_batch **out = tm_calloc(n_out, sizeof *out);
+    struct tm_lane_flow f = {
+        .want = tm_calloc(n_out, sizeof *f.want),
+        .back = tm_calloc(n_out, sizeof *f.back),
+        .got = tm_calloc(n_out, sizeof *f.got),
+        .wait = tm_calloc(n_out, sizeof *f.wait),
+    };
 
     while (!atomic_load(&g->stopping)) {
         int64_t hold;
-        if (lane_room(g, ln->index, room, &hold) == 0) {
+        lane_room(g, ln->index, room, &hold);
+        int with_room = tm_flow_lane_rate(g, ln->index, room, &hold, &f);
+        if (with_room < 0) {
+            set_subscribed(g, ln->index, 0);
+            wait_ms(g, tm_backoff_jitter(backoff));
+            backoff = tm_backoff_next(backoff);
+            continue;
+        }
+        if (with_room == 0) {
             /* nothing may be read: wait for room (the settle thread
-             * signals it), the circuit, or the stop */
-            wait_ms(g, hold < 100 ? hold : 100);
+             * signals it), the circuit, the stop, or the next token (no
+             * asking the broker before it is due) */
+            wait_ms(g, hold < 100 || f.waiting ? hold : 100);
             continue;
         }
         int n = b->ops->fetch_lane(b, ln->index, room, (int)hold, out,
                                    n_out);
+        tm_flow_lane_used(g, ln->index, out, n);
         if (n < 0) {
             set_subscribed(g, ln->index, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
@@ -201,6 +231,10 @@ static void *lane_main(void *arg)
     }
     tm_free(room);
     tm_free(out);
+    tm_free(f.want);
+    tm_free(f.back);
+    tm_free(f.got);
+    tm_free(f.wait);
     return NULL;
 }
 

@@ -218,6 +218,15 @@ void tm_settle_carry(struct tm_task_stats *dst,
     TM_CARRY(dead_lettered);
     TM_CARRY(dur_sum_us);
 #undef TM_CARRY
+    /* written by the intake threads, which may run during a fold: added,
+     * not stored */
+    atomic_fetch_add_explicit(
+        &dst->rate_limited,
+        atomic_load_explicit(&src->rate_limited, memory_order_relaxed) -
+            (sub != NULL ? atomic_load_explicit(&sub->rate_limited,
+                                                memory_order_relaxed)
+                         : 0),
+        memory_order_relaxed);
 }
 
 /* fold adds what the previous generation counted after this one started,

@@ -1,5 +1,5 @@
 /* api_worker.c - the admin API's broker operations (dead letters,
- * publish), run on a thread of their own so that a slow or silent broker
+ * publish, pause), run on a thread of their own so that a slow or silent broker
  * never stalls the HTTP thread: the request's connection is suspended
  * meanwhile, and resumed when the answer is ready or its deadline passed. */
 #include "http/api.h"
@@ -123,9 +123,37 @@ static cJSON *entry_json(const struct tm_dlq_entry *e)
     return o;
 }
 
+/* set_pause writes task t's pause state with b, tells d's own intake at
+ * once (the other daemons read it within their poll period), and answers
+ * the task's new state. gen_lock held (read). */
+static void set_pause(struct tm_daemon *d, struct tm_broker *b,
+                      const struct tm_cfg_task *t, int paused,
+                      struct tm_api_req *out)
+{
+    if (b->ops->pause_set == NULL) {
+        tm_api_error(out, 501, "the %s broker cannot pause a task",
+                     b->ops->kind);
+        return;
+    }
+    if (b->ops->pause_set(b, t, paused) != 0) {
+        tm_api_error(out, 502, "broker: %s", b->errstr);
+        return;
+    }
+    /* t is a task of d->cfg, whose index is that of d->broker's task */
+    size_t i = (size_t)(t - d->cfg->tasks);
+    assert(i < d->cfg->ntasks);
+    if (d->broker != NULL && d->broker->ops->pause_note != NULL)
+        d->broker->ops->pause_note(d->broker, i, paused);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", t->name);
+    cJSON_AddBoolToObject(j, "paused", paused);
+    tm_api_finish(out, 200, j);
+}
+
 /* run_on runs job on broker b for task t; the answer goes to out. */
-static void run_on(struct tm_broker *b, const struct tm_cfg_task *t,
-                   const struct job *job, struct tm_api_req *out)
+static void run_on(struct tm_daemon *d, struct tm_broker *b,
+                   const struct tm_cfg_task *t, const struct job *job,
+                   struct tm_api_req *out)
 {
     const char *id = job->id[0] != '\0' ? job->id : NULL;
     switch (job->op) {
@@ -173,6 +201,10 @@ static void run_on(struct tm_broker *b, const struct tm_cfg_task *t,
         tm_api_finish(out, 201, j);
         break;
     }
+    case TM_API_PAUSE:
+    case TM_API_RESUME:
+        set_pause(d, b, t, job->op == TM_API_PAUSE, out);
+        break;
     }
 }
 
@@ -200,7 +232,7 @@ static void run_job(struct tm_daemon *d, const struct job *job,
         tm_api_error(out, 500, "%s", err);
         goto out;
     }
-    run_on(b, t, job, out);
+    run_on(d, b, t, job, out);
 out:
     if (b != NULL)
         b->ops->destroy(b);

@@ -422,9 +422,9 @@ static int read_history(struct tm_redis *rb, struct tm_redis_task *rt,
     return n;
 }
 
-/* lane_connect opens the lane's connection and learns its CLIENT ID
+/* tm_redis_lane_connect opens the lane's connection and learns its CLIENT ID
  * (a poke unblocks it by that). */
-static int lane_connect(struct tm_redis *rb, struct tm_redis_lane *l)
+int tm_redis_lane_connect(struct tm_redis *rb, struct tm_redis_lane *l)
 {
     l->rc = tm_redis_connect(rb, TM_REDIS_COMMAND_TIMEOUT_MS, l->errstr,
                              sizeof l->errstr);
@@ -632,8 +632,13 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     int fresh = !l->was_up;
     for (size_t i = 0; i < l->ntasks; i++)
         tm_redis_collect(&rb->tasks[l->tasks[i]]);
-    if (l->rc == NULL && lane_connect(rb, l) != 0)
+    if (l->rc == NULL && tm_redis_lane_connect(rb, l) != 0)
         return -1;
+    /* the pause state first: nothing of a paused task is read */
+    if (tm_redis_pause_poll(rb, l) != 0) {
+        intake_failed(rb, &rb->tasks[l->tasks[0]], "pause state read");
+        return -1;
+    }
     if (tm_now_ms() >= l->next_peek_ms) {
         for (size_t i = 0; i < l->ntasks; i++)
             if (task_ready(rb, &rb->tasks[l->tasks[i]]) != 0)
@@ -645,7 +650,7 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
 
     /* steps 1-3 for each task with room; their batches first */
     size_t k = 0, count = TM_REDIS_ACK_CHUNK;
-    int waiting = 0;
+    int waiting = 0, paused = 0;
     int64_t now = tm_now_ms();
     int64_t until = now + (timeout_ms > 0 ? timeout_ms : 1);
     for (size_t i = 0; i < l->ntasks && nb < nout; i++) {
@@ -653,6 +658,10 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         struct tm_redis_task *rt = &rb->tasks[ti];
         size_t max = room[ti] < TM_REDIS_ACK_CHUNK ? room[ti]
                                                     : TM_REDIS_ACK_CHUNK;
+        if (max > 0 && atomic_load(&rt->paused)) {
+            paused = 1; /* nothing is read: retries, reclaim, new */
+            continue;
+        }
         if (max == 0) {
             waiting = 1;
             continue;
@@ -679,6 +688,8 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     /* the connection works: every task with room was looked at */
     tm_redis_mark_up(rb);
     l->was_up = 1;
+    if (nb == 0 && k == 0 && !fresh && paused)
+        tm_redis_pause_wait(l, until); /* every task with room paused */
     if (nb > 0 || k == 0 || fresh)
         return (int)nb;
 
@@ -688,6 +699,9 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         until = now + TM_REDIS_ROOM_BLOCK_MS;
     if (until > l->next_peek_ms)
         until = l->next_peek_ms;
+    /* and no longer than the next read of the pause state */
+    if (until > atomic_load(&l->next_pause_ms))
+        until = atomic_load(&l->next_pause_ms);
     int64_t bl = until - now > 1 ? until - now : 1;
     atomic_store(&l->block_end_ms, now + bl);
     atomic_store(&l->in_block, 1);

@@ -28,6 +28,8 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         struct tm_redis_task *rt = &rb->tasks[i];
         rt->cfg = &cfg->tasks[i];
         rt->retry_key = tm_redis_retry_key(rt->cfg);
+        rt->rate_key = tm_redis_rate_key(rt->cfg);
+        rt->pause_key = tm_redis_pause_key(rt->cfg);
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
         pthread_mutex_init(&rt->held_mu, NULL);
     }
@@ -76,6 +78,8 @@ static void rb_destroy(struct tm_broker *b)
         tm_redis_collect(&rb->tasks[i]);
         pthread_mutex_destroy(&rb->tasks[i].held_mu);
         tm_free(rb->tasks[i].retry_key);
+        tm_free(rb->tasks[i].rate_key);
+        tm_free(rb->tasks[i].pause_key);
     }
     if (rb->wc != NULL)
         tm_rconn_close(rb->wc);
@@ -108,6 +112,10 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .destroy = rb_destroy,
     .depth = tm_redis_depth,
     .request = tm_redis_request,
+    .rate_take = tm_redis_rate_take,
+    .pause_set = tm_redis_pause_set,
+    .paused = tm_redis_paused,
+    .pause_note = tm_redis_pause_note,
     .publish_at = tm_redis_publish_at,
     .scheduled = tm_redis_scheduled,
 };

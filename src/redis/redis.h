@@ -19,12 +19,14 @@
  *   intake.c  reads of new entries, own history and reclaim (lane thread)
  *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
+ *   rate.c    rate_limit: the task's token bucket, shared by all daemons
  *   settle.c  ack, retry, dead-letter (settle thread)
  *   reply.c   answers to requests, written when settling; emit --wait
  *   dedup.c   which messages of a read already succeeded (dedup_ttl)
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
  *   scheduled.c  delayed messages: the scheduled set and its promoter
  *   admin.c   CLI and monitoring: publish, dead letters, depths
+ *   pause.c   pause state: the keys, their reads, pause/resume
  *   redis.c   create, connect, wake, destroy and the vtable
  */
 
@@ -67,6 +69,8 @@ struct tm_redis_lane;
 struct tm_redis_task {
     const struct tm_cfg_task *cfg;
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
+    char *rate_key;            /* "<queue>.rate.<group>": rate_limit's
+                                  token bucket */
     struct tm_redis_lane *lane; /* the intake lane that reads it */
     unsigned group_gen;        /* lane->conn_gen when its group was made
                                   sure of; another value: not yet */
@@ -85,6 +89,8 @@ struct tm_redis_task {
     char claim_cursor[TM_REDIS_ID_MAX + 1]; /* reclaim scan position */
     pthread_mutex_t held_mu;   /* guards held */
     struct tm_redis_held *held; /* batches this process holds */
+    char *pause_key;           /* "<queue>.paused.<group>" (pause.c) */
+    atomic_int paused;         /* 1 while the task's intake is paused */
     char errstr[256];
 };
 
@@ -122,6 +128,8 @@ struct tm_redis_lane {
                                   lists (lane thread only) */
     int64_t peek_period_ms;    /* the shortest claim period of its
                                   tasks */
+    atomic_llong next_pause_ms; /* next read of its tasks' pause keys
+                                   (pause.c; 0: at once) */
     /* read scratch (lane thread only) */
     const char **argv;
     size_t *argti;             /* task index of each stream in argv */
@@ -273,6 +281,17 @@ void tm_redis_collect(struct tm_redis_task *rt);
 int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
                         const size_t *room, int timeout_ms,
                         struct tm_batch **out, size_t nout);
+/* tm_redis_lane_connect opens the lane's connection (lane thread). */
+int tm_redis_lane_connect(struct tm_redis *rb, struct tm_redis_lane *l);
+
+/* ---- rate.c ---- */
+
+/* tm_redis_rate_key returns "<queue>.rate.<group>" (the caller frees it
+ * with tm_free), built from the queue name first like the retry key. */
+char *tm_redis_rate_key(const struct tm_cfg_task *t);
+/* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
+int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
+                       const size_t *back, size_t *got, int64_t *wait_ms);
 
 /* ---- lane.c ---- */
 
@@ -295,6 +314,28 @@ void tm_redis_lane_poke(struct tm_redis_lane *l);
 void tm_redis_room_made(struct tm_broker *b, size_t ti);
 /* tm_redis_wake pokes every lane (shutdown). */
 void tm_redis_wake(struct tm_broker *b);
+
+/* ---- pause.c ---- */
+
+/* A lane reads its tasks' pause keys this often, and no read of new
+ * entries blocks longer, so that a pause set by any process stops every
+ * daemon within about twice this. */
+#define TM_REDIS_PAUSE_POLL_MS 1000
+/* tm_redis_pause_key returns "<queue>.paused.<group>" (the caller frees
+ * it with tm_free): built from the queue name first, so a hash tag in the
+ * queue carries over to it. */
+char *tm_redis_pause_key(const struct tm_cfg_task *t);
+/* tm_redis_pause_poll reads the pause keys of the lane's tasks when that
+ * is due (lane thread); -1 when the connection was lost. */
+int tm_redis_pause_poll(struct tm_redis *rb, struct tm_redis_lane *l);
+/* tm_redis_pause_wait waits, when every task of the lane that may read is
+ * paused, until the next read of the pause keys, a poke or until_ms
+ * (monotonic), whichever comes first (lane thread). */
+void tm_redis_pause_wait(struct tm_redis_lane *l, int64_t until_ms);
+int tm_redis_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
+                       int paused);
+int tm_redis_paused(struct tm_broker *b, size_t ti);
+void tm_redis_pause_note(struct tm_broker *b, size_t ti, int paused);
 
 /* ---- settle.c ---- */
 

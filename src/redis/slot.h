@@ -20,10 +20,10 @@ unsigned tm_redis_key_slot(const char *key, size_t len);
 int tm_redis_has_hash_tag(const char *key);
 
 /* tm_redis_task_slots_check checks that the keys of task t (its stream,
- * its retry set, its dead-letter stream, and with dedup_ttl its dedup
- * keys "<queue>.dedup.<key>") hash to one slot: every script and
- * multi-key step of a task runs on one node of a cluster. 0, or -1 with
- * the reason and a hash tag that would do in err. */
+ * its retry set, its rate bucket, its dead-letter stream, and with
+ * dedup_ttl its dedup keys "<queue>.dedup.<key>") hash to one slot: every
+ * script and multi-key step of a task runs on one node of a cluster. 0,
+ * or -1 with the reason and a hash tag that would do in err. */
 int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                               size_t errlen);
 

@@ -28,6 +28,20 @@ START_TEST(retry_key_derives_from_the_queue)
 }
 END_TEST
 
+/* The pause key is named like the retry set: queue first, then the
+ * group, so a hash tag in the queue puts it in the queue's slot. */
+START_TEST(pause_key_derives_from_the_queue)
+{
+    char q1[] = "{orders}", g1[] = "workers";
+    struct tm_cfg_task t = {.queue = q1, .group = g1};
+    char *k = tm_redis_pause_key(&t);
+    ck_assert_str_eq(k, "{orders}.paused.workers");
+    ck_assert_uint_eq(tm_redis_key_slot(k, strlen(k)),
+                      tm_redis_key_slot(q1, strlen(q1)));
+    tm_free(k);
+}
+END_TEST
+
 /* The scheduled set (delayed messages) is named after the queue too,
  * and joins the one-slot rule. */
 START_TEST(scheduled_key_derives_from_the_queue)
@@ -64,8 +78,8 @@ START_TEST(key_slots_follow_redis)
 }
 END_TEST
 
-/* A task's stream, retry set and dead-letter stream must share a slot in
- * cluster mode; the refusal proposes a hash tag. */
+/* A task's stream, retry set, rate bucket and dead-letter stream must
+ * share a slot in cluster mode; the refusal proposes a hash tag. */
 START_TEST(task_keys_share_a_slot)
 {
     char name[] = "orders", q1[] = "orders", d1[] = "orders.dlq";
@@ -75,8 +89,10 @@ START_TEST(task_keys_share_a_slot)
                             .dead_letter = d1};
     char err[600];
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "pause key 'orders.paused.taskmill'"));
     ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
     ck_assert_ptr_nonnull(strstr(err, "dead_letter: '{orders}.dlq'"));
+    ck_assert_ptr_nonnull(strstr(err, "rate bucket 'orders.rate.taskmill'"));
     ck_assert_ptr_nonnull(strstr(err, "scheduled set 'orders.scheduled'"));
     t.queue = q2;
     t.dead_letter = d2;
@@ -323,6 +339,7 @@ static Suite *redis_suite(void)
     Suite *s = suite_create("redis");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, retry_key_derives_from_the_queue);
+    tcase_add_test(tc, pause_key_derives_from_the_queue);
     tcase_add_test(tc, claim_period_bounds);
     tcase_add_test(tc, cap_drops_oversized_bulks);
     tcase_add_test(tc, cap_refuses_overlong_lines);
