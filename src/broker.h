@@ -206,6 +206,22 @@ struct tm_broker_ops {
                       const struct tm_cfg_schedule *s, int64_t *slot_ms);
     int (*sched_serve)(struct tm_sched_session *ss, int64_t timeout_ms);
     void (*sched_close)(struct tm_sched_session *ss);
+
+    /* publish_at adds one message to the task's queue that runs no
+     * earlier than due_ms (epoch ms, wall clock): on Redis a member of
+     * the sorted set "<queue>.scheduled", on RabbitMQ a message with
+     * header x-not-before (DESIGN.md, Messages). The message id is
+     * written to id (size idlen). priority < 0 means the task default.
+     * Optional: NULL when the broker has no delayed messages. */
+    int (*publish_at)(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *body, size_t len, int priority,
+                      int64_t due_ms, char *id, size_t idlen);
+
+    /* scheduled reads, for monitoring, how many delayed messages of task
+     * i wait for their time: *n, or -1 when the broker cannot tell
+     * cheaply. No I/O of its own that could block: the count is one the
+     * adapter keeps. Optional: NULL means -1 for every task. */
+    int (*scheduled)(struct tm_broker *b, size_t task_index, long long *n);
 };
 
 /* struct tm_sched_session is the common head of each adapter's schedule

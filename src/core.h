@@ -48,6 +48,7 @@ struct tm_task_stats {
     atomic_llong queue_depth;           /* not yet delivered */
     atomic_llong queue_pending;         /* delivered, not acknowledged */
     atomic_llong dead_letter_depth;     /* entries in the dead-letter queue */
+    atomic_llong scheduled_depth;       /* delayed, waiting for their time */
     atomic_llong depth_at_ms;
 };
 

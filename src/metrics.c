@@ -173,6 +173,11 @@ static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
          "Messages in the task's dead-letter queue, read from the broker "
          "every few seconds.",
          offsetof(struct tm_task_stats, dead_letter_depth)},
+        {"taskmill_scheduled_depth",
+         "Delayed messages waiting for their time (Redis: the scheduled "
+         "set), read every few seconds; absent where the broker cannot "
+         "tell cheaply (RabbitMQ).",
+         offsetof(struct tm_task_stats, scheduled_depth)},
     };
     char lb[256];
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {

@@ -46,7 +46,7 @@ static void task_down(struct tm_amqp_task *at)
     atomic_store(&ab->base.up, 0);
 }
 
-static void ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
+void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
 {
     d->next = NULL;
     if (at->ready_tail != NULL)
@@ -77,6 +77,12 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     struct tm_amqp_delivery *d;
     while ((d = ready_pop(at)) != NULL)
         tm_amqp_delivery_free(d);
+    /* parked ones not taken yet: their tags died with the connection */
+    while ((d = at->park) != NULL) {
+        at->park = d->next;
+        tm_amqp_delivery_free(d);
+    }
+    at->park_tail = NULL;
     tm_amqp_delivery_free(at->partial);
     at->partial = NULL;
     at->dlv_state = 0;
@@ -328,9 +334,19 @@ static int delivery_done(struct tm_amqp_task *at)
     } else if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
         tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+    } else if (tm_amqp_park_due(d, tm_wall_ms(), &(int64_t){0})) {
+        /* x-not-before ahead: the settle thread parks it (delay.c) */
+        d->body[d->body_len] = '\0';
+        d->next = NULL;
+        if (at->park_tail != NULL)
+            at->park_tail->next = d;
+        else
+            at->park = d;
+        at->park_tail = d;
+        d = NULL;
     } else {
         d->body[d->body_len] = '\0';
-        ready_push(at, d);
+        tm_amqp_ready_push(at, d);
         d = NULL;
     }
     tm_amqp_delivery_free(d);

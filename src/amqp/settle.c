@@ -292,6 +292,7 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
         m->result = NULL;
         tm_amqp_recvec_push(&ab->pub.out, &r);
     }
+    tm_amqp_park_take(ab);
     tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
     tm_amqp_settle_originals(ab, &ab->done);
     return 0;
@@ -306,6 +307,7 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
 void tm_amqp_tick(struct tm_broker *b)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    tm_amqp_park_take(ab);
     tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
     tm_amqp_settle_originals(ab, &ab->done);
     for (size_t i = 0; i < ab->ntasks; i++) {

@@ -15,6 +15,7 @@ const char tm_cli_usage[] =
     "every plugin\n"
     "       taskmill emit [-c FILE] TASK (JSON | -) [--wait SECONDS] "
     "[--priority N]\n"
+    "                [--delay DURATION | --at TIME]\n"
     "       taskmill invoke [-c FILE] TASK (JSON | -)   run one body "
     "through the\n"
     "                                         task's plugin, no broker\n"
@@ -31,6 +32,8 @@ const char tm_cli_usage[] =
     "-c defaults to $TASKMILL_CONFIG, then " TM_DEFAULT_CONFIG ".\n"
     "A body of - is read from standard input (up to the task's "
     "max_payload).\n"
+    "emit --delay (30s, 5m, 1h) or --at (RFC 3339 with a zone, e.g.\n"
+    "2026-12-01T03:00:00Z, or epoch ms) makes a delayed message.\n"
     "dlq list without TASK counts the dead letters of every task. purge "
     "without\n"
     "an ID removes them all; on a terminal it needs --yes.\n"
@@ -92,6 +95,16 @@ int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
             a->priority = option_value(argc, argv, &i);
             if (a->priority == NULL)
                 return tm_cli_usage_error("%s needs a number", s);
+        } else if (strcmp(s, "--delay") == 0) {
+            a->delay = option_value(argc, argv, &i);
+            if (a->delay == NULL)
+                return tm_cli_usage_error("%s needs a duration (30s, 5m, "
+                                          "1h)", s);
+        } else if (strcmp(s, "--at") == 0) {
+            a->at = option_value(argc, argv, &i);
+            if (a->at == NULL)
+                return tm_cli_usage_error("%s needs a time (RFC 3339 with "
+                                          "a zone, or epoch ms)", s);
         } else if (strcmp(s, "--yes") == 0 || strcmp(s, "-y") == 0) {
             a->yes = 1;
         } else if (s[0] == '-' && s[1] != '\0') {

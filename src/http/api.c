@@ -143,6 +143,7 @@ static cJSON *task_json(struct tm_daemon *d, size_t i, int64_t now_ns)
     add_count(o, "queue_depth", atomic_load(&s->queue_depth), read);
     add_count(o, "pending", atomic_load(&s->queue_pending), read);
     add_count(o, "dead_letters", atomic_load(&s->dead_letter_depth), read);
+    add_count(o, "scheduled", atomic_load(&s->scheduled_depth), read);
     cJSON *l = cJSON_AddObjectToObject(o, "limits");
     cJSON_AddNumberToObject(l, "prefetch", c->prefetch);
     cJSON_AddNumberToObject(l, "timeout_ms", (double)c->timeout_ms);

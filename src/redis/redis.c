@@ -35,6 +35,7 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
     }
     pthread_mutex_init(&rb->wake_mu, NULL);
     tm_redis_lanes_init(rb);
+    rb->sched = tm_redis_sched_new(rb);
     return &rb->base;
 }
 
@@ -69,6 +70,7 @@ static void rb_destroy(struct tm_broker *b)
     if (b == NULL)
         return;
     struct tm_redis *rb = (struct tm_redis *)b;
+    tm_redis_sched_free(rb->sched);
     tm_redis_lanes_free(rb);
     tm_rconn_close(rb->wake_c);
     pthread_mutex_destroy(&rb->wake_mu);
@@ -118,4 +120,6 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .sched_fire = tm_redis_sched_fire,
     .sched_last = tm_redis_sched_last,
     .sched_close = tm_redis_sched_close,
+    .publish_at = tm_redis_publish_at,
+    .scheduled = tm_redis_scheduled,
 };

@@ -24,6 +24,7 @@
  *   reply.c   answers to requests, written when settling; emit --wait
  *   dedup.c   which messages of a read already succeeded (dedup_ttl)
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
+ *   scheduled.c  delayed messages: the scheduled set and its promoter
  *   admin.c   CLI and monitoring: publish, dead letters, depths
  *   pause.c   pause state: the keys, their reads, pause/resume
  *   redis.c   create, connect, wake, destroy and the vtable
@@ -161,6 +162,7 @@ struct tm_redis {
     size_t scratchcap;
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
     size_t idcap;
+    struct tm_redis_sched *sched; /* delayed messages (scheduled.c) */
     int64_t refused_log_ms;     /* settle: last refusal logged */
     unsigned long refused_unlogged; /* settle: refusals since, not logged */
 };
@@ -215,6 +217,24 @@ void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
  * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
  * wait being the ms until the next retry is due (-1: none). */
 extern const char tm_redis_due_script[];
+
+/* ---- scheduled.c ---- */
+
+/* tm_redis_scheduled_key returns "<queue>.scheduled" (the caller frees
+ * it with tm_free): the delayed messages of the queue, built from the
+ * queue name first so that a hash tag carries over. */
+char *tm_redis_scheduled_key(const struct tm_cfg_task *t);
+/* tm_redis_sched_new prepares the promoter of rb's tasks (no thread, no
+ * I/O); tm_redis_sched_start starts its thread, once (settle thread: a
+ * daemon's adapter, never the CLI's); tm_redis_sched_free stops and
+ * frees it (NULL accepted). */
+struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb);
+void tm_redis_sched_start(struct tm_redis_sched *s);
+void tm_redis_sched_free(struct tm_redis_sched *s);
+int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *body, size_t len, int priority,
+                        int64_t due_ms, char *id, size_t idlen);
+int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
 
 /* ---- intake.c ---- */
 

@@ -52,20 +52,22 @@ int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
 {
     char *retry = tm_redis_retry_key(t);
     char *rate = tm_redis_rate_key(t), *pause = tm_redis_pause_key(t);
+    char *sched = tm_redis_scheduled_key(t);
     unsigned q = slot_of(t->queue), r = slot_of(retry),
              d = slot_of(t->dead_letter), b = slot_of(rate),
-             p = slot_of(pause);
+             p = slot_of(pause), s = slot_of(sched);
     int rc = 0;
-    if (q != r || q != d || q != b || q != p) {
+    if (q != r || q != d || q != b || q != p || q != s) {
         tm_snprintf(err, errlen,
                     "in broker.redis.mode: cluster, a task's keys must share "
                     "one hash slot (its scripts run on one node), but "
                     "queue '%s' is in slot %u, its retry set '%s' in %u, "
-                    "its rate bucket '%s' in %u, its pause key '%s' in %u "
-                    "and dead_letter '%s' in %u; give them one hash tag, "
-                    "e.g. queue: '{%s}' and dead_letter: '{%s}.dlq'",
-                    t->queue, q, retry, r, rate, b, pause, p, t->dead_letter,
-                    d, t->queue, t->queue);
+                    "its rate bucket '%s' in %u, its pause key '%s' in %u, "
+                    "its scheduled set '%s' in %u and dead_letter '%s' in "
+                    "%u; give them one hash tag, e.g. queue: '{%s}' and "
+                    "dead_letter: '{%s}.dlq'",
+                    t->queue, q, retry, r, rate, b, pause, p, sched, s,
+                    t->dead_letter, d, t->queue, t->queue);
         rc = -1;
     } else if (t->dedup_ttl_ms > 0 && !tm_redis_has_hash_tag(t->queue)) {
         /* "<queue>.dedup.<key>": the key is the producer's, any text, so
@@ -78,6 +80,7 @@ int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                     t->queue, t->queue, t->queue);
         rc = -1;
     }
+    tm_free(sched);
     tm_free(retry);
     tm_free(rate);
     tm_free(pause);

@@ -42,6 +42,24 @@ START_TEST(pause_key_derives_from_the_queue)
 }
 END_TEST
 
+/* The scheduled set (delayed messages) is named after the queue too,
+ * and joins the one-slot rule. */
+START_TEST(scheduled_key_derives_from_the_queue)
+{
+    char q1[] = "{orders}", q2[] = "taskmill.add";
+    struct tm_cfg_task t = {.queue = q1};
+    char *k = tm_redis_scheduled_key(&t);
+    ck_assert_str_eq(k, "{orders}.scheduled");
+    ck_assert_uint_eq(tm_redis_key_slot(k, strlen(k)),
+                      tm_redis_key_slot(q1, strlen(q1)));
+    tm_free(k);
+    t.queue = q2;
+    k = tm_redis_scheduled_key(&t);
+    ck_assert_str_eq(k, "taskmill.add.scheduled");
+    tm_free(k);
+}
+END_TEST
+
 /* Cluster slots as Redis computes them (CLUSTER KEYSLOT), hash tags
  * included: the first '{' to the next '}', when not empty. */
 START_TEST(key_slots_follow_redis)
@@ -75,6 +93,7 @@ START_TEST(task_keys_share_a_slot)
     ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
     ck_assert_ptr_nonnull(strstr(err, "dead_letter: '{orders}.dlq'"));
     ck_assert_ptr_nonnull(strstr(err, "rate bucket 'orders.rate.taskmill'"));
+    ck_assert_ptr_nonnull(strstr(err, "scheduled set 'orders.scheduled'"));
     t.queue = q2;
     t.dead_letter = d2;
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), 0);
@@ -342,6 +361,7 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, cap_drops_oversized_bulks);
     tcase_add_test(tc, cap_refuses_overlong_lines);
     tcase_add_test(tc, key_slots_follow_redis);
+    tcase_add_test(tc, scheduled_key_derives_from_the_queue);
     tcase_add_test(tc, task_keys_share_a_slot);
     tcase_add_test(tc, schedule_key_shares_the_slot);
     tcase_add_test(tc, answer_in_the_script_or_before_it);
