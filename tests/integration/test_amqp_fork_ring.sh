@@ -1,8 +1,8 @@
 # Fork pool on RabbitMQ, request/reply through the shared rings (fork/ring.h)
 # and, past their size, the worker's socket: `taskmill emit --wait` sends
 # bodies from a few bytes to 5 MiB to an echo task and gets each back byte
-# for byte. A 5 MiB body is larger than the request ring (4 MiB), results
-# over 8 KiB do not fit an answer ring slot: both sides take the socket.
+# for byte. Bodies over 1 MiB are larger than the request ring, results
+# over 2 KiB do not fit an answer ring slot: both sides take the socket.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
 CONF=$TEST_DIR/taskmill.yaml
 Q=$AQ.echo
@@ -17,7 +17,7 @@ start_daemon "$CONF"
 wait_ping
 
 n=0
-for size in 10 9000 100000 3145728 5242880 20; do
+for size in 10 1000 9000 100000 1048000 3145728 5242880 20; do
 	body=$TEST_DIR/body.$size
 	{
 		printf '{"pad":"'

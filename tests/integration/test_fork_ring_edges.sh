@@ -1,8 +1,8 @@
 # Fork pool, the shared rings (fork/ring.h) at their edges (the answers'
 # bytes through the rings are compared in test_amqp_fork_ring.sh):
 #  - bodies larger than the rings take the socket: an echo task checks
-#    every body, from a few bytes to 5 MiB (request ring 4 MiB; answers of
-#    more than 8 KiB take the socket too), bodies of 3 MiB fill the ring
+#    every body, from a few bytes to 5 MiB (request ring 1 MiB; answers of
+#    more than 2 KiB take the socket too), bodies of 400 KiB fill the ring
 #    so that later ones wait for room;
 #  - a child killed while it writes an answer: an answer never published,
 #    one published half written, one whose result on the socket is cut off.
@@ -38,7 +38,7 @@ add_echo() {
 	rcall EVAL "return redis.call('XADD', KEYS[1], '*', 'body',
 		'{\"pad\":\"' .. string.rep('x', tonumber(ARGV[1])) .. '\"}')" 1 q.echo "$1"
 }
-SIZES=(10 100000 5242880 20 3145728 3145728 3145728 9000 5242880 30)
+SIZES=(10 100000 5242880 20 409600 409600 409600 409600 9000 2000000 30)
 
 for size in "${SIZES[@]}"; do
 	add_echo "$size" >/dev/null
