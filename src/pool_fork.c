@@ -576,6 +576,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
                 share = left;
         }
         int was_idle = c->nout == 0;
+        struct tm_msg *before = c->out_tail; /* the last one already out */
         struct tm_msg *first = NULL;
         size_t k = 0;
         while (k < share) {
@@ -608,6 +609,9 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         }
         if (m != NULL) {
             struct fp_list unsent = {0};
+            /* m and those after it leave the child's list */
+            if (prev == NULL)
+                prev = before;
             if (prev != NULL)
                 prev->next = NULL;
             else

@@ -2,8 +2,9 @@
 # bytes through the rings are compared in test_amqp_fork_ring.sh):
 #  - bodies larger than the rings take the socket: an echo task checks
 #    every body, from a few bytes to 5 MiB (request ring 1 MiB; answers of
-#    more than 2 KiB take the socket too), bodies of 400 KiB fill the ring
-#    so that later ones wait for room;
+#    more than 2 KiB take the socket too); twelve bodies of 400 KiB, added
+#    at once, fill the rings (two fit) while the children still have
+#    bodies out, so that later ones go back to the queue to wait for room;
 #  - a child killed while it writes an answer: an answer never published,
 #    one published half written, one whose result on the socket is cut off.
 #    None is taken for a result; each costs its message one attempt
@@ -38,12 +39,16 @@ add_echo() {
 	rcall EVAL "return redis.call('XADD', KEYS[1], '*', 'body',
 		'{\"pad\":\"' .. string.rep('x', tonumber(ARGV[1])) .. '\"}')" 1 q.echo "$1"
 }
-SIZES=(10 100000 5242880 20 409600 409600 409600 409600 9000 2000000 30)
+SIZES=(10 100000 5242880 20 409600 9000 2000000 30)
 
 for size in "${SIZES[@]}"; do
 	add_echo "$size" >/dev/null
 done
-N_ECHO=${#SIZES[@]}
+N_ECHO=$((${#SIZES[@]} + 12))
+rcall EVAL "for i = 1, 12 do
+		redis.call('XADD', KEYS[1], '*', 'body',
+			'{\"pad\":\"' .. string.rep('x', 409600) .. '\"}')
+	end" 1 q.echo >/dev/null
 
 declare -A MODE_OF=()
 for mode in unpublished torn bulkcut; do
