@@ -197,6 +197,7 @@ static int next_request(int fd, struct tm_fork_buf *rb, struct child_ring *cr,
 static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
                   const char *error, const char *result)
 {
+    int rc = 0;
     uint64_t text = (uint64_t)rs->error_len + rs->result_len;
     int bulk = sizeof *rs + text > TM_RING_INLINE_MAX;
     uint32_t len = bulk ? (uint32_t)sizeof *rs : (uint32_t)(sizeof *rs + text);
@@ -209,8 +210,9 @@ static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
                                                      memory_order_acquire),
                                 len, bulk ? TM_RING_FRAME_BULK
                                           : TM_RING_FRAME)) == NULL) {
-        if (send_note(fd, TM_NOTE_WAKE, 0) != 0)
-            return -1;
+        rc = send_note(fd, TM_NOTE_WAKE, 0);
+        if (rc != 0)
+            goto out;
         tm_sleep_ms(1);
     }
     memcpy(p, rs, sizeof *rs);
@@ -223,18 +225,21 @@ static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
     atomic_store_explicit(&cr->ctl->ans_head, cr->ans_head,
                           memory_order_release);
     if (bulk) {
-        /* the socket's data wakes the parent anyway */
+        /* the data on the socket wakes the parent anyway */
         if (send_note(fd, TM_NOTE_BULK, text) != 0 ||
             (rs->error_len > 0 && write_full(fd, error, rs->error_len) != 0) ||
             (rs->result_len > 0 &&
              write_full(fd, result, (size_t)rs->result_len) != 0))
-            return -1;
-        return 0;
+            rc = -1;
+        goto out;
     }
+    /* pairs with the parent's store of parent_waiting, fence, load of
+     * ans_head: it sees this answer, or this sees that it sleeps */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&cr->ctl->parent_waiting, memory_order_relaxed))
-        return send_note(fd, TM_NOTE_WAKE, 0);
-    return 0;
+        rc = send_note(fd, TM_NOTE_WAKE, 0);
+out:
+    return rc;
 }
 
 static void exit_now(int status, void *arg)

@@ -79,7 +79,7 @@ int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
         .seq = seq,
     };
     uint64_t head_len = sizeof rq + m->id_len + 1 + invalid_len + 1;
-    int empty = l->req_head == l->req_free;
+    int empty = l->req_head == l->req_free, rc = -1;
     uint32_t kind = TM_RING_FRAME;
     char *p = NULL;
     if (tm_ring_rec_size(head_len + body_len + 1) <= TM_RING_REQ_CAP)
@@ -87,7 +87,7 @@ int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
                             l->req_free, (uint32_t)(head_len + body_len + 1),
                             kind);
     if (p == NULL && !empty)
-        return -1; /* answers to the requests out will make room */
+        goto out; /* answers to the requests out will make room */
     if (p == NULL) {
         /* too large for this ring even empty: the body goes on the
          * socket, right behind the notes already queued */
@@ -95,7 +95,7 @@ int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
         p = tm_ring_reserve(l->req, TM_RING_REQ_CAP, &l->req_head,
                             l->req_free, (uint32_t)head_len, kind);
         if (p == NULL)
-            return -1; /* an id or reason as large as the ring */
+            goto out; /* an id or reason as large as the ring */
         struct tm_fork_note n = {.magic = TM_FORK_MAGIC_NOTE,
                                  .kind = TM_NOTE_BULK,
                                  .len = body_len};
@@ -119,7 +119,9 @@ int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
     }
     l->req_end[seq % TM_FORK_LINK_OUT] = l->req_head;
     assert(l->req_head - l->req_free <= TM_RING_REQ_CAP);
-    return 0;
+    rc = 0;
+out:
+    return rc;
 }
 
 static void put_wake(struct tm_fork_buf *b)

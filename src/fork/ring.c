@@ -75,24 +75,27 @@ int tm_ring_create(void **base)
     int fd = memfd_create("taskmill-fork-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     void *p = MAP_FAILED;
     if (fd < 0)
-        return -1;
-    if (ftruncate(fd, TM_RING_SIZE) != 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-        goto fail;
-    p = mmap(NULL, TM_RING_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED)
-        goto fail;
+        goto out;
+    /* sealed: the child can neither shrink the file under the parent's
+     * mapping (a SIGBUS in the daemon) nor grow it */
+    if (ftruncate(fd, TM_RING_SIZE) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+        p = mmap(NULL, TM_RING_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        fd = -1;
+        errno = e;
+        goto out;
+    }
     struct tm_ring_ctl *ctl = p;
     ctl->magic = TM_RING_MAGIC;
     ctl->ans_cap = TM_RING_ANS_CAP;
     ctl->req_cap = TM_RING_REQ_CAP;
     *base = p;
+out:
     return fd;
-fail:;
-    int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
 }
 
 int tm_ring_send_hello(int sock, int memfd)
