@@ -28,14 +28,17 @@
 #define SRC "pool:fork"
 
 /*
- * The parent keeps the broker; children only run tasks. The parent sends
- * a child a few messages at once (one write for the batch) and the child
- * answers each as soon as it has run it, so a crash is charged to exactly
- * the message that was running: the ones after it in the batch go back to
- * the queue, never started.
+ * The parent keeps the broker; children only run tasks. The parent puts
+ * a few messages at once into a child's request ring (fork/ring.h, one
+ * copy of each body; the socket only wakes the child when it sleeps) and
+ * the child answers each in its answer ring as soon as it has run it, so
+ * a crash is charged to exactly the message that was running: the ones
+ * after it in the batch go back to the queue, never started. An answer is
+ * read only once the child has published it whole.
  *
  * One dispatcher thread in the parent owns every child: it polls their
- * sockets, writes batches, reads and checks answers, enforces timeouts
+ * sockets (wake-ups, large data, EOF), looks at every child's answer ring
+ * each round, writes batches, checks answers, enforces timeouts
  * (SIGTERM, then SIGKILL after a grace period), reaps and restarts
  * children.
  *
