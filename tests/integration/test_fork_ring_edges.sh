@@ -8,7 +8,8 @@
 #  - a child killed while it writes an answer: an answer never published,
 #    one published half written, one whose result on the socket is cut off.
 #    None is taken for a result; each costs its message one attempt
-#    (crashed), and the retry succeeds.
+#    (crashed), and the retry succeeds;
+#  - once the children are idle, the ring pages go back to the system.
 . "$TM_SRCDIR/tests/integration/lib_fork.sh"
 
 POOL=2
@@ -80,6 +81,17 @@ done
 assert_eq "3 0 0" "$(stream_state q.kill)" "acked/pending/undelivered of q.kill"
 assert_eq "$N_ECHO 0 0" "$(stream_state q.echo)" "acked/pending/undelivered of q.echo"
 wait_children "$POOL" 10
+
+# ring_rss: the resident KiB of the rings in the daemon (every child's
+# memfd mapped there); the bodies above touched about 1 MiB of a ring
+ring_rss() {
+	awk '/^[0-9a-f]+-[0-9a-f]+ / { r = ($0 ~ /taskmill-fork-ring/) }
+		r && /^Rss:/ { n += $2 } END { print n + 0 }' "/proc/$DAEMON_PID/smaps"
+}
+# a child idle for a second gives its ring pages back (control pages stay)
+note "rings resident in the daemon after the load: $(ring_rss) KiB"
+wait_until '(( $(ring_rss) <= 64 ))' 10
+note "rings resident in the daemon when idle: $(ring_rss) KiB"
 
 rc=0
 stop_daemon || rc=$?
