@@ -19,7 +19,7 @@
 # only slows a run down), with every run's rate in its notes.
 #
 # Knobs (environment):
-#   BENCH_QUICK=1           ~1 minute smoke run: small N, one repeat
+#   BENCH_QUICK=1           ~2 minute smoke run: small N, one repeat
 #   BENCH_N                 Redis messages per run (1000000)
 #   BENCH_AMQP_N            RabbitMQ messages per run (300000)
 #   BENCH_REPEAT            runs per configuration (3)
