@@ -717,12 +717,15 @@ static pid_t fork_direct(struct fpool *fp, struct fp_child *c, int *fd)
         return -1;
     }
     if (pid == 0) {
-        /* other children's sockets and the parent's wake-up belong to
-         * the parent */
+        /* other children's sockets and rings and the parent's wake-up
+         * belong to the parent: a task must not see its siblings' bodies
+         * nor write their answers */
         close(sv[0]);
-        for (unsigned i = 0; i < fp->base.size; i++)
+        for (unsigned i = 0; i < fp->base.size; i++) {
             if (fp->kids[i].fd >= 0)
                 close(fp->kids[i].fd);
+            tm_fork_link_close(&fp->kids[i].link);
+        }
         close(fp->wake_fd);
         struct tm_fork_child a = {
             .tasks = fp->base.tasks,
