@@ -52,6 +52,7 @@ struct task_marks {
     struct tm_mark priority_at;     /* the key, for the Redis refusal */
     struct tm_mark priority_val_at; /* the value, for the range check */
     struct tm_mark max_priority_at;
+    struct tm_mark dedup_ttl_at;    /* the key, for the RabbitMQ refusal */
     bool has_queue;
     bool has_dead_letter;
     bool ok;        /* the task parsed without error */

@@ -165,6 +165,17 @@ int tm_cfg_check_whole(struct ctx *c, const yaml_node_t *root)
             bad = 1;
             continue;
         }
+        if (c->url_done && cfg->url.kind == TM_BROKER_AMQP &&
+            t->dedup_ttl_ms > 0) {
+            /* the keys that succeeded must be seen by every daemon of the
+             * queue, and RabbitMQ has no store to keep them in */
+            tm_cfg_fail(c, m->dedup_ttl_at, "%s.dedup_ttl: deduplication "
+                     "needs a store shared by every daemon of the queue, "
+                     "which RabbitMQ does not have; it is supported on "
+                     "Redis only (remove dedup_ttl or set it to 0)", where);
+            bad = 1;
+            continue;
+        }
         if (c->url_done && cfg->url.kind == TM_BROKER_AMQP) {
             /* RabbitMQ 3.10 has no priorities on quorum queues */
             if (cfg->amqp_queue_type == TM_AMQP_QUORUM &&

@@ -257,8 +257,19 @@ int tm_cfg_check_schedules(struct ctx *c)
     for (size_t i = 0; i < cfg->nschedules && !(bad && tm_cfg_stop(c)); i++) {
         const struct tm_cfg_schedule *s = &cfg->schedules[i];
         char shown[CFG_CLIP + 8];
-        if (tm_cfg_find_task(cfg, s->task) != NULL)
+        const struct tm_cfg_task *t = tm_cfg_find_task(cfg, s->task);
+        if (t != NULL) {
+            char why[600];
+            if (c->url_done && cfg->url.kind == TM_BROKER_REDIS &&
+                cfg->redis_mode == TM_REDIS_CLUSTER &&
+                tm_redis_schedule_slot_check(t, s->name, why,
+                                             sizeof why) != 0) {
+                tm_cfg_fail(c, s->task_at, "schedules.%s.task: %s", s->name,
+                            why);
+                bad = 1;
+            }
             continue;
+        }
         struct sbuf list = {0};
         for (size_t j = 0; j < cfg->ntasks; j++) {
             if (j > 0)

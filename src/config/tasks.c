@@ -237,6 +237,7 @@ static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
         break;
     case TK_DEDUP_TTL:
         r = tm_cfg_get_duration(c, key, val, path, 0, &t->dedup_ttl_ms);
+        tw->tmk->dedup_ttl_at = tm_cfg_mark_of(key);
         break;
     case TK_REPLY_TTL:
         r = tm_cfg_get_duration(c, key, val, path, 1, &t->reply_ttl_ms);

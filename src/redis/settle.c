@@ -1,13 +1,14 @@
 /* settle.c - Redis settlement: ack, retry, dead-letter (settle thread).
  *
  * One pipeline per call: a retry script per retried message, a
- * dead-letter script per dead-lettered one, then one XACK per task and
- * chunk. Every command covers a contiguous run of msgs (a span), so when
- * the connection fails part-way, exactly the spans whose replies were not
- * read are returned as unsettled; a command the broker refused (OOM,
- * READONLY, WRONGTYPE ...) leaves its span unsettled too, to be tried
- * again. Each command is safe to run twice: XACK is, the retry script
- * only moves a due time, and the dead-letter script adds the dead letter
+ * dead-letter script per dead-lettered one, a final script (reply.c) per
+ * message that answers a request or records a dedup key, then one XACK
+ * per task and chunk. Every command covers a contiguous run of msgs (a
+ * span), so when the connection fails part-way, exactly the spans whose
+ * replies were not read are returned as unsettled; a command the broker
+ * refused (OOM, READONLY, WRONGTYPE ...) leaves its span unsettled too, to
+ * be tried again. Each command is safe to run twice: XACK is, the retry
+ * script only moves a due time, and the dead-letter and final scripts act
  * only while the entry is still pending. */
 #include "redis/redis.h"
 
@@ -51,9 +52,11 @@ static const char dead_script[] =
 #define TM_REDIS_REFUSED_LOG_MS 10000
 
 /* struct tm_redis_span is one pipelined command: it settles
- * msgs[from..to). */
+ * msgs[from..to). An answer of its own (answer_only, reply.c) settles
+ * nothing: it precedes the final script of msgs[from]. */
 struct tm_redis_span {
     size_t from, to;
+    int answer_only;
 };
 
 static void argv_reserve(struct tm_redis *rb, size_t n)
@@ -69,7 +72,7 @@ static void argv_reserve(struct tm_redis *rb, size_t n)
 }
 
 /* scratch_reserve sizes the settle thread's order and span arrays for n
- * messages. */
+ * messages (spans: two per message at most). */
 static void scratch_reserve(struct tm_redis *rb, size_t n)
 {
     if (n <= rb->scratchcap)
@@ -78,7 +81,8 @@ static void scratch_reserve(struct tm_redis *rb, size_t n)
     while (cap < n)
         cap *= 2;
     rb->order = tm_realloc(rb->order, cap * sizeof *rb->order);
-    rb->spans = tm_realloc(rb->spans, cap * sizeof *rb->spans);
+    /* a message takes up to two commands (an answer of its own) */
+    rb->spans = tm_realloc(rb->spans, 2 * cap * sizeof *rb->spans);
     rb->done = tm_realloc(rb->done, cap);
     rb->scratchcap = cap;
 }
@@ -113,27 +117,41 @@ static int cmp_task(const void *a, const void *b)
                                          : x->task_index > y->task_index;
 }
 
+/* Settle classes, in command order. FINAL: an acknowledgement or dead
+ * letter that also answers a request or records a dedup key (reply.c). */
+enum settle_class { CL_RETRY, CL_DEAD, CL_FINAL, CL_ACK, CL_NONE, CL_N };
+
+static enum settle_class class_of(const struct tm_redis *rb,
+                                  const struct tm_msg *m)
+{
+    switch (m->settle) {
+    case TM_SETTLE_RETRY:
+        return CL_RETRY;
+    case TM_SETTLE_DEAD:
+        return tm_redis_final_needed(rb, m) ? CL_FINAL : CL_DEAD;
+    case TM_SETTLE_ACK:
+        return tm_redis_final_needed(rb, m) ? CL_FINAL : CL_ACK;
+    case TM_SETTLE_NONE:
+        break;
+    }
+    return CL_NONE;
+}
+
 /* order_work puts the messages to settle first: retries, dead letters,
- * then acks by task; the rest (TM_SETTLE_NONE) after them. Returns how
- * many there are to settle. */
+ * final scripts, then acks by task; the rest (TM_SETTLE_NONE) after them.
+ * Returns how many there are to settle. */
 static size_t order_work(struct tm_redis *rb, struct tm_msg **msgs,
                          size_t n)
 {
-    static const enum tm_settle kinds[] = {TM_SETTLE_RETRY, TM_SETTLE_DEAD,
-                                           TM_SETTLE_ACK, TM_SETTLE_NONE};
     size_t k = 0, acks = 0, work = 0;
-    for (size_t s = 0; s < sizeof kinds / sizeof kinds[0]; s++) {
-        if (kinds[s] == TM_SETTLE_ACK)
+    for (int cl = 0; cl < CL_N; cl++) {
+        if (cl == CL_ACK)
             acks = k;
-        if (kinds[s] == TM_SETTLE_NONE)
+        if (cl == CL_NONE)
             work = k;
-        for (size_t i = 0; i < n; i++) {
-            enum tm_settle st = msgs[i]->settle;
-            int none = st != TM_SETTLE_RETRY && st != TM_SETTLE_DEAD &&
-                       st != TM_SETTLE_ACK;
-            if (kinds[s] == TM_SETTLE_NONE ? none : st == kinds[s])
+        for (size_t i = 0; i < n; i++)
+            if (class_of(rb, msgs[i]) == (enum settle_class)cl)
                 rb->order[k++] = msgs[i];
-        }
     }
     assert(k == n);
     qsort(rb->order + acks, work - acks, sizeof *rb->order, cmp_task);
@@ -168,6 +186,7 @@ static size_t append_acks(struct tm_redis *rb, struct tm_msg **msgs,
         tm_rconn_append_argv(rb->wc, (int)argc, rb->argv, rb->argvlen);
         rb->spans[ns].from = start;
         rb->spans[ns].to = i;
+        rb->spans[ns].answer_only = 0;
         ns++;
     }
     return ns;
@@ -181,7 +200,7 @@ static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
 {
     struct tm_msg *m = msgs[sp->from];
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (r->type == REDIS_REPLY_ERROR && !sp->answer_only) {
         /* refused again every TM_RESETTLE_MS until the cause is gone:
          * one line per TM_REDIS_REFUSED_LOG_MS, with the count since */
         int64_t now = tm_now_ms();
@@ -202,7 +221,13 @@ static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
         rb->refused_unlogged = 0;
         return;
     }
-    if (m->settle == TM_SETTLE_RETRY) {
+    if (sp->answer_only) {
+        tm_redis_final_done(rb, m, r, 1);
+        return;
+    }
+    if (class_of(rb, m) == CL_FINAL)
+        tm_redis_final_done(rb, m, r, 0);
+    else if (m->settle == TM_SETTLE_RETRY) {
         if (r->type == REDIS_REPLY_INTEGER && r->integer < 0)
             tm_log_write(TM_LOG_DEBUG, SRC, t->name, m->id,
                          "not scheduled for a retry: another consumer "
@@ -243,11 +268,16 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
     size_t ns = 0, i = 0;
     for (; i < work && msgs[i]->settle == TM_SETTLE_RETRY; i++) {
         tm_redis_retry_append(rb, rb->wc, msgs[i]);
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1};
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
     }
-    for (; i < work && msgs[i]->settle == TM_SETTLE_DEAD; i++) {
+    for (; i < work && class_of(rb, msgs[i]) == CL_DEAD; i++) {
         append_dead(rb, msgs[i]);
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1};
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
+    }
+    for (; i < work && class_of(rb, msgs[i]) == CL_FINAL; i++) {
+        if (tm_redis_final_append(rb, rb->wc, msgs[i]) == 2)
+            rb->spans[ns++] = (struct tm_redis_span){i, i, 1};
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
     }
     ns = append_acks(rb, msgs, i, work, ns);
 

@@ -985,6 +985,12 @@ static const struct bad bad_configs[] = {
       "'256'" },
     { "broker: {url: amqp://h}\n" TASK "    priority: -1\n", "5:15",
       "tasks.add.priority: expected an integer from 0 to 255, got '-1'" },
+    /* deduplication needs a shared store: Redis only */
+    { "broker: {url: amqp://h}\n" TASK "    dedup_ttl: 1m\n", "5:5",
+      "tasks.add.dedup_ttl: deduplication needs a store shared by every "
+      "daemon of the queue, which RabbitMQ does not have" },
+    { TASK "    dedup_ttl: 1m\nbroker: {url: amqp://h}\n", "4:5",
+      "tasks.add.dedup_ttl: deduplication needs a store shared" },
     /* broker URL */
     { "broker:\n  url: http://x\n" TASK, "2:8", "broker.url: unknown scheme "
       "'http'; expected one of: redis, rediss, amqp, amqps" },
