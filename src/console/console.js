@@ -1,5 +1,6 @@
-/* console.js - the taskmill console: reads /api/v1/tasks every 2 s and
- * drives the dead-letter and publish calls of the admin API. Text from
+/* console.js - the taskmill console: reads /api/v1/tasks and
+ * /api/v1/schedules every 2 s and drives the dead-letter, publish (with an
+ * optional delay) and pause/resume calls of the admin API. Text from
  * the daemon (bodies, errors, names) only ever goes in through
  * textContent, never as HTML. */
 'use strict';
