@@ -90,7 +90,9 @@ try {
       page.evaluate(() => {
         const b = Array.from(document.querySelectorAll('button.write'));
         const note = document.getElementById('readonly');
-        return b.length >= 3 && b.every(x => x.disabled &&
+        return b.length >= 3 &&
+          document.querySelectorAll('button.write.pause').length === 2 &&
+          b.every(x => x.disabled &&
                                          x.title.includes('http.token')) &&
           !note.hidden && note.textContent.includes('http.token');
       }));
