@@ -365,7 +365,7 @@ async function loadSchedules() {
     $('sched-status').textContent = 'Schedules: ' + e.message;
     return;
   }
-  const rows = Array.isArray(list) ? list : (list.schedules || []);
+  const rows = Array.isArray(list) ? list : [];
   const body = $('schedules').tBodies[0];
   body.replaceChildren();
   for (const s of rows) {
