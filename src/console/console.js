@@ -1,5 +1,6 @@
-/* console.js - the taskmill console: reads /api/v1/tasks every 2 s and
- * drives the dead-letter and publish calls of the admin API. Text from
+/* console.js - the taskmill console: reads /api/v1/tasks and
+ * /api/v1/schedules every 2 s and drives the dead-letter, publish (with an
+ * optional delay) and pause/resume calls of the admin API. Text from
  * the daemon (bodies, errors, names) only ever goes in through
  * textContent, never as HTML. */
 'use strict';
@@ -102,6 +103,10 @@ function renderTasks(j) {
     j.pool.size + ' busy';
   $('updated').textContent = new Date(now).toLocaleTimeString();
   const body = $('tasks').tBodies[0];
+  /* the rows are rebuilt; a focused pause button keeps the focus */
+  const focused = document.activeElement;
+  const keep = focused && focused.classList.contains('pause')
+    ? focused.dataset.task : null;
   body.replaceChildren();
   for (const t of j.tasks) {
     record(t, now);
@@ -124,14 +129,50 @@ function renderTasks(j) {
     tr.appendChild(el('td', fmt(t.inflight), 'inflight'));
     tr.appendChild(el('td', fmt(t.queue_depth), 'queue'));
     tr.appendChild(el('td', fmt(t.pending), 'pending'));
+    tr.appendChild(el('td', fmt(t.scheduled), 'scheduled'));
     tr.appendChild(el('td', fmt(t.dead_letters), 'dead'));
     const oc = Object.entries(t.outcomes || {}).filter(([, n]) => n > 0)
       .map(([k, n]) => k + ' ' + n).join(', ');
     tr.appendChild(el('td', oc || '–', 'outcomes'));
     tr.appendChild(el('td', t.circuit, 'circuit'));
+    tr.appendChild(pauseCell(t));
     body.appendChild(tr);
     drawSpark(c, state.history[t.name] || []);
   }
+  if (keep !== null) {
+    for (const b of body.querySelectorAll('button.pause')) {
+      if (b.dataset.task === keep) b.focus();
+    }
+  }
+}
+
+/* pauseCell shows whether the task's intake runs, with the button that
+ * flips it (a write: disabled without a token, as the others). */
+function pauseCell(t) {
+  const td = el('td', null, 'intake');
+  td.appendChild(el('span', t.paused ? 'paused ' : 'running ',
+                    t.paused ? 'paused' : 'running'));
+  const b = el('button', t.paused ? 'Resume' : 'Pause', 'write pause');
+  b.type = 'button';
+  b.dataset.task = t.name;
+  b.dataset.action = t.paused ? 'resume' : 'pause';
+  b.setAttribute('aria-label', b.textContent + ' task ' + t.name);
+  b.disabled = !state.writable;
+  if (!state.writable) b.title = READONLY_WHY;
+  b.addEventListener('click', () => setPaused(t.name, b.dataset.action));
+  td.appendChild(b);
+  return td;
+}
+
+async function setPaused(name, action) {
+  try {
+    await api('POST', '/api/v1/tasks/' + encodeURIComponent(name) + '/' +
+              action);
+    showError('');
+  } catch (e) {
+    showError(action + ' ' + name + ': ' + e.message);
+  }
+  refresh();
 }
 
 function fillSelect(sel, names) {
@@ -168,6 +209,7 @@ async function refresh() {
     const sendFirst = $('send-task').options.length === 0;
     fillSelect($('send-task'), names);
     setWritable(j.writable);
+    loadSchedules();
     if (first) loadDeadLetters();
     if (sendFirst) prefill();
   } catch (e) {
@@ -298,12 +340,48 @@ async function send(ev) {
     return;
   }
   try {
+    const delay = $('send-delay').value.trim();
     const j = await api('POST', '/api/v1/tasks/' +
-      encodeURIComponent($('send-task').value) + '/messages', text);
-    status.textContent = 'Sent: id ' + j.id;
+      encodeURIComponent($('send-task').value) + '/messages' +
+      (delay ? '?delay=' + encodeURIComponent(delay) : ''), text);
+    status.textContent = 'Sent: id ' + j.id + (delay ? ', due in ' + delay : '');
   } catch (e) {
     status.textContent = 'Not sent: ' + e.message;
   }
+}
+
+/* ---- schedules ---- */
+
+function slotText(ms) {
+  if (ms === null || ms === undefined) return '–';
+  return new Date(ms).toLocaleString();
+}
+
+async function loadSchedules() {
+  let list;
+  try {
+    list = await api('GET', '/api/v1/schedules');
+  } catch (e) {
+    $('sched-status').textContent = 'Schedules: ' + e.message;
+    return;
+  }
+  const rows = Array.isArray(list) ? list : [];
+  const body = $('schedules').tBodies[0];
+  body.replaceChildren();
+  for (const s of rows) {
+    const tr = el('tr');
+    tr.dataset.schedule = s.name;
+    const name = el('th', s.name);
+    name.scope = 'row';
+    tr.appendChild(name);
+    tr.appendChild(el('td', s.task));
+    tr.appendChild(el('td', s.spec));
+    tr.appendChild(el('td', s.timezone || '–'));
+    tr.appendChild(el('td', slotText(s.last_slot_ms), 'last'));
+    tr.appendChild(el('td', slotText(s.next_slot_ms), 'next'));
+    body.appendChild(tr);
+  }
+  $('sched-status').textContent = rows.length ? '' : 'No schedules.';
 }
 
 /* ---- start ---- */

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "broker.h"
+#include "cli/cli.h" /* tm_cli_parse_at: the TIME syntax of emit --at */
 #include "daemon.h"
 #include "json.h"
 #include "util.h"
@@ -22,6 +23,9 @@
 /* Dead letters listed by default and at most. */
 #define TM_API_LIST_DEFAULT 50
 #define TM_API_LIST_MAX 1000
+/* The farthest ?delay= or ?at= of a message: 30 days (as emit's, the
+ * range DESIGN.md gives delayed messages). */
+#define TM_API_DELAY_MAX_MS (30LL * 86400 * 1000)
 /* Body bytes accepted (and ignored) by a request that takes none. */
 #define TM_API_OTHER_BODY_MAX 4096
 
@@ -323,6 +327,64 @@ static int parse_limit(struct MHD_Connection *conn, size_t *limit)
 }
 
 /*
+ * parse_due reads ?delay=DURATION or ?at=TIME of a publish into *due_ms
+ * (epoch ms; 0 when neither is given, or the delay is 0: run now).
+ * Returns 0, or the status to refuse with (400: bad or too far; 501: the
+ * broker has no delayed messages) with msg set.
+ */
+static unsigned parse_due(struct MHD_Connection *conn,
+                          enum tm_broker_kind kind, int64_t *due_ms,
+                          char *msg, size_t size)
+{
+    const char *delay =
+        MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "delay");
+    const char *at =
+        MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "at");
+    int64_t now = tm_wall_ms(), v = 0;
+    *due_ms = 0;
+    if (delay == NULL && at == NULL)
+        return 0;
+    if (delay != NULL && at != NULL) {
+        tm_snprintf(msg, size, "delay and at exclude each other");
+        return 400;
+    }
+    const struct tm_broker_ops *ops = tm_broker_ops_for(kind);
+    if (ops == NULL || ops->publish_at == NULL) {
+        tm_snprintf(msg, size, "the %s broker has no delayed messages",
+                    ops != NULL ? ops->kind : "configured");
+        return 501;
+    }
+    if (delay != NULL) {
+        if (tm_cli_parse_delay(delay, &v) != 0) {
+            tm_snprintf(msg, size, "delay: expected a duration such as "
+                        "250ms, 30s, 5m or 1h, not '%.64s'", delay);
+            return 400;
+        }
+        if (v > TM_API_DELAY_MAX_MS) {
+            tm_snprintf(msg, size, "delay: '%.64s' is over 30 days, the "
+                        "longest delay", delay);
+            return 400;
+        }
+        *due_ms = v > 0 ? now + v : 0;
+        return 0;
+    }
+    if (tm_cli_parse_at(at, &v) != 0) {
+        tm_snprintf(msg, size, "at: expected an RFC 3339 time with a zone "
+                    "(2026-12-01T03:00:00Z) or epoch milliseconds, not "
+                    "'%.64s'", at);
+        return 400;
+    }
+    if (v - now > TM_API_DELAY_MAX_MS) {
+        tm_snprintf(msg, size, "at: '%.64s' is more than 30 days ahead, the "
+                    "longest delay", at);
+        return 400;
+    }
+    /* a time already past runs now, as a message due then would */
+    *due_ms = v > now ? v : 0;
+    return 0;
+}
+
+/*
  * first_call checks a new request from its headers: route, token, task,
  * id, query. Returns 0 with *out set to a new request to read the body
  * of, or queues the refusal and returns 1 with *ret set.
@@ -363,6 +425,7 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     pthread_rwlock_unlock(&d->gen_lock);
     code = 0;
     size_t limit = 0;
+    int64_t due_ms = 0;
     if (!no_task && t == NULL) {
         code = 404;
         tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
@@ -378,6 +441,8 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
         code = 400;
         tm_snprintf(msg, sizeof msg, "limit: expected a number from 1 to "
                     "%d", TM_API_LIST_MAX);
+    } else if (rt.op == TM_API_PUBLISH) {
+        code = parse_due(conn, kind, &due_ms, msg, sizeof msg);
     }
     if (code != 0) {
         *ret = send_error(conn, code, msg, NULL, NULL);
@@ -391,6 +456,7 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     tm_snprintf(r->task, sizeof r->task, "%s", rt.task);
     tm_snprintf(r->id, sizeof r->id, "%s", rt.id);
     r->limit = limit;
+    r->due_ms = due_ms;
     r->max = rt.op == TM_API_PUBLISH ? max_payload : TM_API_OTHER_BODY_MAX;
     *out = r;
     return 0;

@@ -52,6 +52,8 @@ struct tm_api_req {
     char task[TM_API_NAME_MAX + 1];
     char id[TM_API_ID_MAX + 1];         /* "" = all */
     size_t limit;                       /* DLQ_LIST: entries at most */
+    int64_t due_ms;                     /* PUBLISH: not before this (epoch
+                                           ms, ?delay= or ?at=); 0 = now */
     char *body;                         /* PUBLISH: the body received */
     size_t len, cap, max;               /* its length, room and cap */
     int too_big;                        /* more than max bytes came */

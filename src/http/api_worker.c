@@ -100,6 +100,7 @@ struct job {
     char task[TM_API_NAME_MAX + 1];
     char id[TM_API_ID_MAX + 1];
     size_t limit;
+    int64_t due_ms;    /* PUBLISH: epoch ms, 0 = now */
     char *body;
     size_t len;
 };
@@ -246,8 +247,14 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
     }
     case TM_API_PUBLISH: {
         char newid[TM_API_ID_MAX];
-        if (b->ops->publish(b, t, job->body, job->len, -1, newid,
-                            sizeof newid) != 0) {
+        /* a due time was accepted only for a broker with publish_at */
+        assert(job->due_ms == 0 || b->ops->publish_at != NULL);
+        int rc = job->due_ms != 0
+                     ? b->ops->publish_at(b, t, job->body, job->len, -1,
+                                          job->due_ms, newid, sizeof newid)
+                     : b->ops->publish(b, t, job->body, job->len, -1, newid,
+                                       sizeof newid);
+        if (rc != 0) {
             tm_api_error(out, 502, "broker: %s", b->errstr);
             break;
         }
@@ -308,7 +315,8 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&w->cv, &w->mu);
             continue;
         }
-        struct job job = {.op = r->op, .limit = r->limit, .len = r->len};
+        struct job job = {.op = r->op, .limit = r->limit,
+                          .due_ms = r->due_ms, .len = r->len};
         tm_snprintf(job.task, sizeof job.task, "%s", r->task);
         tm_snprintf(job.id, sizeof job.id, "%s", r->id);
         job.body = r->body != NULL ? tm_strndup(r->body, r->len) : NULL;

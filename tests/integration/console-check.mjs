@@ -3,9 +3,15 @@
 //   token     the daemon has http.token = TOKEN: the page asks for it, a
 //             wrong one shows an error; then with the token (set before
 //             the page loads): no console error, no failed request,
-//             figures as /api/v1/tasks, dead letters rendered as text,
-//             replay one, "purge all" asks first, the send form sends;
-//             a screenshot.
+//             figures as /api/v1/tasks (depths, scheduled, outcomes,
+//             paused), dead letters rendered as text,
+//             replay one, "purge all" asks first, the send form sends.
+//   live      http.token = TOKEN too, strictly as above: the configured
+//             schedule "yearly" is listed with its next slot; pause in
+//             the page stops intake (the queue grows while messages
+//             come), resume (by keyboard) drains it; a message sent with
+//             a delay shows in Scheduled and runs later; a screenshot
+//             with live figures.
 //   readonly  no http.token: the write buttons are disabled, the reason
 //             shown; the page fits a phone's width; Tab reaches the
 //             controls.
@@ -20,7 +26,8 @@ function fail(what) {
   console.log('FAIL: ' + what);
   process.exit(1);
 }
-function ok(what) { console.log('ok: ' + what); }
+const T0 = Date.now();
+function ok(what) { console.log(`ok: ${what} (${Date.now() - T0} ms)`); }
 
 async function apiGet(path) {
   const headers = token ? { Authorization: 'Bearer ' + token } : {};
@@ -29,9 +36,21 @@ async function apiGet(path) {
   return r.json();
 }
 
-// until polls fn (async, truthy = done) for up to WAIT_MS.
-async function until(what, fn) {
-  const end = Date.now() + WAIT_MS;
+async function apiPost(path, body) {
+  const r = await fetch(base + path, {
+    method: 'POST', body,
+    headers: { Authorization: 'Bearer ' + token,
+               'Content-Type': 'application/json' },
+  });
+  if (!r.ok) fail(`POST ${path}: HTTP ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+
+// until polls fn (async, true = done) for up to ms (default WAIT_MS).
+async function until(what, fn, ms) {
+  const end = Date.now() + (ms || WAIT_MS);
   let last;
   while (Date.now() < end) {
     try { last = await fn(); } catch (e) { last = e.message; }
@@ -71,7 +90,9 @@ try {
       page.evaluate(() => {
         const b = Array.from(document.querySelectorAll('button.write'));
         const note = document.getElementById('readonly');
-        return b.length >= 3 && b.every(x => x.disabled &&
+        return b.length >= 3 &&
+          document.querySelectorAll('button.write.pause').length === 2 &&
+          b.every(x => x.disabled &&
                                          x.title.includes('http.token')) &&
           !note.hidden && note.textContent.includes('http.token');
       }));
@@ -147,13 +168,17 @@ try {
           dead: tr.querySelector('.dead').textContent,
           queue: tr.querySelector('.queue').textContent,
           outcomes: tr.querySelector('.outcomes').textContent,
+          scheduled: tr.querySelector('.scheduled').textContent,
+          intake: tr.querySelector('td.intake span').textContent.trim(),
         })));
       return j.tasks.every((t, i) => {
         const oc = Object.entries(t.outcomes).filter(([, n]) => n > 0)
           .map(([k, n]) => k + ' ' + n).join(', ') || '–';
         const d = dom[i];
         return d && d.name === t.name && d.dead === String(t.dead_letters) &&
-          d.queue === String(t.queue_depth) && d.outcomes === oc;
+          d.queue === String(t.queue_depth) && d.outcomes === oc &&
+          d.scheduled === String(t.scheduled) &&
+          d.intake === (t.paused ? 'paused' : 'running');
       }) || JSON.stringify(dom);
     });
     ok('figures match /api/v1/tasks');
@@ -206,9 +231,117 @@ try {
     await until('the success count went up', async () =>
       (await count()) === n0 + 1);
     ok('the send form sent add {"a":2,"b":3}');
+  } else if (mode === 'live') {
+    // with the token, strictly: no console error, no failed request
+    const page = await browser.newPage();
+    await page.setViewport({ width: 1280, height: 900 });
+    watch(page, true);
+    await page.evaluateOnNewDocument(t =>
+      sessionStorage.setItem('taskmill.token', t), token);
+    await page.goto(base + '/', { waitUntil: 'load' });
+    await until('two task rows', async () =>
+      (await page.$$('#tasks tbody tr')).length === 2);
 
-    // a screenshot with live figures
-    await new Promise(r => setTimeout(r, 2500));
+    // the schedules: the configured one with its next slot, as the API
+    await until('the schedule is listed with its next slot', async () => {
+      const l = await apiGet('/api/v1/schedules');
+      const y = l.find(x => x.name === 'yearly');
+      if (!y || !y.next_slot_ms) return 'API: ' + JSON.stringify(l);
+      const row = await page.evaluate(ms => {
+        const tr = document.querySelector('#schedules tr[data-schedule="yearly"]');
+        return tr && { task: tr.children[1].textContent,
+                       spec: tr.children[2].textContent,
+                       next: tr.querySelector('.next').textContent,
+                       want: new Date(ms).toLocaleString() };
+      }, y.next_slot_ms);
+      return (row && row.task === 'add' && row.spec === y.spec &&
+              row.next === row.want) || JSON.stringify(row);
+    });
+    ok('the schedules table shows "yearly" with its next slot');
+
+    // pause in the page: intake stops, the queue grows while messages come
+    const add = async () => (await apiGet('/api/v1/tasks'))
+      .tasks.find(t => t.name === 'add');
+    const pauseBtn = 'tr[data-task="add"] button.pause';
+    await page.click(pauseBtn);
+    await until('add shown paused', async () => {
+      const t = await add();
+      const b = await page.$eval(pauseBtn, e => e.textContent);
+      const st = await page.$eval('tr[data-task="add"] td.intake span',
+                                  e => e.textContent.trim());
+      return (t.paused === true && b === 'Resume' && st === 'paused') ||
+        JSON.stringify({ api: t.paused, b, st });
+    });
+    const s0 = (await add()).outcomes.success;
+    for (let i = 0; i < 5; i++)
+      await apiPost('/api/v1/tasks/add/messages', '{"a":1,"b":' + i + '}');
+    await until('the queue grows while paused, shown in the page', async () => {
+      const t = await add();
+      const shown = await page.$eval('tr[data-task="add"] .queue',
+                                     e => e.textContent);
+      if (t.outcomes.success !== s0) fail('a paused task ran a message');
+      return (t.queue_depth === 5 && shown === '5') ||
+        JSON.stringify({ api: t.queue_depth, shown });
+    }, 60000);
+    ok('pause in the page stopped intake: the queue grew to 5');
+
+    // resume by keyboard: the focused button, Enter
+    await page.focus(pauseBtn);
+    await page.keyboard.press('Enter');
+    await until('resume drains the queue', async () => {
+      const t = await add();
+      const shown = await page.$eval('tr[data-task="add"] .queue',
+                                     e => e.textContent);
+      return (!t.paused && t.outcomes.success === s0 + 5 &&
+              t.queue_depth === 0 && shown === '0') ||
+        JSON.stringify({ paused: t.paused, ok: t.outcomes.success - s0,
+                         depth: t.queue_depth, shown });
+    }, 60000);
+    ok('resume (Enter on the focused button) drained the queue');
+
+    // a message sent with a delay: in Scheduled first, run later
+    const DELAY_MS = 8000;
+    const n1 = (await add()).outcomes.success;
+    await page.select('#send-task', 'add');
+    await page.$eval('#send-body', e => { e.value = '{"a":4,"b":4}'; });
+    await page.type('#send-delay', (DELAY_MS / 1000) + 's');
+    const sentAt = Date.now();
+    await page.click('#send');
+    await until('sent with a delay', () => page.$eval('#send-status',
+      e => /^Sent: id .*, due in 8s$/.test(e.textContent) || e.textContent));
+    await until('Scheduled shows the delayed message', async () => {
+      const t = await add();
+      const shown = await page.$eval('tr[data-task="add"] .scheduled',
+                                     e => e.textContent);
+      return (t.scheduled === 1 && shown === '1') ||
+        JSON.stringify({ api: t.scheduled, shown });
+    });
+    ok('the delayed message shows in Scheduled');
+    await until('the delayed message ran', async () => {
+      const t = await add();
+      if (t.outcomes.success > n1 && Date.now() - sentAt < DELAY_MS - 100)
+        fail(`the delayed message ran after ${Date.now() - sentAt} ms`);
+      const shown = await page.$eval('tr[data-task="add"] .scheduled',
+                                     e => e.textContent);
+      return (t.outcomes.success === n1 + 1 && t.scheduled === 0 &&
+              shown === '0') ||
+        JSON.stringify({ ok: t.outcomes.success - n1, api: t.scheduled,
+                         shown });
+    }, 60000);
+    ok('the delayed message ran after its delay, Scheduled back to 0');
+    await page.$eval('#send-delay', e => { e.value = ''; });
+
+    // a screenshot with live figures: messages coming in meanwhile
+    await page.setViewport({ width: 1440, height: 900 });
+    for (let k = 0; k < 10; k++) {
+      await Promise.all(Array.from({ length: 4 }, (_, i) =>
+        apiPost('/api/v1/tasks/add/messages', '{"a":' + i + ',"b":' + k + '}')));
+      await sleep(300);
+    }
+    await page.evaluate(() => {
+      document.activeElement.blur();
+      for (const e of document.querySelectorAll('.scroll')) e.scrollLeft = 0;
+    });
     if (shot) {
       await page.screenshot({ path: shot, fullPage: true });
       ok('screenshot ' + shot);

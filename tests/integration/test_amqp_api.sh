@@ -1,5 +1,5 @@
 # The admin API on RabbitMQ: a message published through
-# POST /api/v1/tasks/NAME/messages runs; rejected ones are listed as dead
+# POST /api/v1/tasks/NAME/messages runs, with ?delay= after it; rejected ones are listed as dead
 # letters (newest first, bodies as sent), replayed one and all, purged one
 # and all; a dead-letter id that is not printable is refused.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
@@ -24,6 +24,14 @@ expect_json '.broker.kind == "amqp" and (.tasks | length) == 2' "tasks on amqp"
 expect_code 201 "${AUTH[@]}" -X POST -d '{"a":2,"b":3}' /api/v1/tasks/add/messages
 [[ -n $(jqr .id) && $(jqr .id) != null ]] || fail "no id for the published message"
 wait_metric taskmill_tasks_total 'task="add",outcome="success"' 1 30
+# a delayed message (?delay=, the delay queues) runs after its delay
+start=$(now_ms)
+expect_code 201 "${AUTH[@]}" -X POST -d '{"a":4,"b":4}' '/api/v1/tasks/add/messages?delay=3s'
+[[ -n $(jqr .id) && $(jqr .id) != null ]] || fail "no id for the delayed message"
+wait_metric taskmill_tasks_total 'task="add",outcome="success"' 2 60
+assert_ge 2900 "$(($(now_ms) - start))" "the 3 s delay was kept"
+expect_code 200 "${AUTH[@]}" /api/v1/tasks
+expect_json '.tasks[0].scheduled == null' "scheduled: null on RabbitMQ"
 
 for n in 1 2 3; do
 	expect_code 201 "${AUTH[@]}" -X POST -d "{\"mode\":\"reject\",\"n\":$n}" /api/v1/tasks/rej/messages

@@ -1,9 +1,11 @@
 # The admin API under /api/v1/ on Redis: every route, every error status,
 # the token rules (401 without, 403 with a wrong one; read-only without a
 # token configured), dead letters listed newest first with their bodies,
-# replayed and purged one and all, messages published and validated; and a
-# hung broker (its path blackholed) keeps an API call waiting while /ping
-# and /metrics still answer at once, until the call is answered 504.
+# replayed and purged one and all, messages published and validated,
+# delayed messages (?delay=, ?at=) kept in the scheduled set until due and
+# a bad or too long delay refused; and a hung broker (its path
+# blackholed) keeps an API call waiting while /ping and /metrics still
+# answer at once, until the call is answered 504.
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 . "$TM_SRCDIR/tests/integration/lib_fault.sh"
 need_tools jq curl
@@ -44,7 +46,9 @@ expect_json '.broker.kind == "redis" and .broker.connected == true and .pool.kin
 expect_code 200 /api/v1/tasks/rej/dead-letters
 expect_json '. == []' "no dead letters yet"
 
+set -f # the paths below hold a "?"
 for w in "-X POST /api/v1/tasks/add/messages" \
+	"-X POST /api/v1/tasks/add/messages?delay=5s" \
 	"-X POST /api/v1/tasks/rej/dead-letters/replay" \
 	"-X POST /api/v1/tasks/rej/dead-letters/1-1/replay" \
 	"-X DELETE /api/v1/tasks/rej/dead-letters" \
@@ -54,6 +58,7 @@ for w in "-X POST /api/v1/tasks/add/messages" \
 	expect_headers "$w"
 	expect_json '.error | test("http.token")' "$w refused naming http.token"
 done
+set +f
 assert_eq 0 "$(xlen q.api.add)" "nothing published by a refused write"
 
 # routes and arguments
@@ -112,6 +117,30 @@ expect_code 413 "${AUTH[@]}" -X POST -d "$big" /api/v1/tasks/add/messages
 expect_json '.error | test("max_payload")' "over max_payload"
 expect_code 404 "${AUTH[@]}" -X POST -d '{}' /api/v1/tasks/nope/messages
 assert_eq 1 "$(xlen q.api.add)" "only the valid message was published"
+
+# delayed: ?delay= and ?at= wait in the scheduled set and run when due
+start=$(now_ms)
+expect_code 201 "${AUTH[@]}" -X POST -d '{"a":5,"b":5}' '/api/v1/tasks/add/messages?delay=5s'
+expect_json '.id | length > 0' "id of the delayed message"
+expect_code 201 "${AUTH[@]}" -X POST -d '{"a":6,"b":6}' "/api/v1/tasks/add/messages?at=$((start + 5000))"
+assert_eq 2 "$(rcall ZCARD q.api.add.scheduled)" "delayed messages wait in the scheduled set"
+assert_match '"a":5' "$(rcall ZRANGE q.api.add.scheduled 0 -1)" "the delayed body in the scheduled set"
+assert_eq 1 "$(xlen q.api.add)" "delayed messages are not in the stream before their time"
+wait_metric taskmill_tasks_total 'task="add",outcome="success"' 3 30
+took=$(($(now_ms) - start))
+assert_ge 4900 "$took" "the 5 s delay was kept"
+assert_eq 0 "$(rcall ZCARD q.api.add.scheduled)" "the scheduled set after both ran"
+for q in delay=abc delay=5x delay=-1s delay=1d delay= delay=1.s at=tomorrow \
+	'delay=1s&at=1' delay=721h "at=$((start + 31 * 86400000))"; do
+	expect_code 400 "${AUTH[@]}" -X POST -d '{"a":1,"b":1}' "/api/v1/tasks/add/messages?$q"
+	expect_json '.error | test("delay|at")' "'$q' refused"
+done
+expect_code 400 "${AUTH[@]}" -X POST -d '{"a":1,"b":1}' '/api/v1/tasks/add/messages?delay=721h'
+expect_json '.error | test("30 days")' "a delay over 30 days refused as such"
+expect_code 201 "${AUTH[@]}" -X POST -d '{"a":7,"b":7}' '/api/v1/tasks/add/messages?delay=720h'
+assert_eq 1 "$(rcall ZCARD q.api.add.scheduled)" "a delay of 30 days accepted"
+rcall DEL q.api.add.scheduled >/dev/null
+assert_eq 3 "$(xlen q.api.add)" "nothing published by a refused delay"
 
 # dead letters: four rejected messages
 for n in 1 2 3 4; do
