@@ -103,9 +103,12 @@ fi
 # The known long tests (longest first, plain build): they start first so
 # that no lane ends the run alone with one of them. Others follow in file
 # order.
-LONG_TESTS=(http_broker_hung http_asyncapi http_slowloris redis_trim_race
-	http_broker_blackhole fork_drain_acks fault_harness circuit
-	amqp_fault_alarms http_endpoints redis_dlq_refused http_burst)
+LONG_TESTS=(amqp_cluster_tls_alarm amqp_cluster_failover http_broker_hung
+	http_api flow_rate_redis redis_sentinel redis_trim_race amqp_fault_alarms
+	http_console_live http_broker_blackhole amqp_schedule_fire
+	fork_drain_acks soak amqp_pause amqp_delay_durable delay_redis_many
+	schedule_fire_redis http_asyncapi http_slowloris fault_harness circuit
+	http_endpoints redis_dlq_refused http_burst)
 ordered=()
 for long in "${LONG_TESTS[@]}"; do
 	for i in "${!tests[@]}"; do
