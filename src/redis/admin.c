@@ -73,22 +73,35 @@ static const char depth_script[] =
  * cache holds the counts of the chunk of tasks last read. */
 static struct {
     pthread_mutex_t mu;
-    struct tm_rconn *c;
-    const struct tm_redis *owner;
+    struct tm_rlink *lk;       /* NULL: closed */
+    struct tm_redis *owner;
     size_t from, n;            /* the cache: tasks from .. from + n */
     int64_t at_ms;             /* when it was read */
     long long vals[3 * TM_REDIS_DEPTH_CHUNK];
 } rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, {0}};
 
-/* depth_read runs depth_script for the tasks from ti on (a chunk) into
- * the cache. -1 when the connection failed (closed then). */
+/* depth_close closes the depth connections. */
+static void depth_close(void)
+{
+    if (rb_depth_conn.lk != NULL) {
+        tm_redis_link_close(rb_depth_conn.owner, rb_depth_conn.lk);
+        tm_free(rb_depth_conn.lk);
+    }
+    rb_depth_conn.lk = NULL;
+    rb_depth_conn.owner = NULL;
+}
+
+/* depth_read runs depth_script for the tasks from ti on (a chunk: in a
+ * cluster, the tasks that follow it in the same slot) into the cache. -1
+ * when the connection failed (closed then). */
 static int depth_read(struct tm_redis *rb, size_t ti)
 {
     const char *argv[3 + 3 * TM_REDIS_DEPTH_CHUNK];
-    size_t n = rb->ntasks - ti;
+    size_t n = 1;
     char nkeys[24], eb[256];
-    if (n > TM_REDIS_DEPTH_CHUNK)
-        n = TM_REDIS_DEPTH_CHUNK;
+    while (ti + n < rb->ntasks && n < TM_REDIS_DEPTH_CHUNK &&
+           rb->tasks[ti + n].lane_key == rb->tasks[ti].lane_key)
+        n++;
     tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n);
     argv[0] = "EVAL";
     argv[1] = depth_script;
@@ -99,17 +112,18 @@ static int depth_read(struct tm_redis *rb, size_t ti)
         argv[4 + 2 * i] = t->dead_letter;
         argv[3 + 2 * n + i] = t->group;
     }
-    struct tm_rconn *c = rb_depth_conn.c;
-    redisReply *r = tm_rconn_command_argv(c, (int)(3 + 3 * n), argv, NULL);
+    int dead = 0;
+    redisReply *r = tm_redis_link_run(rb, rb_depth_conn.lk, rb->tasks[ti].slot,
+                                      (int)(3 + 3 * n), argv, NULL, 0, 0, eb,
+                                      sizeof eb, &dead);
+    rb_depth_conn.n = 0;
     if (r == NULL) {
-        tm_redis_reply_error(c, NULL, eb, sizeof eb);
         tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
-        tm_rconn_close(c);
-        rb_depth_conn.c = NULL;
-        rb_depth_conn.owner = NULL;
+        if (!dead)
+            return 0;
+        depth_close();
         return -1;
     }
-    rb_depth_conn.n = 0;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 * n) {
         for (size_t i = 0; i < 3 * n; i++)
             rb_depth_conn.vals[i] = r->element[i]->type == REDIS_REPLY_INTEGER
@@ -118,8 +132,6 @@ static int depth_read(struct tm_redis *rb, size_t ti)
         rb_depth_conn.from = ti;
         rb_depth_conn.n = n;
         rb_depth_conn.at_ms = tm_now_ms();
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", r->str);
     }
     freeReplyObject(r);
     return 0;
@@ -132,12 +144,9 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
     char eb[256];
     int rc = -1;
     pthread_mutex_lock(&rb_depth_conn.mu);
-    if (rb_depth_conn.c != NULL &&
-        (ti == TM_BROKER_DEPTH_CLOSE || rb_depth_conn.owner != rb)) {
-        tm_rconn_close(rb_depth_conn.c);
-        rb_depth_conn.c = NULL;
-        rb_depth_conn.owner = NULL;
-    }
+    if (rb_depth_conn.lk != NULL &&
+        (ti == TM_BROKER_DEPTH_CLOSE || rb_depth_conn.owner != rb))
+        depth_close();
     if (ti == TM_BROKER_DEPTH_CLOSE) {
         rc = 0;
         goto out;
@@ -145,13 +154,20 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
     *depth = *pending = *dlq_depth = -1;
     if (ti >= rb->ntasks)
         goto out;
-    if (rb_depth_conn.c == NULL) {
-        rb_depth_conn.c = tm_redis_connect(rb, TM_REDIS_DEPTH_TIMEOUT_MS, eb,
-                                           sizeof eb);
-        if (rb_depth_conn.c == NULL) {
+    if (rb_depth_conn.lk == NULL) {
+        struct tm_rlink *lk = tm_malloc(sizeof *lk);
+        tm_redis_link_init(lk, TM_REDIS_DEPTH_TIMEOUT_MS);
+        /* connect now, to tell an unreachable broker (-1) from a slow
+         * answer */
+        size_t ni = tm_redis_slot_node(rb, rb->tasks[ti].slot, eb,
+                                       sizeof eb);
+        if (ni == TM_REDIS_NO_NODE ||
+            tm_redis_link_get(rb, lk, ni, eb, sizeof eb) == NULL) {
             tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
+            tm_free(lk);
             goto out;
         }
+        rb_depth_conn.lk = lk;
         rb_depth_conn.owner = rb;
         rb_depth_conn.n = 0;
     }
@@ -175,18 +191,21 @@ out:
     return rc;
 }
 
+/* cli_command runs one command on the settle link; argv[key] is a key
+ * it touches (its slot routes it in a cluster). */
 static redisReply *cli_command(struct tm_redis *rb, int argc,
-                               const char **argv, const size_t *lens)
+                               const char **argv, const size_t *lens,
+                               int key)
 {
-    char eb[256];
-    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
-        tm_broker_set_error(&rb->base, ECONNREFUSED, "%s", eb);
-        return NULL;
-    }
+    char eb[512];
     int dead;
-    redisReply *r = tm_redis_command(rb->wc, argc, argv, lens, eb, sizeof eb,
-                               &dead);
-    if (r == NULL)
+    unsigned slot = tm_redis_key_slot(argv[key], strlen(argv[key]));
+    int was_open = tm_redis_link_up(&rb->settle);
+    redisReply *r = tm_redis_link_run(rb, &rb->settle, slot, argc, argv,
+                                      lens, 0, 0, eb, sizeof eb, &dead);
+    if (r == NULL && dead && !was_open)
+        tm_broker_set_error(&rb->base, ECONNREFUSED, "%s", eb);
+    else if (r == NULL)
         tm_broker_set_error(&rb->base, dead ? EIO : EINVAL, "%s %s: %s",
                             argv[0], argc > 1 ? argv[1] : "", eb);
     return r;
@@ -200,7 +219,7 @@ int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
     (void)priority; /* refused by the config loader on Redis */
     const char *argv[] = {"XADD", t->queue, "*", "body", body};
     size_t lens[] = {4, strlen(t->queue), 1, 4, len};
-    redisReply *r = cli_command(rb, 5, argv, lens);
+    redisReply *r = cli_command(rb, 5, argv, lens, 1);
     if (r == NULL)
         return -1;
     tm_snprintf(id, idlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
@@ -246,7 +265,7 @@ int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_snprintf(count, sizeof count, "%zu", max);
     const char *argv[] = {"XREVRANGE", t->dead_letter, "+", "-", "COUNT",
                           count};
-    redisReply *r = cli_command(rb, 6, argv, NULL);
+    redisReply *r = cli_command(rb, 6, argv, NULL, 1);
     *out = NULL;
     *n = 0;
     if (r == NULL)
@@ -281,7 +300,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     } else {
         const char *largv[] = {"XREVRANGE", t->dead_letter, "+", "-",
                                "COUNT", "1"};
-        redisReply *r = cli_command(rb, 6, largv, NULL);
+        redisReply *r = cli_command(rb, 6, largv, NULL, 1);
         if (r == NULL)
             return -1;
         int empty = r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
@@ -297,7 +316,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     for (;;) {
         const char *argv[] = {"XRANGE", t->dead_letter, from, last, "COUNT",
                               "100"};
-        redisReply *r = cli_command(rb, 6, argv, NULL);
+        redisReply *r = cli_command(rb, 6, argv, NULL, 1);
         if (r == NULL)
             return -1;
         size_t got = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
@@ -315,7 +334,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
             for (size_t k = 0; k < 6; k++)
                 lens[k] = strlen(sargv[k]);
             lens[6] = body != NULL ? body->len : 0;
-            redisReply *x = cli_command(rb, 7, sargv, lens);
+            redisReply *x = cli_command(rb, 7, sargv, lens, 3);
             if (x == NULL) {
                 freeReplyObject(r);
                 return -1;
@@ -338,7 +357,7 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
     struct tm_redis *rb = (struct tm_redis *)b;
     if (id != NULL) {
         const char *argv[] = {"XDEL", t->dead_letter, id};
-        redisReply *r = cli_command(rb, 3, argv, NULL);
+        redisReply *r = cli_command(rb, 3, argv, NULL, 1);
         if (r == NULL)
             return -1;
         long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
@@ -346,13 +365,13 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
         return n;
     }
     const char *largv[] = {"XLEN", t->dead_letter};
-    redisReply *r = cli_command(rb, 2, largv, NULL);
+    redisReply *r = cli_command(rb, 2, largv, NULL, 1);
     if (r == NULL)
         return -1;
     long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
     freeReplyObject(r);
     const char *dargv[] = {"DEL", t->dead_letter};
-    r = cli_command(rb, 2, dargv, NULL);
+    r = cli_command(rb, 2, dargv, NULL, 1);
     if (r == NULL)
         return -1;
     freeReplyObject(r);
