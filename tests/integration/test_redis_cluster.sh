@@ -5,7 +5,8 @@
 # message only once WAIT 1 says a replica has it. During the run:
 #   - a slot holding a task moves to another master by hand (SETSLOT
 #     IMPORTING / MIGRATING, MIGRATE a key at a time, SETSLOT NODE);
-#   - a master is failed over (CLUSTER FAILOVER on its replica);
+#   - a master is failed over (CLUSTER FAILOVER on its replica): /status
+#     and taskmill_broker_node_up show the old master down, the new up;
 #   - another master is killed (kill -9) and its replica takes over.
 # Every replicated message runs at least once, nothing stays pending.
 # Last, a task whose keys do not share a hash tag fails `taskmill check`
@@ -145,6 +146,14 @@ wait_until "[[ \$(topo_slot_port ${SLOT[4]}) == $new ]]" 60
 note "failover: slot ${SLOT[4]} served by $new, was $old"
 mark
 wait_until "all_grow 3" 60
+# the nodes as the daemon sees them: the old master down, the new up
+wait_metric taskmill_broker_node_up "node=\"redis://127.0.0.1:$new\"" 1 30
+wait_metric taskmill_broker_node_up "node=\"redis://127.0.0.1:$old\"" 0 30
+nodes=$(curl -sf -m 5 "http://127.0.0.1:$HP/status" | jq -c .broker.nodes)
+assert_eq true "$(jq --arg n "redis://127.0.0.1:$new" 'any(.[]; .node == $n and .up)' <<<"$nodes")" \
+	"/status broker.nodes: the new master up ($nodes)"
+assert_eq false "$(jq --arg n "redis://127.0.0.1:$old" 'any(.[]; .node == $n and .up)' <<<"$nodes")" \
+	"/status broker.nodes: the old master not up ($nodes)"
 
 # ---- kill -9 of the master of task 2 (the one the slot moved to)
 victim=$(topo_slot_port "${SLOT[2]}")
