@@ -170,6 +170,48 @@ START_TEST(cap_refuses_overlong_lines)
 }
 END_TEST
 
+/* MOVED and ASK name a slot and an address (IPv6 too: the last colon
+ * parts the port); TRYAGAIN and CLUSTERDOWN ask for a wait; anything
+ * else, a malformed redirect included, is no redirect. */
+START_TEST(redirects_are_read)
+{
+    char host[64];
+    int port = 0;
+    unsigned slot = 0;
+    ck_assert_int_eq(tm_redis_redirect_of("MOVED 3999 127.0.0.1:6381", &slot,
+                                          host, sizeof host, &port),
+                     TM_REDIS_MOVED);
+    ck_assert_uint_eq(slot, 3999);
+    ck_assert_str_eq(host, "127.0.0.1");
+    ck_assert_int_eq(port, 6381);
+    ck_assert_int_eq(tm_redis_redirect_of("ASK 16383 ::1:7000", &slot, host,
+                                          sizeof host, &port),
+                     TM_REDIS_ASK);
+    ck_assert_uint_eq(slot, 16383);
+    ck_assert_str_eq(host, "::1");
+    ck_assert_int_eq(port, 7000);
+    ck_assert_int_eq(tm_redis_redirect_of("TRYAGAIN Multiple keys request "
+                                          "during rehashing of slot", &slot,
+                                          host, sizeof host, &port),
+                     TM_REDIS_BUSY);
+    ck_assert_int_eq(tm_redis_redirect_of("CLUSTERDOWN The cluster is down",
+                                          &slot, host, sizeof host, &port),
+                     TM_REDIS_BUSY);
+    const char *bad[] = {"MOVED", "MOVED 16384 127.0.0.1:6381",
+                         "MOVED 12 127.0.0.1", "ASK x 127.0.0.1:1",
+                         "MOVED 12 127.0.0.1:0", "ERR MOVED 1 a:1",
+                         "NOGROUP No such key"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(tm_redis_redirect_of(bad[i], &slot, host, sizeof host,
+                                           &port) == TM_REDIS_NO_REDIRECT,
+                      "'%s' read as a redirect", bad[i]);
+    /* a host longer than the buffer is refused, not cut */
+    ck_assert_int_eq(tm_redis_redirect_of("MOVED 1 a-very-long-host-name:1",
+                                          &slot, host, 8, &port),
+                     TM_REDIS_NO_REDIRECT);
+}
+END_TEST
+
 static Suite *redis_suite(void)
 {
     Suite *s = suite_create("redis");
@@ -180,6 +222,7 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, cap_refuses_overlong_lines);
     tcase_add_test(tc, key_slots_follow_redis);
     tcase_add_test(tc, task_keys_share_a_slot);
+    tcase_add_test(tc, redirects_are_read);
     suite_add_tcase(s, tc);
     return s;
 }
