@@ -74,17 +74,20 @@ static const char depth_script[] =
 static struct {
     pthread_mutex_t mu;
     struct tm_rlink *lk;       /* NULL: closed */
-    struct tm_redis *owner;
+    const struct tm_redis *owner;
     size_t from, n;            /* the cache: tasks from .. from + n */
     int64_t at_ms;             /* when it was read */
     long long vals[3 * TM_REDIS_DEPTH_CHUNK];
 } rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, {0}};
 
-/* depth_close closes the depth connections. */
+/* depth_close closes the depth connections. The owner may be gone (a
+ * reload destroyed it before the next broker asked): only the link's
+ * own connections are touched. */
 static void depth_close(void)
 {
     if (rb_depth_conn.lk != NULL) {
-        tm_redis_link_close(rb_depth_conn.owner, rb_depth_conn.lk);
+        for (size_t i = 0; i < TM_REDIS_MAX_NODES; i++)
+            tm_rconn_close(rb_depth_conn.lk->c[i]);
         tm_free(rb_depth_conn.lk);
     }
     rb_depth_conn.lk = NULL;
@@ -113,9 +116,9 @@ static int depth_read(struct tm_redis *rb, size_t ti)
         argv[3 + 2 * n + i] = t->group;
     }
     int dead = 0;
-    redisReply *r = tm_redis_link_run(rb, rb_depth_conn.lk, rb->tasks[ti].slot,
-                                      (int)(3 + 3 * n), argv, NULL, 0, 0, eb,
-                                      sizeof eb, &dead);
+    redisReply *r = tm_redis_link_run(rb, rb_depth_conn.lk,
+                                      rb->tasks[ti].slot, (int)(3 + 3 * n),
+                                      argv, NULL, 0, 0, eb, sizeof eb, &dead);
     rb_depth_conn.n = 0;
     if (r == NULL) {
         tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);

@@ -123,7 +123,8 @@ int tm_redis_topo_refresh(struct tm_redis *rb, int force, char *buf,
     int rc = -1;
     pthread_mutex_lock(&rb->refresh_mu);
     int64_t now = tm_now_ms();
-    if (!force && now - atomic_load(&rb->map_at_ms) < TM_REDIS_REFRESH_MIN_MS) {
+    if (!force &&
+        now - atomic_load(&rb->map_at_ms) < TM_REDIS_REFRESH_MIN_MS) {
         /* read a moment ago (maybe by another thread while this one
          * waited for the lock): that map serves */
         rc = 0;
