@@ -37,7 +37,10 @@ static const char replay_script[] =
  * Returns depth, pending, dead-letter depth per task, -1 where Redis
  * cannot tell: a group not created yet has delivered nothing (depth is
  * the stream's length), a missing stream is empty; lag is nil when Redis
- * cannot compute it (Redis 7.0 and later have it). */
+ * cannot compute it (Redis 7.0 and later have it). Lag counts from the
+ * group's entries-read, which a replica promoted by a failover, or a
+ * stream moved to another cluster node, may carry wrong (Redis 7.0): a
+ * lag above 0 with no entry after last-delivered-id is 0. */
 static const char depth_script[] =
     "local out = {}\n"
     "for i = 1, #ARGV do\n"
@@ -53,6 +56,12 @@ static const char depth_script[] =
     "      if f['name'] == ARGV[i] then\n"
     "        found = true\n"
     "        if type(f['lag']) == 'number' then depth = f['lag'] end\n"
+    "        local last = f['last-delivered-id']\n"
+    "        if depth > 0 and type(last) == 'string' then\n"
+    "          local nxt = redis.pcall('XRANGE', KEYS[2 * i - 1],\n"
+    "            '(' .. last, '+', 'COUNT', 1)\n"
+    "          if type(nxt) == 'table' and #nxt == 0 then depth = 0 end\n"
+    "        end\n"
     "        if type(f['pending']) == 'number' then pend = f['pending'] end\n"
     "      end\n"
     "    end\n"

@@ -8,7 +8,8 @@
 #   - a master is failed over (CLUSTER FAILOVER on its replica): /status
 #     and taskmill_broker_node_up show the old master down, the new up;
 #   - another master is killed (kill -9) and its replica takes over.
-# Every replicated message runs at least once, nothing stays pending.
+# Every replicated message runs at least once, nothing stays pending;
+# `taskmill emit` and the depth gauges work across the masters.
 # Last, a task whose keys do not share a hash tag fails `taskmill check`
 # with the tag to use.
 . "$TM_SRCDIR/tests/integration/lib_redis.sh"
@@ -180,6 +181,14 @@ for i in 0 1 2 3 4 5; do
 	wait_until "[[ \$(redis-cli -c -p $P0 XPENDING '${QUEUES[i]}' taskmill | head -1) == 0 ]]" 30
 done
 assert_eq 200 "$(http_code /ping "$HP")" "/ping after the moves"
+# the CLI routes by slot too, and the depths come from every master
+# (0, even where a failover or a move left Redis's lag counter wrong)
+id=$(emit "$CONF" t3 '{"cli":true}')
+wait_until "grep -q '^$id ' $TEST_DIR/journal.3" 30
+for i in 0 1 2 3 4 5; do
+	wait_metric taskmill_queue_depth "task=\"t$i\"" 0 30
+	wait_metric taskmill_queue_pending "task=\"t$i\"" 0 30
+done
 stop_daemon
 
 # ---- a task whose keys are in different slots: check proposes a tag
