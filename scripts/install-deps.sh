@@ -78,11 +78,14 @@ TEST_PACKAGES=(
 	liblua5.4-dev
 	python3-dev
 	python3-yaml
+	python3-redis
+	python3-pika
 	chromium
 )
 # npm packages of the tests, each checked by its package.json.
-NPM_PACKAGES=('@asyncapi/parser@^3' '@asyncapi/modelina@^5' 'puppeteer-core@^24')
-NPM_DIRS=(@asyncapi/parser @asyncapi/modelina puppeteer-core)
+NPM_PACKAGES=('@asyncapi/parser@^3' '@asyncapi/modelina@^5' 'puppeteer-core@^24'
+	'ioredis@^6' 'amqplib@^2')
+NPM_DIRS=(@asyncapi/parser @asyncapi/modelina puppeteer-core ioredis amqplib)
 
 PACKAGES=("${BUILD_PACKAGES[@]}" "${DEMO_PACKAGES[@]}")
 SERVICES=()

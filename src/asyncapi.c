@@ -283,13 +283,15 @@ static cJSON *message_of(const char *name, const char *title,
 
 /*
  * add_task adds task t's channel, operation and, when the broker can
- * deliver replies (with_reply), the reply channel. Its messages and
+ * deliver replies (with_reply; both brokers do), the reply channel, whose
+ * address the request names at run time (reply_to). Its messages and
  * payloads are named after the task (AddRequest, AddResponse; models
  * collects the names in use), so code generators produce types with
  * those names.
  */
 static void add_task(cJSON *channels, cJSON *operations, cJSON *models,
-                     const struct tm_task *t, int with_reply)
+                     const struct tm_task *t, int with_reply,
+                     enum tm_broker_kind kind)
 {
     const struct tm_cfg_task *ct = t->cfg;
     const struct tm_task_plugin *pd =
@@ -354,8 +356,22 @@ static void add_task(cJSON *channels, cJSON *operations, cJSON *models,
     cJSON_AddNullToObject(rch, "address");
     tm_snprintf(text, sizeof text, "Task %s replies", ct->name);
     cJSON_AddStringToObject(rch, "title", text);
-    tm_snprintf(text, sizeof text, "The result of task '%s', sent to the "
-                "destination named by the request's reply-to.", ct->name);
+    if (kind == TM_BROKER_REDIS)
+        tm_snprintf(text, sizeof text, "The result of task '%s' for a "
+                    "request (an entry with the fields reply_to and, "
+                    "optionally, correlation_id): an entry added to the "
+                    "stream the request's reply_to names, its field body "
+                    "holding this payload (or, when the task failed, an "
+                    "error object), beside outcome, attempts, in_reply_to "
+                    "(the request's id) and correlation_id; the stream "
+                    "expires after the task's reply_ttl.", ct->name);
+    else
+        tm_snprintf(text, sizeof text, "The result of task '%s' for a "
+                    "request (a message with the properties reply_to and "
+                    "correlation_id): published to the queue reply_to "
+                    "names, with the request's correlation_id and the "
+                    "header x-outcome; when the task failed, the body is "
+                    "an error object instead.", ct->name);
     cJSON_AddStringToObject(rch, "description", text);
     cJSON *rmsgs = cJSON_AddObjectToObject(rch, "messages");
     tm_snprintf(text, sizeof text, "Task %s: result", ct->name);
@@ -363,6 +379,14 @@ static void add_task(cJSON *channels, cJSON *operations, cJSON *models,
                           message_of(name, text, "The task's JSON result.",
                                      response));
     cJSON *reply = cJSON_AddObjectToObject(op, "reply");
+    cJSON *raddr = cJSON_AddObjectToObject(reply, "address");
+    cJSON_AddStringToObject(raddr, "description",
+                            kind == TM_BROKER_REDIS
+                                ? "The stream named by the request entry's "
+                                  "field reply_to."
+                                : "The queue named by the request's "
+                                  "reply_to property.");
+    cJSON_AddStringToObject(raddr, "location", "$message.header#/reply_to");
     cJSON_AddItemToObject(reply, "channel", ref_to("channels", rid, NULL));
     cJSON *rm = cJSON_AddArrayToObject(reply, "messages");
     cJSON_AddItemToArray(rm, ref_to("channels", rid, "reply"));
@@ -392,7 +416,8 @@ char *tm_asyncapi_render(const struct tm_cfg *cfg, const struct tm_task *tasks,
     int with_reply = ops != NULL && ops->request != NULL;
     cJSON *models = cJSON_CreateObject();
     for (size_t i = 0; i < ntasks; i++)
-        add_task(channels, operations, models, &tasks[i], with_reply);
+        add_task(channels, operations, models, &tasks[i], with_reply,
+                 cfg->url.kind);
     cJSON_Delete(models);
     char *out = cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);

@@ -10,6 +10,7 @@
 #include "msg.h"
 
 struct tm_broker;
+struct tm_sched_session;
 
 /* struct tm_dlq_entry is one dead-letter entry, as `dlq list/show` see it.
  * Every string is owned by the entry. */
@@ -57,7 +58,8 @@ struct tm_broker_ops {
      * reached or refuses; the caller retries with backoff. */
     int (*connect)(struct tm_broker *b);
 
-    /* fetch blocks up to timeout_ms for at most max deliveries of task i.
+    /* fetch blocks up to timeout_ms for at most max deliveries of task i
+     * (max 0: none; the call only serves the connection until then).
      * Returns the count (0 on timeout) with *out set to a batch when
      * count > 0; -1 on a connection error (broker marked down; the next
      * call reconnects). */
@@ -142,6 +144,95 @@ struct tm_broker_ops {
                    int64_t timeout_ms, char *id, size_t idlen, char **reply,
                    int *task_failed);
 
+    /* rate_take takes rate_limit tokens from buckets the broker keeps,
+     * shared by every daemon reading the same tasks. Called by lane l's
+     * intake thread only, before its fetch_lane: for each task i of the
+     * lane (indexes are task indexes, all of them, other lanes' and tasks
+     * without rate_limit ignored) it first gives back back[i] tokens a
+     * read left unused, then takes up to want[i] (0: none wanted) and
+     * sets got[i]; when got[i] is 0 for want[i] > 0, wait_ms[i] is how
+     * long until the bucket has a token again. Returns 0, or -1 on a
+     * connection error (nothing taken, nothing given back). Optional:
+     * NULL when the broker keeps no buckets; each daemon then limits
+     * with its own (rate_limit is per daemon). */
+    int (*rate_take)(struct tm_broker *b, size_t lane, const size_t *want,
+                     const size_t *back, size_t *got, int64_t *wait_ms);
+
+    /* Pause (DESIGN.md: taskmill pause|resume). The state of a task is
+     * kept in the broker, where every daemon consuming the task reads it
+     * (Redis: the key "<queue>.paused.<group>"; RabbitMQ: the control
+     * queue "<queue>.paused", holding one message while paused), so that
+     * daemons started later honour it too. A paused task's intake reads
+     * nothing: its messages stay in the broker, and what was read before
+     * runs and is settled as usual.
+     *
+     * pause_set writes task t's state (paused: 1 pause, 0 resume) on a
+     * connection of its own (CLI, admin API). Returns 0, or -1 with the
+     * error set. */
+    int (*pause_set)(struct tm_broker *b, const struct tm_cfg_task *t,
+                     int paused);
+    /* paused says whether task i's intake holds back for a pause, as this
+     * daemon last read the state (1 or 0); any thread, no I/O. */
+    int (*paused)(struct tm_broker *b, size_t task_index);
+    /* pause_note tells the intake of a daemon that this process has just
+     * set task i's state to paused, so that it acts at once rather than at
+     * its next read of the state; any thread, no I/O. */
+    void (*pause_note)(struct tm_broker *b, size_t task_index, int paused);
+    /*
+     * Schedules (src/schedule/fire.c). A schedule session is a connection
+     * of its own, apart from intake and settlement, used by one thread.
+     * sched_open(b, fire) opens one for b->cfg's schedules: with fire set
+     * it takes part in firing (RabbitMQ: its consumers join the election
+     * of each schedule's leader); without, it only reads (CLI, API).
+     * NULL with the reason in err when the broker cannot be reached.
+     *
+     * sched_fire publishes slot slot_ms of s to its task's queue, with the
+     * schedule and slot in the message, unless that slot or a later one
+     * of s was fired already, by any daemon: the broker decides, so each
+     * slot is published once however many daemons try. Returns 1 when
+     * this call published it; 0 when it did not: fired already (*last_ms
+     * then the last slot fired, >= slot_ms), or another daemon leads s
+     * (*last_ms = -1: the caller tries the slot again later, for the
+     * lead may pass to it); -1 on a failure: the session is then broken,
+     * to be closed and opened again. last_ms may be NULL. Failures of
+     * sched_fire, sched_last and sched_serve are described in
+     * ss->errstr.
+     *
+     * sched_last reads the last slot of s fired (epoch ms), -1 when none
+     * was or the broker cannot tell. 0, or -1 on a failure.
+     *
+     * sched_serve, optional, waits up to timeout_ms while keeping the
+     * session alive (heartbeats, leadership changes): NULL means the
+     * session needs no serving between calls. 0, or -1 when broken.
+     *
+     * sched_close closes the session; NULL accepted.
+     */
+    struct tm_sched_session *(*sched_open)(struct tm_broker *b, int fire,
+                                           char *err, size_t errlen);
+    int (*sched_fire)(struct tm_sched_session *ss,
+                      const struct tm_cfg_schedule *s, int64_t slot_ms,
+                      int64_t *last_ms);
+    int (*sched_last)(struct tm_sched_session *ss,
+                      const struct tm_cfg_schedule *s, int64_t *slot_ms);
+    int (*sched_serve)(struct tm_sched_session *ss, int64_t timeout_ms);
+    void (*sched_close)(struct tm_sched_session *ss);
+
+    /* publish_at adds one message to the task's queue that runs no
+     * earlier than due_ms (epoch ms, wall clock): on Redis a member of
+     * the sorted set "<queue>.scheduled", on RabbitMQ a message with
+     * header x-not-before (DESIGN.md, Messages). The message id is
+     * written to id (size idlen). priority < 0 means the task default.
+     * Optional: NULL when the broker has no delayed messages. */
+    int (*publish_at)(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *body, size_t len, int priority,
+                      int64_t due_ms, char *id, size_t idlen);
+
+    /* scheduled reads, for monitoring, how many delayed messages of task
+     * i wait for their time: *n, or -1 when the broker cannot tell
+     * cheaply. No I/O of its own that could block: the count is one the
+     * adapter keeps. Optional: NULL means -1 for every task. */
+    int (*scheduled)(struct tm_broker *b, size_t task_index, long long *n);
+
     /* nodes fills out[0..k) with the nodes the adapter knows (k <= max;
      * e.g. a cluster's masters, found at run time) and returns k.
      * Optional: NULL when the nodes are broker.url's list and the one
@@ -150,8 +241,20 @@ struct tm_broker_ops {
                     size_t max);
 };
 
+/* struct tm_sched_session is the common head of each adapter's schedule
+ * session (sched_open). Its errors go to its own errstr, never to the
+ * broker's, which other threads write. */
+struct tm_sched_session {
+    struct tm_broker *b;
+    char errstr[512];
+};
+
 /* TM_BROKER_DEPTH_CLOSE, as depth()'s task_index, closes its connection. */
 #define TM_BROKER_DEPTH_CLOSE ((size_t)-1)
+
+/* tm_broker_paused says whether task i of b is paused as b last read it
+ * (0 for a broker without pause). */
+static inline int tm_broker_paused(struct tm_broker *b, size_t task_index);
 
 /* struct tm_broker is the common head of every adapter's state. */
 struct tm_broker {
@@ -169,6 +272,12 @@ struct tm_broker {
     int err;                        /* 0, or an errno-like code */
     char errstr[1024];
 };
+
+static inline int tm_broker_paused(struct tm_broker *b, size_t task_index)
+{
+    return b != NULL && b->ops->paused != NULL &&
+           b->ops->paused(b, task_index) == 1;
+}
 
 /* tm_broker_ops_for returns the adapter for a URL kind, or NULL when this
  * build has none. */

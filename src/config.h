@@ -79,6 +79,14 @@ struct tm_cfg_task {
     unsigned circuit_failures;
     int64_t circuit_cool_off_ms;
     int64_t circuit_max_cool_off_ms;
+    /* flow control: rate_limit is rate_count runs per rate_period_ms
+     * (rate_count 0 = no limit); concurrency caps this task's runs at once
+     * in this daemon (0 = the pool's size) */
+    uint32_t rate_count;
+    int64_t rate_period_ms;
+    unsigned concurrency;
+    int64_t dedup_ttl_ms;    /* default 0 = no deduplication */
+    int64_t reply_ttl_ms;    /* default 5 min; Redis reply streams' expiry */
     struct tm_mark at;       /* the task's name key */
     struct tm_mark plugin_at; /* the plugin: value, for plugin refusals */
 };

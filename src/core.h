@@ -10,6 +10,7 @@
 #include "broker.h"
 #include "circuit.h"
 #include "config.h"
+#include "flow.h"
 #include "msg.h"
 #include "plugin.h"
 #include "pool.h"
@@ -34,6 +35,9 @@ struct tm_task_stats {
     atomic_ullong outcomes[TM_OUT_COUNT];
     atomic_ullong retries;
     atomic_ullong dead_lettered;
+    atomic_ullong rate_limited;         /* waits of intake held back by
+                                           rate_limit or concurrency
+                                           (written by intake) */
     atomic_ullong hist[TM_HIST_N + 1];  /* last bucket: +Inf */
     atomic_ullong dur_sum_us;
     atomic_llong inflight;              /* read, not yet settled */
@@ -44,6 +48,7 @@ struct tm_task_stats {
     atomic_llong queue_depth;           /* not yet delivered */
     atomic_llong queue_pending;         /* delivered, not acknowledged */
     atomic_llong dead_letter_depth;     /* entries in the dead-letter queue */
+    atomic_llong scheduled_depth;       /* delayed, waiting for their time */
     atomic_llong depth_at_ms;
 };
 
@@ -62,6 +67,7 @@ struct tm_task {
     atomic_int subscribed;              /* consumer group/queue ready */
     atomic_int waiting_room;            /* intake waits for prefetch room */
     struct tm_circuit circuit;          /* pauses intake after crashes */
+    struct tm_flow flow;                /* rate_limit, concurrency */
     pthread_t intake;
     int intake_started;
 };

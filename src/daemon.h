@@ -17,6 +17,8 @@ enum tm_state {
 };
 
 struct tm_broker;
+struct tm_fire;
+struct tm_sched_stats;
 struct tm_http;
 struct tm_daemon;
 
@@ -91,6 +93,10 @@ struct tm_gen {
     /* its pool's and broker's counts when it was replaced */
     unsigned long restarts_at_swap;
     unsigned long reconnects_at_swap;
+    /* the thread firing its schedules (schedule/fire.h), NULL without
+     * schedules; started with intake, stopped before the next
+     * generation's starts */
+    struct tm_fire *fire;
 };
 
 struct tm_daemon {
@@ -142,6 +148,8 @@ struct tm_daemon {
      * replaced, so that the counters do not go back on a reload */
     atomic_ulong restarts_before;
     atomic_ulong reconnects_before;
+    /* schedule fires and last slots, across reloads (schedule/fire.h) */
+    struct tm_sched_stats *sched_stats;
 };
 
 /*

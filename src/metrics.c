@@ -1,4 +1,5 @@
 /* metrics.c - the Prometheus text exposition (format 0.0.4). */
+#include "broker.h"
 #include "daemon.h"
 
 #include <dirent.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "schedule/fire.h"
 #include "util.h"
 
 struct mbuf {
@@ -59,6 +61,41 @@ static void family(struct mbuf *b, const char *name, const char *type,
                    const char *help)
 {
     mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* schedule_metrics writes the fires this process made and the last slot
+ * fired (as it knows it) of each schedule of the running configuration;
+ * the counts outlive reloads. */
+static void schedule_metrics(struct tm_daemon *d, struct mbuf *b)
+{
+    const struct tm_cfg *cfg = d->cfg;
+    char lb[256];
+    if (cfg->nschedules == 0 || d->sched_stats == NULL)
+        return;
+    family(b, "taskmill_schedule_fired_total", "counter",
+           "Slots of the schedule this daemon published.");
+    for (size_t i = 0; i < cfg->nschedules; i++) {
+        unsigned long long fired;
+        int64_t last;
+        tm_sched_stats_get(d->sched_stats, cfg->schedules[i].name, &fired,
+                           &last);
+        mb_printf(b, "taskmill_schedule_fired_total{schedule=\"%s\"} %llu\n",
+                  label(cfg->schedules[i].name, lb, sizeof lb), fired);
+    }
+    family(b, "taskmill_schedule_last_fired_timestamp_seconds", "gauge",
+           "Slot time of the schedule's last fire by any daemon, as this "
+           "daemon knows it.");
+    for (size_t i = 0; i < cfg->nschedules; i++) {
+        unsigned long long fired;
+        int64_t last;
+        tm_sched_stats_get(d->sched_stats, cfg->schedules[i].name, &fired,
+                           &last);
+        if (last >= 0)
+            mb_printf(b, "taskmill_schedule_last_fired_timestamp_seconds{"
+                      "schedule=\"%s\"} %.3f\n",
+                      label(cfg->schedules[i].name, lb, sizeof lb),
+                      (double)last / 1000.0);
+    }
 }
 
 static void process_metrics(struct tm_daemon *d, struct mbuf *b)
@@ -136,6 +173,11 @@ static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
          "Messages in the task's dead-letter queue, read from the broker "
          "every few seconds.",
          offsetof(struct tm_task_stats, dead_letter_depth)},
+        {"taskmill_scheduled_depth",
+         "Delayed messages waiting for their time (Redis: the scheduled "
+         "set), read every few seconds; absent where the broker cannot "
+         "tell cheaply (RabbitMQ).",
+         offsetof(struct tm_task_stats, scheduled_depth)},
     };
     char lb[256];
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
@@ -221,6 +263,10 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     task_series(&b, d, "taskmill_dead_letter_total", "counter",
                 "Messages dead-lettered.",
                 offsetof(struct tm_task_stats, dead_lettered), 0);
+    task_series(&b, d, "taskmill_rate_limited_total", "counter",
+                "Waits of the task's intake held back by rate_limit or "
+                "concurrency.",
+                offsetof(struct tm_task_stats, rate_limited), 0);
     task_series(&b, d, "taskmill_tasks_inflight", "gauge",
                 "Messages received and not yet settled.",
                 offsetof(struct tm_task_stats, inflight), 1);
@@ -232,6 +278,14 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
         mb_printf(&b, "taskmill_task_circuit_open{task=\"%s\"} %d\n", lb,
                   tm_circuit_state(&d->tasks[i].circuit, tm_now_ms()) !=
                       TM_CIRCUIT_CLOSED);
+    }
+    family(&b, "taskmill_task_paused", "gauge",
+           "1 while the task is paused (taskmill pause): its intake reads "
+           "nothing, its messages wait in the broker.");
+    for (size_t i = 0; i < d->ntasks; i++) {
+        label(d->tasks[i].cfg->name, lb, sizeof lb);
+        mb_printf(&b, "taskmill_task_paused{task=\"%s\"} %d\n", lb,
+                  tm_broker_paused(d->broker, i));
     }
     family(&b, "taskmill_task_duration_seconds", "histogram",
            "Time spent running a task.");
@@ -292,6 +346,7 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
                   (d->broker != NULL ? atomic_load(&d->broker->reconnects)
                                      : 0UL));
     depth_metrics(d, &b);
+    schedule_metrics(d, &b);
     process_metrics(d, &b);
     *len = b.len;
     return b.p;

@@ -60,7 +60,8 @@ void tm_msg_set_error(struct tm_msg *m, const char *fmt, ...)
 
 void tm_msg_name_outcome(struct tm_msg *m)
 {
-    if (m->outcome == TM_OUT_NONE || m->outcome == TM_OUT_SUCCESS)
+    if (m->outcome == TM_OUT_NONE || m->outcome == TM_OUT_SUCCESS ||
+        m->outcome == TM_OUT_DUPLICATE)
         return;
     const char *label = tm_outcome_label(m->outcome);
     size_t n = strlen(label);

@@ -14,7 +14,8 @@
     X(REJECTED, "rejected")        \
     X(TIMEOUT, "timeout")          \
     X(CRASHED, "crashed")          \
-    X(INVALID, "invalid")
+    X(INVALID, "invalid")          \
+    X(DUPLICATE, "duplicate")
 
 enum tm_outcome {
     TM_OUT_NONE = 0, /* not run (abandoned at shutdown) */
@@ -68,6 +69,19 @@ struct tm_msg {
     char *error;                /* owned reason, or NULL */
     char *result;               /* owned JSON result text, or NULL */
     size_t result_len;
+    /* Request and deduplication metadata, set at intake by a broker that
+     * handles them itself (Redis); each points into the batch's storage
+     * like id, NULL when the message has none. */
+    const char *reply_to;       /* where the answer goes */
+    size_t reply_to_len;
+    const char *correlation_id;
+    size_t correlation_id_len;
+    const char *dedup_key;
+    size_t dedup_key_len;
+    int duplicate;              /* intake: the dedup key succeeded already
+                                   within dedup_ttl; not run, settled with
+                                   outcome duplicate (result: the first
+                                   success's, when the broker kept it) */
 };
 
 /*

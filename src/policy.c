@@ -30,6 +30,7 @@ void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t)
         m->settle = TM_SETTLE_NONE;
         return;
     case TM_OUT_SUCCESS:
+    case TM_OUT_DUPLICATE:
         m->settle = TM_SETTLE_ACK;
         return;
     case TM_OUT_INVALID:

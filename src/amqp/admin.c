@@ -210,9 +210,12 @@ static int cli_publish(struct tm_amqp_broker *ab, const char *rk,
     return 0;
 }
 
-int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *body, size_t len, int priority, char *id,
-                      size_t idlen)
+/* publish_new publishes a new message to the task's queue, with header
+ * x-not-before = due_ms when due_ms > 0 (a delayed message: the daemon
+ * that receives it parks it until then, see delay.c). */
+static int publish_new(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const char *body, size_t len, int priority,
+                       int64_t due_ms, char *id, size_t idlen)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
     if (cli_declare(ab, t) != 0)
@@ -221,11 +224,37 @@ int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_amqp_uuid(uuid, sizeof uuid);
     amqp_basic_properties_t p;
     tm_amqp_new_message_props(&p, t, priority, uuid);
+    amqp_table_entry_t nb;
+    if (due_ms > 0) {
+        memset(&nb, 0, sizeof nb);
+        nb.key = amqp_cstring_bytes("x-not-before");
+        nb.value.kind = AMQP_FIELD_KIND_I64;
+        nb.value.value.i64 = due_ms;
+        p._flags |= AMQP_BASIC_HEADERS_FLAG;
+        p.headers.num_entries = 1;
+        p.headers.entries = &nb;
+    }
     if (cli_publish(ab, t->queue, &p, body, len, NULL,
                     tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS) != 0)
         return -1;
     tm_snprintf(id, idlen, "%s", uuid);
     return 0;
+}
+
+int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *body, size_t len, int priority, char *id,
+                      size_t idlen)
+{
+    return publish_new(b, t, body, len, priority, 0, id, idlen);
+}
+
+int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const char *body, size_t len, int priority,
+                       int64_t due_ms, char *id, size_t idlen)
+{
+    /* epoch ms 0 would mean "not delayed": the past is the past */
+    return publish_new(b, t, body, len, priority, due_ms > 0 ? due_ms : 1,
+                       id, idlen);
 }
 
 /*

@@ -134,6 +134,9 @@ struct tm_amqp_rec {
     unsigned char cst, rst;    /* confirm states of the copy, the reply */
     int returned;              /* the broker could not route the copy */
     int requeue;               /* settle the original with a nack */
+    int park;                  /* a delay copy (delay.c): settle is
+                                  TM_SETTLE_RETRY, rk a delay queue,
+                                  delay_ms its level */
     char copy_id[40];          /* message id of the dead-letter copy */
 };
 
@@ -247,6 +250,12 @@ struct tm_amqp_task {
     struct tm_amqp_delivery *partial;
     struct tm_amqp_delivery *ready, *ready_tail;
     size_t nready;
+    atomic_int paused;            /* the pause state last read (any
+                                     thread; pause.c) */
+    int pause_held;               /* no consumer: cancelled for a pause */
+    /* deliveries whose x-not-before lies ahead, for the settle thread
+     * to park in the delay queues (delay.c) */
+    struct tm_amqp_delivery *park, *park_tail;
     uint64_t *tags, *ntags;       /* settle scratch: acks, nacks */
     size_t tagcap;
     char errstr[512];
@@ -273,6 +282,10 @@ struct tm_amqp_broker {
     /* the CLI connection (publish, request, dlq): one thread */
     amqp_connection_state_t cli;
     uint64_t cli_seq;
+    /* the pause state's connection (settle thread; pause.c) */
+    amqp_connection_state_t pause_conn;
+    int64_t pause_next_ms;        /* its next read, monotonic */
+    int64_t pause_backoff_ms;     /* 0, or the wait after failed reads */
     /* the monitoring connection (depth) */
     pthread_mutex_t depth_mu;
     amqp_connection_state_t dconn;
@@ -344,6 +357,8 @@ void tm_amqp_new_message_props(amqp_basic_properties_t *p,
 
 /* ---- intake.c: consuming connections, the pump, the ack floor ---- */
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
+/* tm_amqp_ready_push appends d to the task's ready list (io_mu held). */
+void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d);
 void tm_amqp_conn_reset(struct tm_amqp_task *at);
 void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what);
 int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm);
@@ -385,6 +400,52 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
 size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 void tm_amqp_tick(struct tm_broker *b);
 
+/* ---- pause.c: the pause state (control queue "<queue>.paused") ---- */
+/* The settle thread reads every task's state this often (its tick). */
+#define TM_AMQP_PAUSE_POLL_MS 1000
+/* After failed reads it waits longer each time, up to this. */
+#define TM_AMQP_PAUSE_BACKOFF_MAX_MS 30000
+/* tm_amqp_pause_read reads task at's state on c/ch (declaring its control
+ * queue): 1 paused, 0 not, -1 on failure with the reason in buf. */
+int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
+                       const struct tm_amqp_task *at, char *buf,
+                       size_t size);
+/* tm_amqp_pause_connected records the state read as the task's connection
+ * opened (the consumer was started only when not paused); io_mu held. */
+void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused);
+/* tm_amqp_pause_apply cancels the consumer when the task was paused since,
+ * or, when it was resumed, sets stopped for the intake to start it again
+ * (its next fetch); io_mu held. -1 when the connection failed (reason in
+ * errstr). */
+int tm_amqp_pause_apply(struct tm_amqp_task *at);
+/* tm_amqp_pause_poll reads every task's state about every
+ * TM_AMQP_PAUSE_POLL_MS on its own connection, and applies it (settle
+ * thread, tick). */
+void tm_amqp_pause_poll(struct tm_amqp_broker *ab);
+int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
+                      int paused);
+int tm_amqp_paused(struct tm_broker *b, size_t ti);
+void tm_amqp_pause_note(struct tm_broker *b, size_t ti, int paused);
+/* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
+/* tm_amqp_not_before reads header x-not-before (epoch ms: an integer, a
+ * float or a string of digits) into *due_ms; -1 when absent or not a
+ * time. */
+int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms);
+/* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
+ * wait: the largest level not above it, the smallest when it is below. */
+int64_t tm_amqp_delay_level(int64_t left_ms);
+/* tm_amqp_park_due says whether d must wait (x-not-before after now_ms),
+ * with the ms left in *left_ms. */
+int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
+                     int64_t *left_ms);
+void tm_amqp_park_take(struct tm_amqp_broker *ab);
+/* tm_amqp_prepare_park finds (declaring it) r's delay queue; one that
+ * cannot be declared makes r a dead letter. -1: connection failed. */
+int tm_amqp_prepare_park(struct tm_amqp_publisher *pc,
+                         struct tm_amqp_rec *r);
+uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
+                              struct tm_amqp_rec *r);
+
 /* ---- admin.c: CLI and monitoring ---- */
 int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
                     const char *body, size_t len, int priority, char *id,
@@ -401,5 +462,19 @@ long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                        const char *id);
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);
+int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const char *body, size_t len, int priority,
+                       int64_t due_ms, char *id, size_t idlen);
+
+/* ---- schedule.c: the election of each schedule's leader, fires ---- */
+struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,
+                                            char *err, size_t errlen);
+int tm_amqp_sched_fire(struct tm_sched_session *ss,
+                       const struct tm_cfg_schedule *s, int64_t slot_ms,
+                       int64_t *last_ms);
+int tm_amqp_sched_last(struct tm_sched_session *ss,
+                       const struct tm_cfg_schedule *s, int64_t *slot_ms);
+int tm_amqp_sched_serve(struct tm_sched_session *ss, int64_t timeout_ms);
+void tm_amqp_sched_close(struct tm_sched_session *ss);
 
 #endif /* TASKMILL_AMQP_H */

@@ -46,7 +46,7 @@ static void task_down(struct tm_amqp_task *at)
     atomic_store(&ab->base.up, 0);
 }
 
-static void ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
+void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
 {
     d->next = NULL;
     if (at->ready_tail != NULL)
@@ -77,6 +77,12 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     struct tm_amqp_delivery *d;
     while ((d = ready_pop(at)) != NULL)
         tm_amqp_delivery_free(d);
+    /* parked ones not taken yet: their tags died with the connection */
+    while ((d = at->park) != NULL) {
+        at->park = d->next;
+        tm_amqp_delivery_free(d);
+    }
+    at->park_tail = NULL;
     tm_amqp_delivery_free(at->partial);
     at->partial = NULL;
     at->dlv_state = 0;
@@ -139,15 +145,17 @@ static int start_consumer(const struct tm_amqp_task *at,
 
 /*
  * task_open opens a connection for the task: channels, topology, qos
- * (prefetch) and the consumer with manual acks. It touches no shared
- * state, so it runs without io_mu (a slow connect must not hold up the
- * settle thread). Returns the connection, or NULL with the reason in buf
- * (and *perm set when the broker refused the topology).
+ * (prefetch) and, unless the task is paused (*paused set to 1), the
+ * consumer with manual acks. It touches no shared state, so it runs
+ * without io_mu (a slow connect must not hold up the settle thread).
+ * Returns the connection, or NULL with the reason in buf (and *perm set
+ * when the broker refused the topology).
  */
 static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
                                          char *ctag,
                                          const struct tm_url **node,
-                                         char *buf, size_t size, int *perm)
+                                         char *buf, size_t size, int *perm,
+                                         int *paused)
 {
     const struct tm_cfg_task *t = at->cfg;
     char role[300];
@@ -158,10 +166,15 @@ static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
                      size);
     if (c == NULL)
         return NULL;
-    if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) != 0 ||
-        tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) != 0 ||
-        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) != 0 ||
-        start_consumer(at, c, ctag, buf, size) != 0) {
+    /* the pause state is read before the consumer starts: a task paused
+     * meanwhile gets no delivery on this connection */
+    *paused = -1;
+    if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) == 0 &&
+        tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) == 0 &&
+        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) == 0)
+        *paused = tm_amqp_pause_read(c, TM_AMQP_CH_ADMIN, at, buf, size);
+    if (*paused < 0 ||
+        (!*paused && start_consumer(at, c, ctag, buf, size) != 0)) {
         tm_amqp_drop(c);
         return NULL;
     }
@@ -180,9 +193,11 @@ static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
                 (unsigned long long)(tm_rand64() ^ at->gen));
     at->salt[8] = '\0';
     tm_amqp_conn_reset(at);
+    /* no consumer tag: the task is paused, no consumer was started */
     tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, t->name, NULL,
-                 "consuming queue '%s' on %s "
+                 "%s queue '%s' on %s "
                  "(prefetch %u; dead letters to '%s')",
+                 ctag[0] != '\0' ? "consuming" : "connected for",
                  t->queue, node->redacted, t->prefetch, t->dead_letter);
     at->was_up = 1;
     at->err_hash = 0;
@@ -193,11 +208,12 @@ static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
  * on entry and on return, but not while connecting. */
 int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
 {
-    char eb[512], ctag[TM_AMQP_SHORTSTR_MAX + 1];
+    char eb[512], ctag[TM_AMQP_SHORTSTR_MAX + 1] = "";
     const struct tm_url *node = NULL;
+    int paused = 0;
     pthread_mutex_unlock(&at->io_mu);
     amqp_connection_state_t c =
-        task_open(at, ctag, &node, eb, sizeof eb, perm);
+        task_open(at, ctag, &node, eb, sizeof eb, perm, &paused);
     pthread_mutex_lock(&at->io_mu);
     if (c == NULL) {
         tm_snprintf(at->errstr, sizeof at->errstr, "%s", eb);
@@ -209,6 +225,7 @@ int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
         return 0;
     }
     task_install(at, c, ctag, node);
+    tm_amqp_pause_connected(at, paused);
     return 0;
 }
 
@@ -317,9 +334,19 @@ static int delivery_done(struct tm_amqp_task *at)
     } else if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
         tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+    } else if (tm_amqp_park_due(d, tm_wall_ms(), &(int64_t){0})) {
+        /* x-not-before ahead: the settle thread parks it (delay.c) */
+        d->body[d->body_len] = '\0';
+        d->next = NULL;
+        if (at->park_tail != NULL)
+            at->park_tail->next = d;
+        else
+            at->park = d;
+        at->park_tail = d;
+        d = NULL;
     } else {
         d->body[d->body_len] = '\0';
-        ready_push(at, d);
+        tm_amqp_ready_push(at, d);
         d = NULL;
     }
     tm_amqp_delivery_free(d);
@@ -655,6 +682,11 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
             n = -1;
             goto out;
         }
+    }
+    if (tm_amqp_pause_apply(at) != 0) {
+        tm_amqp_conn_lost(at, "pause");
+        n = -1;
+        goto out;
     }
     if (at->stopped && resume_consuming(at) != 0) {
         tm_amqp_conn_lost(at, "consume");

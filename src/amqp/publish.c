@@ -184,7 +184,9 @@ static void returned_done(struct tm_amqp_publisher *pc, const char *msgid)
                      "RabbitMQ could not route the %s copy to '%s' (%s); "
                      "the message stays in the queue and is delivered "
                      "again",
-                     r->settle == TM_SETTLE_DEAD ? "dead-letter" : "retry",
+                     r->settle == TM_SETTLE_DEAD ? "dead-letter"
+                     : r->park                   ? "delay"
+                                                 : "retry",
                      pc->ret_rk, pc->ret_text);
         return;
     }
@@ -395,7 +397,8 @@ static int send_pending(struct tm_amqp_publisher *pc)
         /* first: a retry impossible becomes a dead letter, which
          * answers a request */
         if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
-            prepare_retry(pc, r) != 0)
+            (r->park ? tm_amqp_prepare_park(pc, r) : prepare_retry(pc, r)) !=
+                0)
             return -1;
         if (tm_amqp_needs_reply(r) && r->rseq == 0 &&
             r->rst == TM_AMQP_WAITING) {
@@ -412,9 +415,9 @@ static int send_pending(struct tm_amqp_publisher *pc)
         }
         if (copy_needed(r) && !r->returned && r->seq == 0) {
             r->cst = TM_AMQP_WAITING;
-            r->seq = r->settle == TM_SETTLE_DEAD
-                         ? tm_amqp_publish_dead(pc, r)
-                         : tm_amqp_publish_retry(pc, r);
+            r->seq = r->settle == TM_SETTLE_DEAD ? tm_amqp_publish_dead(pc, r)
+                     : r->park ? tm_amqp_publish_park(pc, r)
+                               : tm_amqp_publish_retry(pc, r);
             if (r->seq == 0)
                 return -1;
         }
@@ -448,6 +451,7 @@ static void take_final(struct tm_amqp_publisher *pc,
                              "message stays in the queue and is delivered "
                              "again",
                              r->settle == TM_SETTLE_DEAD ? "dead-letter"
+                             : r->park                   ? "delay"
                                                          : "retry",
                              r->rk);
             r->requeue = 1;

@@ -292,6 +292,7 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
         m->result = NULL;
         tm_amqp_recvec_push(&ab->pub.out, &r);
     }
+    tm_amqp_park_take(ab);
     tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
     tm_amqp_settle_originals(ab, &ab->done);
     return 0;
@@ -302,10 +303,11 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
  * confirms and notifications (copies held while the broker blocked
  * publishing go out once it stops), then every consuming connection's
  * frames, which sends a heartbeat when one is due and notices a silent
- * broker. */
+ * broker; and it reads the tasks' pause state. */
 void tm_amqp_tick(struct tm_broker *b)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    tm_amqp_park_take(ab);
     tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
     tm_amqp_settle_originals(ab, &ab->done);
     for (size_t i = 0; i < ab->ntasks; i++) {
@@ -317,4 +319,5 @@ void tm_amqp_tick(struct tm_broker *b)
         if (ready)
             tm_amqp_signal_intake(at);
     }
+    tm_amqp_pause_poll(ab);
 }

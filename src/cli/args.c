@@ -15,17 +15,25 @@ const char tm_cli_usage[] =
     "every plugin\n"
     "       taskmill emit [-c FILE] TASK (JSON | -) [--wait SECONDS] "
     "[--priority N]\n"
+    "                [--delay DURATION | --at TIME]\n"
     "       taskmill invoke [-c FILE] TASK (JSON | -)   run one body "
     "through the\n"
     "                                         task's plugin, no broker\n"
     "       taskmill dlq [-c FILE] list [TASK]\n"
     "       taskmill dlq [-c FILE] show TASK ID\n"
     "       taskmill dlq [-c FILE] (replay | purge) TASK [ID] [--yes]\n"
+    "       taskmill (pause | resume) [-c FILE] TASK   stop / restart intake "
+    "of TASK\n"
+    "                                         on every daemon\n"
+    "       taskmill schedules [-c FILE]      each schedule with its last "
+    "and next slot\n"
     "       taskmill --version | --help\n"
     "\n"
     "-c defaults to $TASKMILL_CONFIG, then " TM_DEFAULT_CONFIG ".\n"
     "A body of - is read from standard input (up to the task's "
     "max_payload).\n"
+    "emit --delay (30s, 5m, 1h) or --at (RFC 3339 with a zone, e.g.\n"
+    "2026-12-01T03:00:00Z, or epoch ms) makes a delayed message.\n"
     "dlq list without TASK counts the dead letters of every task. purge "
     "without\n"
     "an ID removes them all; on a terminal it needs --yes.\n"
@@ -57,7 +65,8 @@ static const char *option_value(int argc, char **argv, int *i)
 int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
 {
     static const char *const cmds[] = {"run", "check", "emit", "invoke",
-                                       "dlq"};
+                                       "dlq", "pause", "resume",
+                                       "schedules"};
     memset(a, 0, sizeof *a);
     int i = 1;
     if (i < argc && argv[i][0] != '-') {
@@ -86,6 +95,16 @@ int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
             a->priority = option_value(argc, argv, &i);
             if (a->priority == NULL)
                 return tm_cli_usage_error("%s needs a number", s);
+        } else if (strcmp(s, "--delay") == 0) {
+            a->delay = option_value(argc, argv, &i);
+            if (a->delay == NULL)
+                return tm_cli_usage_error("%s needs a duration (30s, 5m, "
+                                          "1h)", s);
+        } else if (strcmp(s, "--at") == 0) {
+            a->at = option_value(argc, argv, &i);
+            if (a->at == NULL)
+                return tm_cli_usage_error("%s needs a time (RFC 3339 with "
+                                          "a zone, or epoch ms)", s);
         } else if (strcmp(s, "--yes") == 0 || strcmp(s, "-y") == 0) {
             a->yes = 1;
         } else if (s[0] == '-' && s[1] != '\0') {

@@ -3,6 +3,7 @@
 #define TASKMILL_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -34,15 +35,26 @@ enum tm_cli_config_from {
 /* struct tm_cli_args is the parsed command line; every string is borrowed
  * from argv or the environment. */
 struct tm_cli_args {
-    const char *cmd;           /* "run", "check", "emit", "invoke", "dlq" */
+    const char *cmd;           /* "run", "check", "emit", "invoke", "dlq",
+                                  "pause", "resume", "schedules" */
     const char *config;        /* never NULL after tm_cli_parse */
     enum tm_cli_config_from config_from;
     const char *pos[TM_CLI_MAX_POS];
     int npos;
     const char *wait;          /* --wait SECONDS, or NULL */
     const char *priority;      /* --priority N, or NULL */
+    const char *delay;         /* --delay DURATION, or NULL */
+    const char *at;            /* --at TIME, or NULL */
     int yes;                   /* --yes given */
 };
+
+/* tm_cli_parse_at reads the TIME of `emit --at`: RFC 3339 (ISO 8601
+ * with a zone: 2026-12-01T03:00:00Z, 2026-12-01T04:00:00.250+01:00) or
+ * a count of epoch milliseconds, into epoch ms; tm_cli_parse_delay reads
+ * the DURATION of `emit --delay` (250ms, 30s, 5m, 1h, the units of the
+ * configuration). Both return 0, or -1 when s is not such a value. */
+int tm_cli_parse_at(const char *s, int64_t *ms);
+int tm_cli_parse_delay(const char *s, int64_t *ms);
 
 /* tm_cli_usage is the text of --help. */
 extern const char tm_cli_usage[];
@@ -89,5 +101,8 @@ int tm_cli_check(struct tm_cfg *cfg);
 int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_invoke(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a);
+/* tm_cli_pause is `pause` and `resume` (a->cmd says which). */
+int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a);
+int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a);
 
 #endif /* TASKMILL_CLI_H */

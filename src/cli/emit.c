@@ -14,15 +14,71 @@
 /* Longest --wait, in seconds: one day. */
 #define TM_CLI_MAX_WAIT_S 86400
 
-/* emit_options checks --priority and --wait against the task and the
- * broker. Returns 0 with *priority (-1: the task's default) and *wait_ms
- * (0: no --wait) set, or TM_EXIT_USAGE after saying why. */
+/* The farthest --delay / --at on RabbitMQ (DESIGN.md: 1 s to 30 days;
+ * the delay queues reach further, but that is what is tested). */
+#define TM_CLI_MAX_AMQP_DELAY_MS (30LL * 86400 * 1000)
+
+/* due_option reads --delay or --at into *due_ms (epoch ms; 0: neither
+ * given). Returns 0, or TM_EXIT_USAGE after saying why. */
+static int due_option(const struct tm_cfg *cfg, const struct tm_cli_args *a,
+                      int64_t *due_ms)
+{
+    int64_t now = tm_wall_ms(), v;
+    *due_ms = 0;
+    if (a->delay == NULL && a->at == NULL)
+        return 0;
+    if (a->delay != NULL && a->at != NULL) {
+        fprintf(stderr, "taskmill: --delay and --at exclude each other\n");
+        return TM_EXIT_USAGE;
+    }
+    if (a->wait != NULL) {
+        fprintf(stderr, "taskmill: --wait cannot be combined with --delay "
+                "or --at\n");
+        return TM_EXIT_USAGE;
+    }
+    const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
+    if (ops == NULL || ops->publish_at == NULL) {
+        fprintf(stderr, "taskmill: delayed messages are not supported by "
+                "the %s broker\n", cfg->url.scheme);
+        return TM_EXIT_USAGE;
+    }
+    if (a->delay != NULL) {
+        if (tm_cli_parse_delay(a->delay, &v) != 0) {
+            fprintf(stderr, "taskmill: --delay must be a duration such as "
+                    "30s, 5m or 1h, not '%s'\n", a->delay);
+            return TM_EXIT_USAGE;
+        }
+        *due_ms = now + v;
+    } else {
+        if (tm_cli_parse_at(a->at, &v) != 0) {
+            fprintf(stderr, "taskmill: --at must be an RFC 3339 time with a "
+                    "zone (2026-12-01T03:00:00Z) or epoch milliseconds, "
+                    "not '%s'\n", a->at);
+            return TM_EXIT_USAGE;
+        }
+        *due_ms = v;
+    }
+    if (cfg->url.kind == TM_BROKER_AMQP &&
+        *due_ms - now > TM_CLI_MAX_AMQP_DELAY_MS) {
+        fprintf(stderr, "taskmill: on RabbitMQ a message can be delayed by "
+                "30 days at most\n");
+        return TM_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* emit_options checks --priority, --wait, --delay and --at against the
+ * task and the broker. Returns 0 with *priority (-1: the task's
+ * default), *wait_ms (0: no --wait) and *due_ms (0: not delayed) set, or
+ * TM_EXIT_USAGE after saying why. */
 static int emit_options(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
                         const struct tm_cli_args *a, int *priority,
-                        int64_t *wait_ms)
+                        int64_t *wait_ms, int64_t *due_ms)
 {
     *priority = -1;
     *wait_ms = 0;
+    if (due_option(cfg, a, due_ms) != 0)
+        return TM_EXIT_USAGE;
     if (a->wait != NULL) {
         const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
         if (ops == NULL || ops->request == NULL) {
@@ -105,7 +161,7 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
     char *body = NULL;
     size_t len = 0;
     int priority;
-    int64_t wait_ms;
+    int64_t wait_ms, due_ms;
     if (a->npos != 2) {
         tm_cli_usage_error("emit needs TASK and a JSON body (or - to read "
                            "it from standard input)");
@@ -114,7 +170,7 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
     const struct tm_cfg_task *t = tm_cli_find_task(cfg, a->pos[0]);
     if (t == NULL)
         goto out;
-    status = emit_options(cfg, t, a, &priority, &wait_ms);
+    status = emit_options(cfg, t, a, &priority, &wait_ms, &due_ms);
     if (status != 0)
         goto out;
     status = tm_cli_body(a->pos[1], t, /* enforce_max = */ 1, &body, &len);
@@ -134,7 +190,11 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
         goto out;
     }
     char id[128];
-    if (b->ops->publish(b, t, body, len, priority, id, sizeof id) != 0) {
+    int rc = due_ms != 0 ? b->ops->publish_at(b, t, body, len, priority,
+                                              due_ms, id, sizeof id)
+                         : b->ops->publish(b, t, body, len, priority, id,
+                                           sizeof id);
+    if (rc != 0) {
         fprintf(stderr, "taskmill: emit to '%s' failed: %s\n", t->queue,
                 b->errstr);
         status = TM_EXIT_FAIL;

@@ -38,6 +38,13 @@ int tm_gen_start(struct tm_gen *g);
  */
 int tm_gen_stop(struct tm_gen *g, int64_t deadline_ns, int finish_queued);
 
+/* tm_gen_fire_start starts g's schedule firing thread, going on from the
+ * cursors of from (a stopped firing thread: the replaced generation's,
+ * or g's own after a reload that failed; NULL: none), and frees g's
+ * stopped one if it had one. tm_gen_fire_stop stops it (idempotent). */
+void tm_gen_fire_start(struct tm_gen *g, const struct tm_fire *from);
+void tm_gen_fire_stop(struct tm_gen *g);
+
 /* tm_gen_wait_idle waits, however long it takes, until no call runs in
  * g's pool: a call abandoned at the drain deadline still runs the
  * generation's plugin code with its task and worker data. */
@@ -55,6 +62,8 @@ void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g);
 
 /* ---- intake (intake.c) ---------------------------------------------- */
 
+/* tm_intake_submit hands a batch read by intake to the pool. */
+void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch);
 /* tm_intake_start starts one intake thread per task of g. */
 void tm_intake_start(struct tm_gen *g);
 
@@ -68,6 +77,46 @@ int64_t tm_backoff_jitter(int64_t ms);
 
 /* tm_backoff_next doubles a reconnect delay up to TM_RECONNECT_MAX_MS. */
 int64_t tm_backoff_next(int64_t ms);
+
+/* ---- flow control (flow.c) ------------------------------------------ */
+
+/* Tokens of a bucket the broker keeps (shared by the daemons) are held
+ * at most about this long unused: they go back with the next request
+ * after it, and a read made while they are held waits at most this. */
+#define TM_FLOW_HOLD_MS 1000
+
+/* tm_flow_cap returns how many messages of t may be in flight (read, not
+ * yet settled): prefetch, or concurrency when lower (*by_conc = 1). */
+long tm_flow_cap(const struct tm_task *t, int *by_conc);
+
+/* tm_flow_held records whether the last look held t's intake back by
+ * rate_limit or concurrency; a wait is counted once, when it starts. */
+void tm_flow_held(struct tm_task *t, int held);
+
+/* tm_flow_take_local takes up to room tokens of t's rate_limit from this
+ * daemon's bucket and returns how many the next read may take (room
+ * without a rate_limit); when 0, *wait is the ms until the next token.
+ * tm_flow_used_local then gives back what the read (used) left. */
+size_t tm_flow_take_local(struct tm_task *t, size_t room, int64_t *wait);
+void tm_flow_used_local(struct tm_task *t, size_t used);
+
+/* struct tm_lane_flow is a lane thread's scratch for rate_limit, by task
+ * index (arrays of the generation's count of tasks). */
+struct tm_lane_flow {
+    size_t *want, *back, *got;
+    int64_t *wait;
+    int waiting;        /* a task waits for its next token */
+};
+
+/* tm_flow_lane_rate caps room[] of lane's rate-limited tasks by their
+ * tokens before a read, lowering *hold to the next token's wait; returns
+ * how many tasks have room, or -1 when the broker could not be asked.
+ * tm_flow_lane_used accounts the read that followed (n batches in out,
+ * n < 0: failed). Lane thread only. */
+int tm_flow_lane_rate(struct tm_gen *g, size_t lane, size_t *room,
+                      int64_t *hold, struct tm_lane_flow *f);
+void tm_flow_lane_used(struct tm_gen *g, size_t lane, struct tm_batch **out,
+                       int n);
 
 /* ---- settlement (settle.c) ------------------------------------------ */
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "schedule/fire.h"
 #include "util.h"
 
 /* How often a retired generation looks whether its abandoned calls have
@@ -145,6 +146,8 @@ void tm_gen_free(struct tm_gen *g)
 {
     if (g == NULL)
         return;
+    tm_fire_free(g->fire);
+    g->fire = NULL;
     if (g->pool != NULL) {
         /* the pool goes first (its workers run worker fini), the plugins
          * (cb_fini, dlclose) last, and only once nothing runs their code */
@@ -258,7 +261,23 @@ int tm_gen_start(struct tm_gen *g)
     }
     g->settle_started = 1;
     tm_intake_start(g);
+    /* the replaced generation (alive until it is retired) stopped its
+     * firing thread: the cursors carry over, so that the reload neither
+     * skips nor repeats a slot */
+    tm_gen_fire_start(g, g->prev != NULL ? g->prev->fire : NULL);
     return 0;
+}
+
+void tm_gen_fire_start(struct tm_gen *g, const struct tm_fire *from)
+{
+    struct tm_fire *own = g->fire; /* stopped; may be from itself */
+    g->fire = tm_fire_start(g->broker, g->d->sched_stats, from);
+    tm_fire_free(own);
+}
+
+void tm_gen_fire_stop(struct tm_gen *g)
+{
+    tm_fire_stop(g->fire);
 }
 
 static long long gen_inflight(const struct tm_gen *g)
@@ -278,6 +297,7 @@ static long long gen_inflight(const struct tm_gen *g)
  */
 int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
 {
+    tm_gen_fire_stop(g);
     atomic_store(&g->stopping, 1);
     pthread_mutex_lock(&g->mu);
     pthread_cond_broadcast(&g->cv);

@@ -30,21 +30,58 @@ int64_t tm_backoff_next(int64_t ms)
     return ms * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS : ms * 2;
 }
 
+/* tm_intake_submit hands one batch (of one task) to the pool. Duplicates
+ * (m->duplicate: the broker found their dedup key done) are not run: they
+ * go to the settle thread at once, with outcome duplicate; the pool gets
+ * the runs of messages between them. */
+void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch)
+{
+    struct tm_task *t = &g->tasks[batch->msgs[0].task_index];
+    for (size_t i = 0; i < batch->n; i++)
+        batch->msgs[i].task = t;
+    size_t total = batch->n;
+    atomic_fetch_add(&t->stats.inflight, (long long)total);
+    size_t i = 0;
+    while (i < total) {
+        struct tm_msg *m = &batch->msgs[i];
+        if (m->duplicate) {
+            m->outcome = TM_OUT_DUPLICATE;
+            m->next = NULL;
+            tm_settle_pool_done(g, m);
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < total && !batch->msgs[j].duplicate)
+            j++;
+        size_t acc = g->pool->ops->submit(g->pool, m, j - i);
+        for (size_t k = i + acc; k < j; k++) {
+            /* the pool is draining: leave these unacknowledged */
+            atomic_fetch_sub(&t->stats.inflight, 1);
+            tm_msg_release(&batch->msgs[k]);
+        }
+        i = j;
+    }
+}
+
 static void *intake_main(void *arg)
 {
     struct tm_task *t = arg;
     struct tm_gen *g = t->gen;
     struct tm_broker *b = g->broker;
     int64_t backoff = TM_RECONNECT_MIN_MS;
-    long prefetch = (long)t->cfg->prefetch;
+    int by_conc;
+    long cap = tm_flow_cap(t, &by_conc);
 
     while (!atomic_load(&g->stopping)) {
-        long room = prefetch - (long)atomic_load(&t->stats.inflight);
+        long room = cap - (long)atomic_load(&t->stats.inflight);
         if (room <= 0) {
             atomic_store(&t->waiting_room, 1);
-            room = prefetch - (long)atomic_load(&t->stats.inflight);
-            if (room <= 0)
+            room = cap - (long)atomic_load(&t->stats.inflight);
+            if (room <= 0) {
+                tm_flow_held(t, by_conc);
                 wait_ms(g, 100);
+            }
             atomic_store(&t->waiting_room, 0);
             continue;
         }
@@ -55,9 +92,19 @@ static void *intake_main(void *arg)
             wait_ms(g, hold);
             continue;
         }
+        /* rate_limit: this daemon's bucket (the only intake with fetch
+         * is of brokers that keep no bucket) */
+        int64_t wait;
+        size_t max = tm_flow_take_local(t, (size_t)room, &wait);
+        tm_flow_held(t, max == 0);
+        int block = TM_FETCH_BLOCK_MS;
+        if (max == 0 && wait < block)
+            block = (int)wait;
+        /* with no token the read takes nothing: it only keeps the
+         * connection served (heartbeats) until the next token is due */
         struct tm_batch *batch = NULL;
-        int n = b->ops->fetch(b, t->index, (size_t)room, TM_FETCH_BLOCK_MS,
-                              &batch);
+        int n = b->ops->fetch(b, t->index, max, block, &batch);
+        tm_flow_used_local(t, n > 0 && batch != NULL ? batch->n : 0);
         if (n < 0) {
             atomic_store(&t->subscribed, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
@@ -68,16 +115,7 @@ static void *intake_main(void *arg)
         atomic_store(&t->subscribed, 1);
         if (n == 0 || batch == NULL)
             continue;
-        for (size_t i = 0; i < batch->n; i++)
-            batch->msgs[i].task = t;
-        size_t total = batch->n;
-        atomic_fetch_add(&t->stats.inflight, (long long)total);
-        size_t acc = g->pool->ops->submit(g->pool, batch->msgs, total);
-        for (size_t i = acc; i < total; i++) {
-            /* the pool is draining: leave these unacknowledged */
-            atomic_fetch_sub(&t->stats.inflight, 1);
-            tm_msg_release(&batch->msgs[i]);
-        }
+        tm_intake_submit(g, batch);
     }
     return NULL;
 }
@@ -95,30 +133,33 @@ struct tm_intake_lane {
     int started;
 };
 
-/* lane_room fills room[] for the lane's tasks (prefetch less inflight,
- * through the circuit breaker) and says how many have room; *hold is the
- * shortest wait a circuit asked for (the lane looks again then). A task
- * left with no room is marked waiting_room, so that the settle thread,
- * making room after the look, pokes the lane (room_made). */
-static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
-                        int64_t *hold)
+/* lane_room fills room[] for the lane's tasks (prefetch, or concurrency
+ * when lower, less inflight, through the circuit breaker); *hold is the
+ * shortest wait a circuit asked for (the lane looks again then). A task left with no room is marked
+ * waiting_room, so that the settle thread, making room after the look,
+ * pokes the lane (room_made). */
+static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
+                      int64_t *hold)
 {
     struct tm_broker *b = g->broker;
-    size_t with_room = 0;
     *hold = TM_LANE_BLOCK_MS;
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
         room[i] = 0;
         if (b->ops->lane_of(b, i) != lane)
             continue;
-        long r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
+        int by_conc;
+        long cap = tm_flow_cap(t, &by_conc);
+        long r = cap - (long)atomic_load(&t->stats.inflight);
         if (r <= 0) {
             /* flag first, then look again: room made after the flag is
              * seen here or pokes the lane */
             atomic_store(&t->waiting_room, 1);
-            r = (long)t->cfg->prefetch - (long)atomic_load(&t->stats.inflight);
-            if (r <= 0)
+            r = cap - (long)atomic_load(&t->stats.inflight);
+            if (r <= 0) {
+                tm_flow_held(t, by_conc);
                 continue;
+            }
         }
         atomic_store(&t->waiting_room, 0);
         int64_t h = tm_circuit_gate(&t->circuit, t->cfg,
@@ -131,24 +172,6 @@ static size_t lane_room(struct tm_gen *g, size_t lane, size_t *room,
         if (r <= 0)
             continue;
         room[i] = (size_t)r;
-        with_room++;
-    }
-    return with_room;
-}
-
-/* submit_batch hands one batch to the pool. */
-static void submit_batch(struct tm_gen *g, struct tm_batch *batch)
-{
-    struct tm_task *t = &g->tasks[batch->msgs[0].task_index];
-    for (size_t i = 0; i < batch->n; i++)
-        batch->msgs[i].task = t;
-    size_t total = batch->n;
-    atomic_fetch_add(&t->stats.inflight, (long long)total);
-    size_t acc = g->pool->ops->submit(g->pool, batch->msgs, total);
-    for (size_t i = acc; i < total; i++) {
-        /* the pool is draining: leave these unacknowledged */
-        atomic_fetch_sub(&t->stats.inflight, 1);
-        tm_msg_release(&batch->msgs[i]);
     }
 }
 
@@ -168,17 +191,33 @@ static void *lane_main(void *arg)
     size_t n_out = g->ntasks ? g->ntasks : 1;
     size_t *room = tm_calloc(n_out, sizeof *room);
     struct tm_batch **out = tm_calloc(n_out, sizeof *out);
+    struct tm_lane_flow f = {
+        .want = tm_calloc(n_out, sizeof *f.want),
+        .back = tm_calloc(n_out, sizeof *f.back),
+        .got = tm_calloc(n_out, sizeof *f.got),
+        .wait = tm_calloc(n_out, sizeof *f.wait),
+    };
 
     while (!atomic_load(&g->stopping)) {
         int64_t hold;
-        if (lane_room(g, ln->index, room, &hold) == 0) {
+        lane_room(g, ln->index, room, &hold);
+        int with_room = tm_flow_lane_rate(g, ln->index, room, &hold, &f);
+        if (with_room < 0) {
+            set_subscribed(g, ln->index, 0);
+            wait_ms(g, tm_backoff_jitter(backoff));
+            backoff = tm_backoff_next(backoff);
+            continue;
+        }
+        if (with_room == 0) {
             /* nothing may be read: wait for room (the settle thread
-             * signals it), the circuit, or the stop */
-            wait_ms(g, hold < 100 ? hold : 100);
+             * signals it), the circuit, the stop, or the next token (no
+             * asking the broker before it is due) */
+            wait_ms(g, hold < 100 || f.waiting ? hold : 100);
             continue;
         }
         int n = b->ops->fetch_lane(b, ln->index, room, (int)hold, out,
                                    n_out);
+        tm_flow_lane_used(g, ln->index, out, n);
         if (n < 0) {
             set_subscribed(g, ln->index, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
@@ -188,10 +227,14 @@ static void *lane_main(void *arg)
         backoff = TM_RECONNECT_MIN_MS;
         set_subscribed(g, ln->index, 1);
         for (int i = 0; i < n; i++)
-            submit_batch(g, out[i]);
+            tm_intake_submit(g, out[i]);
     }
     tm_free(room);
     tm_free(out);
+    tm_free(f.want);
+    tm_free(f.back);
+    tm_free(f.got);
+    tm_free(f.wait);
     return NULL;
 }
 

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "notify.h"
+#include "schedule/fire.h"
 #include "util.h"
 
 /* How long the exit waits for a retired generation being freed (pool
@@ -133,6 +134,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     pthread_mutex_init(&d->stop_mu, NULL);
     tm_cond_init(&d->stop_cv);
     pthread_rwlock_init(&d->gen_lock, NULL);
+    d->sched_stats = tm_sched_stats_new();
 
     /* signals are taken by one thread; every other thread blocks them */
     sigset_t set;
@@ -217,6 +219,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     g->settle_started = 1;
     if (!stop_requested(d)) {
         tm_intake_start(g);
+        tm_gen_fire_start(g, NULL);
         atomic_store(&d->state, TM_STATE_RUNNING);
         tm_log_info(TM_DAEMON_SRC, "taskmill %s running: %zu task(s), %s pool of %u, "
                     "broker %s", TM_VERSION, g->ntasks, g->pool->ops->kind,

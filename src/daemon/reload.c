@@ -224,11 +224,13 @@ void tm_reload(struct tm_daemon *d)
      * arrives from now on runs on the new configuration; what the old
      * one holds runs on to the end, on its own code */
     tm_intake_stop(old);
+    tm_gen_fire_stop(old);
     if (tm_gen_start(g) != 0) {
         refuse(d, "the new configuration did not start");
         tm_gen_stop(g, tm_now_ns(), 0);
         tm_gen_free(g);
         tm_intake_start(old);
+        tm_gen_fire_start(old, old->fire);
         return;
     }
     struct summary sum;

@@ -58,7 +58,8 @@ static void stats_record(struct tm_task *t, const struct tm_msg *m)
      * body never runs) */
     int64_t ended = m->t_end_ns != 0 ? m->t_end_ns : m->t_recv_ns;
     tm_rate_note(&s->rate, ended != 0 ? ended : tm_now_ns());
-    if (m->outcome == TM_OUT_INVALID && m->t_start_ns == 0)
+    if ((m->outcome == TM_OUT_INVALID || m->outcome == TM_OUT_DUPLICATE) &&
+        m->t_start_ns == 0)
         return;
     int64_t ns = m->t_end_ns - m->t_start_ns;
     tm_durwin_note(&s->durs, ns);
@@ -110,12 +111,24 @@ static void room_made(struct tm_gen *g, struct tm_task *t)
     }
 }
 
+/* stats_late says whether m's outcome is counted only once the broker
+ * settled it: a success with a dedup key, which the broker turns into a
+ * duplicate when another copy's success was recorded first (counted
+ * then, so that a key never counts two successes). */
+static int stats_late(const struct tm_msg *m)
+{
+    return m->dedup_key != NULL && m->t_start_ns != 0 &&
+           (m->outcome == TM_OUT_SUCCESS || m->outcome == TM_OUT_DUPLICATE);
+}
+
 /* finish drops messages whose settlement is done (or was never needed). */
 static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct tm_msg *m = v[i];
         struct tm_task *t = m->task;
+        if (stats_late(m))
+            stats_record(t, m);
         atomic_fetch_sub_explicit(&t->stats.inflight, 1,
                                   memory_order_relaxed);
         tm_msg_release(m);
@@ -166,8 +179,10 @@ static void settle_batch(struct tm_gen *g, struct tm_msg *list)
         tm_msg_name_outcome(m);
         if (m->outcome == TM_OUT_NONE)
             continue;
-        stats_record(t, m);
-        tm_circuit_note(&t->circuit, t->cfg, m->outcome);
+        if (!stats_late(m))
+            stats_record(t, m);
+        if (m->outcome != TM_OUT_DUPLICATE) /* not run: says nothing */
+            tm_circuit_note(&t->circuit, t->cfg, m->outcome);
         if (m->settle == TM_SETTLE_RETRY)
             atomic_fetch_add_explicit(&t->stats.retries, 1,
                                       memory_order_relaxed);
@@ -203,6 +218,15 @@ void tm_settle_carry(struct tm_task_stats *dst,
     TM_CARRY(dead_lettered);
     TM_CARRY(dur_sum_us);
 #undef TM_CARRY
+    /* written by the intake threads, which may run during a fold: added,
+     * not stored */
+    atomic_fetch_add_explicit(
+        &dst->rate_limited,
+        atomic_load_explicit(&src->rate_limited, memory_order_relaxed) -
+            (sub != NULL ? atomic_load_explicit(&sub->rate_limited,
+                                                memory_order_relaxed)
+                         : 0),
+        memory_order_relaxed);
 }
 
 /* fold adds what the previous generation counted after this one started,

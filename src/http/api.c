@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "broker.h"
 #include "daemon.h"
 #include "json.h"
 #include "util.h"
@@ -108,9 +109,9 @@ static void add_count(cJSON *o, const char *name, long long v, int read)
         cJSON_AddNullToObject(o, name);
 }
 
-static cJSON *task_json(struct tm_daemon *d, const struct tm_task *t,
-                        int64_t now_ns)
+static cJSON *task_json(struct tm_daemon *d, size_t i, int64_t now_ns)
 {
+    const struct tm_task *t = &d->tasks[i];
     const struct tm_cfg_task *c = t->cfg;
     const struct tm_task_stats *s = &t->stats;
     cJSON *o = cJSON_CreateObject();
@@ -136,11 +137,13 @@ static cJSON *task_json(struct tm_daemon *d, const struct tm_task *t,
     cJSON_AddStringToObject(o, "circuit",
                             tm_circuit_state_name(tm_circuit_state(
                                 &t->circuit, now_ns / 1000000LL)));
+    cJSON_AddBoolToObject(o, "paused", tm_broker_paused(d->broker, i));
     /* the refresher's last reads (depth.c) */
     int read = atomic_load(&s->depth_at_ms) != 0;
     add_count(o, "queue_depth", atomic_load(&s->queue_depth), read);
     add_count(o, "pending", atomic_load(&s->queue_pending), read);
     add_count(o, "dead_letters", atomic_load(&s->dead_letter_depth), read);
+    add_count(o, "scheduled", atomic_load(&s->scheduled_depth), read);
     cJSON *l = cJSON_AddObjectToObject(o, "limits");
     cJSON_AddNumberToObject(l, "prefetch", c->prefetch);
     cJSON_AddNumberToObject(l, "timeout_ms", (double)c->timeout_ms);
@@ -165,7 +168,7 @@ static enum MHD_Result answer_tasks(struct tm_daemon *d,
     cJSON_AddBoolToObject(j, "writable", d->cfg->http_token != NULL);
     cJSON *a = cJSON_AddArrayToObject(j, "tasks");
     for (size_t i = 0; i < d->ntasks; i++)
-        cJSON_AddItemToArray(a, task_json(d, &d->tasks[i], now_ns));
+        cJSON_AddItemToArray(a, task_json(d, i, now_ns));
     pthread_rwlock_unlock(&d->gen_lock);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
@@ -222,17 +225,29 @@ static unsigned parse_route(const char *path, const char *method,
         rt->allow = "GET, HEAD";
         return get ? 0 : 405;
     }
+    if (strcmp(path, "schedules") == 0) {
+        rt->op = TM_API_SCHEDULES;
+        rt->allow = "GET, HEAD";
+        return get ? 0 : 405;
+    }
     if (strncmp(path, "tasks/", 6) != 0)
         return 404;
     const char *p = path + 6;
     if (segment(&p, rt->task, sizeof rt->task) <= 0)
         return 404;
-    /* the rest: "messages", "dead-letters", "dead-letters/replay",
-     * "dead-letters/ID", "dead-letters/ID/replay" */
+    /* the rest: "messages", "pause", "resume", "dead-letters",
+     * "dead-letters/replay", "dead-letters/ID", "dead-letters/ID/replay" */
     if (segment(&p, seg, sizeof seg) < 0)
         return 404;
     if (strcmp(seg, "messages") == 0 && *p == '\0') {
         rt->op = TM_API_PUBLISH;
+        rt->write = 1;
+        rt->allow = "POST";
+        return post ? 0 : 405;
+    }
+    if ((strcmp(seg, "pause") == 0 || strcmp(seg, "resume") == 0) &&
+        *p == '\0') {
+        rt->op = seg[0] == 'p' ? TM_API_PAUSE : TM_API_RESUME;
         rt->write = 1;
         rt->allow = "POST";
         return post ? 0 : 405;
@@ -341,13 +356,14 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     pthread_rwlock_rdlock(&d->gen_lock);
     int has_token = d->cfg->http_token != NULL;
     enum tm_broker_kind kind = d->cfg->url.kind;
+    int no_task = rt.tasks || rt.op == TM_API_SCHEDULES;
     const struct tm_cfg_task *t =
-        rt.tasks ? NULL : tm_cfg_find_task(d->cfg, rt.task);
+        no_task ? NULL : tm_cfg_find_task(d->cfg, rt.task);
     size_t max_payload = t != NULL ? t->max_payload : 0;
     pthread_rwlock_unlock(&d->gen_lock);
     code = 0;
     size_t limit = 0;
-    if (!rt.tasks && t == NULL) {
+    if (!no_task && t == NULL) {
         code = 404;
         tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
     } else if (rt.id[0] != '\0' && !id_ok(kind, rt.id)) {

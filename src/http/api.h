@@ -16,7 +16,10 @@ enum tm_api_op {
     TM_API_DLQ_LIST = 1,
     TM_API_DLQ_REPLAY = 2,     /* one (id set) or all */
     TM_API_DLQ_PURGE = 3,      /* one (id set) or all */
-    TM_API_PUBLISH = 4
+    TM_API_PUBLISH = 4,
+    TM_API_PAUSE = 5,
+    TM_API_RESUME = 6,
+    TM_API_SCHEDULES = 7       /* GET /api/v1/schedules: no task */
 };
 
 /* Where a request stands (struct tm_api_req.state). */

@@ -1,5 +1,5 @@
 /* api_worker.c - the admin API's broker operations (dead letters,
- * publish), run on a thread of their own so that a slow or silent broker
+ * publish, pause), run on a thread of their own so that a slow or silent broker
  * never stalls the HTTP thread: the request's connection is suspended
  * meanwhile, and resumed when the answer is ready or its deadline passed. */
 #include "http/api.h"
@@ -16,6 +16,8 @@
 #include "broker.h"
 #include "daemon.h"
 #include "log.h"
+#include "schedule/clock.h"
+#include "schedule/fire_report.h"
 #include "util.h"
 
 #define SRC "http"
@@ -123,12 +125,93 @@ static cJSON *entry_json(const struct tm_dlq_entry *e)
     return o;
 }
 
+/* set_pause writes task t's pause state with b, tells d's own intake at
+ * once (the other daemons read it within their poll period), and answers
+ * the task's new state. gen_lock held (read). */
+static void set_pause(struct tm_daemon *d, struct tm_broker *b,
+                      const struct tm_cfg_task *t, int paused,
+                      struct tm_api_req *out)
+{
+    if (b->ops->pause_set == NULL) {
+        tm_api_error(out, 501, "the %s broker cannot pause a task",
+                     b->ops->kind);
+        return;
+    }
+    if (b->ops->pause_set(b, t, paused) != 0) {
+        tm_api_error(out, 502, "broker: %s", b->errstr);
+        return;
+    }
+    /* t is a task of d->cfg, whose index is that of d->broker's task */
+    size_t i = (size_t)(t - d->cfg->tasks);
+    assert(i < d->cfg->ntasks);
+    if (d->broker != NULL && d->broker->ops->pause_note != NULL)
+        d->broker->ops->pause_note(d->broker, i, paused);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", t->name);
+    cJSON_AddBoolToObject(j, "paused", paused);
+    tm_api_finish(out, 200, j);
+}
+
+/* add_slot adds a slot as RFC 3339 (name) and epoch ms (name_ms), both
+ * null when ms < 0 (none, or unknown). */
+static void add_slot(cJSON *o, const char *name, int64_t ms)
+{
+    char key[40], when[40];
+    tm_snprintf(key, sizeof key, "%s_ms", name);
+    if (ms < 0) {
+        cJSON_AddNullToObject(o, name);
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    tm_rfc3339(ms, when, sizeof when);
+    cJSON_AddStringToObject(o, name, when);
+    cJSON_AddNumberToObject(o, key, (double)ms);
+}
+
+/* run_schedules answers GET /api/v1/schedules: each schedule of b's
+ * configuration with its last slot, read from the broker, and its next. */
+static void run_schedules(struct tm_broker *b, struct tm_api_req *out)
+{
+    const struct tm_cfg *cfg = b->cfg;
+    size_t n = cfg->nschedules;
+    struct tm_sched_row *rows = tm_calloc(n ? n : 1, sizeof *rows);
+    char err[512];
+    if (tm_sched_report(b, tm_sched_now_ms(), rows, err, sizeof err) != 0) {
+        tm_api_error(out, 502, "broker: %s", err);
+        tm_free(rows);
+        return;
+    }
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        const struct tm_cfg_schedule *s = rows[i].s;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", s->name);
+        cJSON_AddStringToObject(o, "task", s->task);
+        cJSON_AddStringToObject(o, "spec", s->spec_text);
+        if (s->timezone != NULL)
+            cJSON_AddStringToObject(o, "timezone", s->timezone);
+        else
+            cJSON_AddNullToObject(o, "timezone");
+        cJSON_AddStringToObject(o, "catch_up", s->catch_up ==
+                                TM_CATCH_UP_ONCE ? "once" : "skip");
+        add_slot(o, "last_slot", rows[i].last_ms);
+        add_slot(o, "next_slot", rows[i].next_ms);
+        cJSON_AddItemToArray(a, o);
+    }
+    tm_free(rows);
+    tm_api_finish(out, 200, a);
+}
+
 /* run_on runs job on broker b for task t; the answer goes to out. */
-static void run_on(struct tm_broker *b, const struct tm_cfg_task *t,
-                   const struct job *job, struct tm_api_req *out)
+static void run_on(struct tm_daemon *d, struct tm_broker *b,
+                   const struct tm_cfg_task *t, const struct job *job,
+                   struct tm_api_req *out)
 {
     const char *id = job->id[0] != '\0' ? job->id : NULL;
     switch (job->op) {
+    case TM_API_SCHEDULES:
+        run_schedules(b, out);
+        break;
     case TM_API_DLQ_LIST: {
         struct tm_dlq_entry *e = NULL;
         size_t n = 0;
@@ -173,6 +256,10 @@ static void run_on(struct tm_broker *b, const struct tm_cfg_task *t,
         tm_api_finish(out, 201, j);
         break;
     }
+    case TM_API_PAUSE:
+    case TM_API_RESUME:
+        set_pause(d, b, t, job->op == TM_API_PAUSE, out);
+        break;
     }
 }
 
@@ -191,7 +278,7 @@ static void run_job(struct tm_daemon *d, const struct job *job,
     pthread_rwlock_rdlock(&d->gen_lock);
     const struct tm_cfg_task *t = tm_cfg_find_task(d->cfg, job->task);
     struct tm_broker *b = NULL;
-    if (t == NULL) {
+    if (t == NULL && job->op != TM_API_SCHEDULES) {
         tm_api_error(out, 404, "no task '%s'", job->task);
         goto out;
     }
@@ -200,7 +287,7 @@ static void run_job(struct tm_daemon *d, const struct job *job,
         tm_api_error(out, 500, "%s", err);
         goto out;
     }
-    run_on(b, t, job, out);
+    run_on(d, b, t, job, out);
 out:
     if (b != NULL)
         b->ops->destroy(b);

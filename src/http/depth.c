@@ -20,7 +20,7 @@
 
 /* one task's counts, as read from the broker */
 struct depth_read {
-    long long depth, pending, dlq;
+    long long depth, pending, dlq, scheduled;
     int64_t at_ms;
 };
 
@@ -118,6 +118,11 @@ static int refresh_depths(struct tm_http_depth *h)
             rc = -1;
             break;
         }
+        /* delayed messages: a count the adapter keeps, or -1 */
+        v->scheduled = -1;
+        if (b->ops->scheduled != NULL &&
+            b->ops->scheduled(b, got, &v->scheduled) != 0)
+            v->scheduled = -1;
         v->at_ms = tm_now_ms();
     }
     /* stored while b is still in use: until then it cannot have been
@@ -130,6 +135,7 @@ static int refresh_depths(struct tm_http_depth *h)
             atomic_store(&s->queue_depth, h->vals[i].depth);
             atomic_store(&s->queue_pending, h->vals[i].pending);
             atomic_store(&s->dead_letter_depth, h->vals[i].dlq);
+            atomic_store(&s->scheduled_depth, h->vals[i].scheduled);
             atomic_store(&s->depth_at_ms, h->vals[i].at_ms);
         }
     }

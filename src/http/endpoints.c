@@ -12,6 +12,7 @@
 #include <microhttpd.h>
 
 #include "asyncapi.h"
+#include "broker.h"
 #include "daemon.h"
 #include "util.h"
 
@@ -216,6 +217,14 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
         cJSON_AddStringToObject(o, "circuit",
                                 tm_circuit_state_name(tm_circuit_state(
                                     &t->circuit, now_ns / 1000000LL)));
+        cJSON_AddBoolToObject(o, "paused", tm_broker_paused(d->broker, i));
+        /* delayed messages waiting, as the depth refresher last read
+         * them; null when never read or the broker cannot tell */
+        long long sched = atomic_load(&s->scheduled_depth);
+        if (atomic_load(&s->depth_at_ms) != 0 && sched >= 0)
+            cJSON_AddNumberToObject(o, "scheduled", (double)sched);
+        else
+            cJSON_AddNullToObject(o, "scheduled");
     }
     pthread_rwlock_unlock(&d->gen_lock);
     reply_json(r, 200, j);

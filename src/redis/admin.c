@@ -203,18 +203,18 @@ out:
     return rc;
 }
 
-/* cli_command runs one command on the settle link; argv[key] is a key
- * it touches (its slot routes it in a cluster). */
-static redisReply *cli_command(struct tm_redis *rb, int argc,
-                               const char **argv, const size_t *lens,
-                               int key)
+redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
+                                 const char **argv, const size_t *lens,
+                                 int key, int64_t timeout_ms)
 {
     char eb[512];
     int dead;
-    unsigned slot = tm_redis_key_slot(argv[key], strlen(argv[key]));
+    size_t klen = lens != NULL ? lens[key] : strlen(argv[key]);
+    unsigned slot = tm_redis_key_slot(argv[key], klen);
     int was_open = tm_redis_link_up(&rb->settle);
     redisReply *r = tm_redis_link_run(rb, &rb->settle, slot, argc, argv,
-                                      lens, 0, 0, eb, sizeof eb, &dead);
+                                      lens, 0, timeout_ms, eb, sizeof eb,
+                                      &dead);
     if (r == NULL && dead && !was_open)
         tm_broker_set_error(&rb->base, ECONNREFUSED, "%s", eb);
     else if (r == NULL)
@@ -231,7 +231,7 @@ int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
     (void)priority; /* refused by the config loader on Redis */
     const char *argv[] = {"XADD", t->queue, "*", "body", body};
     size_t lens[] = {4, strlen(t->queue), 1, 4, len};
-    redisReply *r = cli_command(rb, 5, argv, lens, 1);
+    redisReply *r = tm_redis_cli_command(rb, 5, argv, lens, 1, 0);
     if (r == NULL)
         return -1;
     tm_snprintf(id, idlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
@@ -277,7 +277,7 @@ int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_snprintf(count, sizeof count, "%zu", max);
     const char *argv[] = {"XREVRANGE", t->dead_letter, "+", "-", "COUNT",
                           count};
-    redisReply *r = cli_command(rb, 6, argv, NULL, 1);
+    redisReply *r = tm_redis_cli_command(rb, 6, argv, NULL, 1, 0);
     *out = NULL;
     *n = 0;
     if (r == NULL)
@@ -312,7 +312,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     } else {
         const char *largv[] = {"XREVRANGE", t->dead_letter, "+", "-",
                                "COUNT", "1"};
-        redisReply *r = cli_command(rb, 6, largv, NULL, 1);
+        redisReply *r = tm_redis_cli_command(rb, 6, largv, NULL, 1, 0);
         if (r == NULL)
             return -1;
         int empty = r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
@@ -328,7 +328,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     for (;;) {
         const char *argv[] = {"XRANGE", t->dead_letter, from, last, "COUNT",
                               "100"};
-        redisReply *r = cli_command(rb, 6, argv, NULL, 1);
+        redisReply *r = tm_redis_cli_command(rb, 6, argv, NULL, 1, 0);
         if (r == NULL)
             return -1;
         size_t got = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
@@ -346,7 +346,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
             for (size_t k = 0; k < 6; k++)
                 lens[k] = strlen(sargv[k]);
             lens[6] = body != NULL ? body->len : 0;
-            redisReply *x = cli_command(rb, 7, sargv, lens, 3);
+            redisReply *x = tm_redis_cli_command(rb, 7, sargv, lens, 3, 0);
             if (x == NULL) {
                 freeReplyObject(r);
                 return -1;
@@ -369,7 +369,7 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
     struct tm_redis *rb = (struct tm_redis *)b;
     if (id != NULL) {
         const char *argv[] = {"XDEL", t->dead_letter, id};
-        redisReply *r = cli_command(rb, 3, argv, NULL, 1);
+        redisReply *r = tm_redis_cli_command(rb, 3, argv, NULL, 1, 0);
         if (r == NULL)
             return -1;
         long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
@@ -377,13 +377,13 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
         return n;
     }
     const char *largv[] = {"XLEN", t->dead_letter};
-    redisReply *r = cli_command(rb, 2, largv, NULL, 1);
+    redisReply *r = tm_redis_cli_command(rb, 2, largv, NULL, 1, 0);
     if (r == NULL)
         return -1;
     long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
     freeReplyObject(r);
     const char *dargv[] = {"DEL", t->dead_letter};
-    r = cli_command(rb, 2, dargv, NULL, 1);
+    r = tm_redis_cli_command(rb, 2, dargv, NULL, 1, 0);
     if (r == NULL)
         return -1;
     freeReplyObject(r);

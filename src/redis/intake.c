@@ -156,23 +156,28 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
         m->invalid = "the entry has no fields";
         return 0;
     }
+    int has_body = 0;
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
         const redisReply *k = f->element[i], *v = f->element[i + 1];
-        if (k->type == REDIS_REPLY_STRING && k->len == 4 &&
-            memcmp(k->str, "body", 4) == 0 && v->type == REDIS_REPLY_STRING) {
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        if (!has_body && k->len == 4 && memcmp(k->str, "body", 4) == 0) {
+            has_body = 1;
             if (v->len > sizeof TM_REDIS_OVERSIZE - 1 &&
                 memcmp(v->str, TM_REDIS_OVERSIZE,
-                       sizeof TM_REDIS_OVERSIZE - 1) == 0) {
+                       sizeof TM_REDIS_OVERSIZE - 1) == 0)
                 /* dropped by the capped read: the reason is left */
                 m->invalid = v->str + sizeof TM_REDIS_OVERSIZE - 1;
-                return 0;
+            else {
+                m->body = v->str;
+                m->body_len = v->len;
             }
-            m->body = v->str;
-            m->body_len = v->len;
-            return 0;
+        } else {
+            tm_redis_meta_field(m, k, v);
         }
     }
-    m->invalid = "the entry has no body field";
+    if (!has_body)
+        m->invalid = "the entry has no body field";
     return 0;
 }
 
@@ -696,8 +701,9 @@ static int poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
     return 0;
 }
 
-int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
-                        int timeout_ms, struct tm_batch **out, size_t nout)
+/* fetch_lane reads what lane li may take now (see tm_redis_fetch_lane). */
+static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
+                      int timeout_ms, struct tm_batch **out, size_t nout)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     assert(li < rb->nlanes);
@@ -712,6 +718,11 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
      * connection, and the id a poke unblocks it by */
     if (!l->poll && lane_connect(rb, l, rb->tasks[l->tasks[0]].slot) != 0)
         return -1;
+    /* the pause state first: nothing of a paused task is read */
+    if (tm_redis_pause_poll(rb, l) != 0) {
+        intake_failed(rb, &rb->tasks[l->tasks[0]], "pause state read");
+        return -1;
+    }
     if (tm_now_ms() >= l->next_peek_ms) {
         for (size_t i = 0; i < l->ntasks; i++)
             if (task_ready(rb, &rb->tasks[l->tasks[i]]) != 0)
@@ -723,7 +734,7 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
 
     /* steps 1-3 for each task with room; their batches first */
     size_t k = 0;
-    int waiting = 0;
+    int waiting = 0, paused = 0;
     int64_t now = tm_now_ms();
     int64_t until = now + (timeout_ms > 0 ? timeout_ms : 1);
     for (size_t i = 0; i < l->ntasks && nb < nout; i++) {
@@ -731,6 +742,10 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         struct tm_redis_task *rt = &rb->tasks[ti];
         size_t max = room[ti] < TM_REDIS_ACK_CHUNK ? room[ti]
                                                     : TM_REDIS_ACK_CHUNK;
+        if (max > 0 && atomic_load(&rt->paused)) {
+            paused = 1; /* nothing is read: retries, reclaim, new */
+            continue;
+        }
         if (max == 0) {
             waiting = 1;
             continue;
@@ -755,6 +770,8 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     /* the connection works: every task with room was looked at */
     tm_redis_mark_up(rb);
     l->was_up = 1;
+    if (nb == 0 && k == 0 && !fresh && paused)
+        tm_redis_pause_wait(l, until); /* every task with room paused */
     if (nb > 0 || k == 0 || fresh)
         return (int)nb;
 
@@ -765,6 +782,9 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         until = now + TM_REDIS_ROOM_BLOCK_MS;
     if (until > l->next_peek_ms)
         until = l->next_peek_ms;
+    /* and no longer than the next read of the pause state */
+    if (until > atomic_load(&l->next_pause_ms))
+        until = atomic_load(&l->next_pause_ms);
     int64_t bl = until - now > 1 ? until - now : 1;
     atomic_store(&l->block_end_ms, now + bl);
     atomic_store(&l->in_block, 1);
@@ -776,5 +796,15 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
                     : read_new(rb, l, 0, k, bl, out, nout);
     atomic_store(&l->in_block, 0);
     atomic_store(&l->block_end_ms, LLONG_MAX);
+    return n;
+}
+
+int tm_redis_fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
+                        int timeout_ms, struct tm_batch **out, size_t nout)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    int n = fetch_lane(b, li, room, timeout_ms, out, nout);
+    if (n > 0)
+        tm_redis_dedup_check(rb, &rb->lanes[li], out, (size_t)n);
     return n;
 }

@@ -46,11 +46,14 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         rt->retry_key = tm_redis_retry_key(rt->cfg);
         rt->slot = tm_redis_key_slot(rt->cfg->queue, strlen(rt->cfg->queue));
         rt->lane_key = rb->cluster ? rt->slot : 0;
+        rt->rate_key = tm_redis_rate_key(rt->cfg);
+        rt->pause_key = tm_redis_pause_key(rt->cfg);
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
         pthread_mutex_init(&rt->held_mu, NULL);
     }
     pthread_mutex_init(&rb->wake_mu, NULL);
     tm_redis_lanes_init(rb);
+    rb->sched = tm_redis_sched_new(rb);
     return &rb->base;
 }
 
@@ -93,6 +96,7 @@ static void rb_destroy(struct tm_broker *b)
     if (b == NULL)
         return;
     struct tm_redis *rb = (struct tm_redis *)b;
+    tm_redis_sched_free(rb->sched);
     tm_redis_lanes_free(rb);
     tm_redis_link_close(rb, &rb->wake);
     pthread_mutex_destroy(&rb->wake_mu);
@@ -100,6 +104,8 @@ static void rb_destroy(struct tm_broker *b)
         tm_redis_collect(&rb->tasks[i]);
         pthread_mutex_destroy(&rb->tasks[i].held_mu);
         tm_free(rb->tasks[i].retry_key);
+        tm_free(rb->tasks[i].rate_key);
+        tm_free(rb->tasks[i].pause_key);
     }
     tm_redis_link_close(rb, &rb->settle);
     pthread_mutex_destroy(&rb->topo_mu);
@@ -133,5 +139,16 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .dlq_purge = tm_redis_dlq_purge,
     .destroy = rb_destroy,
     .depth = tm_redis_depth,
+    .request = tm_redis_request,
+    .rate_take = tm_redis_rate_take,
+    .pause_set = tm_redis_pause_set,
+    .paused = tm_redis_paused,
+    .pause_note = tm_redis_pause_note,
+    .sched_open = tm_redis_sched_open,
+    .sched_fire = tm_redis_sched_fire,
+    .sched_last = tm_redis_sched_last,
+    .sched_close = tm_redis_sched_close,
+    .publish_at = tm_redis_publish_at,
+    .scheduled = tm_redis_scheduled,
     .nodes = tm_redis_nodes,
 };

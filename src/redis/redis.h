@@ -21,9 +21,14 @@
  *   intake.c  reads of new entries, own history and reclaim (lane thread)
  *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
+ *   rate.c    rate_limit: the task's token bucket, shared by all daemons
  *   settle.c  ack, retry, dead-letter (settle thread)
+ *   reply.c   answers to requests, written when settling; emit --wait
+ *   dedup.c   which messages of a read already succeeded (dedup_ttl)
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
+ *   scheduled.c  delayed messages: the scheduled set and its promoter
  *   admin.c   CLI and monitoring: publish, dead letters, depths
+ *   pause.c   pause state: the keys, their reads, pause/resume
  *   redis.c   create, connect, wake, destroy and the vtable
  */
 
@@ -100,6 +105,8 @@ struct tm_redis_task {
                                   read by one command: the slot in a
                                   cluster, else 0 */
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
+    char *rate_key;            /* "<queue>.rate.<group>": rate_limit's
+                                  token bucket */
     struct tm_redis_lane *lane; /* the intake lane that reads it */
     unsigned group_gen;        /* lane->link.gen when its group was made
                                   sure of; another value: not yet */
@@ -118,6 +125,8 @@ struct tm_redis_task {
     char claim_cursor[TM_REDIS_ID_MAX + 1]; /* reclaim scan position */
     pthread_mutex_t held_mu;   /* guards held */
     struct tm_redis_held *held; /* batches this process holds */
+    char *pause_key;           /* "<queue>.paused.<group>" (pause.c) */
+    atomic_int paused;         /* 1 while the task's intake is paused */
     char errstr[256];
 };
 
@@ -169,6 +178,8 @@ struct tm_redis_lane {
                                   lists (lane thread only) */
     int64_t peek_period_ms;    /* the shortest claim period of its
                                   tasks */
+    atomic_llong next_pause_ms; /* next read of its tasks' pause keys
+                                   (pause.c; 0: at once) */
     /* read scratch (lane thread only) */
     const char **argv;
     size_t *argti;             /* task index of each stream selected */
@@ -215,6 +226,7 @@ struct tm_redis {
     unsigned char *redo;        /* settle: spans to send again */
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
     size_t idcap;
+    struct tm_redis_sched *sched; /* delayed messages (scheduled.c) */
     int64_t refused_log_ms;     /* settle: last refusal logged */
     unsigned long refused_unlogged; /* settle: refusals since, not logged */
 };
@@ -317,6 +329,29 @@ redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
                               const size_t *lens, size_t cap,
                               int64_t timeout_ms, char *buf, size_t size,
                               int *dead);
+/* struct tm_redis_cmd is one command of a pipeline on a link: its keys
+ * are in slot; lens NULL: the strlen of each argument. */
+struct tm_redis_cmd {
+    unsigned slot;
+    int argc;
+    const char **argv;
+    const size_t *lens;
+    redisReply *reply;         /* set by tm_redis_link_pipe */
+};
+/* tm_redis_link_pipe runs the n commands on lk, pipelined per node (each
+ * command to its slot's node; outside a cluster all to the one server):
+ * every command is written, then every reply read. A command redirected
+ * (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) is run again alone, following the
+ * redirect. cmds[i].reply is its reply, error replies included; NULL
+ * when none came (not sent, its connection lost, or refused after a
+ * redirect). Returns 0, or -1 with the reason in buf when a connection
+ * was lost or its server is no longer the master (the connection is
+ * closed then, to be opened again on the next use). The caller frees
+ * the replies with tm_redis_cmds_free. */
+int tm_redis_link_pipe(struct tm_redis *rb, struct tm_rlink *lk,
+                       struct tm_redis_cmd *cmds, size_t n, char *buf,
+                       size_t size);
+void tm_redis_cmds_free(struct tm_redis_cmd *cmds, size_t n);
 /* tm_redis_nodes fills the broker's nodes op. */
 size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
                       size_t max);
@@ -339,6 +374,24 @@ void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
  * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
  * wait being the ms until the next retry is due (-1: none). */
 extern const char tm_redis_due_script[];
+
+/* ---- scheduled.c ---- */
+
+/* tm_redis_scheduled_key returns "<queue>.scheduled" (the caller frees
+ * it with tm_free): the delayed messages of the queue, built from the
+ * queue name first so that a hash tag carries over. */
+char *tm_redis_scheduled_key(const struct tm_cfg_task *t);
+/* tm_redis_sched_new prepares the promoter of rb's tasks (no thread, no
+ * I/O); tm_redis_sched_start starts its thread, once (settle thread: a
+ * daemon's adapter, never the CLI's); tm_redis_sched_free stops and
+ * frees it (NULL accepted). */
+struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb);
+void tm_redis_sched_start(struct tm_redis_sched *s);
+void tm_redis_sched_free(struct tm_redis_sched *s);
+int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *body, size_t len, int priority,
+                        int64_t due_ms, char *id, size_t idlen);
+int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
 
 /* ---- intake.c ---- */
 
@@ -386,6 +439,15 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
                         const size_t *room, int timeout_ms,
                         struct tm_batch **out, size_t nout);
 
+/* ---- rate.c ---- */
+
+/* tm_redis_rate_key returns "<queue>.rate.<group>" (the caller frees it
+ * with tm_free), built from the queue name first like the retry key. */
+char *tm_redis_rate_key(const struct tm_cfg_task *t);
+/* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
+int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
+                       const size_t *back, size_t *got, int64_t *wait_ms);
+
 /* ---- lane.c ---- */
 
 /* A lane peeks at its tasks' retry sets and pending lists (one script
@@ -412,9 +474,84 @@ void tm_redis_room_made(struct tm_broker *b, size_t ti);
 /* tm_redis_wake pokes every lane (shutdown). */
 void tm_redis_wake(struct tm_broker *b);
 
+/* ---- pause.c ---- */
+
+/* A lane reads its tasks' pause keys this often, and no read of new
+ * entries blocks longer, so that a pause set by any process stops every
+ * daemon within about twice this. */
+#define TM_REDIS_PAUSE_POLL_MS 1000
+/* tm_redis_pause_key returns "<queue>.paused.<group>" (the caller frees
+ * it with tm_free): built from the queue name first, so a hash tag in the
+ * queue carries over to it. */
+char *tm_redis_pause_key(const struct tm_cfg_task *t);
+/* tm_redis_pause_poll reads the pause keys of the lane's tasks when that
+ * is due (lane thread); -1 when the connection was lost. */
+int tm_redis_pause_poll(struct tm_redis *rb, struct tm_redis_lane *l);
+/* tm_redis_pause_wait waits, when every task of the lane that may read is
+ * paused, until the next read of the pause keys, a poke or until_ms
+ * (monotonic), whichever comes first (lane thread). */
+void tm_redis_pause_wait(struct tm_redis_lane *l, int64_t until_ms);
+int tm_redis_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
+                       int paused);
+int tm_redis_paused(struct tm_broker *b, size_t ti);
+void tm_redis_pause_note(struct tm_broker *b, size_t ti, int paused);
+
 /* ---- settle.c ---- */
 
 size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
+
+/* ---- reply.c ---- */
+
+/* tm_redis_meta_field sets m's request or dedup metadata from one field
+ * k = v of its entry (reply_to, correlation_id, dedup_key; others are
+ * ignored). m points into the reply. */
+void tm_redis_meta_field(struct tm_msg *m, const redisReply *k,
+                         const redisReply *v);
+/* tm_redis_final_needed says whether m (to acknowledge or dead-letter) is
+ * settled by the final script: it answers a request, or records its
+ * dedup key. */
+int tm_redis_final_needed(const struct tm_redis *rb, const struct tm_msg *m);
+/* tm_redis_final_cross says whether m's answer is a command of its own,
+ * queued before the final script (cluster: reply_to in another slot). */
+int tm_redis_final_cross(const struct tm_redis *rb, const struct tm_msg *m);
+/* struct tm_redis_final is one command of a final settlement, built by
+ * tm_redis_final_argv: argv points into it (and into the message). */
+struct tm_redis_final {
+    const char *argv[28];
+    size_t lens[28];
+    int argc;
+    unsigned slot;             /* the slot of its keys */
+    char nums[5][24];
+    char *body, *dkey;
+};
+/* tm_redis_final_argv builds one command of m's settlement into f:
+ * answer_only, the answer of its own (tm_redis_final_cross), which goes
+ * before the other; else the final script. tm_redis_final_free frees
+ * what f holds. */
+void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
+                         int answer_only, struct tm_redis_final *f);
+void tm_redis_final_free(struct tm_redis_final *f);
+/* tm_redis_final_done reads the reply r of one command that
+ * tm_redis_final_argv built (answer_only: the answer of its own); a
+ * success that another copy of its dedup key beat becomes a duplicate.
+ * r is not an error reply unless answer_only. */
+void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
+                         const redisReply *r, int answer_only);
+int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const char *body, size_t len, int priority,
+                     int64_t timeout_ms, char *id, size_t idlen,
+                     char **reply, int *task_failed);
+
+/* ---- dedup.c ---- */
+
+/* tm_redis_dedup_key returns "<queue>.dedup.<key>" (free with tm_free). */
+char *tm_redis_dedup_key(const struct tm_cfg_task *t, const char *key,
+                         size_t len);
+/* tm_redis_dedup_check marks, in the nb batches just read on lane l, the
+ * messages whose dedup key already succeeded (m->duplicate, m->result the
+ * stored result): one pipelined MGET per batch with keys (lane thread). */
+void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
+                          struct tm_batch **out, size_t nb);
 
 /* ---- upkeep.c ---- */
 
@@ -426,6 +563,14 @@ int64_t tm_redis_tick_ms(struct tm_broker *b);
 
 int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
                    long long *pending, long long *dlq_depth);
+/* tm_redis_cli_command runs one command of the CLI or the admin API on
+ * the settle link (any thread of a CLI adapter; a daemon's settle
+ * thread); argv[key] is a key it touches, whose slot routes it in a
+ * cluster. timeout_ms > 0: the reply's timeout (a blocking read). Its
+ * reply (the caller frees it), or NULL with the broker's error set. */
+redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
+                                 const char **argv, const size_t *lens,
+                                 int key, int64_t timeout_ms);
 int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
                      const char *body, size_t len, int priority, char *id,
                      size_t idlen);
@@ -435,5 +580,20 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
                          const char *id);
 long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                         const char *id);
+
+/* ---- schedule.c ---- */
+
+/* tm_redis_sched_key returns "<queue>.sched.<schedule>", the key holding
+ * the last slot of the schedule fired (the caller frees it): built from
+ * the queue name first, so a hash tag in the queue carries over to it. */
+char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule);
+struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
+                                             char *err, size_t errlen);
+int tm_redis_sched_fire(struct tm_sched_session *ss,
+                        const struct tm_cfg_schedule *s, int64_t slot_ms,
+                        int64_t *last_ms);
+int tm_redis_sched_last(struct tm_sched_session *ss,
+                        const struct tm_cfg_schedule *s, int64_t *slot_ms);
+void tm_redis_sched_close(struct tm_sched_session *ss);
 
 #endif /* TASKMILL_REDIS_H */

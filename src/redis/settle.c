@@ -1,14 +1,21 @@
 /* settle.c - Redis settlement: ack, retry, dead-letter (settle thread).
  *
- * One pipeline per call: a retry script per retried message, a
- * dead-letter script per dead-lettered one, then one XACK per task and
- * chunk. Every command covers a contiguous run of msgs (a span), so when
- * the connection fails part-way, exactly the spans whose replies were not
- * read are returned as unsettled; a command the broker refused (OOM,
- * READONLY, WRONGTYPE ...) leaves its span unsettled too, to be tried
- * again. Each command is safe to run twice: XACK is, the retry script
- * only moves a due time, and the dead-letter script adds the dead letter
- * only while the entry is still pending. */
+ * One pipeline per node and call: a retry script per retried message, a
+ * dead-letter script per dead-lettered one, a final script (reply.c) per
+ * message that answers a request or records a dedup key, then one XACK
+ * per task and chunk; each command goes to the node of its task's slot
+ * (the one server outside a cluster). Every command covers a contiguous
+ * run of msgs (a span), so when a connection fails part-way, exactly the
+ * spans whose replies were not read are returned as unsettled; a command
+ * the broker refused (OOM, READONLY, WRONGTYPE ...) leaves its span
+ * unsettled too, to be tried again. Each command is safe to run twice:
+ * XACK is, the retry script only moves a due time, and the dead-letter
+ * and final scripts act only while the entry is still pending.
+ *
+ * An answer of its own (cluster: reply_to in another slot than the
+ * queue, maybe on another node) is sent in a first round, alone, and the
+ * final script of its message only once the answer's reply came: the
+ * answer is written before the acknowledgement. */
 #include "redis/redis.h"
 
 #include <assert.h>
@@ -51,10 +58,13 @@ static const char dead_script[] =
 #define TM_REDIS_REFUSED_LOG_MS 10000
 
 /* struct tm_redis_span is one pipelined command: it settles
- * msgs[from..to). */
+ * msgs[from..to). An answer of its own (answer_only, reply.c) settles
+ * nothing: it precedes the final script of msgs[from], the next span. */
 struct tm_redis_span {
     size_t from, to;
+    int answer_only;
     size_t ni;                 /* the node it was sent to */
+    int answered;              /* answer_only: its reply came */
 };
 
 static void argv_reserve(struct tm_redis *rb, size_t n)
@@ -70,7 +80,7 @@ static void argv_reserve(struct tm_redis *rb, size_t n)
 }
 
 /* scratch_reserve sizes the settle thread's order and span arrays for n
- * messages. */
+ * messages (spans: two per message at most). */
 static void scratch_reserve(struct tm_redis *rb, size_t n)
 {
     if (n <= rb->scratchcap)
@@ -79,9 +89,10 @@ static void scratch_reserve(struct tm_redis *rb, size_t n)
     while (cap < n)
         cap *= 2;
     rb->order = tm_realloc(rb->order, cap * sizeof *rb->order);
-    rb->spans = tm_realloc(rb->spans, cap * sizeof *rb->spans);
+    /* a message takes up to two commands (an answer of its own) */
+    rb->spans = tm_realloc(rb->spans, 2 * cap * sizeof *rb->spans);
     rb->done = tm_realloc(rb->done, cap);
-    rb->redo = tm_realloc(rb->redo, cap);
+    rb->redo = tm_realloc(rb->redo, 2 * cap);
     rb->scratchcap = cap;
 }
 
@@ -115,27 +126,41 @@ static int cmp_task(const void *a, const void *b)
                                          : x->task_index > y->task_index;
 }
 
+/* Settle classes, in command order. FINAL: an acknowledgement or dead
+ * letter that also answers a request or records a dedup key (reply.c). */
+enum settle_class { CL_RETRY, CL_DEAD, CL_FINAL, CL_ACK, CL_NONE, CL_N };
+
+static enum settle_class class_of(const struct tm_redis *rb,
+                                  const struct tm_msg *m)
+{
+    switch (m->settle) {
+    case TM_SETTLE_RETRY:
+        return CL_RETRY;
+    case TM_SETTLE_DEAD:
+        return tm_redis_final_needed(rb, m) ? CL_FINAL : CL_DEAD;
+    case TM_SETTLE_ACK:
+        return tm_redis_final_needed(rb, m) ? CL_FINAL : CL_ACK;
+    case TM_SETTLE_NONE:
+        break;
+    }
+    return CL_NONE;
+}
+
 /* order_work puts the messages to settle first: retries, dead letters,
- * then acks by task; the rest (TM_SETTLE_NONE) after them. Returns how
- * many there are to settle. */
+ * final scripts, then acks by task; the rest (TM_SETTLE_NONE) after them.
+ * Returns how many there are to settle. */
 static size_t order_work(struct tm_redis *rb, struct tm_msg **msgs,
                          size_t n)
 {
-    static const enum tm_settle kinds[] = {TM_SETTLE_RETRY, TM_SETTLE_DEAD,
-                                           TM_SETTLE_ACK, TM_SETTLE_NONE};
     size_t k = 0, acks = 0, work = 0;
-    for (size_t s = 0; s < sizeof kinds / sizeof kinds[0]; s++) {
-        if (kinds[s] == TM_SETTLE_ACK)
+    for (int cl = 0; cl < CL_N; cl++) {
+        if (cl == CL_ACK)
             acks = k;
-        if (kinds[s] == TM_SETTLE_NONE)
+        if (cl == CL_NONE)
             work = k;
-        for (size_t i = 0; i < n; i++) {
-            enum tm_settle st = msgs[i]->settle;
-            int none = st != TM_SETTLE_RETRY && st != TM_SETTLE_DEAD &&
-                       st != TM_SETTLE_ACK;
-            if (kinds[s] == TM_SETTLE_NONE ? none : st == kinds[s])
+        for (size_t i = 0; i < n; i++)
+            if (class_of(rb, msgs[i]) == (enum settle_class)cl)
                 rb->order[k++] = msgs[i];
-        }
     }
     assert(k == n);
     qsort(rb->order + acks, work - acks, sizeof *rb->order, cmp_task);
@@ -154,21 +179,29 @@ static size_t plan_acks(struct tm_msg **msgs, size_t from, size_t to,
         while (i < to && msgs[i]->task_index == msgs[start]->task_index &&
                i - start < TM_REDIS_ACK_CHUNK)
             i++;
-        spans[ns].from = start;
-        spans[ns].to = i;
+        spans[ns] = (struct tm_redis_span){start, i, 0, 0, 0};
         ns++;
     }
     return ns;
 }
 
 /* span_argv fills rb->argv and rb->argvlen with the command of span sp
- * and returns its count; nums is scratch they may point into. */
+ * and returns its count; nums and f are scratch they may point into
+ * (f: a final settlement's, freed by the caller with
+ * tm_redis_final_free). */
 static int span_argv(struct tm_redis *rb, struct tm_msg **msgs,
-                     const struct tm_redis_span *sp, char nums[2][24])
+                     const struct tm_redis_span *sp, char nums[2][24],
+                     struct tm_redis_final *f)
 {
     const struct tm_msg *m = msgs[sp->from];
     int argc;
     argv_reserve(rb, 3 + TM_REDIS_ACK_CHUNK);
+    if (sp->answer_only || class_of(rb, m) == CL_FINAL) {
+        tm_redis_final_argv(rb, m, sp->answer_only, f);
+        memcpy(rb->argv, f->argv, (size_t)f->argc * sizeof *rb->argv);
+        memcpy(rb->argvlen, f->lens, (size_t)f->argc * sizeof *rb->argvlen);
+        return f->argc;
+    }
     if (m->settle == TM_SETTLE_RETRY) {
         argc = tm_redis_retry_argv(rb, m, rb->argv, nums[0]);
     } else if (m->settle == TM_SETTLE_DEAD) {
@@ -190,6 +223,16 @@ static int span_argv(struct tm_redis *rb, struct tm_msg **msgs,
     for (int a = 0; a < argc; a++)
         rb->argvlen[a] = strlen(rb->argv[a]);
     return argc;
+}
+
+/* span_slot is the slot of the keys of span sp's command. */
+static unsigned span_slot(struct tm_redis *rb, struct tm_msg **msgs,
+                          const struct tm_redis_span *sp)
+{
+    const struct tm_msg *m = msgs[sp->from];
+    if (sp->answer_only)
+        return tm_redis_key_slot(m->reply_to, m->reply_to_len);
+    return rb->tasks[m->task_index].slot;
 }
 
 /* span_refused logs why the broker refused the command of one span. */
@@ -222,15 +265,22 @@ static void span_refused(struct tm_redis *rb, struct tm_msg **msgs,
  * messages settled (rb->done and their batch's held record), or logs why
  * the broker refused it. */
 static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
-                      const struct tm_redis_span *sp, const redisReply *r)
+                      struct tm_redis_span *sp, const redisReply *r)
 {
     struct tm_msg *m = msgs[sp->from];
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
+    if (sp->answer_only) {
+        sp->answered = 1;
+        tm_redis_final_done(rb, m, r, 1);
+        return;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         span_refused(rb, msgs, sp, r->str);
         return;
     }
-    if (m->settle == TM_SETTLE_RETRY) {
+    if (class_of(rb, m) == CL_FINAL)
+        tm_redis_final_done(rb, m, r, 0);
+    else if (m->settle == TM_SETTLE_RETRY) {
         if (r->type == REDIS_REPLY_INTEGER && r->integer < 0)
             tm_log_write(TM_LOG_DEBUG, SRC, t->name, m->id,
                          "not scheduled for a retry: another consumer "
@@ -257,66 +307,69 @@ static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
 static int redo(struct tm_redis *rb, struct tm_msg **msgs, size_t c,
                 char *eb, size_t ebsize)
 {
-    const struct tm_redis_span *sp = &rb->spans[c];
+    struct tm_redis_span *sp = &rb->spans[c];
     char nums[2][24];
-    int argc = span_argv(rb, msgs, sp, nums);
+    struct tm_redis_final f = {0};
+    int argc = span_argv(rb, msgs, sp, nums, &f);
     int dead = 0;
-    redisReply *r = tm_redis_link_run(
-        rb, &rb->settle, rb->tasks[msgs[sp->from]->task_index].slot, argc,
-        rb->argv, rb->argvlen, 0, 0, eb, ebsize, &dead);
+    redisReply *r = tm_redis_link_run(rb, &rb->settle,
+                                      span_slot(rb, msgs, sp), argc,
+                                      rb->argv, rb->argvlen, 0, 0, eb,
+                                      ebsize, &dead);
+    tm_redis_final_free(&f);
     if (r != NULL) {
         span_done(rb, msgs, sp, r);
         freeReplyObject(r);
+    } else if (!dead && sp->answer_only) {
+        /* refused: logged, and the request is settled all the same */
+        sp->answered = 1;
+        tm_log_write(TM_LOG_WARNING, SRC,
+                     rb->tasks[msgs[sp->from]->task_index].cfg->name,
+                     msgs[sp->from]->id,
+                     "answer refused: %s; the requester gets none", eb);
     } else if (!dead) {
         span_refused(rb, msgs, sp, eb);
     }
     return dead;
 }
 
-size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
+/* send_round sends the spans of one round (answers: the answers of their
+ * own; else the rest, but no final script whose answer got no reply), one
+ * pipeline per node, and reads their replies; redirected ones are sent
+ * again alone. Returns 1 when a connection was lost or its server is no
+ * longer the master (the reason in eb). */
+static int send_round(struct tm_redis *rb, struct tm_msg **msgs, size_t ns,
+                      int answers, char *eb, size_t ebsize)
 {
-    struct tm_redis *rb = (struct tm_redis *)b;
-    char eb[512];
-    if (n == 0)
-        return 0;
-    scratch_reserve(rb, n);
-    size_t work = order_work(rb, msgs, n);
-    if (work == 0)
-        return 0;
-    memset(rb->done, 0, work);
-    memset(rb->redo, 0, work);
-
-    /* the commands: retries, dead letters, acks (order_work's order) */
-    size_t ns = 0, i = 0;
-    for (; i < work && msgs[i]->settle == TM_SETTLE_RETRY; i++)
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
-    for (; i < work && msgs[i]->settle == TM_SETTLE_DEAD; i++)
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
-    ns = plan_acks(msgs, i, work, rb->spans, ns);
-
-    /* one pipeline per node: each span's command goes to the connection
-     * of its task's node (the one server outside a cluster) */
     int lost = 0;
     unsigned char broken[TM_REDIS_MAX_NODES] = {0};
     unsigned char moved[TM_REDIS_MAX_NODES] = {0};
     for (size_t c = 0; c < ns; c++) {
         struct tm_redis_span *sp = &rb->spans[c];
-        unsigned slot = rb->tasks[msgs[sp->from]->task_index].slot;
-        size_t ni = tm_redis_slot_node(rb, slot, eb, sizeof eb);
+        rb->redo[c] = 0;
+        sp->ni = TM_REDIS_NO_NODE; /* not sent: stays unsettled */
+        if (sp->answer_only != answers)
+            continue;
+        if (!answers && c > 0 && rb->spans[c - 1].answer_only &&
+            !rb->spans[c - 1].answered)
+            continue; /* its answer first, in a later call */
+        size_t ni = tm_redis_slot_node(rb, span_slot(rb, msgs, sp), eb,
+                                       ebsize);
         struct tm_rconn *conn =
             ni == TM_REDIS_NO_NODE || broken[ni]
                 ? NULL
-                : tm_redis_link_get(rb, &rb->settle, ni, eb, sizeof eb);
+                : tm_redis_link_get(rb, &rb->settle, ni, eb, ebsize);
         if (conn == NULL) {
             if (ni != TM_REDIS_NO_NODE)
                 broken[ni] = 1;
-            sp->ni = TM_REDIS_NO_NODE; /* not sent: stays unsettled */
             lost = 1;
             continue;
         }
         char nums[2][24];
-        int argc = span_argv(rb, msgs, sp, nums);
+        struct tm_redis_final f = {0};
+        int argc = span_argv(rb, msgs, sp, nums, &f);
         tm_rconn_append_argv(conn, argc, rb->argv, rb->argvlen);
+        tm_redis_final_free(&f);
         sp->ni = ni;
     }
 
@@ -328,7 +381,7 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
         struct tm_rconn *conn = rb->settle.c[ni];
         redisReply *vr = NULL;
         if (tm_rconn_get_reply(conn, &vr) != 0) {
-            tm_redis_reply_error(conn, NULL, eb, sizeof eb);
+            tm_redis_reply_error(conn, NULL, eb, ebsize);
             broken[ni] = 1;
             lost = 1;
             continue;
@@ -346,7 +399,7 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
         if (vr->type == REDIS_REPLY_ERROR && tm_redis_error_moves(vr->str)) {
             /* no longer the master: the rest is read, then the
              * connection goes, and the next round finds the master */
-            tm_snprintf(eb, sizeof eb, "%s", vr->str);
+            tm_snprintf(eb, ebsize, "%s", vr->str);
             moved[ni] = 1;
         }
         freeReplyObject(vr);
@@ -361,8 +414,45 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
     }
     /* redirected commands, each on its own now */
     for (size_t c = 0; c < ns && !lost; c++)
-        if (rb->redo[c] && redo(rb, msgs, c, eb, sizeof eb))
+        if (rb->redo[c] && redo(rb, msgs, c, eb, ebsize))
             lost = 1;
+    return lost;
+}
+
+size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    char eb[512];
+    if (n == 0)
+        return 0;
+    scratch_reserve(rb, n);
+    size_t work = order_work(rb, msgs, n);
+    if (work == 0)
+        return 0;
+    memset(rb->done, 0, work);
+
+    /* the commands: retries, dead letters, final scripts (each after its
+     * answer of its own, if any), acks (order_work's order) */
+    size_t ns = 0, i = 0;
+    int cross = 0;
+    for (; i < work && msgs[i]->settle == TM_SETTLE_RETRY; i++)
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
+    for (; i < work && class_of(rb, msgs[i]) == CL_DEAD; i++)
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
+    for (; i < work && class_of(rb, msgs[i]) == CL_FINAL; i++) {
+        if (tm_redis_final_cross(rb, msgs[i])) {
+            rb->spans[ns++] = (struct tm_redis_span){i, i, 1, 0, 0};
+            cross = 1;
+        }
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
+    }
+    ns = plan_acks(msgs, i, work, rb->spans, ns);
+    assert(ns <= 2 * rb->scratchcap);
+
+    /* answers of their own first, then the rest */
+    int lost = cross && send_round(rb, msgs, ns, 1, eb, sizeof eb);
+    if (send_round(rb, msgs, ns, 0, eb, sizeof eb))
+        lost = 1;
 
     if (lost) {
         tm_redis_wc_lost(rb, "settle", eb);

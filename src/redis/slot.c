@@ -40,24 +40,71 @@ static unsigned slot_of(const char *key)
     return tm_redis_key_slot(key, strlen(key));
 }
 
+int tm_redis_has_hash_tag(const char *key)
+{
+    const char *open = strchr(key, '{');
+    return open != NULL && open[1] != '\0' && open[1] != '}' &&
+           strchr(open + 2, '}') != NULL;
+}
+
 int tm_redis_task_slots_check(const struct tm_cfg_task *t, char *err,
                               size_t errlen)
 {
     char *retry = tm_redis_retry_key(t);
+    char *rate = tm_redis_rate_key(t), *pause = tm_redis_pause_key(t);
+    char *sched = tm_redis_scheduled_key(t);
     unsigned q = slot_of(t->queue), r = slot_of(retry),
-             d = slot_of(t->dead_letter);
+             d = slot_of(t->dead_letter), b = slot_of(rate),
+             p = slot_of(pause), s = slot_of(sched);
     int rc = 0;
-    if (q != r || q != d) {
+    if (q != r || q != d || q != b || q != p || q != s) {
         tm_snprintf(err, errlen,
                     "in broker.redis.mode: cluster, a task's keys must share "
                     "one hash slot (its scripts run on one node), but "
-                    "queue '%s' is in slot %u, its retry set '%s' in %u and "
-                    "dead_letter '%s' in %u; give them one hash tag, e.g. "
-                    "queue: '{%s}' and dead_letter: '{%s}.dlq'",
-                    t->queue, q, retry, r, t->dead_letter, d, t->queue,
-                    t->queue);
+                    "queue '%s' is in slot %u, its retry set '%s' in %u, "
+                    "its rate bucket '%s' in %u, its pause key '%s' in %u, "
+                    "its scheduled set '%s' in %u and dead_letter '%s' in "
+                    "%u; give them one hash tag, e.g. queue: '{%s}' and "
+                    "dead_letter: '{%s}.dlq'",
+                    t->queue, q, retry, r, rate, b, pause, p, sched, s,
+                    t->dead_letter, d, t->queue, t->queue);
+        rc = -1;
+    } else if (t->dedup_ttl_ms > 0 && !tm_redis_has_hash_tag(t->queue)) {
+        /* "<queue>.dedup.<key>": the key is the producer's, any text, so
+         * only the queue's own hash tag keeps it in the queue's slot */
+        tm_snprintf(err, errlen,
+                    "in broker.redis.mode: cluster, a task with dedup_ttl "
+                    "keeps its keys '%s.dedup.<dedup_key>' in its queue's "
+                    "hash slot, which needs a hash tag in the queue name, "
+                    "e.g. queue: '{%s}' and dead_letter: '{%s}.dlq'",
+                    t->queue, t->queue, t->queue);
         rc = -1;
     }
+    tm_free(sched);
     tm_free(retry);
+    tm_free(rate);
+    tm_free(pause);
+    return rc;
+}
+
+int tm_redis_schedule_slot_check(const struct tm_cfg_task *t,
+                                 const char *schedule, char *err,
+                                 size_t errlen)
+{
+    size_t n = strlen(t->queue) + strlen(schedule) + sizeof ".sched.";
+    char *key = tm_malloc(n);
+    tm_snprintf(key, n, "%s.sched.%s", t->queue, schedule);
+    unsigned q = slot_of(t->queue), k = slot_of(key);
+    int rc = 0;
+    if (q != k) {
+        tm_snprintf(err, errlen,
+                    "in broker.redis.mode: cluster, a schedule's key must "
+                    "share its task's hash slot (one script fires it), but "
+                    "queue '%s' is in slot %u and '%s' in %u; give the "
+                    "queue a hash tag, e.g. queue: '{%s}'",
+                    t->queue, q, key, k, t->queue);
+        rc = -1;
+    }
+    tm_free(key);
     return rc;
 }

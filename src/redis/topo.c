@@ -417,3 +417,94 @@ size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
     }
     return k;
 }
+
+int tm_redis_link_pipe(struct tm_redis *rb, struct tm_rlink *lk,
+                       struct tm_redis_cmd *cmds, size_t n, char *buf,
+                       size_t size)
+{
+    /* where each command went: a node, NO_NODE (not sent), or REDO (a
+     * redirect: run again alone) */
+    enum { REDO = TM_REDIS_NO_NODE + 1 };
+    unsigned char broken[TM_REDIS_MAX_NODES] = {0};
+    unsigned char moved[TM_REDIS_MAX_NODES] = {0};
+    size_t *to = tm_malloc((n ? n : 1) * sizeof *to);
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct tm_redis_cmd *cm = &cmds[i];
+        cm->reply = NULL;
+        size_t ni = tm_redis_slot_node(rb, cm->slot, buf, size);
+        struct tm_rconn *c =
+            ni == TM_REDIS_NO_NODE || broken[ni]
+                ? NULL
+                : tm_redis_link_get(rb, lk, ni, buf, size);
+        if (c == NULL || tm_rconn_append_argv(c, cm->argc, cm->argv,
+                                              cm->lens) != 0) {
+            if (ni != TM_REDIS_NO_NODE)
+                broken[ni] = 1;
+            to[i] = TM_REDIS_NO_NODE;
+            rc = -1;
+            continue;
+        }
+        to[i] = ni;
+    }
+    /* each connection's replies come in the order of its commands; all
+     * are read, so that a connection kept stays in step */
+    for (size_t i = 0; i < n; i++) {
+        size_t ni = to[i];
+        if (ni == TM_REDIS_NO_NODE || broken[ni])
+            continue;
+        struct tm_rconn *c = lk->c[ni];
+        redisReply *r = NULL;
+        if (tm_rconn_get_reply(c, &r) != 0) {
+            tm_redis_reply_error(c, NULL, buf, size);
+            broken[ni] = 1;
+            rc = -1;
+            continue;
+        }
+        unsigned s;
+        char host[256];
+        int port;
+        if (r->type == REDIS_REPLY_ERROR && rb->cluster &&
+            tm_redis_redirect_of(r->str, &s, host, sizeof host, &port) !=
+                TM_REDIS_NO_REDIRECT) {
+            freeReplyObject(r);
+            to[i] = REDO;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR && tm_redis_error_moves(r->str)) {
+            /* no longer the master: the connection goes after this */
+            tm_snprintf(buf, size, "%s", r->str);
+            moved[ni] = 1;
+            rc = -1;
+        }
+        cmds[i].reply = r;
+    }
+    for (size_t ni = 0; ni < TM_REDIS_MAX_NODES; ni++) {
+        if (broken[ni] && lk->c[ni] != NULL)
+            link_io_lost(rb, lk, ni);
+        else if (moved[ni])
+            tm_redis_link_drop(rb, lk, ni);
+    }
+    /* redirected commands, each alone now, following the redirect */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (to[i] != REDO)
+            continue;
+        int dead = 0;
+        struct tm_redis_cmd *cm = &cmds[i];
+        cm->reply = tm_redis_link_run(rb, lk, cm->slot, cm->argc, cm->argv,
+                                      cm->lens, 0, 0, buf, size, &dead);
+        if (dead)
+            rc = -1;
+    }
+    tm_free(to);
+    return rc;
+}
+
+void tm_redis_cmds_free(struct tm_redis_cmd *cmds, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (cmds[i].reply != NULL)
+            freeReplyObject(cmds[i].reply);
+        cmds[i].reply = NULL;
+    }
+}

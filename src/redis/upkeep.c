@@ -245,6 +245,9 @@ void tm_redis_tick(struct tm_broker *b)
     struct tm_redis *rb = (struct tm_redis *)b;
     char eb[256];
     int64_t now = tm_now_ms();
+    /* delayed messages are promoted on a thread of their own, started
+     * here: only a daemon ticks */
+    tm_redis_sched_start(rb->sched);
     for (size_t i = 0; i < rb->ntasks; i++) {
         struct tm_redis_task *rt = &rb->tasks[i];
         if (now < rt->next_tick_ms)

@@ -2,8 +2,8 @@
 # official parser (@asyncapi/parser) accepts with zero errors; add declares
 # request and response schemas (payload and reply), noop declares none
 # (any JSON object, no reply); the server names the broker without
-# credentials. A reply is listed only where the broker can deliver it
-# (RabbitMQ; Redis once its adapter has request/reply). Every message and
+# credentials. Both brokers list add's reply, addressed by the request's
+# reply_to. Every message and
 # payload is named after its task, so that code generators (modelina, for
 # TypeScript and Python) produce AddRequest / AddResponse, never
 # AnonymousSchema.
@@ -82,20 +82,15 @@ expect_json '.channels.noop_v2.messages.request.name == "NoopV2Request"' "noop.v
 expect_json '[.channels[].messages[] | (.name | length > 0) and (.title | length > 0) and (.payload.title | length > 0)] | all' \
 	"a name and title on every message, a title on every payload"
 
-# a reply (add declares a response schema) only where the broker adapter
-# has request/reply: emit --wait tells whether Redis has it in this build
+# a reply on Redis too (add declares a response schema): an entry on the
+# stream the request's reply_to names
 printf '{"a":1,"b":2}' >"$TEST_DIR/one.json"
 tm emit -c "$CONF" add - --wait 5 <"$TEST_DIR/one.json"
-if ((TM_RC == 2)) && grep -q 'request/reply) is not supported' "$TM_ERR"; then
-	note "this build's Redis adapter has no request/reply: no reply channels"
-	expect_json '.operations.add | has("reply") | not' "no reply on Redis without request/reply"
-	expect_json '[.channels[] | select(.address == null)] | length == 0' "no reply channel on Redis"
-	redis_models=(AddRequest NoopRequest NoopV2Request)
-else
-	assert_eq 0 "$TM_RC" "emit --wait on Redis (stderr: $(head -c 300 "$TM_ERR"))"
-	expect_json '.operations.add | has("reply")' "a reply on Redis with request/reply"
-	redis_models=(AddRequest AddResponse NoopRequest NoopV2Request)
-fi
+assert_eq 0 "$TM_RC" "emit --wait on Redis (stderr: $(head -c 300 "$TM_ERR"))"
+expect_json '.operations.add | has("reply")' "a reply on Redis"
+expect_json '.operations.add.reply.address.location == "$message.header#/reply_to"' "the reply's address on Redis"
+expect_json '[.channels[] | select(.address == null) | .description | test("reply_to")] == [true]' "one reply channel on Redis, saying where answers go"
+redis_models=(AddRequest AddResponse NoopRequest NoopV2Request)
 asyncapi_models "$TEST_DIR/asyncapi.json" "$TEST_DIR/models.redis"
 expect_models "$TEST_DIR/models.redis" typescript "${redis_models[@]}"
 expect_models "$TEST_DIR/models.redis" python "${redis_models[@]}"
@@ -144,6 +139,7 @@ reply_id=${reply_ref#\#/channels/}
 expect_json ".channels[\"$reply_id\"].messages | to_entries[0].value.payload.required == [\"sum\"]" "add response schema"
 expect_json ".operations.add.reply.messages[0][\"\$ref\"] | startswith(\"#/channels/$reply_id/messages/\")" "add reply message ref"
 expect_json ".channels[\"$reply_id\"].messages | to_entries[0].value | .name == \"AddResponse\" and .payload.title == \"AddResponse\"" "add response names"
+expect_json '.operations.add.reply.address.location == "$message.header#/reply_to"' "the reply's address on RabbitMQ"
 asyncapi_models "$TEST_DIR/asyncapi-amqp.json" "$TEST_DIR/models.amqp"
 expect_models "$TEST_DIR/models.amqp" typescript AddRequest AddResponse NoopRequest
 expect_models "$TEST_DIR/models.amqp" python AddRequest AddResponse NoopRequest

@@ -76,13 +76,13 @@ expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy}' "pool kind/s
 expect_json '.pool.busy | type == "number" and . >= 0 and . <= 2' "pool busy"
 expect_json '.tasks | keys == ["add","noop","slow.one"]' "task names"
 for t in add noop slow.one; do
-	expect_json ".tasks[\"$t\"] | keys == [\"circuit\",\"dead_lettered\",\"inflight\",\"outcomes\",\"p50_ms\",\"p99_ms\",\"queue\",\"rate_1s\",\"rate_60s\",\"retries\"]" "keys of task $t"
-	expect_json ".tasks[\"$t\"].outcomes | keys == [\"crashed\",\"error\",\"invalid\",\"rejected\",\"success\",\"timeout\"]" "outcomes of task $t"
+	expect_json ".tasks[\"$t\"] | keys == [\"circuit\",\"dead_lettered\",\"inflight\",\"outcomes\",\"p50_ms\",\"p99_ms\",\"paused\",\"queue\",\"rate_1s\",\"rate_60s\",\"retries\",\"scheduled\"]" "keys of task $t"
+	expect_json ".tasks[\"$t\"].outcomes | keys == [\"crashed\",\"duplicate\",\"error\",\"invalid\",\"rejected\",\"success\",\"timeout\"]" "outcomes of task $t"
 	expect_json "[.tasks[\"$t\"] | .inflight, .retries, .dead_lettered, .rate_1s, .rate_60s, .p50_ms, .p99_ms, .outcomes[]] | all(type == \"number\" and . >= 0)" "numbers of task $t"
 done
 expect_json '.tasks.add.queue == "q.add" and .tasks.noop.queue == "q.noop"' "queues"
 expect_json '.tasks.noop.outcomes.success == 30' "noop successes"
-expect_json '.tasks.add.outcomes == {"success":2,"error":0,"rejected":1,"timeout":0,"crashed":0,"invalid":1}' "add outcomes"
+expect_json '.tasks.add.outcomes == {"success":2,"error":0,"rejected":1,"timeout":0,"crashed":0,"invalid":1,"duplicate":0}' "add outcomes"
 expect_json '.tasks.add.dead_lettered == 2 and .tasks.add.retries == 0' "add dead letters"
 # rates count complete seconds: once the second of the work is over, the
 # 30 noop show in rate_60s (a mean over the seconds of uptime, up to 60)
@@ -105,7 +105,8 @@ for fam in taskmill_tasks_total:counter taskmill_retries_total:counter \
 	taskmill_task_duration_seconds:histogram taskmill_tasks_inflight:gauge \
 	taskmill_pool_size:gauge taskmill_pool_busy:gauge taskmill_broker_up:gauge \
 	taskmill_broker_reconnects_total:counter taskmill_worker_restarts_total:counter \
-	taskmill_dead_letter_total:counter taskmill_queue_depth:gauge \
+	taskmill_dead_letter_total:counter taskmill_rate_limited_total:counter \
+	taskmill_queue_depth:gauge \
 	taskmill_queue_pending:gauge taskmill_dead_letter_depth:gauge \
 	taskmill_build_info:gauge process_resident_memory_bytes:gauge \
 	process_cpu_seconds_total:counter process_open_fds:gauge \

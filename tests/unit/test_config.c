@@ -1,4 +1,4 @@
-/* test_config.c - unit tests for the YAML configuration (src/config.c). */
+/* test_config.c - unit tests for the YAML configuration (src/config/). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* mkdtemp, setenv */
 #endif
@@ -261,7 +261,51 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(t->circuit_failures, 5);
     ck_assert_int_eq(t->circuit_cool_off_ms, 5000);
     ck_assert_int_eq(t->circuit_max_cool_off_ms, 300000);
+    ck_assert_uint_eq(t->rate_count, 0);
+    ck_assert_int_eq(t->rate_period_ms, 0);
+    ck_assert_uint_eq(t->concurrency, 0);
+    ck_assert_int_eq(t->dedup_ttl_ms, 0);
+    ck_assert_int_eq(t->reply_ttl_ms, 300000);
     tm_cfg_free(cfg);
+}
+END_TEST
+
+/* The flow-control keys: rate_limit's units, concurrency, the TTLs. */
+START_TEST(test_flow_keys)
+{
+    static const struct { const char *rate; uint32_t n; int64_t ms; } ok[] = {
+        { "100/s", 100, 1000 }, { "30/m", 30, 60000 }, { "7/h", 7, 3600000 },
+        { "1/sec", 1, 1000 }, { "2/min", 2, 60000 }, { "3/hour", 3, 3600000 },
+        { "1000000000/s", 1000000000u, 1000 },
+    };
+    char text[512], err[512] = "";
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        tm_snprintf(text, sizeof text,
+                    TASK "    rate_limit: %s\n    concurrency: 3\n"
+                    "    dedup_ttl: 10m\n    reply_ttl: 30s\n", ok[i].rate);
+        struct tm_cfg *cfg = load_text(text, err, sizeof err);
+        ck_assert_msg(cfg != NULL, "%s: %s", ok[i].rate, err);
+        const struct tm_cfg_task *t = tm_cfg_find_task(cfg, "add");
+        ck_assert_uint_eq(t->rate_count, ok[i].n);
+        ck_assert_int_eq(t->rate_period_ms, ok[i].ms);
+        ck_assert_uint_eq(t->concurrency, 3);
+        ck_assert_int_eq(t->dedup_ttl_ms, 600000);
+        ck_assert_int_eq(t->reply_ttl_ms, 30000);
+        tm_cfg_free(cfg);
+    }
+    static const char *const bad[] = {
+        "0/s", "-1/s", "10/day", "10", "/s", "1.5/s", "10/s/s",
+        "1000000001/s", "x/s", "10 /s",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tm_snprintf(text, sizeof text, TASK "    rate_limit: \"%s\"\n",
+                    bad[i]);
+        struct tm_cfg *cfg = load_text(text, err, sizeof err);
+        ck_assert_msg(cfg == NULL, "%s accepted", bad[i]);
+        ck_assert_msg(strstr(err, ":4:17: tasks.add.rate_limit: ") != NULL &&
+                      strstr(err, "expected a rate like 100/s") != NULL,
+                      "%s: %s", bad[i], err);
+    }
 }
 END_TEST
 
@@ -565,7 +609,8 @@ START_TEST(test_shipped_config)
         "circuit_max_cool_off:", "schedules:", "cron:", "every:",
         "timezone:", "body:", "catch_up:", "tls:", "ca_file:", "cert_file:",
         "key_file:", "server_name:", "verify:", "redis:", "mode:",
-        "master:", "amqp:", "queue_type:", "heartbeat:"
+        "master:", "amqp:", "queue_type:", "heartbeat:", "rate_limit:",
+        "concurrency:", "dedup_ttl:", "reply_ttl:"
     };
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
@@ -940,6 +985,12 @@ static const struct bad bad_configs[] = {
       "'256'" },
     { "broker: {url: amqp://h}\n" TASK "    priority: -1\n", "5:15",
       "tasks.add.priority: expected an integer from 0 to 255, got '-1'" },
+    /* deduplication needs a shared store: Redis only */
+    { "broker: {url: amqp://h}\n" TASK "    dedup_ttl: 1m\n", "5:5",
+      "tasks.add.dedup_ttl: deduplication needs a store shared by every "
+      "daemon of the queue, which RabbitMQ does not have" },
+    { TASK "    dedup_ttl: 1m\nbroker: {url: amqp://h}\n", "4:5",
+      "tasks.add.dedup_ttl: deduplication needs a store shared" },
     /* broker URL */
     { "broker:\n  url: http://x\n" TASK, "2:8", "broker.url: unknown scheme "
       "'http'; expected one of: redis, rediss, amqp, amqps" },
@@ -1588,6 +1639,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_design_example);
     tcase_add_test(tc, test_design_example_redis_priority);
     tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_flow_keys);
     tcase_add_test(tc, test_derived_defaults);
     tcase_add_test(tc, test_http_without_listen);
     tcase_add_test(tc, test_env_in_config);

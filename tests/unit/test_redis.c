@@ -28,6 +28,38 @@ START_TEST(retry_key_derives_from_the_queue)
 }
 END_TEST
 
+/* The pause key is named like the retry set: queue first, then the
+ * group, so a hash tag in the queue puts it in the queue's slot. */
+START_TEST(pause_key_derives_from_the_queue)
+{
+    char q1[] = "{orders}", g1[] = "workers";
+    struct tm_cfg_task t = {.queue = q1, .group = g1};
+    char *k = tm_redis_pause_key(&t);
+    ck_assert_str_eq(k, "{orders}.paused.workers");
+    ck_assert_uint_eq(tm_redis_key_slot(k, strlen(k)),
+                      tm_redis_key_slot(q1, strlen(q1)));
+    tm_free(k);
+}
+END_TEST
+
+/* The scheduled set (delayed messages) is named after the queue too,
+ * and joins the one-slot rule. */
+START_TEST(scheduled_key_derives_from_the_queue)
+{
+    char q1[] = "{orders}", q2[] = "taskmill.add";
+    struct tm_cfg_task t = {.queue = q1};
+    char *k = tm_redis_scheduled_key(&t);
+    ck_assert_str_eq(k, "{orders}.scheduled");
+    ck_assert_uint_eq(tm_redis_key_slot(k, strlen(k)),
+                      tm_redis_key_slot(q1, strlen(q1)));
+    tm_free(k);
+    t.queue = q2;
+    k = tm_redis_scheduled_key(&t);
+    ck_assert_str_eq(k, "taskmill.add.scheduled");
+    tm_free(k);
+}
+END_TEST
+
 /* Cluster slots as Redis computes them (CLUSTER KEYSLOT), hash tags
  * included: the first '{' to the next '}', when not empty. */
 START_TEST(key_slots_follow_redis)
@@ -46,8 +78,8 @@ START_TEST(key_slots_follow_redis)
 }
 END_TEST
 
-/* A task's stream, retry set and dead-letter stream must share a slot in
- * cluster mode; the refusal proposes a hash tag. */
+/* A task's stream, retry set, rate bucket and dead-letter stream must
+ * share a slot in cluster mode; the refusal proposes a hash tag. */
 START_TEST(task_keys_share_a_slot)
 {
     char name[] = "orders", q1[] = "orders", d1[] = "orders.dlq";
@@ -57,13 +89,136 @@ START_TEST(task_keys_share_a_slot)
                             .dead_letter = d1};
     char err[600];
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "pause key 'orders.paused.taskmill'"));
     ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
     ck_assert_ptr_nonnull(strstr(err, "dead_letter: '{orders}.dlq'"));
+    ck_assert_ptr_nonnull(strstr(err, "rate bucket 'orders.rate.taskmill'"));
+    ck_assert_ptr_nonnull(strstr(err, "scheduled set 'orders.scheduled'"));
     t.queue = q2;
     t.dead_letter = d2;
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), 0);
     t.dead_letter = d3; /* a tagged queue, an untagged dead letter */
     ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+
+    /* dedup keys "<queue>.dedup.<key>" share the slot of a tagged
+     * queue, whatever the key holds */
+    t.dead_letter = d2;
+    t.dedup_ttl_ms = 60000;
+    ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), 0);
+    ck_assert_uint_eq(tm_redis_key_slot("{orders}.dedup.}{x}", 19),
+                      tm_redis_key_slot(q2, strlen(q2)));
+    t.queue = q1;
+    t.dead_letter = d1;
+    ck_assert_int_eq(tm_redis_task_slots_check(&t, err, sizeof err), -1);
+    ck_assert(tm_redis_has_hash_tag("{a}"));
+    ck_assert(tm_redis_has_hash_tag("x{a}y"));
+    ck_assert(!tm_redis_has_hash_tag("x{}{a}"));
+    ck_assert(!tm_redis_has_hash_tag("x{a"));
+    ck_assert(!tm_redis_has_hash_tag("plain"));
+}
+END_TEST
+
+/* A request's answer is written by the acknowledging script, except in
+ * cluster mode for a reply_to in another slot than the queue: then it is
+ * a command of its own, in reply_to's slot, sent first. Dedup keys
+ * follow the queue. */
+START_TEST(answer_in_the_script_or_before_it)
+{
+    struct tm_cfg cfg = {.redis_mode = TM_REDIS_CLUSTER};
+    char name[] = "add", q[] = "{add}", g[] = "taskmill", d[] = "{add}.dlq";
+    struct tm_cfg_task t = {.name = name, .queue = q, .group = g,
+                            .dead_letter = d, .reply_ttl_ms = 300000};
+    struct tm_redis_task rt = {.cfg = &t};
+    struct tm_redis rb;
+    memset(&rb, 0, sizeof rb);
+    rb.base.cfg = &cfg;
+    rb.tasks = &rt;
+    rb.ntasks = 1;
+    struct tm_msg m = {.id = "1-0", .id_len = 3,
+                       .outcome = TM_OUT_SUCCESS,
+                       .settle = TM_SETTLE_ACK};
+    rb.cluster = 1;
+    rt.slot = tm_redis_key_slot(q, strlen(q));
+    struct tm_redis_final f;
+
+    /* no request, no dedup key: a plain XACK will do */
+    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 0);
+    m.reply_to = "elsewhere";
+    m.reply_to_len = strlen(m.reply_to);
+    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 1);
+    ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 1);
+    /* the answer of its own: its key is reply_to, in reply_to's slot */
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 1, &f);
+    ck_assert_str_eq(f.argv[0], "EVAL");
+    ck_assert_str_eq(f.argv[2], "1");
+    ck_assert_str_eq(f.argv[3], "elsewhere");
+    ck_assert_uint_eq(f.slot, tm_redis_key_slot("elsewhere", 9));
+    ck_assert_ptr_null(strstr(f.argv[1], "XACK"));
+    tm_redis_final_free(&f);
+    /* then the script, in the queue's slot, its reply_to key unused */
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 0, &f);
+    ck_assert_ptr_nonnull(strstr(f.argv[1], "XACK"));
+    ck_assert_str_eq(f.argv[5], q);
+    ck_assert_str_eq(f.argv[10], "0"); /* reply_ttl 0: no answer here */
+    ck_assert_uint_eq(f.slot, rt.slot);
+    tm_redis_final_free(&f);
+
+    /* a reply_to in the queue's slot: one script */
+    m.reply_to = "{add}.reply.x";
+    m.reply_to_len = strlen(m.reply_to);
+    ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 0);
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 0, &f);
+    ck_assert_str_eq(f.argv[5], "{add}.reply.x");
+    ck_assert_str_eq(f.argv[10], "300000");
+    tm_redis_final_free(&f);
+
+    /* standalone: any key in one script */
+    rb.cluster = 0;
+    m.reply_to = "elsewhere";
+    m.reply_to_len = strlen(m.reply_to);
+    ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 0);
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 0, &f);
+    ck_assert_str_eq(f.argv[5], "elsewhere");
+    tm_redis_final_free(&f);
+
+    /* a retry answers nothing */
+    m.settle = TM_SETTLE_RETRY;
+    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 0);
+
+    /* a success with a dedup key is recorded only with dedup_ttl */
+    m.settle = TM_SETTLE_ACK;
+    m.reply_to = NULL;
+    m.dedup_key = "k";
+    m.dedup_key_len = 1;
+    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 0);
+    t.dedup_ttl_ms = 1000;
+    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 1);
+    char *key = tm_redis_dedup_key(&t, "k}{x", 4);
+    ck_assert_str_eq(key, "{add}.dedup.k}{x");
+    ck_assert_uint_eq(tm_redis_key_slot(key, strlen(key)),
+                      tm_redis_key_slot(q, strlen(q)));
+    tm_free(key);
+}
+END_TEST
+
+/* A schedule's last-slot key "<queue>.sched.<name>" shares the slot of a
+ * tagged queue; an untagged one is refused with a hash tag proposed. */
+START_TEST(schedule_key_shares_the_slot)
+{
+    char q1[] = "orders", q2[] = "{orders}";
+    struct tm_cfg_task t = {.queue = q1};
+    char err[600];
+    ck_assert_int_eq(tm_redis_schedule_slot_check(&t, "nightly", err,
+                                                  sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "queue: '{orders}'"));
+    ck_assert_ptr_nonnull(strstr(err, "'orders.sched.nightly'"));
+    t.queue = q2;
+    ck_assert_int_eq(tm_redis_schedule_slot_check(&t, "nightly", err,
+                                                  sizeof err), 0);
 }
 END_TEST
 
@@ -217,12 +372,16 @@ static Suite *redis_suite(void)
     Suite *s = suite_create("redis");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, retry_key_derives_from_the_queue);
+    tcase_add_test(tc, pause_key_derives_from_the_queue);
     tcase_add_test(tc, claim_period_bounds);
     tcase_add_test(tc, cap_drops_oversized_bulks);
     tcase_add_test(tc, cap_refuses_overlong_lines);
     tcase_add_test(tc, key_slots_follow_redis);
+    tcase_add_test(tc, scheduled_key_derives_from_the_queue);
     tcase_add_test(tc, task_keys_share_a_slot);
     tcase_add_test(tc, redirects_are_read);
+    tcase_add_test(tc, schedule_key_shares_the_slot);
+    tcase_add_test(tc, answer_in_the_script_or_before_it);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,330 @@
+/* amqp/pause.c - RabbitMQ pause state: a durable control queue per task,
+ * read by every daemon, written by `taskmill pause|resume` and the admin
+ * API.
+ *
+ * The control queue "<queue>.paused" (durable, the task queue's type,
+ * x-max-length 1 with drop-head) holds one persistent message while the
+ * task is paused and none otherwise: pause publishes one (with a publisher
+ * confirm), resume purges the queue. Nothing ever consumes it, so its
+ * ready count, which every queue.declare answers, is the state; a declare
+ * also creates the queue where it is missing, so that reading needs no
+ * error path. The state survives daemon restarts and, the queue being
+ * durable and the message persistent, broker restarts.
+ *
+ * Each daemon reads it when a task's connection opens, before it starts
+ * the consumer (a daemon started during a pause consumes nothing), and
+ * then every TM_AMQP_PAUSE_POLL_MS from the settle thread on a connection
+ * of its own, so every daemon sees a change within about that period; a
+ * daemon that changes the state itself (admin API) acts at once.
+ *
+ * On a pause the task's consumer is cancelled (basic.cancel): RabbitMQ
+ * sends it nothing more. Deliveries it had sent before (at most the
+ * task's prefetch, including any in flight when the cancel went out) are
+ * run and settled as usual; nothing is given back (nacked), so no
+ * delivery count grows. On resume the consumer starts again.
+ */
+#include "amqp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+/* The pause connection's channel, and the CLI's own. */
+#define TM_AMQP_PAUSE_CH 1
+
+/* pause_queue writes the control queue's name to buf; -1 when it does not
+ * fit in an AMQP short string. */
+static int pause_queue(const struct tm_cfg_task *t, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "%s.paused", t->queue);
+    return n < size && n <= TM_AMQP_SHORTSTR_MAX ? 0 : -1;
+}
+
+/* pause_read declares task t's control queue on c/ch and returns 1 when it
+ * holds a message (paused), 0 when it is empty, -1 on failure (reason in
+ * buf; the channel or connection is then unusable). */
+static int pause_read(amqp_connection_state_t c, amqp_channel_t ch,
+                      const struct tm_amqp_broker *ab,
+                      const struct tm_cfg_task *t, char *buf, size_t size)
+{
+    char name[TM_AMQP_SHORTSTR_MAX + 16], eb[256];
+    if (pause_queue(t, name, sizeof name) != 0) {
+        tm_snprintf(buf, size, "queue name '%s.paused' is too long",
+                    t->queue);
+        return -1;
+    }
+    amqp_table_entry_t e[3];
+    int n = 0;
+    e[n].key = amqp_cstring_bytes("x-max-length");
+    e[n].value.kind = AMQP_FIELD_KIND_I64;
+    e[n++].value.value.i64 = 1;
+    e[n].key = amqp_cstring_bytes("x-overflow");
+    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[n++].value.value.bytes = amqp_cstring_bytes("drop-head");
+    if (ab->base.cfg->amqp_queue_type == TM_AMQP_QUORUM) {
+        e[n].key = amqp_cstring_bytes("x-queue-type");
+        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[n++].value.value.bytes = amqp_cstring_bytes("quorum");
+    }
+    amqp_table_t args = {.num_entries = n, .entries = e};
+    amqp_queue_declare_ok_t *ok =
+        amqp_queue_declare(c, ch, amqp_cstring_bytes(name), /* passive = */ 0,
+                           /* durable = */ 1, /* exclusive = */ 0,
+                           /* auto_delete = */ 0, args);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_snprintf(buf, size, "queue.declare '%s': %s", name,
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    return ok->message_count > 0;
+}
+
+int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
+                       const struct tm_amqp_task *at, char *buf, size_t size)
+{
+    return pause_read(c, ch, at->ab, at->cfg, buf, size);
+}
+
+/* note_state records task at's state as read; a change wakes its intake,
+ * which applies it (tm_amqp_pause_apply). */
+static void note_state(struct tm_amqp_task *at, int paused)
+{
+    if (atomic_exchange(&at->paused, paused) != paused)
+        tm_amqp_signal_intake(at);
+}
+
+void tm_amqp_pause_poll(struct tm_amqp_broker *ab)
+{
+    char eb[512];
+    int64_t now = tm_now_ms();
+    /* once per tick (tick_ms is the period), never twice in half of it,
+     * and after failures less and less often: a broker that does not
+     * answer must not hold up the settle thread every second */
+    if (now < ab->pause_next_ms || ab->ntasks == 0)
+        return;
+    ab->pause_next_ms = now + TM_AMQP_PAUSE_POLL_MS / 2;
+    if (ab->pause_conn == NULL) {
+        amqp_connection_state_t c =
+            tm_amqp_open(ab, "pause", 0, NULL, eb, sizeof eb);
+        if (c == NULL ||
+            tm_amqp_channel(c, TM_AMQP_PAUSE_CH, 0, eb, sizeof eb) != 0) {
+            tm_amqp_drop(c);
+            goto failed;
+        }
+        ab->pause_conn = c;
+    }
+    for (size_t i = 0; i < ab->ntasks; i++) {
+        struct tm_amqp_task *at = &ab->tasks[i];
+        int p = pause_read(ab->pause_conn, TM_AMQP_PAUSE_CH, ab, at->cfg, eb,
+                           sizeof eb);
+        if (p < 0) {
+            tm_amqp_drop(ab->pause_conn);
+            ab->pause_conn = NULL;
+            goto failed;
+        }
+        note_state(at, p);
+        /* applied here too, not only by the intake: an intake waiting for
+         * room (prefetch reached) calls no fetch, and its consumer would
+         * otherwise go on receiving as runs end */
+        pthread_mutex_lock(&at->io_mu);
+        if (tm_amqp_pause_apply(at) != 0)
+            tm_amqp_conn_lost(at, "pause");
+        pthread_mutex_unlock(&at->io_mu);
+    }
+    ab->pause_backoff_ms = 0;
+    return;
+failed:
+    /* the last state read stays in force; a task's connection reads it
+     * again when it opens */
+    tm_log_write(ab->pause_backoff_ms > 0 ? TM_LOG_DEBUG : TM_LOG_WARNING,
+                 TM_AMQP_SRC, NULL, NULL,
+                 "reading the pause state: %s; trying again", eb);
+    ab->pause_backoff_ms = ab->pause_backoff_ms == 0
+                               ? TM_AMQP_PAUSE_POLL_MS
+                               : ab->pause_backoff_ms * 2;
+    if (ab->pause_backoff_ms > TM_AMQP_PAUSE_BACKOFF_MAX_MS)
+        ab->pause_backoff_ms = TM_AMQP_PAUSE_BACKOFF_MAX_MS;
+    ab->pause_next_ms = tm_now_ms() + ab->pause_backoff_ms;
+}
+
+void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused)
+{
+    atomic_store(&at->paused, paused);
+    at->pause_held = paused;
+    if (paused)
+        tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, at->cfg->name, NULL,
+                     "paused: not consuming queue '%s' until resumed",
+                     at->cfg->queue);
+}
+
+int tm_amqp_pause_apply(struct tm_amqp_task *at)
+{
+    if (at->conn == NULL)
+        return 0;
+    if (atomic_load(&at->paused)) {
+        if (!at->pause_held) {
+            /* after a wake() the consumer is cancelled already */
+            if (!at->stopped) {
+                amqp_basic_cancel_t cancel;
+                memset(&cancel, 0, sizeof cancel);
+                cancel.consumer_tag = amqp_cstring_bytes(at->consumer_tag);
+                cancel.nowait = 1;
+                if (amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
+                                     AMQP_BASIC_CANCEL_METHOD,
+                                     &cancel) != AMQP_STATUS_OK) {
+                    tm_snprintf(at->errstr, sizeof at->errstr,
+                                "basic.cancel failed");
+                    return -1;
+                }
+            }
+            at->pause_held = 1;
+            tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, at->cfg->name, NULL,
+                         "paused: consumer of queue '%s' cancelled; what "
+                         "it received runs", at->cfg->queue);
+        }
+        /* no consumer, for the pause: deliveries still arriving from
+         * before the cancel are kept and run, not given back */
+        at->stopped = 0;
+        return 0;
+    }
+    if (at->pause_held) {
+        at->pause_held = 0;
+        /* the caller starts the consumer again, as after a wake() */
+        at->stopped = 1;
+        tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, at->cfg->name, NULL,
+                     "resumed: consuming queue '%s' again", at->cfg->queue);
+    }
+    return 0;
+}
+
+/* wait_confirm reads frames on c until the broker confirms publish seq
+ * on ch or deadline (monotonic ms) passes. 0 acked, -1 otherwise (reason
+ * in buf). */
+static int wait_confirm(amqp_connection_state_t c, amqp_channel_t ch,
+                        uint64_t seq, int64_t deadline, char *buf,
+                        size_t size)
+{
+    for (;;) {
+        int64_t left = deadline - tm_now_ms();
+        if (left <= 0) {
+            tm_snprintf(buf, size, "no publisher confirm in time");
+            return -1;
+        }
+        struct timeval tv = tm_amqp_tv_ms(left);
+        amqp_frame_t f;
+        int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
+        if (rc == AMQP_STATUS_TIMEOUT)
+            continue;
+        if (rc != AMQP_STATUS_OK) {
+            tm_snprintf(buf, size, "%s", amqp_error_string2(rc));
+            return -1;
+        }
+        if (f.frame_type != AMQP_FRAME_METHOD || f.channel != ch)
+            continue;
+        const amqp_method_t *m = &f.payload.method;
+        if (m->id == AMQP_BASIC_ACK_METHOD) {
+            const amqp_basic_ack_t *x = m->decoded;
+            if (x->delivery_tag == seq ||
+                (x->multiple && x->delivery_tag >= seq))
+                return 0;
+        } else if (m->id == AMQP_BASIC_NACK_METHOD) {
+            tm_snprintf(buf, size, "the broker refused the pause message");
+            return -1;
+        } else if (m->id == AMQP_CHANNEL_CLOSE_METHOD ||
+                   m->id == AMQP_CONNECTION_CLOSE_METHOD) {
+            amqp_rpc_reply_t r;
+            memset(&r, 0, sizeof r);
+            r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
+            r.reply = *m;
+            tm_amqp_strerror(r, buf, size);
+            return -1;
+        }
+    }
+}
+
+/* pause_write sets task t's state on c/ch (a confirm channel). */
+static int pause_write(amqp_connection_state_t c, amqp_channel_t ch,
+                       const struct tm_amqp_broker *ab,
+                       const struct tm_cfg_task *t, int paused, char *buf,
+                       size_t size)
+{
+    char name[TM_AMQP_SHORTSTR_MAX + 16], eb[256], body[64];
+    int was = pause_read(c, ch, ab, t, buf, size);
+    if (was < 0)
+        return -1;
+    pause_queue(t, name, sizeof name);
+    if (!paused) {
+        amqp_queue_purge_ok_t *ok =
+            amqp_queue_purge(c, ch, amqp_cstring_bytes(name));
+        amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+        if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+            tm_snprintf(buf, size, "queue.purge '%s': %s", name,
+                        tm_amqp_strerror(r, eb, sizeof eb));
+            return -1;
+        }
+        return 0;
+    }
+    /* a pause over a pause replaces the message (x-max-length 1) */
+    tm_snprintf(body, sizeof body, "{\"paused_at\":%lld}",
+                (long long)tm_wall_ms());
+    amqp_basic_properties_t p;
+    memset(&p, 0, sizeof p);
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
+    p.delivery_mode = 2; /* persistent */
+    p.content_type = amqp_cstring_bytes("application/json");
+    if (amqp_basic_publish(c, ch, amqp_empty_bytes, amqp_cstring_bytes(name),
+                           /* mandatory = */ 0, /* immediate = */ 0, &p,
+                           amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
+        tm_snprintf(buf, size, "basic.publish to '%s' failed", name);
+        return -1;
+    }
+    /* the first publish of the channel: confirm number 1 */
+    return wait_confirm(c, ch, 1, tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS,
+                        buf, size);
+}
+
+int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
+                      int paused)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    char eb[512];
+    int rc = -1;
+    /* a command runs once: it tries each node in turn */
+    amqp_connection_state_t c = NULL;
+    for (size_t i = 0; i < ab->nnodes && c == NULL; i++)
+        c = tm_amqp_open(ab, paused ? "pause" : "resume", 0, NULL, eb,
+                         sizeof eb);
+    if (c == NULL) {
+        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
+        goto out;
+    }
+    if (tm_amqp_channel(c, TM_AMQP_PAUSE_CH, /* confirm = */ 1, eb,
+                        sizeof eb) != 0 ||
+        pause_write(c, TM_AMQP_PAUSE_CH, ab, t, paused, eb, sizeof eb) != 0) {
+        tm_broker_set_error(b, EIO, "%s", eb);
+        tm_amqp_drop(c);
+        c = NULL;
+        goto out;
+    }
+    rc = 0;
+out:
+    tm_amqp_close(c);
+    return rc;
+}
+
+int tm_amqp_paused(struct tm_broker *b, size_t ti)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    return ti < ab->ntasks ? atomic_load(&ab->tasks[ti].paused) : 0;
+}
+
+void tm_amqp_pause_note(struct tm_broker *b, size_t ti, int paused)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    if (ti < ab->ntasks)
+        note_state(&ab->tasks[ti], paused != 0);
+}

@@ -1,0 +1,46 @@
+/* pause.c - `taskmill pause|resume TASK`: stop or restart the intake of a
+ * task on every daemon, through the state the broker keeps. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "broker.h"
+
+int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a)
+{
+    int paused = strcmp(a->cmd, "pause") == 0;
+    int status = TM_EXIT_USAGE;
+    struct tm_broker *b = NULL;
+    const struct tm_cfg_task *t = NULL;
+    if (a->npos != 1) {
+        tm_cli_usage_error("%s needs one TASK", a->cmd);
+        goto out;
+    }
+    t = tm_cli_find_task(cfg, a->pos[0]);
+    if (t == NULL)
+        goto out;
+    char err[512];
+    b = tm_broker_new(cfg, err, sizeof err);
+    if (b == NULL) {
+        fprintf(stderr, "taskmill: %s\n", err);
+        goto out;
+    }
+    status = TM_EXIT_FAIL;
+    if (b->ops->pause_set == NULL) {
+        fprintf(stderr, "taskmill: %s: the %s broker cannot pause a task\n",
+                a->cmd, b->ops->kind);
+        goto out;
+    }
+    if (b->ops->pause_set(b, t, paused) != 0) {
+        fprintf(stderr, "taskmill: %s: %s\n", a->cmd, b->errstr);
+        goto out;
+    }
+    printf("%s task '%s'\n", paused ? "paused" : "resumed", t->name);
+    status = TM_EXIT_OK;
+out:
+    if (b != NULL)
+        b->ops->destroy(b);
+    tm_cfg_free(cfg);
+    return status;
+}

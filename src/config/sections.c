@@ -1,0 +1,181 @@
+/* config/sections.c - the pool:, http: and log: sections. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* memrchr */
+#endif
+
+#include "config/config_private.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <yaml.h>
+
+#include "redis/slot.h"
+#include "taskmill.h" /* TM_LOG_* levels */
+#include "util.h"
+
+/* --------------------------------------------------------------- top */
+
+static const struct choice pool_choices[] = {
+    { "thread", TM_POOL_THREAD, 1 },
+    { "fork", TM_POOL_FORK, 1 },
+};
+
+static const struct choice level_choices[] = {
+    { "error", TM_LOG_ERR, 1 },
+    { "warning", TM_LOG_WARNING, 1 },
+    { "info", TM_LOG_INFO, 1 },
+    { "debug", TM_LOG_DEBUG, 1 },
+    { "err", TM_LOG_ERR, 0 },
+    { "warn", TM_LOG_WARNING, 0 },
+};
+
+static const struct choice format_choices[] = {
+    { "text", TM_LOG_TEXT, 1 },
+    { "json", TM_LOG_JSON, 1 },
+};
+
+static int cb_pool_key(struct ctx *c, int i, const yaml_node_t *key,
+                       const yaml_node_t *val, const char *path, void *arg)
+{
+    struct tm_cfg *cfg = c->cfg;
+    int64_t x = 0;
+    int e = 0;
+    (void)arg;
+    if (i == 0) {
+        if (tm_cfg_get_enum(c, key, val, path, pool_choices, NELEM(pool_choices),
+                     &e) < 0)
+            return -1;
+        cfg->pool_kind = (enum tm_pool_kind)e;
+    } else if (i == 1) {
+        if (tm_cfg_get_int(c, key, val, path, 1, 1024, &x) < 0)
+            return -1;
+        cfg->pool_size = (unsigned)x;
+    } else {
+        if (tm_cfg_get_int(c, key, val, path, 0, UINT_MAX, &x) < 0)
+            return -1;
+        cfg->max_tasks_per_child = (unsigned)x;
+    }
+    return 0;
+}
+
+int tm_cfg_parse_pool(struct ctx *c, const yaml_node_t *k,
+                      const yaml_node_t *v)
+{
+    static const char *const keys[] = { "kind", "size",
+                                         "max_tasks_per_child" };
+    return tm_cfg_walk_section(c, k, v, "pool", keys, NELEM(keys), cb_pool_key,
+                        NULL);
+}
+
+/* valid_listen accepts "host:port" and "[v6]:port", port 0..65535. */
+static int valid_listen(const char *s)
+{
+    const char *colon;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close == s + 1 || close[1] != ':')
+            return 0;
+        for (const char *p = s + 1; p < close; p++) {
+            if (!tm_cfg_is_ip6_char((unsigned char)*p))
+                return 0;
+        }
+        colon = close + 1;
+    } else {
+        colon = strchr(s, ':');
+        if (colon == NULL || colon == s || strchr(colon + 1, ':') != NULL)
+            return 0;
+        for (const char *p = s; p < colon; p++) {
+            if (!tm_cfg_is_host_char((unsigned char)*p))
+                return 0;
+        }
+    }
+    const char *port = colon + 1;
+    size_t n = strlen(port);
+    int v = 0;
+    if (n == 0 || n > 5)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!tm_cfg_is_digit(port[i]))
+            return 0;
+        v = v * 10 + (port[i] - '0');
+    }
+    return v <= 65535;
+}
+
+static int cb_http_key(struct ctx *c, int i, const yaml_node_t *key,
+                       const yaml_node_t *val, const char *path, void *arg)
+{
+    struct tm_cfg *cfg = c->cfg;
+    char shown[CFG_CLIP + 8];
+    (void)arg;
+    /* A null or empty value (e.g. ${TOKEN:-}) means "not set". */
+    if (tm_cfg_is_null(val))
+        return 0;
+    char *s = tm_cfg_get_scalar(c, key, val, path);
+    if (s == NULL)
+        return -1;
+    if (*s == '\0') {
+        tm_free(s);
+        return 0;
+    }
+    if (i == 0 && !valid_listen(s)) {
+        tm_cfg_fail(c, tm_cfg_mark_of(val), "%s: expected host:port like "
+                 "127.0.0.1:9999, got '%s'", path,
+                 tm_cfg_clip(s, shown, sizeof shown));
+        tm_free(s);
+        return -1;
+    }
+    char **dst = i == 0 ? &cfg->http_listen : &cfg->http_token;
+    tm_free(*dst);
+    *dst = s;
+    return 0;
+}
+
+int tm_cfg_parse_http(struct ctx *c, const yaml_node_t *k,
+                      const yaml_node_t *v)
+{
+    static const char *const keys[] = { "listen", "token" };
+    return tm_cfg_walk_section(c, k, v, "http", keys, NELEM(keys), cb_http_key,
+                        NULL);
+}
+
+static int cb_log_key(struct ctx *c, int i, const yaml_node_t *key,
+                      const yaml_node_t *val, const char *path, void *arg)
+{
+    struct tm_cfg *cfg = c->cfg;
+    int e = 0;
+    (void)arg;
+    if (i == 0) {
+        if (tm_cfg_get_enum(c, key, val, path, level_choices, NELEM(level_choices),
+                     &e) < 0)
+            return -1;
+        cfg->log_level = e;
+    } else {
+        if (tm_cfg_get_enum(c, key, val, path, format_choices,
+                     NELEM(format_choices), &e) < 0)
+            return -1;
+        cfg->log_format = (enum tm_log_format)e;
+    }
+    return 0;
+}
+
+int tm_cfg_parse_log(struct ctx *c, const yaml_node_t *k,
+                     const yaml_node_t *v)
+{
+    static const char *const keys[] = { "level", "format" };
+    return tm_cfg_walk_section(c, k, v, "log", keys, NELEM(keys), cb_log_key,
+                        NULL);
+}

@@ -1,0 +1,183 @@
+/* schedule.c - Redis side of periodic schedules: each slot is published
+ * once, whatever the number of daemons, by one script that compares and
+ * sets the schedule's last fired slot and adds the message. */
+#include "redis/redis.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SRC TM_REDIS_SRC
+
+/* Command timeout of a schedule session. */
+#define TM_REDIS_SCHED_TIMEOUT_MS 5000
+
+/*
+ * fire_script publishes one slot unless it or a later one was fired.
+ * KEYS[1] the task's stream, KEYS[2] the schedule's last-slot key
+ * ("<queue>.sched.<schedule>", in the stream's hash slot). ARGV[1] the
+ * slot (epoch ms), ARGV[2] the body, ARGV[3] the schedule's name.
+ * Returns {1, slot} when it added the entry, {0, last} when the key
+ * already held this slot or a later one. The key only ever grows, and it
+ * changes in the same script as the XADD: a slot is added once, and a
+ * slot older than one fired is never added.
+ */
+static const char fire_script[] =
+    "local v = redis.call('GET', KEYS[2])\n"
+    "local slot = tonumber(ARGV[1])\n"
+    "if v and tonumber(v) and tonumber(v) >= slot then\n"
+    "  return {0, v}\n"
+    "end\n"
+    "redis.call('SET', KEYS[2], ARGV[1])\n"
+    "redis.call('XADD', KEYS[1], '*', 'body', ARGV[2], 'schedule', ARGV[3],"
+    " 'slot', ARGV[1])\n"
+    "return {1, ARGV[1]}\n";
+
+/* serr describes a session's failure in its errstr. */
+static void serr(struct tm_sched_session *ss, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void serr(struct tm_sched_session *ss, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ss->errstr, sizeof ss->errstr, fmt, ap);
+    va_end(ap);
+}
+
+/* struct tm_redis_sched is the Redis schedule session: a link of its own
+ * (a connection per node it used), used by one thread. Each script
+ * touches one task's keys, in the task's slot (the one-slot rule). */
+struct tm_redis_sched {
+    struct tm_sched_session base;
+    struct tm_rlink link;
+};
+
+char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule)
+{
+    size_t n = strlen(t->queue) + strlen(schedule) + sizeof ".sched.";
+    char *k = tm_malloc(n);
+    tm_snprintf(k, n, "%s.sched.%s", t->queue, schedule);
+    return k;
+}
+
+struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
+                                             char *err, size_t errlen)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    (void)fire; /* Redis needs no election: the script decides */
+    struct tm_redis_sched *rs = tm_calloc(1, sizeof *rs);
+    rs->base.b = b;
+    tm_redis_link_init(&rs->link, TM_REDIS_SCHED_TIMEOUT_MS);
+    /* reach the broker now, so that a failure is told at once: the one
+     * server (or the sentinels' master), or a cluster's slot map */
+    int ok = rb->cluster
+                 ? tm_redis_topo_refresh(rb, 0, err, errlen) == 0
+                 : tm_redis_link_get(rb, &rs->link, 0, err, errlen) != NULL;
+    if (!ok) {
+        tm_redis_link_close(rb, &rs->link);
+        tm_free(rs);
+        return NULL;
+    }
+    return &rs->base;
+}
+
+/* parse_slot reads a slot number out of a reply element; -1 when it is
+ * not one. */
+static int64_t parse_slot(const redisReply *r)
+{
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type != REDIS_REPLY_STRING || r->len == 0)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(r->str, &end, 10);
+    return errno == 0 && end != NULL && *end == '\0' ? v : -1;
+}
+
+int tm_redis_sched_fire(struct tm_sched_session *ss,
+                        const struct tm_cfg_schedule *s, int64_t slot_ms,
+                        int64_t *last_ms)
+{
+    struct tm_redis_sched *rs = (struct tm_redis_sched *)ss;
+    const struct tm_cfg_task *t = tm_cfg_find_task(ss->b->cfg, s->task);
+    char slot[24], eb[256];
+    int rc = -1, dead = 0;
+    char *key = NULL;
+    redisReply *r = NULL;
+    if (last_ms != NULL)
+        *last_ms = -1;
+    /* the configuration checked that the task exists */
+    if (t == NULL) {
+        serr(ss, "schedule '%s': no task '%s'", s->name, s->task);
+        goto out;
+    }
+    key = tm_redis_sched_key(t, s->name);
+    tm_snprintf(slot, sizeof slot, "%lld", (long long)slot_ms);
+    const char *argv[] = {"EVAL", fire_script, "2", t->queue, key, slot,
+                          s->body_json, s->name};
+    r = tm_redis_link_run((struct tm_redis *)ss->b, &rs->link,
+                          tm_redis_key_slot(t->queue, strlen(t->queue)), 8,
+                          argv, NULL, 0, 0, eb, sizeof eb, &dead);
+    if (r == NULL) {
+        serr(ss, "schedule '%s': %s", s->name, eb);
+        goto out;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        serr(ss, "schedule '%s': unexpected reply of the fire script",
+             s->name);
+        goto out;
+    }
+    if (last_ms != NULL)
+        *last_ms = parse_slot(r->element[1]);
+    rc = r->element[0]->integer == 1 ? 1 : 0;
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    tm_free(key);
+    return rc;
+}
+
+int tm_redis_sched_last(struct tm_sched_session *ss,
+                        const struct tm_cfg_schedule *s, int64_t *slot_ms)
+{
+    struct tm_redis_sched *rs = (struct tm_redis_sched *)ss;
+    const struct tm_cfg_task *t = tm_cfg_find_task(ss->b->cfg, s->task);
+    char eb[256];
+    int dead = 0;
+    *slot_ms = -1;
+    if (t == NULL)
+        return 0;
+    char *key = tm_redis_sched_key(t, s->name);
+    const char *argv[] = {"GET", key};
+    redisReply *r = tm_redis_link_run(
+        (struct tm_redis *)ss->b, &rs->link,
+        tm_redis_key_slot(t->queue, strlen(t->queue)), 2, argv, NULL, 0, 0,
+        eb, sizeof eb, &dead);
+    tm_free(key);
+    if (r == NULL) {
+        serr(ss, "schedule '%s': %s", s->name, eb);
+        return -1;
+    }
+    *slot_ms = parse_slot(r);
+    freeReplyObject(r);
+    return 0;
+}
+
+void tm_redis_sched_close(struct tm_sched_session *ss)
+{
+    if (ss == NULL)
+        return;
+    struct tm_redis_sched *rs = (struct tm_redis_sched *)ss;
+    tm_redis_link_close((struct tm_redis *)ss->b, &rs->link);
+    tm_free(rs);
+}

@@ -1,0 +1,467 @@
+/* scheduled.c - the Redis adapter's delayed messages: the sorted set
+ * "<queue>.scheduled" and its promoter.
+ *
+ * Producers add a member {"id": ID, "body": BODY, ...} scored by its due
+ * time in epoch milliseconds (DESIGN.md, Messages). Every daemon runs one
+ * promoter thread, on a link of its own (a connection per node; each
+ * script touches one task's keys, in its slot), that moves due members of
+ * its tasks' sets into their streams with promote_script: the Redis
+ * server's clock decides what is due, and the XADD and the ZREM of each
+ * member happen in one script, so any number of daemons can promote the
+ * same set and each member enters the stream exactly once. A member that
+ * cannot become an entry (not a JSON object, no object body, a field of
+ * the wrong type) goes to the task's dead-letter stream with the reason,
+ * in the same script: nothing is lost and nothing stays stuck.
+ *
+ * Between rounds the promoter sleeps until the earliest due member, at
+ * most TM_REDIS_PROMOTE_MAX_SLEEP_MS (members other processes add are
+ * noticed that late at worst), plus a little jitter so that daemons do
+ * not all call at the same instant; a member this process adds (its
+ * admin API, on an adapter of its own) wakes every promoter of the
+ * process at once, for a round that sees it (tm_redis_publish_at).
+ */
+#include "redis/redis.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SRC TM_REDIS_SRC
+
+/* Longest sleep between two rounds: the worst delay before a member that
+ * another process added becomes an entry (DESIGN.md: within 1 s). */
+#define TM_REDIS_PROMOTE_MAX_SLEEP_MS 500
+/* Most jitter added to a sleep (a tenth of it, at most this). */
+#define TM_REDIS_PROMOTE_JITTER_MS 25
+/* Members one script call moves at most (the script blocks Redis while
+ * it runs), and calls per task in one round before the other tasks get
+ * their turn. */
+#define TM_REDIS_PROMOTE_BATCH 500
+#define TM_REDIS_PROMOTE_CALLS 20
+/* Command timeout of the promoter's connection; and its reconnect
+ * backoff bounds after a failure. */
+#define TM_REDIS_PROMOTE_TIMEOUT_MS 5000
+#define TM_REDIS_PROMOTE_BACKOFF_MIN_MS 250
+#define TM_REDIS_PROMOTE_BACKOFF_MAX_MS 5000
+
+/*
+ * promote_script moves up to ARGV[1] members of the scheduled set that
+ * are due by the server's clock into the stream, each as an entry with
+ * field body (the member's body, its text unchanged), scheduled_id (its
+ * id) and reply_to, correlation_id, dedup_key when the member has them.
+ * A member that cannot be moved goes to the dead-letter stream instead
+ * (body = the member's text, task ARGV[2], error, attempts 0, failed_at,
+ * origin_id = its id when readable). XADD comes before ZREM for each
+ * member: a failing XADD (OOM, a key of the wrong type) stops the script
+ * with the member still in the set, and the members before it are moved
+ * completely. KEYS: scheduled set, stream, dead-letter stream. ARGV:
+ * batch, task name. Returns {moved, dead-lettered, ms until the next
+ * member is due or -1 when the set is empty, members left}.
+ */
+static const char promote_script[] =
+    "local function ws(s, i)\n"
+    "  return string.find(s, '[^ \\t\\r\\n]', i) or (#s + 1)\n"
+    "end\n"
+    "local function str_end(s, i)\n"
+    "  local j = i + 1\n"
+    "  while true do\n"
+    "    local q = string.find(s, '[\"\\\\]', j)\n"
+    "    if q == nil then return nil end\n"
+    "    if string.sub(s, q, q) == '\"' then return q + 1 end\n"
+    "    j = q + 2\n"
+    "  end\n"
+    "end\n"
+    "local function val_end(s, i)\n"
+    "  local c = string.sub(s, i, i)\n"
+    "  if c == '\"' then return str_end(s, i) end\n"
+    "  if c ~= '{' and c ~= '[' then\n"
+    "    return string.find(s, '[,}%] \\t\\r\\n]', i) or (#s + 1)\n"
+    "  end\n"
+    "  local depth, j = 0, i\n"
+    "  while true do\n"
+    "    local k = string.find(s, '[\"{}%[%]]', j)\n"
+    "    if k == nil then return nil end\n"
+    "    local d = string.sub(s, k, k)\n"
+    "    if d == '\"' then\n"
+    "      j = str_end(s, k)\n"
+    "      if j == nil then return nil end\n"
+    "    else\n"
+    "      if d == '{' or d == '[' then depth = depth + 1\n"
+    "      else depth = depth - 1 end\n"
+    "      j = k + 1\n"
+    "      if depth == 0 then return j end\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    /* the text of the top-level key body of an object already decoded
+     * (so well formed): the last one, as cjson keeps the last */
+    "local function body_text(s)\n"
+    "  local i, found = ws(s, 1) + 1, nil\n"
+    "  while true do\n"
+    "    i = ws(s, i)\n"
+    "    if string.sub(s, i, i) ~= '\"' then return found end\n"
+    "    local e = str_end(s, i)\n"
+    "    if e == nil then return found end\n"
+    "    local key = string.sub(s, i + 1, e - 2)\n"
+    "    i = ws(s, e)\n"
+    "    if string.sub(s, i, i) ~= ':' then return found end\n"
+    "    i = ws(s, i + 1)\n"
+    "    local ve = val_end(s, i)\n"
+    "    if ve == nil then return found end\n"
+    "    if key == 'body' then found = string.sub(s, i, ve - 1) end\n"
+    "    i = ws(s, ve)\n"
+    "    if string.sub(s, i, i) ~= ',' then return found end\n"
+    "    i = i + 1\n"
+    "  end\n"
+    "end\n"
+    "local function entry(m)\n"
+    "  if string.sub(m, ws(m, 1), ws(m, 1)) ~= '{' then\n"
+    "    return nil, 'scheduled member is not a JSON object'\n"
+    "  end\n"
+    "  local ok, v = pcall(cjson.decode, m)\n"
+    "  if not ok or type(v) ~= 'table' then\n"
+    "    return nil, 'scheduled member is not valid JSON'\n"
+    "  end\n"
+    "  local id = v['id']\n"
+    "  if id ~= nil and type(id) ~= 'string' then\n"
+    "    return nil, 'scheduled member: id is not a string', nil\n"
+    "  end\n"
+    "  if type(v['body']) ~= 'table' then\n"
+    "    return nil, 'scheduled member has no body object', id\n"
+    "  end\n"
+    "  local body = body_text(m)\n"
+    "  if body == nil or string.sub(body, 1, 1) ~= '{' then\n"
+    "    return nil, 'scheduled member has no body object', id\n"
+    "  end\n"
+    "  local f = {'body', body}\n"
+    "  if id ~= nil then f[#f + 1] = 'scheduled_id'; f[#f + 1] = id end\n"
+    "  for _, k in ipairs({'reply_to', 'correlation_id', 'dedup_key'}) do\n"
+    "    local x = v[k]\n"
+    "    if x ~= nil and x ~= cjson.null then\n"
+    "      if type(x) ~= 'string' then\n"
+    "        return nil, 'scheduled member: ' .. k .. ' is not a string', id\n"
+    "      end\n"
+    "      f[#f + 1] = k; f[#f + 1] = x\n"
+    "    end\n"
+    "  end\n"
+    "  return f\n"
+    "end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now,\n"
+    "  'LIMIT', 0, tonumber(ARGV[1]))\n"
+    "local moved, dead = 0, 0\n"
+    "for _, m in ipairs(due) do\n"
+    "  local f, why, id = entry(m)\n"
+    "  if f then\n"
+    "    redis.call('XADD', KEYS[2], '*', unpack(f))\n"
+    "    moved = moved + 1\n"
+    "  else\n"
+    "    redis.call('XADD', KEYS[3], '*', 'body', m, 'task', ARGV[2],\n"
+    "      'error', why, 'attempts', '0', 'failed_at', tostring(now),\n"
+    "      'origin_id', id or '')\n"
+    "    dead = dead + 1\n"
+    "  end\n"
+    "  redis.call('ZREM', KEYS[1], m)\n"
+    "end\n"
+    "local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n"
+    "local wait = -1\n"
+    "if #nxt > 0 then\n"
+    "  wait = math.max(0, math.ceil(tonumber(nxt[2]) - now))\n"
+    "end\n"
+    "return {moved, dead, wait, redis.call('ZCARD', KEYS[1])}\n";
+
+/* struct tm_redis_sched is the promoter of one adapter. Everything under
+ * mu is shared with the threads that publish (poke) and destroy (stop);
+ * the rest belongs to the promoter thread. */
+struct tm_redis_sched {
+    struct tm_redis *rb;
+    char **keys;                  /* per task: "<queue>.scheduled" */
+    atomic_llong *counts;         /* per task: members left, -1 unknown */
+    pthread_t thread;
+    int started;                  /* thread runs (settle thread; destroy,
+                                     after the settle thread ended) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;                     /* under mu */
+    int poked;                    /* under mu: a round is wanted now */
+    struct tm_rlink link;         /* promoter thread only */
+    int64_t backoff_ms;           /* promoter thread only */
+    struct tm_redis_sched *next;  /* running promoters, under running.mu */
+};
+
+/* The promoters running in this process: a member added by any adapter
+ * of the process wakes them all. */
+static struct {
+    pthread_mutex_t mu;
+    struct tm_redis_sched *head;
+} running = {PTHREAD_MUTEX_INITIALIZER, NULL};
+
+char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
+{
+    return tm_asprintf("%s.scheduled", t->queue);
+}
+
+/* promote_task runs promote_script for task i until its due members are
+ * moved (or TM_REDIS_PROMOTE_CALLS calls were made). Returns the ms until
+ * its next member is due (-1: none; 0: more are due now), or -2 when the
+ * connection failed (reason in eb). */
+static int64_t promote_task(struct tm_redis_sched *s, size_t i, char *eb,
+                            size_t ebsize)
+{
+    const struct tm_cfg_task *t = s->rb->tasks[i].cfg;
+    char batch[24];
+    tm_snprintf(batch, sizeof batch, "%d", TM_REDIS_PROMOTE_BATCH);
+    const char *argv[] = {"EVAL",  promote_script,  "3",   s->keys[i],
+                          t->queue, t->dead_letter, batch, t->name};
+    long long moved = 0, dead_lettered = 0;
+    int64_t wait = 0;
+    for (int call = 0; call < TM_REDIS_PROMOTE_CALLS && wait == 0; call++) {
+        int dead = 0;
+        redisReply *r = tm_redis_link_run(s->rb, &s->link,
+                                          s->rb->tasks[i].slot, 8, argv,
+                                          NULL, 0, 0, eb, ebsize, &dead);
+        if (r == NULL) {
+            if (dead)
+                return -2;
+            tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
+                         "promoting delayed messages of '%s': %s",
+                         s->keys[i], eb);
+            return TM_REDIS_PROMOTE_MAX_SLEEP_MS; /* try again later */
+        }
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
+            long long m = r->element[0]->integer;
+            long long d = r->element[1]->integer;
+            moved += m;
+            dead_lettered += d;
+            wait = r->element[2]->integer;
+            atomic_store(&s->counts[i], r->element[3]->integer);
+            /* wait 0: a full batch left due members for another call;
+             * after a partial one the next member is due later */
+            if (m + d < TM_REDIS_PROMOTE_BATCH && wait == 0)
+                wait = 1;
+        } else {
+            wait = TM_REDIS_PROMOTE_MAX_SLEEP_MS;
+        }
+        freeReplyObject(r);
+    }
+    if (moved > 0)
+        tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
+                     "%lld delayed message(s) due: moved to '%s'", moved,
+                     t->queue);
+    if (dead_lettered > 0)
+        tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
+                     "%lld member(s) of '%s' could not become messages; "
+                     "moved to '%s' with the reason", dead_lettered,
+                     s->keys[i], t->dead_letter);
+    return wait;
+}
+
+/* round promotes every task's due members; returns how long to sleep
+ * before the next round (ms). */
+static int64_t round_run(struct tm_redis_sched *s)
+{
+    char eb[256];
+    int64_t sleep_ms = TM_REDIS_PROMOTE_MAX_SLEEP_MS;
+    int failed = 0;
+    for (size_t i = 0; i < s->rb->ntasks; i++) {
+        int64_t w = promote_task(s, i, eb, sizeof eb);
+        if (w == -2) {
+            /* the link closed the connection to that task's node; the
+             * other tasks (other nodes in a cluster) go on */
+            if (!failed)
+                tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL,
+                             "delayed messages: %s; retrying", eb);
+            failed = 1;
+            continue;
+        }
+        if (w >= 0 && w < sleep_ms)
+            sleep_ms = w;
+    }
+    if (failed) {
+        /* a backoff that grows while rounds fail */
+        s->backoff_ms = s->backoff_ms < TM_REDIS_PROMOTE_BACKOFF_MIN_MS
+                            ? TM_REDIS_PROMOTE_BACKOFF_MIN_MS
+                            : s->backoff_ms * 2;
+        if (s->backoff_ms > TM_REDIS_PROMOTE_BACKOFF_MAX_MS)
+            s->backoff_ms = TM_REDIS_PROMOTE_BACKOFF_MAX_MS;
+        if (s->backoff_ms < sleep_ms)
+            sleep_ms = s->backoff_ms;
+    } else {
+        s->backoff_ms = 0;
+    }
+    /* jitter: daemons that woke together drift apart */
+    int64_t span = sleep_ms / 10 < TM_REDIS_PROMOTE_JITTER_MS
+                       ? sleep_ms / 10
+                       : TM_REDIS_PROMOTE_JITTER_MS;
+    if (span > 0)
+        sleep_ms += (int64_t)(tm_rand64() % (uint64_t)(span + 1));
+    return sleep_ms;
+}
+
+static void *promoter_main(void *arg)
+{
+    struct tm_redis_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        s->poked = 0;
+        pthread_mutex_unlock(&s->mu);
+        int64_t sleep_ms = round_run(s);
+        pthread_mutex_lock(&s->mu);
+        int64_t until = tm_now_ns() + sleep_ms * 1000000LL;
+        for (;;) {
+            int64_t now = tm_now_ns();
+            if (s->stop || s->poked || now >= until)
+                break;
+            tm_cond_wait_ns(&s->cv, &s->mu, until - now);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    tm_redis_link_close(s->rb, &s->link);
+    return NULL;
+}
+
+struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb)
+{
+    struct tm_redis_sched *s = tm_calloc(1, sizeof *s);
+    size_t n = rb->ntasks ? rb->ntasks : 1;
+    s->rb = rb;
+    tm_redis_link_init(&s->link, TM_REDIS_PROMOTE_TIMEOUT_MS);
+    s->keys = tm_calloc(n, sizeof *s->keys);
+    s->counts = tm_calloc(n, sizeof *s->counts);
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        s->keys[i] = tm_redis_scheduled_key(rb->tasks[i].cfg);
+        atomic_store(&s->counts[i], -1);
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    return s;
+}
+
+void tm_redis_sched_start(struct tm_redis_sched *s)
+{
+    if (s == NULL || s->started || s->rb->ntasks == 0)
+        return;
+    int rc = pthread_create(&s->thread, NULL, promoter_main, s);
+    if (rc != 0) {
+        char eb[128];
+        tm_log_write(TM_LOG_ERR, SRC, NULL, NULL,
+                     "cannot start the delayed-message promoter: %s; "
+                     "trying again", tm_strerror(rc, eb, sizeof eb));
+        return;
+    }
+    s->started = 1;
+    pthread_mutex_lock(&running.mu);
+    s->next = running.head;
+    running.head = s;
+    pthread_mutex_unlock(&running.mu);
+}
+
+void tm_redis_sched_free(struct tm_redis_sched *s)
+{
+    if (s == NULL)
+        return;
+    if (s->started) {
+        pthread_mutex_lock(&running.mu);
+        struct tm_redis_sched **pp = &running.head;
+        while (*pp != NULL && *pp != s)
+            pp = &(*pp)->next;
+        assert(*pp == s);
+        *pp = s->next;
+        pthread_mutex_unlock(&running.mu);
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    assert(!tm_redis_link_up(&s->link));
+    for (size_t i = 0; i < s->rb->ntasks; i++)
+        tm_free(s->keys[i]);
+    tm_free(s->keys);
+    tm_free(s->counts);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    tm_free(s);
+}
+
+/* poke_all makes every promoter of the process start a round now. */
+static void poke_all(void)
+{
+    pthread_mutex_lock(&running.mu);
+    for (struct tm_redis_sched *s = running.head; s != NULL; s = s->next) {
+        pthread_mutex_lock(&s->mu);
+        s->poked = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&running.mu);
+}
+
+/* uuid4 writes a random (version 4) UUID into buf (37 bytes). */
+static void uuid4(char *buf, size_t size)
+{
+    unsigned char r[16];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        uint64_t a = tm_rand64() ^ (uint64_t)tm_now_ns(), b = tm_rand64();
+        memcpy(r, &a, 8);
+        memcpy(r + 8, &b, 8);
+    }
+    r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
+    r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
+    tm_snprintf(buf, size,
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                "%02x%02x%02x%02x%02x%02x",
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
+                r[10], r[11], r[12], r[13], r[14], r[15]);
+}
+
+/* tm_redis_publish_at adds body to the task's scheduled set, due at
+ * due_ms, as {"id": UUID, "body": BODY}; the body is a JSON object
+ * already checked by the caller, copied as it is. The id printed is the
+ * member's id (the stream entry gets its own id when it is promoted, and
+ * carries this one as scheduled_id). */
+int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *body, size_t len, int priority,
+                        int64_t due_ms, char *id, size_t idlen)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    (void)priority; /* refused by the config loader on Redis */
+    char uuid[40], score[24];
+    int rc = -1;
+    uuid4(uuid, sizeof uuid);
+    tm_snprintf(score, sizeof score, "%lld", (long long)due_ms);
+    char *key = tm_redis_scheduled_key(t);
+    char *member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s}", uuid,
+                               (int)len, body);
+    const char *argv[] = {"ZADD", key, score, member};
+    size_t lens[] = {4, strlen(key), strlen(score), strlen(member)};
+    redisReply *r = tm_redis_cli_command(rb, 4, argv, lens, 1, 0);
+    if (r == NULL)
+        goto out;
+    freeReplyObject(r);
+    tm_snprintf(id, idlen, "%s", uuid);
+    /* a daemon's own message may be due before its promoters wake */
+    poke_all();
+    rc = 0;
+out:
+    tm_free(member);
+    tm_free(key);
+    return rc;
+}
+
+int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    *n = -1;
+    if (rb->sched == NULL || ti >= rb->ntasks)
+        return -1;
+    *n = atomic_load(&rb->sched->counts[ti]);
+    return 0;
+}
