@@ -192,7 +192,8 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
         goto out;
     if (rb_depth_conn.n > 0 && ti >= rb_depth_conn.from &&
         ti < rb_depth_conn.from + rb_depth_conn.n) {
-        const long long *v = &rb_depth_conn.vals[3 * (ti - rb_depth_conn.from)];
+        const long long *v =
+            &rb_depth_conn.vals[3 * (ti - rb_depth_conn.from)];
         *depth = v[0];
         *pending = v[1];
         *dlq_depth = v[2];

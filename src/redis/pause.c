@@ -9,12 +9,13 @@
  * restarted, honours it from its first read.
  *
  * Every lane reads the keys of its tasks (one MGET per 256 tasks of one
- * slot, all pipelined) before its first read and then every TM_REDIS_PAUSE_POLL_MS, and no
- * blocking read of the lane lasts longer than that, so every daemon
- * stops reading a paused task within about two periods, whoever paused
- * it. The cost is one round trip per lane per period, whatever the
- * traffic, and an idle lane's read ending once a period. A daemon that
- * pauses a task itself (admin API) tells its lanes at once (pause_note).
+ * slot, all pipelined) before its first read and then every
+ * TM_REDIS_PAUSE_POLL_MS, and no blocking read of the lane lasts longer
+ * than that, so every daemon stops reading a paused task within about two
+ * periods, whoever paused it. The cost is one round trip per lane and
+ * node per period, whatever the traffic, and an idle lane's read ending
+ * once a period. A daemon that pauses a task itself (admin API) tells its
+ * lanes at once (pause_note).
  */
 #include "redis/redis.h"
 
