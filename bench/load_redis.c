@@ -3,8 +3,10 @@
  *   load_redis HOST PORT STREAM N [BODY]
  *
  * Appends N entries "XADD STREAM * body BODY" (BODY defaults to {}) in
- * pipelined windows of 4096 commands, then prints the id of the last entry
- * on stdout and the load rate on stderr. */
+ * pipelined windows of 4096 commands (fewer for large bodies: about 8 MiB
+ * of bodies a window), then prints the id of the last entry on stdout and
+ * the load rate on stderr. BODY "@BYTES" is a JSON object of exactly that
+ * many bytes, {"pad":"xxx...x"} (too long for a command line). */
 #include "bench.h"
 
 #include <hiredis/hiredis.h>
@@ -23,6 +25,22 @@ int main(int argc, char **argv)
     const char *stream = argv[3];
     long long n = bench_parse_long(PROG, "N", argv[4]);
     const char *body = argc == 6 ? argv[5] : "{}";
+    char *padded = NULL;
+    if (body[0] == '@') {
+        long long size = bench_parse_long(PROG, "BODY size", body + 1);
+        if (size < 11)
+            bench_die(PROG, "a padded body has at least 11 bytes");
+        padded = malloc((size_t)size + 1);
+        if (padded == NULL)
+            bench_die(PROG, "out of memory");
+        memset(padded, 'x', (size_t)size);
+        memcpy(padded, "{\"pad\":\"", 8);
+        memcpy(padded + size - 2, "\"}", 3);
+        body = padded;
+    }
+    long long window = WINDOW;
+    if ((long long)strlen(body) * window > 8LL * 1024 * 1024)
+        window = 8LL * 1024 * 1024 / (long long)strlen(body) + 1;
 
     redisContext *c = redisConnect(host, port);
     if (c == NULL || c->err)
@@ -40,7 +58,7 @@ int main(int argc, char **argv)
     char last[64] = "";
     int64_t t0 = bench_mono_ns();
     for (long long done = 0; done < n;) {
-        long long w = n - done < WINDOW ? n - done : WINDOW;
+        long long w = n - done < window ? n - done : window;
         for (long long i = 0; i < w; i++)
             if (redisAppendFormattedCommand(c, cmd, (size_t)cmdlen) !=
                 REDIS_OK)
@@ -67,5 +85,6 @@ int main(int argc, char **argv)
             (double)n / ((double)(t1 - t0) / 1e9));
     redisFreeCommand(cmd);
     redisFree(c);
+    free(padded);
     return 0;
 }

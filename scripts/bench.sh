@@ -19,7 +19,7 @@
 # only slows a run down), with every run's rate in its notes.
 #
 # Knobs (environment):
-#   BENCH_QUICK=1           ~1 minute smoke run: small N, one repeat
+#   BENCH_QUICK=1           ~2 minute smoke run: small N, one repeat
 #   BENCH_N                 Redis messages per run (1000000)
 #   BENCH_AMQP_N            RabbitMQ messages per run (300000)
 #   BENCH_REPEAT            runs per configuration (3)
@@ -47,6 +47,11 @@
 #   BENCH_HOST_N            messages per host run (50000; quick 5000: then
 #                           the workers' start, e.g. Python's, weighs in)
 #   BENCH_EXEC_N            messages per exec run (2000; quick 300)
+#   BENCH_ROWS_ONLY=1       only the extra rows (scripts/bench/rows/, below),
+#                           with the private brokers, none of the built-in runs
+#   BENCH_ROW_FILES         the extra row files to source, by name without
+#                           .sh ("bodies sleep"; default: all of them)
+#   the extra rows' own knobs are at the top of their files
 set -euo pipefail
 
 BUILD=${1:?usage: scripts/bench.sh BUILD_DIR}
@@ -171,22 +176,29 @@ log "scratch dir $DIR; N=$N, AMQP N=$AMQP_N, $REPEAT run(s) per configuration"
 BENCH_ROWS=()
 for f in "$BENCH_LIB"/rows/*.sh "$SRCDIR"/scripts/bench-rows/*.sh; do
 	[[ -f $f ]] || continue
+	if [[ -n ${BENCH_ROW_FILES:-} && " $BENCH_ROW_FILES " != *" $(basename "$f" .sh) "* ]]; then
+		continue
+	fi
 	# shellcheck source=/dev/null
 	. "$f"
 done
 
 bench_redis_start
-bench_redis_throughput
-bench_hosts
-bench_redis_flatness
-bench_redis_latency
-bench_redis_idle
-bench_scale
-bench_amqp_probe
-bench_amqp_start
-bench_amqp_runs
-
-bench_report_rows
+if [[ ${BENCH_ROWS_ONLY:-0} == 1 ]]; then
+	bench_amqp_probe
+	bench_amqp_start
+else
+	bench_redis_throughput
+	bench_hosts
+	bench_redis_flatness
+	bench_redis_latency
+	bench_redis_idle
+	bench_scale
+	bench_amqp_probe
+	bench_amqp_start
+	bench_amqp_runs
+	bench_report_rows
+fi
 for fn in "${BENCH_ROWS[@]}"; do
 	"$fn"
 done

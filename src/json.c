@@ -2,7 +2,9 @@
 #include "json.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct jscan {
     const unsigned char *p;
@@ -29,10 +31,31 @@ static int is_digit(unsigned char c)
 
 /* string: at '"'; returns 0 and moves past the closing quote, or -1 with
  * j->p on the offending byte (or at the end when the text ends early) */
+/* plain8 says whether none of the eight bytes of w ends a string run:
+ * no '"', no '\\', nothing below 0x20 (SWAR: a byte b is flagged by
+ * (b - k) & ~b & 0x80 when it is below k <= 0x80; exact for "any"). */
+static int plain8(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) |
+                   ((w - ones * 0x20) & ~w);
+    return (hit & high) == 0;
+}
+
 static int scan_string(struct jscan *j)
 {
     j->p++;
     while (j->p < j->end) {
+        /* eight plain bytes at a time (large bodies are long strings) */
+        uint64_t w;
+        if (j->end - j->p >= (ptrdiff_t)sizeof w) {
+            memcpy(&w, j->p, sizeof w);
+            if (plain8(w)) {
+                j->p += sizeof w;
+                continue;
+            }
+        }
         unsigned char c = *j->p;
         if (c == '"') {
             j->p++;

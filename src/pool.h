@@ -44,6 +44,15 @@ struct tm_pool_ops {
      * unacknowledged). */
     size_t (*submit)(struct tm_pool *p, struct tm_msg *msgs, size_t n);
 
+    /* submit_runs, optional, hands nruns runs at once (run i: the lens[i]
+     * messages of the array runs[i]), as submit would one run after the
+     * other, and writes submit's answer for run i to accepted[i]. One
+     * lock and one wake-up of the workers per filling of the queue, not
+     * per run: a lane reading a hundred tasks hands over their hundred
+     * small batches as one. NULL: the caller calls submit per run. */
+    void (*submit_runs)(struct tm_pool *p, struct tm_msg *const *runs,
+                        const size_t *lens, size_t nruns, size_t *accepted);
+
     /* drain stops intake, lets running messages finish until deadline_ns
      * (monotonic) and passes queued, never-started messages to done with
      * outcome TM_OUT_NONE. Returns 0 when everything finished in time, -1

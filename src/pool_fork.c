@@ -19,6 +19,7 @@
 
 #include "core.h"
 #include "fork/child.h"
+#include "fork/link.h"
 #include "fork/wire.h"
 #include "fork/zygote.h"
 #include "log.h"
@@ -27,14 +28,17 @@
 #define SRC "pool:fork"
 
 /*
- * The parent keeps the broker; children only run tasks. The parent sends
- * a child a few messages at once (one write for the batch) and the child
- * answers each as soon as it has run it, so a crash is charged to exactly
- * the message that was running: the ones after it in the batch go back to
- * the queue, never started.
+ * The parent keeps the broker; children only run tasks. The parent puts
+ * a few messages at once into a child's request ring (fork/ring.h, one
+ * copy of each body; the socket only wakes the child when it sleeps) and
+ * the child answers each in its answer ring as soon as it has run it, so
+ * a crash is charged to exactly the message that was running: the ones
+ * after it in the batch go back to the queue, never started. An answer is
+ * read only once the child has published it whole.
  *
  * One dispatcher thread in the parent owns every child: it polls their
- * sockets, writes batches, reads and checks answers, enforces timeouts
+ * sockets (wake-ups, large data, EOF), looks at every child's answer ring
+ * each round, writes batches, checks answers, enforces timeouts
  * (SIGTERM, then SIGKILL after a grace period), reaps and restarts
  * children.
  *
@@ -50,6 +54,13 @@
 #define FP_SLOTS_PER_WORKER 64
 /* Most messages sent to one child at once. */
 #define FP_BATCH_MAX 16
+/* A child has at most FP_BATCH_MAX / 2 + FP_BATCH_MAX messages out, which
+ * its link and its answer ring must hold (fork/link.h, fork/ring.h). */
+_Static_assert(FP_BATCH_MAX / 2 + FP_BATCH_MAX <= TM_RING_ANSWERS_MAX &&
+                   TM_RING_ANSWERS_MAX < TM_FORK_LINK_OUT,
+               "the rings hold every message out to a child");
+/* A child idle this long gives its rings' pages back. */
+#define FP_TRIM_IDLE_NS (1000LL * 1000000LL)
 /* Time a child gets to exit after SIGTERM before SIGKILL. */
 #define FP_KILL_GRACE_NS (1000LL * 1000000LL)
 /* A child that dies young while idle (no message charged: a worker init
@@ -86,7 +97,12 @@ struct fp_child {
     int64_t cur_start_ns;       /* the running message started (about) */
     int64_t last_end_ns;        /* no run of this child started earlier */
     unsigned tasks_done;        /* since the child started */
-    struct tm_fork_buf w, r;
+    /* the shared rings and the socket's buffers; the socket only wakes
+     * the other side, carries bodies and results too large for a ring,
+     * and tells of the child's death (EOF) */
+    struct tm_fork_link link;
+    int64_t idle_since_ns;      /* nout fell to 0 then */
+    int ring_used;              /* rings written since the last trim */
     int killing;                /* 1: SIGTERM sent; 2: SIGKILL sent */
     int timed_out;              /* killed for the limit of message kill_seq */
     uint64_t kill_seq;
@@ -240,6 +256,8 @@ static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
     if (c->out_head == NULL)
         c->out_tail = NULL;
     c->nout--;
+    if (c->link.base != NULL)
+        tm_fork_link_answered(&c->link, c->seq_head);
     c->seq_head++;
     assert(c->seq_next - c->seq_head == c->nout);
     m->next = NULL;
@@ -343,8 +361,6 @@ static int64_t damp(struct fpool *fp, size_t t, int64_t now)
 static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
 {
     int status = wait_child(c, tm_now_ns() + FP_KILL_GRACE_NS);
-    close(c->fd);
-    c->fd = -1;
 
     char why[96], sb[32];
     if (WIFSIGNALED(status))
@@ -414,6 +430,10 @@ static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
         }
     }
     give_back(fp, &unsent, done);
+    /* nothing of the child is left to read */
+    tm_fork_link_close(&c->link);
+    close(c->fd);
+    c->fd = -1;
     pid_t pid = c->pid;
     c->pid = 0;
     if (fp->shutdown || fp->abandon)
@@ -473,57 +493,33 @@ static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
                 (long long)(delay / 1000000));
 }
 
-/* read_answers reads what c wrote and checks each reply against the
+/* read_answers takes c's answers from its ring (and, with sock, first
+ * reads its socket: wake-ups, bulk data, EOF) and checks each against the
  * message it must answer; finished messages go to done. Returns -1 when
- * the child's socket closed, or after a malformed reply (c->corrupt says
+ * the child's socket closed, or after a malformed answer (c->corrupt says
  * why; the child is killed, the message it ran is charged with a crash). */
 static int read_answers(struct fpool *fp, struct fp_child *c,
-                        struct fp_list *done)
+                        struct fp_list *done, int sock)
 {
-    int eof = 0;
-    while (!eof) {
-        if (c->r.cap - c->r.len < 65536) {
-            c->r.cap = c->r.cap ? c->r.cap * 2 : 65536;
-            c->r.p = tm_realloc(c->r.p, c->r.cap);
-        }
-        ssize_t n = read(c->fd, c->r.p + c->r.len, c->r.cap - c->r.len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                break;
-            eof = 1;
-            break;
-        }
-        if (n == 0) {
-            eof = 1; /* answers read before the end still count */
-            break;
-        }
-        c->r.len += (size_t)n;
-    }
-    size_t off = 0;
+    /* answers published before the end still count */
+    int eof = sock ? tm_fork_link_read(&c->link, c->fd) : 0;
     const char *why = NULL;
-    while (off < c->r.len) {
-        if (c->out_head == NULL) {
-            why = "a reply to no message";
-            break;
+    enum tm_fork_check rc;
+    for (;;) {
+        struct tm_fork_expect ex = {0};
+        if (c->out_head != NULL) {
+            ex.seq = c->seq_head;
+            ex.task_index = (uint32_t)c->out_head->task_index;
+            ex.not_before_ns = c->last_end_ns;
+            ex.not_after_ns = tm_now_ns();
         }
-        struct tm_fork_expect ex = {
-            .seq = c->seq_head,
-            .task_index = (uint32_t)c->out_head->task_index,
-            .not_before_ns = c->last_end_ns,
-            .not_after_ns = tm_now_ns(),
-        };
         struct tm_fork_resp rs;
-        size_t flen = 0;
-        enum tm_fork_check rc = tm_fork_resp_check(
-            c->r.p + off, c->r.len - off, &ex, &rs, &flen, &why);
-        if (rc == TM_FORK_MORE)
-            break;
-        if (rc == TM_FORK_CORRUPT)
+        const char *data = NULL;
+        rc = tm_fork_link_answer(&c->link, c->out_head != NULL ? &ex : NULL,
+                                 &rs, &data, &why);
+        if (rc != TM_FORK_FRAME)
             break;
         struct tm_msg *m = out_pop(fp, c);
-        const char *data = c->r.p + off + sizeof rs;
         m->outcome = (enum tm_outcome)rs.outcome;
         m->t_start_ns = rs.t_start_ns;
         m->t_end_ns = rs.t_end_ns;
@@ -540,11 +536,10 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
         c->tasks_done++;
         c->last_end_ns = rs.t_end_ns;
         c->cur_start_ns = rs.t_end_ns;
-        off += flen;
+        if (c->nout == 0)
+            c->idle_since_ns = tm_now_ns();
     }
-    memmove(c->r.p, c->r.p + off, c->r.len - off);
-    c->r.len -= off;
-    if (why != NULL) {
+    if (rc == TM_FORK_CORRUPT) {
         c->corrupt = why;
         kill(c->pid, SIGKILL);
         return -1;
@@ -552,49 +547,10 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
     return eof ? -1 : 0;
 }
 
-/* flush writes c's pending output. Returns -1 when the socket failed. */
-static int flush(struct fp_child *c)
-{
-    while (c->w.off < c->w.len) {
-        ssize_t n = write(c->fd, c->w.p + c->w.off, c->w.len - c->w.off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return 0;
-            return -1;
-        }
-        c->w.off += (size_t)n;
-    }
-    c->w.len = c->w.off = 0;
-    return 0;
-}
-
-/* encode appends m's request frame, numbered seq, to c's output. */
-static void encode(struct fp_child *c, const struct tm_msg *m, uint64_t seq)
-{
-    size_t invalid_len = m->invalid != NULL ? strlen(m->invalid) : 0;
-    struct tm_fork_req rq = {
-        .magic = TM_FORK_MAGIC_REQ,
-        .task_index = (uint32_t)m->task_index,
-        .attempt = m->attempt,
-        .id_len = (uint32_t)m->id_len,
-        .invalid_len = (uint32_t)invalid_len,
-        .has_body = m->body != NULL,
-        .body_len = m->body != NULL ? m->body_len : 0,
-        .seq = seq,
-    };
-    tm_fork_buf_put(&c->w, &rq, sizeof rq);
-    tm_fork_buf_put(&c->w, m->id, m->id_len);
-    if (invalid_len > 0)
-        tm_fork_buf_put(&c->w, m->invalid, invalid_len);
-    if (m->body != NULL && m->body_len > 0)
-        tm_fork_buf_put(&c->w, m->body, m->body_len);
-}
-
 /* dispatch hands queued messages to idle children; *next learns when a
  * held task may run again. */
-static void dispatch(struct fpool *fp, int64_t now, int64_t *next)
+static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
+                     struct fp_list *done)
 {
     struct tm_pool *p = &fp->base;
     for (unsigned i = 0; i < p->size; i++) {
@@ -623,6 +579,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next)
                 share = left;
         }
         int was_idle = c->nout == 0;
+        struct tm_msg *before = c->out_tail; /* the last one already out */
         struct tm_msg *first = NULL;
         size_t k = 0;
         while (k < share) {
@@ -645,12 +602,40 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next)
         pthread_mutex_unlock(&fp->mu);
         if (k == 0)
             continue;
-        for (struct tm_msg *m = first; m != NULL; m = m->next)
-            encode(c, m, c->seq_next++);
+        /* into the ring; what finds no room there goes back to its queue
+         * (the ring fills up with large bodies) */
+        struct tm_msg *prev = NULL, *m = first;
+        for (; m != NULL; prev = m, m = m->next) {
+            if (tm_fork_link_put(&c->link, m, c->seq_next) != 0)
+                break;
+            c->seq_next++;
+        }
+        if (m != NULL) {
+            struct fp_list unsent = {0};
+            /* m and those after it leave the child's list */
+            if (prev == NULL)
+                prev = before;
+            if (prev != NULL)
+                prev->next = NULL;
+            else
+                c->out_head = NULL;
+            c->out_tail = prev;
+            for (struct tm_msg *n; m != NULL; m = n) {
+                n = m->next;
+                c->nout--;
+                fp->popped++;
+                list_add(&unsent, m);
+            }
+            give_back(fp, &unsent, done);
+        }
         assert(c->seq_next - c->seq_head == c->nout);
+        if (c->nout == 0)
+            continue;
+        c->ring_used = 1;
+        tm_fork_link_publish(&c->link);
         if (was_idle)
             c->cur_start_ns = tm_now_ns();
-        if (flush(c) != 0) {
+        if (tm_fork_link_flush(&c->link, c->fd) != 0) {
             /* the child is gone; its socket's EOF reaps it */
             tm_log_debug(SRC, "worker %u: write failed", c->index);
         }
@@ -687,7 +672,7 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
                 *next = deadline;
             continue;
         }
-        if (read_answers(fp, c, done) != 0) {
+        if (read_answers(fp, c, done, 1) != 0) {
             reap(fp, c, done);
             continue;
         }
@@ -732,12 +717,15 @@ static pid_t fork_direct(struct fpool *fp, struct fp_child *c, int *fd)
         return -1;
     }
     if (pid == 0) {
-        /* other children's sockets and the parent's wake-up belong to
-         * the parent */
+        /* other children's sockets and rings and the parent's wake-up
+         * belong to the parent: a task must not see its siblings' bodies
+         * nor write their answers */
         close(sv[0]);
-        for (unsigned i = 0; i < fp->base.size; i++)
+        for (unsigned i = 0; i < fp->base.size; i++) {
             if (fp->kids[i].fd >= 0)
                 close(fp->kids[i].fd);
+            tm_fork_link_close(&fp->kids[i].link);
+        }
         close(fp->wake_fd);
         struct tm_fork_child a = {
             .tasks = fp->base.tasks,
@@ -777,6 +765,18 @@ static int spawn(struct fpool *fp, struct fp_child *c)
     if (set_nonblock(fd) != 0)
         tm_log_warn(SRC, "worker %u: cannot make its socket non-blocking",
                     c->index);
+    if (tm_fork_link_open(&c->link, fd) != 0) {
+        char eb[TM_STRERRNO_BUF];
+        tm_log_err(SRC, "worker %u: cannot share its rings: %s", c->index,
+                   tm_strerror(errno, eb, sizeof eb));
+        kill(pid, SIGKILL);
+        c->pid = pid;
+        wait_child(c, tm_now_ns() + FP_KILL_GRACE_NS);
+        c->pid = 0;
+        close(fd);
+        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
+        return -1;
+    }
     c->fd = fd;
     c->pid = pid;
     c->born_ns = tm_now_ns();
@@ -786,11 +786,25 @@ static int spawn(struct fpool *fp, struct fp_child *c)
     c->killing = 0;
     c->timed_out = 0;
     c->corrupt = NULL;
-    c->w.len = c->w.off = 0;
-    c->r.len = c->r.off = 0;
+    c->idle_since_ns = c->born_ns;
+    c->ring_used = 0;
     assert(c->nout == 0 && c->seq_head == c->seq_next);
     tm_log_debug(SRC, "worker %u started (pid %d)", c->index, (int)pid);
     return 0;
+}
+
+/* trim_idle gives back the ring pages of children idle for a while
+ * (after a burst of large bodies they would stay resident). */
+static void trim_idle(struct fpool *fp, int64_t now)
+{
+    for (unsigned i = 0; i < fp->base.size; i++) {
+        struct fp_child *c = &fp->kids[i];
+        if (c->pid != 0 && c->ring_used && c->nout == 0 && !c->killing &&
+            now - c->idle_since_ns >= FP_TRIM_IDLE_NS) {
+            tm_fork_link_trim(&c->link);
+            c->ring_used = 0;
+        }
+    }
 }
 
 static void *dispatcher_main(void *arg)
@@ -830,7 +844,7 @@ static void *dispatcher_main(void *arg)
                     next = c->respawn_at_ns;
             }
         }
-        dispatch(fp, now, &next);
+        dispatch(fp, now, &next, &done);
         check_timers(fp, now, &next, &done);
         unsigned busy_now = 0;
         for (unsigned i = 0; i < p->size; i++)
@@ -839,6 +853,7 @@ static void *dispatcher_main(void *arg)
         atomic_store_explicit(&fp->busy, busy_now, memory_order_relaxed);
 
         size_t n = 0;
+        int hurry = 0;
         pfd[n].fd = fp->wake_fd;
         pfd[n].events = POLLIN;
         who[n++] = -1;
@@ -847,15 +862,22 @@ static void *dispatcher_main(void *arg)
             if (c->pid == 0)
                 continue;
             pfd[n].fd = c->fd;
-            pfd[n].events = POLLIN | (c->w.off < c->w.len ? POLLOUT : 0);
+            pfd[n].events = POLLIN |
+                            (tm_fork_link_pending(&c->link) ? POLLOUT : 0);
             who[n++] = (int)i;
+            /* answers that came while this thread was busy: no sleep */
+            if (tm_fork_link_arm(&c->link))
+                hurry = 1;
         }
         int64_t wait_ms = (next - now) / 1000000LL + 1;
-        if (wait_ms < 0)
+        if (wait_ms < 0 || hurry)
             wait_ms = 0;
         if (wait_ms > 1000)
             wait_ms = 1000;
         int rc = poll(pfd, n, (int)wait_ms);
+        for (unsigned i = 0; i < p->size; i++)
+            if (fp->kids[i].pid != 0)
+                tm_fork_link_disarm(&fp->kids[i].link);
         if (rc > 0) {
             if (pfd[0].revents & POLLIN) {
                 uint64_t cnt;
@@ -863,16 +885,20 @@ static void *dispatcher_main(void *arg)
                     /* spurious */
                 }
             }
-            for (size_t k = 1; k < n; k++) {
-                struct fp_child *c = &fp->kids[who[k]];
-                if (pfd[k].revents & POLLOUT && flush(c) != 0)
-                    pfd[k].revents |= POLLHUP;
-                if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) {
-                    if (read_answers(fp, c, &done) != 0)
-                        reap(fp, c, &done);
-                }
-            }
         }
+        /* every child's ring: most answers come without a wake-up */
+        for (size_t k = 1; k < n; k++) {
+            struct fp_child *c = &fp->kids[who[k]];
+            short ev = rc > 0 ? pfd[k].revents : 0;
+            if (c->pid == 0)
+                continue; /* reaped by check_timers' read meanwhile */
+            if (ev & POLLOUT && tm_fork_link_flush(&c->link, c->fd) != 0)
+                ev |= POLLHUP;
+            if (read_answers(fp, c, &done,
+                             (ev & (POLLIN | POLLHUP | POLLERR)) != 0) != 0)
+                reap(fp, c, &done);
+        }
+        trim_idle(fp, tm_now_ns());
         unsigned busy = 0;
         for (unsigned i = 0; i < p->size; i++)
             if (fp->kids[i].nout > 0)
@@ -903,6 +929,7 @@ static void *dispatcher_main(void *arg)
         if (c->pid == 0)
             continue;
         wait_child(c, until);
+        tm_fork_link_close(&c->link);
         close(c->fd);
         c->fd = -1;
         c->pid = 0;
@@ -937,6 +964,7 @@ static struct tm_pool *fp_create(const struct tm_cfg *cfg,
     for (unsigned i = 0; i < cfg->pool_size; i++) {
         fp->kids[i].index = i;
         fp->kids[i].fd = -1;
+        fp->kids[i].link.memfd = -1;
     }
     return &fp->base;
 }
@@ -979,6 +1007,7 @@ fail:
         struct fp_child *c = &fp->kids[i];
         if (c->pid != 0) {
             wait_child(c, tm_now_ns());
+            tm_fork_link_close(&c->link);
             close(c->fd);
             c->pid = 0;
             c->fd = -1;
@@ -1078,10 +1107,8 @@ static void fp_destroy(struct tm_pool *p)
         wake(fp);
         pthread_join(fp->thread, NULL);
     }
-    for (unsigned i = 0; i < p->size; i++) {
-        tm_free(fp->kids[i].w.p);
-        tm_free(fp->kids[i].r.p);
-    }
+    for (unsigned i = 0; i < p->size; i++)
+        tm_fork_link_free(&fp->kids[i].link);
     if (fp->wake_fd >= 0)
         close(fp->wake_fd);
     tm_zygote_detach(fp->zattached);

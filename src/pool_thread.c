@@ -213,6 +213,43 @@ static size_t tp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
     return done;
 }
 
+/* tp_submit_runs is tp_submit for several runs under one lock. Workers
+ * are woken when the queue fills up (they must empty it before more
+ * fits) and once at the end, with a broadcast when more than one message
+ * went in. */
+static void tp_submit_runs(struct tm_pool *p, struct tm_msg *const *runs,
+                           const size_t *lens, size_t nruns,
+                           size_t *accepted)
+{
+    struct tpool *tp = (struct tpool *)p;
+    size_t added = 0; /* since the last wake-up */
+    pthread_mutex_lock(&tp->mu);
+    for (size_t r = 0; r < nruns; r++) {
+        size_t done = 0;
+        while (done < lens[r]) {
+            if (tp->count == tp->cap && !tp->draining) {
+                pthread_cond_broadcast(&tp->not_empty);
+                added = 0;
+                while (tp->count == tp->cap && !tp->draining)
+                    pthread_cond_wait(&tp->not_full, &tp->mu);
+            }
+            if (tp->draining)
+                break;
+            while (done < lens[r] && tp->count < tp->cap) {
+                tp->ring[(tp->head + tp->count) % tp->cap] = &runs[r][done++];
+                tp->count++;
+                added++;
+            }
+        }
+        accepted[r] = done;
+    }
+    if (added > 1)
+        pthread_cond_broadcast(&tp->not_empty);
+    else if (added == 1)
+        pthread_cond_signal(&tp->not_empty);
+    pthread_mutex_unlock(&tp->mu);
+}
+
 static int tp_drain(struct tm_pool *p, int64_t deadline_ns)
 {
     struct tpool *tp = (struct tpool *)p;
@@ -310,6 +347,7 @@ const struct tm_pool_ops tm_pool_thread_ops = {
     .create = tp_create,
     .start = tp_start,
     .submit = tp_submit,
+    .submit_runs = tp_submit_runs,
     .drain = tp_drain,
     .busy = tp_busy,
     .destroy = tp_destroy,

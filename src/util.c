@@ -177,6 +177,15 @@ int tm_utf8_valid(const char *str, size_t len)
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < len) {
+        /* eight ASCII bytes at a time (large bodies are mostly ASCII) */
+        uint64_t w;
+        if (len - i >= sizeof w) {
+            memcpy(&w, s + i, sizeof w);
+            if ((w & 0x8080808080808080ull) == 0) {
+                i += sizeof w;
+                continue;
+            }
+        }
         unsigned c = s[i];
         if (c < 0x80) {
             i++;

@@ -30,11 +30,42 @@ int64_t tm_backoff_next(int64_t ms)
     return ms * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS : ms * 2;
 }
 
-/* tm_intake_submit hands one batch (of one task) to the pool. Duplicates
- * (m->duplicate: the broker found their dedup key done) are not run: they
- * go to the settle thread at once, with outcome duplicate; the pool gets
- * the runs of messages between them. */
-void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch)
+/* struct tm_runs is a lane's scratch for handing what one read brought
+ * to the pool at once: the runs of messages to run, and their answers. */
+struct tm_runs {
+    struct tm_msg **runs;
+    size_t *lens;
+    size_t *accepted;
+    size_t n, cap;
+};
+
+static void runs_push(struct tm_runs *r, struct tm_msg *m, size_t len)
+{
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 16;
+        r->runs = tm_realloc(r->runs, r->cap * sizeof *r->runs);
+        r->lens = tm_realloc(r->lens, r->cap * sizeof *r->lens);
+        r->accepted = tm_realloc(r->accepted, r->cap * sizeof *r->accepted);
+    }
+    r->runs[r->n] = m;
+    r->lens[r->n] = len;
+    r->n++;
+}
+
+static void runs_free(struct tm_runs *r)
+{
+    tm_free(r->runs);
+    tm_free(r->lens);
+    tm_free(r->accepted);
+}
+
+/* collect_runs prepares batch (of one task) for the pool: it counts it in
+ * flight and adds its runs of messages to r. Duplicates (m->duplicate:
+ * the broker found their dedup key done) are not run: they go to the
+ * settle thread at once, with outcome duplicate; the pool gets the runs
+ * of messages between them. */
+static void collect_runs(struct tm_gen *g, struct tm_batch *batch,
+                         struct tm_runs *r)
 {
     struct tm_task *t = &g->tasks[batch->msgs[0].task_index];
     for (size_t i = 0; i < batch->n; i++)
@@ -54,14 +85,54 @@ void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch)
         size_t j = i + 1;
         while (j < total && !batch->msgs[j].duplicate)
             j++;
-        size_t acc = g->pool->ops->submit(g->pool, m, j - i);
-        for (size_t k = i + acc; k < j; k++) {
-            /* the pool is draining: leave these unacknowledged */
-            atomic_fetch_sub(&t->stats.inflight, 1);
-            tm_msg_release(&batch->msgs[k]);
-        }
+        runs_push(r, m, j - i);
         i = j;
     }
+}
+
+/* submit_runs hands r's runs to the pool, in one call when the pool
+ * takes several, and leaves what it refused (it is draining)
+ * unacknowledged. Empties r. */
+static void submit_runs(struct tm_gen *g, struct tm_runs *r)
+{
+    struct tm_pool *p = g->pool;
+    if (r->n == 0)
+        return;
+    if (p->ops->submit_runs != NULL && r->n > 1) {
+        p->ops->submit_runs(p, r->runs, r->lens, r->n, r->accepted);
+    } else {
+        for (size_t i = 0; i < r->n; i++)
+            r->accepted[i] = p->ops->submit(p, r->runs[i], r->lens[i]);
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        for (size_t k = r->accepted[i]; k < r->lens[i]; k++) {
+            struct tm_msg *m = &r->runs[i][k];
+            atomic_fetch_sub(&m->task->stats.inflight, 1);
+            tm_msg_release(m);
+        }
+    }
+    r->n = 0;
+}
+
+/* tm_intake_submit hands one batch (of one task) to the pool. */
+void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch)
+{
+    struct tm_msg *first[1];
+    size_t lens[1], accepted[1];
+    struct tm_runs r = { first, lens, accepted, 0, 1 };
+    /* a batch without duplicates is one run: no allocation */
+    int plain = 1;
+    for (size_t i = 0; i < batch->n && plain; i++)
+        plain = !batch->msgs[i].duplicate;
+    if (plain) {
+        collect_runs(g, batch, &r);
+        submit_runs(g, &r);
+        return;
+    }
+    struct tm_runs grown = {0};
+    collect_runs(g, batch, &grown);
+    submit_runs(g, &grown);
+    runs_free(&grown);
 }
 
 static void *intake_main(void *arg)
@@ -197,6 +268,7 @@ static void *lane_main(void *arg)
         .got = tm_calloc(n_out, sizeof *f.got),
         .wait = tm_calloc(n_out, sizeof *f.wait),
     };
+    struct tm_runs runs = {0};
 
     while (!atomic_load(&g->stopping)) {
         int64_t hold;
@@ -226,9 +298,12 @@ static void *lane_main(void *arg)
         }
         backoff = TM_RECONNECT_MIN_MS;
         set_subscribed(g, ln->index, 1);
+        /* every task's batch of this read goes to the pool at once */
         for (int i = 0; i < n; i++)
-            tm_intake_submit(g, out[i]);
+            collect_runs(g, out[i], &runs);
+        submit_runs(g, &runs);
     }
+    runs_free(&runs);
     tm_free(room);
     tm_free(out);
     tm_free(f.want);

@@ -6,41 +6,101 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include "core.h"
+#include "fork/ring.h"
 #include "fork/wire.h"
 #include "log.h"
 #include "util.h"
 
 #define SRC "pool:fork"
 
-/* take copies the next n bytes the parent sent into dst, reading from fd
- * in bulk (a whole batch per read when it fits) through b. Returns 0, or
- * -1 when the parent closed the socket. */
-static int take(int fd, struct tm_fork_buf *b, void *dst, size_t n)
+/* fill reads from fd into b until it holds at least need unread bytes
+ * (blocking). Returns 0, or -1 when the parent closed the socket. */
+static int fill(int fd, struct tm_fork_buf *b, size_t need)
 {
-    char *out = dst;
-    while (n > 0) {
-        if (b->off == b->len) {
-            if (b->cap == 0) {
-                b->cap = 256 * 1024;
-                b->p = tm_malloc(b->cap);
-            }
-            b->off = b->len = 0;
-            ssize_t r = read(fd, b->p, b->cap);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                return -1;
-            b->len = (size_t)r;
+    if (b->off > 0) {
+        memmove(b->p, b->p + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+    }
+    if (b->cap < need || b->cap == 0) {
+        size_t cap = b->cap ? b->cap : 64 * 1024;
+        while (cap < need)
+            cap *= 2;
+        b->p = tm_realloc(b->p, cap);
+        b->cap = cap;
+    }
+    while (b->len < need) {
+        ssize_t r = read(fd, b->p + b->len, b->cap - b->len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        b->len += (size_t)r;
+    }
+    return 0;
+}
+
+/* note_at_front looks at the note at the front of b (which holds a whole
+ * note header); exits the process (4) on bytes that are no note. */
+static void note_at_front(const struct tm_fork_buf *b, struct tm_fork_note *n)
+{
+    memcpy(n, b->p + b->off, sizeof *n);
+    if (n->magic != TM_FORK_MAGIC_NOTE ||
+        (n->kind != TM_NOTE_WAKE && n->kind != TM_NOTE_BULK))
+        _exit(4);
+}
+
+/* wait_note sleeps until the parent sends a note: WAKE notes are taken,
+ * a BULK note is left for take_bulk. Returns 0, or -1 when the parent
+ * closed the socket. */
+static int wait_note(int fd, struct tm_fork_buf *b)
+{
+    int woke = 0;
+    for (;;) {
+        while (b->len - b->off >= sizeof(struct tm_fork_note)) {
+            struct tm_fork_note n;
+            note_at_front(b, &n);
+            if (n.kind == TM_NOTE_BULK)
+                return 0;
+            b->off += sizeof n;
+            woke = 1;
         }
-        size_t k = b->len - b->off < n ? b->len - b->off : n;
-        memcpy(out, b->p + b->off, k);
-        b->off += k;
-        out += k;
-        n -= k;
+        if (woke)
+            return 0;
+        if (fill(fd, b, b->len - b->off + 1) != 0)
+            return -1;
+    }
+}
+
+/* take_bulk takes the next BULK note's n bytes (passing WAKE notes)
+ * into dst. Returns 0, -1 when the parent closed the socket; exits (4)
+ * when the note is not the one the request announced. */
+static int take_bulk(int fd, struct tm_fork_buf *b, char *dst, uint64_t n)
+{
+    struct tm_fork_note note;
+    for (;;) {
+        if (fill(fd, b, sizeof note) != 0)
+            return -1;
+        note_at_front(b, &note);
+        b->off += sizeof note;
+        if (note.kind == TM_NOTE_BULK)
+            break;
+    }
+    if (note.len != n)
+        _exit(4);
+    while (n > 0) {
+        size_t chunk = n < 1024 * 1024 ? (size_t)n : 1024 * 1024;
+        if (fill(fd, b, chunk) != 0)
+            return -1;
+        memcpy(dst, b->p + b->off, chunk);
+        b->off += chunk;
+        dst += chunk;
+        n -= chunk;
     }
     return 0;
 }
@@ -59,6 +119,127 @@ static int write_full(int fd, const void *data, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+static int send_note(int fd, uint32_t kind, uint64_t len)
+{
+    struct tm_fork_note n = {.magic = TM_FORK_MAGIC_NOTE, .kind = kind,
+                             .len = len};
+    return write_full(fd, &n, sizeof n);
+}
+
+/* struct child_ring is the child's view of its rings (fork/ring.h). */
+struct child_ring {
+    struct tm_ring_ctl *ctl;    /* with the answer area: read-write */
+    char *ans;
+    const char *req;            /* read-only */
+    uint64_t req_tail;          /* the next request */
+    uint64_t ans_head;          /* as published */
+};
+
+/* map_rings maps the memfd the parent sent. Returns 0 or -1. */
+static int map_rings(int memfd, struct child_ring *cr)
+{
+    void *rw = mmap(NULL, TM_RING_REQ_OFF, PROT_READ | PROT_WRITE,
+                    MAP_SHARED, memfd, 0);
+    void *ro = mmap(NULL, TM_RING_REQ_CAP, PROT_READ, MAP_SHARED, memfd,
+                    TM_RING_REQ_OFF);
+    close(memfd);
+    if (rw == MAP_FAILED || ro == MAP_FAILED)
+        return -1;
+    cr->ctl = rw;
+    if (cr->ctl->magic != TM_RING_MAGIC ||
+        cr->ctl->ans_cap != TM_RING_ANS_CAP ||
+        cr->ctl->req_cap != TM_RING_REQ_CAP)
+        return -1;
+    cr->ans = (char *)rw + TM_RING_ANS_OFF;
+    cr->req = ro;
+    /* a fresh ring: the parent may have published requests already */
+    cr->req_tail = 0;
+    cr->ans_head = 0;
+    return 0;
+}
+
+/* next_request waits for the next request record. Returns 1 with it,
+ * or 0 when the parent closed the socket; exits (4) on a malformed one. */
+static int next_request(int fd, struct tm_fork_buf *rb, struct child_ring *cr,
+                        struct tm_ring_rec *rec, const char **payload)
+{
+    const char *why = NULL;
+    for (;;) {
+        uint64_t head = atomic_load_explicit(&cr->ctl->req_head,
+                                             memory_order_acquire);
+        int got = tm_ring_peek(cr->req, TM_RING_REQ_CAP, head, &cr->req_tail,
+                               rec, payload, &why);
+        if (got < 0)
+            _exit(4);
+        if (got > 0)
+            return 1;
+        /* pairs with the parent's store of req_head, fence, load of
+         * child_waiting: it sends a WAKE, or this sees its request */
+        atomic_store_explicit(&cr->ctl->child_waiting, 1,
+                              memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        int rc = 0;
+        if (atomic_load_explicit(&cr->ctl->req_head, memory_order_relaxed) ==
+            cr->req_tail)
+            rc = wait_note(fd, rb);
+        atomic_store_explicit(&cr->ctl->child_waiting, 0,
+                              memory_order_relaxed);
+        if (rc != 0)
+            return 0;
+    }
+}
+
+/* answer writes the answer to a run into the answer ring and publishes
+ * it; error and result go on the socket (BULK) when they would not fit
+ * the ring. Returns 0, or -1 when the socket failed. */
+static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
+                  const char *error, const char *result)
+{
+    int rc = 0;
+    uint64_t text = (uint64_t)rs->error_len + rs->result_len;
+    int bulk = sizeof *rs + text > TM_RING_INLINE_MAX;
+    uint32_t len = bulk ? (uint32_t)sizeof *rs : (uint32_t)(sizeof *rs + text);
+    char *p;
+    /* cannot stay NULL: at most TM_RING_ANSWERS_MAX answers of at most
+     * TM_RING_INLINE_MAX are unread (fork/ring.h); should the parent be
+     * slow anyway, it is woken and given time */
+    while ((p = tm_ring_reserve(cr->ans, TM_RING_ANS_CAP, &cr->ans_head,
+                                atomic_load_explicit(&cr->ctl->ans_tail,
+                                                     memory_order_acquire),
+                                len, bulk ? TM_RING_FRAME_BULK
+                                          : TM_RING_FRAME)) == NULL) {
+        rc = send_note(fd, TM_NOTE_WAKE, 0);
+        if (rc != 0)
+            goto out;
+        tm_sleep_ms(1);
+    }
+    memcpy(p, rs, sizeof *rs);
+    if (!bulk && rs->error_len > 0)
+        memcpy(p + sizeof *rs, error, rs->error_len);
+    if (!bulk && rs->result_len > 0)
+        memcpy(p + sizeof *rs + rs->error_len, result, rs->result_len);
+    /* the whole record first, then the head: a child killed before
+     * this store leaves no trace of the answer */
+    atomic_store_explicit(&cr->ctl->ans_head, cr->ans_head,
+                          memory_order_release);
+    if (bulk) {
+        /* the data on the socket wakes the parent anyway */
+        if (send_note(fd, TM_NOTE_BULK, text) != 0 ||
+            (rs->error_len > 0 && write_full(fd, error, rs->error_len) != 0) ||
+            (rs->result_len > 0 &&
+             write_full(fd, result, (size_t)rs->result_len) != 0))
+            rc = -1;
+        goto out;
+    }
+    /* pairs with the parent's store of parent_waiting, fence, load of
+     * ans_head: it sees this answer, or this sees that it sleeps */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&cr->ctl->parent_waiting, memory_order_relaxed))
+        rc = send_note(fd, TM_NOTE_WAKE, 0);
+out:
+    return rc;
 }
 
 static void exit_now(int status, void *arg)
@@ -90,8 +271,9 @@ void tm_fork_child_main(const struct tm_fork_child *a)
     /* file-level so that they stay reachable when task code calls exit()
      * in the middle of a run (leak checkers look at globals) */
     static void **wdata;
-    static struct tm_fork_buf in, out;
+    static struct tm_fork_buf in; /* a body that came on the socket */
     static struct tm_fork_buf rb; /* what the parent sent, read in bulk */
+    static struct child_ring cr;
     wdata = tm_calloc(a->ntasks ? a->ntasks : 1, sizeof *wdata);
     for (size_t t = 0; t < a->ntasks; t++) {
         const struct tm_task_plugin *d = &a->tasks[t]->plugin->desc;
@@ -103,29 +285,43 @@ void tm_fork_child_main(const struct tm_fork_child *a)
             _exit(3);
         }
     }
+    /* the parent's first words: the rings */
+    int memfd = tm_ring_recv_hello(fd);
+    if (memfd < 0 || map_rings(memfd, &cr) != 0)
+        _exit(4);
 
     unsigned done = 0;
     for (;;) {
-        struct tm_fork_req rq;
-        if (take(fd, &rb, &rq, sizeof rq) != 0)
+        struct tm_ring_rec rec;
+        const char *payload = NULL;
+        if (next_request(fd, &rb, &cr, &rec, &payload) == 0)
             break; /* the parent closed: stop */
-        if (rq.magic != TM_FORK_MAGIC_REQ || rq.task_index >= a->ntasks)
+        /* the parent is trusted, but a request is checked whole before
+         * anything in it is used */
+        struct tm_fork_req rq;
+        if (rec.len < sizeof rq)
             _exit(4);
-        size_t need = (size_t)rq.id_len + rq.invalid_len + rq.body_len + 3;
-        if (need > in.cap) {
-            in.p = tm_realloc(in.p, need);
-            in.cap = need;
+        memcpy(&rq, payload, sizeof rq);
+        uint64_t want = sizeof rq + (uint64_t)rq.id_len + 1 +
+                        rq.invalid_len + 1;
+        if (rec.kind == TM_RING_FRAME)
+            want += rq.body_len + 1;
+        if (rq.magic != TM_FORK_MAGIC_REQ || rq.task_index >= a->ntasks ||
+            want != rec.len)
+            _exit(4);
+        const char *id = payload + sizeof rq;
+        const char *invalid = id + rq.id_len + 1;
+        const char *body = invalid + rq.invalid_len + 1;
+        if (rec.kind == TM_RING_FRAME_BULK) {
+            if (rq.body_len + 1 > in.cap) {
+                in.p = tm_realloc(in.p, rq.body_len + 1);
+                in.cap = rq.body_len + 1;
+            }
+            if (take_bulk(fd, &rb, in.p, rq.body_len) != 0)
+                break;
+            in.p[rq.body_len] = '\0';
+            body = in.p;
         }
-        char *id = in.p;
-        char *invalid = id + rq.id_len + 1;
-        char *body = invalid + rq.invalid_len + 1;
-        if (take(fd, &rb, id, rq.id_len) != 0 ||
-            take(fd, &rb, invalid, rq.invalid_len) != 0 ||
-            take(fd, &rb, body, rq.body_len) != 0)
-            break;
-        id[rq.id_len] = '\0';
-        invalid[rq.invalid_len] = '\0';
-        body[rq.body_len] = '\0';
 
         struct tm_msg m;
         memset(&m, 0, sizeof m);
@@ -136,10 +332,12 @@ void tm_fork_child_main(const struct tm_fork_child *a)
         m.body = rq.has_body ? body : NULL;
         m.body_len = rq.body_len;
         /* the reason is static in the parent; here it points into the
-         * buffer, which lives until the run ends */
+         * ring, where the request stays until it is answered */
         m.invalid = rq.invalid_len > 0 ? invalid : NULL;
         m.attempt = rq.attempt;
         tm_exec_run(&m, wdata[rq.task_index]);
+        /* the request's bytes are the parent's again once answered */
+        cr.req_tail += tm_ring_rec_size(rec.len);
 
         size_t error_len = m.error != NULL ? strlen(m.error) : 0;
         if (error_len > TM_FORK_ERROR_MAX) {
@@ -159,15 +357,10 @@ void tm_fork_child_main(const struct tm_fork_child *a)
             .t_start_ns = m.t_start_ns,
             .t_end_ns = m.t_end_ns,
         };
-        out.len = 0;
-        tm_fork_buf_put(&out, &rs, sizeof rs);
-        if (rs.error_len > 0)
-            tm_fork_buf_put(&out, m.error, rs.error_len);
-        if (rs.result_len > 0)
-            tm_fork_buf_put(&out, m.result, rs.result_len);
+        int rc = answer(fd, &cr, &rs, m.error, m.result);
         tm_free(m.error);
         tm_free(m.result);
-        if (write_full(fd, out.p, out.len) != 0)
+        if (rc != 0)
             break;
         done++;
         if (a->max_tasks > 0 && done >= a->max_tasks)

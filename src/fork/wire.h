@@ -6,7 +6,9 @@
 #include <stdint.h>
 
 /*
- * Each child talks to the parent over a socketpair:
+ * The frames a child and the parent exchange, through their shared rings
+ * (fork/ring.h; the socketpair carries wake-ups, data too large for a
+ * ring, and the child's death):
  *
  *   parent -> child   struct tm_fork_req, then id, invalid reason, body
  *   child -> parent   struct tm_fork_resp, then error, result bytes

@@ -80,6 +80,9 @@ wait_until "grep -q 'zygote (pid $zygote) is gone' '$DAEMON_LOG'" 15
 wait_children "$POOL" 15
 for tag in $(daemon_children); do
 	assert_eq "$DAEMON_PID" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag without a zygote"
+	# its own rings only (two mappings), none of its siblings'
+	assert_eq 2 "$(grep -c taskmill-fork-ring "/proc/${tag%%:*}/maps" || true)" \
+		"ring mappings of worker $tag forked by the pool"
 done
 rcall XADD q.a '*' body '{"n":2}' >/dev/null
 wait_metric taskmill_tasks_total 'task="a",outcome="success"' 2 15

@@ -100,6 +100,42 @@ START_TEST(reports_the_offending_byte)
 }
 END_TEST
 
+/* A byte that ends or breaks a string found at every offset of a long
+ * one, across the eight-byte steps of the scanner. */
+START_TEST(long_strings_are_checked_at_every_byte)
+{
+    static const struct {
+        const char *ins;
+        enum tm_json_check want;
+    } cases[] = {
+        {"\"", TM_JSON_INVALID},   /* the string ends early */
+        {"\\q", TM_JSON_INVALID},  /* no such escape */
+        {"\\n", TM_JSON_OBJECT},
+        {"\x01", TM_JSON_INVALID}, /* a control character */
+        {"\x1f", TM_JSON_INVALID},
+        {" ", TM_JSON_OBJECT},
+        {"\x7f", TM_JSON_OBJECT},
+        {"\xc3\xa9", TM_JSON_OBJECT},
+    };
+    char buf[128];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t k = 0; k < 40; k++) {
+            size_t n = 6, il = strlen(cases[c].ins);
+            memcpy(buf, "{\"s\":\"", 6);
+            memset(buf + n, 'a', k);
+            n += k;
+            memcpy(buf + n, cases[c].ins, il);
+            n += il;
+            memset(buf + n, 'b', 40 - k);
+            n += 40 - k;
+            memcpy(buf + n, "\"}", 3);
+            ck_assert_msg(chk(buf) == cases[c].want, "case %zu at %zu: %s",
+                          c, k, buf);
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("json");
@@ -109,6 +145,7 @@ int main(void)
     tcase_add_test(tc, length_bounds_the_text);
     tcase_add_test(tc, depth_is_bounded);
     tcase_add_test(tc, reports_the_offending_byte);
+    tcase_add_test(tc, long_strings_are_checked_at_every_byte);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -164,6 +164,18 @@ START_TEST(utf8_validation)
     ck_assert_int_eq(tm_utf8_valid("\xc3", 1), 0);             /* truncated */
     ck_assert_int_eq(tm_utf8_valid("\xff", 1), 0);
     ck_assert_int_eq(tm_utf8_valid("\xe2\x82", 2), 0);
+    /* at every offset of a longer text, across eight-byte steps */
+    char buf[64];
+    for (size_t k = 0; k < 40; k++) {
+        memset(buf, 'a', sizeof buf);
+        buf[k] = (char)0xff;
+        ck_assert_int_eq(tm_utf8_valid(buf, 48), 0);
+        memcpy(buf + k, "\xc3\xa9", 2);
+        ck_assert_int_eq(tm_utf8_valid(buf, 48), 1);
+        memset(buf, 'a', sizeof buf);
+        buf[k] = (char)0xc3; /* truncated at the end of the text */
+        ck_assert_int_eq(tm_utf8_valid(buf, k + 1), 0);
+    }
 }
 END_TEST
 

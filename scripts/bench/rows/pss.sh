@@ -1,0 +1,81 @@
+# shellcheck shell=bash
+# Extra rows (issue 19): idle memory as PSS, not RSS: a page shared with
+# other processes (shared libraries, the fork pool's copy-on-write pages)
+# counts for its share only. The daemon and every process under it (the
+# fork pool's zygote and children) are summed from /proc/PID/smaps_rollup,
+# idle: 2 s after /ping with the five example tasks (target <= 3 MiB),
+# 8 s after it with 500 noop tasks (target <= 8 MiB), in a thread and a
+# fork pool of 4.
+#
+#   BENCH_PSS_POOLS   "thread fork"
+
+PSS_POOLS=${BENCH_PSS_POOLS:-"thread fork"}
+
+# pss_tree PID: the PSS in KiB of PID and its descendants, and how many
+# processes that is ("KIB N").
+pss_tree() {
+	local todo=("$1") all=() p k
+	while ((${#todo[@]} > 0)); do
+		p=${todo[0]}
+		todo=("${todo[@]:1}")
+		all+=("$p")
+		# shellcheck disable=SC2013
+		for k in $(cat /proc/"$p"/task/*/children 2>/dev/null); do
+			todo+=("$k")
+		done
+	done
+	local sum=0 v
+	for p in "${all[@]}"; do
+		v=$(awk '/^Pss:/ { print $2 }' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)
+		sum=$((sum + ${v:-0}))
+	done
+	echo "$sum ${#all[@]}"
+}
+
+# pss_idle NAME KIND TASKS_YAML WAIT_S: start a daemon, wait, measure
+pss_idle() {
+	local name=$1 kind=$2 tasks=$3 wait_s=$4 http kib procs
+	http=$(free_port)
+	write_cfg "$DIR/$name.yaml" "$REDIS_URL" "$kind" 4 "$http" "$tasks"
+	start_daemon "$DIR/$name.yaml" "$DIR/$name.log" "$http"
+	sleep "$wait_s"
+	read -r kib procs < <(pss_tree "$DAEMON_PID")
+	echo "{\"pss_kib\":$kib,\"processes\":$procs}" >"$R/$name.json"
+	stop_daemon
+	log "$name: PSS $(mib "$kib") MiB in $procs processes"
+}
+
+bench_row_pss() {
+	local kind f kib procs ok v limit what
+	for kind in $PSS_POOLS; do
+		pss_idle "pss.$kind.examples" "$kind" "$(
+			cat <<YAML
+  add: { plugin: add.so, queue: pss.add }
+  noop: { plugin: noop.so, queue: pss.noop }
+  sleep: { plugin: sleep.so, queue: pss.sleep }
+  fail: { plugin: fail.so, queue: pss.fail }
+  journal: { plugin: journal.so, queue: pss.journal, config: { path: "$DIR/pss-journal.txt" } }
+YAML
+		)" 2
+		pss_idle "pss.$kind.500" "$kind" "$(scale_tasks 500 pss.idle)" 8
+	done
+	local i
+	for ((i = 0; i < 500; i++)); do
+		echo "DEL pss.idle.$i pss.idle.$i.retry.$GROUP"
+	done | rcli >/dev/null
+	for kind in $PSS_POOLS; do
+		for what in examples 500; do
+			f=$R/pss.$kind.$what.json
+			kib=$(jget "$f" pss_kib)
+			procs=$(jget "$f" processes)
+			if [[ $what == examples ]]; then limit=3; else limit=8; fi
+			ok=$(awk -v k="$kib" -v l="$limit" 'BEGIN { print (k <= l * 1024) ? 1 : 0 }')
+			v=$(verdict "$ok")
+			target_json "idle_pss.$kind.$what" "$(mib "$kib")" "<= $limit" "$v"
+			if [[ $what == examples ]]; then what="5 example tasks"; else what="500 noop tasks"; fi
+			row "idle PSS, $kind x4, $what" "$(mib "$kib") MiB" - - "<= $limit MiB" "$v" - - - \
+				"smaps_rollup Pss of the daemon and its $((procs - 1)) descendant(s), idle"
+		done
+	done
+}
+BENCH_ROWS+=(bench_row_pss)

@@ -1,0 +1,106 @@
+/* fork/link.h - the parent's side of its conversation with one child. */
+#ifndef TASKMILL_FORK_LINK_H
+#define TASKMILL_FORK_LINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fork/ring.h"
+#include "fork/wire.h"
+
+struct tm_msg;
+
+/* Requests out to one child at once, at most (a power of two, above any
+ * batch the pool sends: see TM_RING_ANSWERS_MAX). */
+#define TM_FORK_LINK_OUT 32u
+
+/*
+ * struct tm_fork_link is what the parent holds for one child: the shared
+ * rings (fork/ring.h), the socket's buffered input and output, and where
+ * each request it sent ends in the request ring. Zeroed, with memfd -1, is
+ * closed. Used by one thread (the pool's dispatcher).
+ *
+ * Invariants: req_free <= req_head, req_head - req_free <= the request
+ * area, and the bytes in [req_free, req_head) belong to requests not yet
+ * answered (the child may still read them); ans_tail is how far the
+ * parent has read the answer ring (also published in ctl->ans_tail).
+ */
+struct tm_fork_link {
+    int memfd;
+    void *base;
+    struct tm_ring_ctl *ctl;
+    char *ans, *req;
+    uint64_t req_head;          /* written (published by _publish) */
+    uint64_t req_free;          /* ring bytes before this are free */
+    uint64_t req_end[TM_FORK_LINK_OUT]; /* of request seq at [seq % OUT] */
+    uint64_t ans_tail;
+    uint64_t ans_seen;          /* the answer head last looked at */
+    struct tm_fork_buf w;       /* notes (and bulk bodies) to the child */
+    struct tm_fork_buf r;       /* what came on the socket, not yet used */
+    struct tm_fork_buf frame;   /* a private copy of the answer checked */
+};
+
+/* tm_fork_link_open creates the shared rings of a child just started on
+ * socket sock and sends them (HELLO). Returns 0, or -1 with errno. */
+int tm_fork_link_open(struct tm_fork_link *l, int sock);
+
+/* tm_fork_link_close unmaps the rings of a child that is gone; the
+ * buffers stay for the next child. */
+void tm_fork_link_close(struct tm_fork_link *l);
+
+/* tm_fork_link_free releases everything (the link is closed). */
+void tm_fork_link_free(struct tm_fork_link *l);
+
+/*
+ * tm_fork_link_put writes request seq for m into the request ring (its
+ * body into the socket output instead when it cannot fit an empty ring).
+ * Returns 0, or -1 when the ring has no room now (answers will free it).
+ * Nothing is visible to the child before tm_fork_link_publish.
+ */
+int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
+                     uint64_t seq);
+
+/* tm_fork_link_publish makes the requests put so far visible, and queues
+ * a WAKE when the child sleeps. */
+void tm_fork_link_publish(struct tm_fork_link *l);
+
+/* tm_fork_link_answered frees the ring room of request seq, answered
+ * (requests are answered in order). */
+void tm_fork_link_answered(struct tm_fork_link *l, uint64_t seq);
+
+/* tm_fork_link_flush writes pending output to sock (non-blocking).
+ * Returns -1 when the socket failed. */
+int tm_fork_link_flush(struct tm_fork_link *l, int sock);
+
+/* tm_fork_link_pending says whether output waits for the socket. */
+int tm_fork_link_pending(const struct tm_fork_link *l);
+
+/* tm_fork_link_read reads what sock has (non-blocking). Returns 1 when
+ * the child closed its end (or the socket failed), else 0. */
+int tm_fork_link_read(struct tm_fork_link *l, int sock);
+
+/*
+ * tm_fork_link_answer takes the next answer, checked against ex
+ * (tm_fork_resp_check): TM_FORK_FRAME with the header in *rs and the error
+ * then the result text at *data (private, valid until the next call);
+ * TM_FORK_MORE when none is complete yet; TM_FORK_CORRUPT with a static
+ * reason in *why. With ex NULL (no request is out) any answer is corrupt.
+ */
+enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
+                                       const struct tm_fork_expect *ex,
+                                       struct tm_fork_resp *rs,
+                                       const char **data, const char **why);
+
+/* tm_fork_link_arm tells the child that the parent is about to sleep
+ * (it then sends a WAKE with its next answer). Returns 1 when an answer
+ * came since the last look, so that the parent must not sleep. */
+int tm_fork_link_arm(struct tm_fork_link *l);
+
+/* tm_fork_link_disarm: the parent is awake (no WAKE needed). */
+void tm_fork_link_disarm(struct tm_fork_link *l);
+
+/* tm_fork_link_trim gives the rings' pages back to the system; only when
+ * nothing is out to the child and every answer was read. */
+void tm_fork_link_trim(struct tm_fork_link *l);
+
+#endif /* TASKMILL_FORK_LINK_H */
