@@ -26,15 +26,6 @@ struct tm_broker *tm_broker_new(const struct tm_cfg *cfg, char *err,
                     "build", cfg->url.redacted, cfg->url.scheme);
         return NULL;
     }
-    /* Accepted by the configuration, not implemented by the Redis
-     * adapter yet: refused here, before any connection is tried. */
-    if (cfg->url.kind == TM_BROKER_REDIS &&
-        cfg->redis_mode == TM_REDIS_CLUSTER) {
-        tm_snprintf(err, errlen, "%s: broker.redis.mode cluster is not "
-                    "supported by the Redis adapter yet; use standalone "
-                    "or sentinel", cfg->url.redacted);
-        return NULL;
-    }
     struct tm_broker *b = ops->create(cfg);
     if (b == NULL)
         tm_snprintf(err, errlen, "%s: cannot create the broker adapter",
@@ -63,4 +54,20 @@ void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n)
         tm_free(e[i].body);
     }
     tm_free(e);
+}
+
+size_t tm_broker_nodes(const struct tm_cfg *cfg, struct tm_broker *b,
+                       struct tm_broker_node *out, size_t max)
+{
+    if (b != NULL && b->ops->nodes != NULL)
+        return b->ops->nodes(b, out, max);
+    int up = b != NULL && atomic_load(&b->up);
+    int on = b != NULL ? atomic_load(&b->node) : -1;
+    size_t k = 0;
+    for (size_t i = 0; i < cfg->nnodes && k < max; i++, k++) {
+        tm_snprintf(out[k].name, sizeof out[k].name, "%s",
+                    cfg->nodes[i].redacted);
+        out[k].up = up && on == (int)i;
+    }
+    return k;
 }

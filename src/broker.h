@@ -24,6 +24,16 @@ struct tm_dlq_entry {
     int64_t failed_at; /* epoch ms */
 };
 
+/* struct tm_broker_node is one node of the broker deployment, as
+ * /status and taskmill_broker_node_up show it. */
+struct tm_broker_node {
+    char name[512];    /* its URL, without credentials */
+    int up;            /* 1: the daemon uses it and it works */
+};
+
+/* Nodes shown at most. */
+#define TM_BROKER_NODES_MAX 64
+
 /*
  * struct tm_broker_ops is filled by each adapter (broker_redis.c, ...).
  *
@@ -222,6 +232,13 @@ struct tm_broker_ops {
      * cheaply. No I/O of its own that could block: the count is one the
      * adapter keeps. Optional: NULL means -1 for every task. */
     int (*scheduled)(struct tm_broker *b, size_t task_index, long long *n);
+
+    /* nodes fills out[0..k) with the nodes the adapter knows (k <= max;
+     * e.g. a cluster's masters, found at run time) and returns k.
+     * Optional: NULL when the nodes are broker.url's list and the one
+     * connected to is b->node. Any thread. */
+    size_t (*nodes)(struct tm_broker *b, struct tm_broker_node *out,
+                    size_t max);
 };
 
 /* struct tm_sched_session is the common head of each adapter's schedule
@@ -276,6 +293,12 @@ void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n);
+
+/* tm_broker_nodes fills out[0..k) with the nodes of cfg's broker (b may
+ * be NULL: none connected) and their state, and returns k: the adapter's
+ * nodes op, or else broker.url's list with b->node up while connected. */
+size_t tm_broker_nodes(const struct tm_cfg *cfg, struct tm_broker *b,
+                       struct tm_broker_node *out, size_t max);
 
 extern const struct tm_broker_ops tm_broker_redis_ops;
 extern const struct tm_broker_ops tm_broker_amqp_ops;

@@ -327,16 +327,17 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     mb_printf(&b, "taskmill_broker_up %d\n",
               d->broker != NULL ? atomic_load(&d->broker->up) : 0);
     family(&b, "taskmill_broker_node_up", "gauge",
-           "1 for the configured broker node the daemon is connected to.");
+           "1 for each broker node the daemon uses and reaches.");
     {
-        const struct tm_cfg *cfg = d->cfg;
-        int up = d->broker != NULL && atomic_load(&d->broker->up);
-        int on = d->broker != NULL ? atomic_load(&d->broker->node) : -1;
-        char nb[600];
-        for (size_t i = 0; i < cfg->nnodes; i++)
+        struct tm_broker_node *nodes = tm_calloc(TM_BROKER_NODES_MAX,
+                                                 sizeof *nodes);
+        size_t nn = tm_broker_nodes(d->cfg, d->broker, nodes,
+                                    TM_BROKER_NODES_MAX);
+        char nb[1100];
+        for (size_t i = 0; i < nn; i++)
             mb_printf(&b, "taskmill_broker_node_up{node=\"%s\"} %d\n",
-                      label(cfg->nodes[i].redacted, nb, sizeof nb),
-                      up && on == (int)i);
+                      label(nodes[i].name, nb, sizeof nb), nodes[i].up);
+        tm_free(nodes);
     }
     family(&b, "taskmill_broker_reconnects_total", "counter",
            "Reconnections to the broker after a loss.");

@@ -133,15 +133,29 @@ void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d)
     cJSON_AddStringToObject(b, "url", d->cfg->url.redacted);
     cJSON_AddBoolToObject(b, "connected",
                           d->broker != NULL && atomic_load(&d->broker->up));
-    /* the node the daemon is on: one of broker.url's list, null while
-     * not connected */
-    int node = d->broker != NULL && atomic_load(&d->broker->up)
-                   ? atomic_load(&d->broker->node)
-                   : -1;
-    if (node >= 0 && (size_t)node < d->cfg->nnodes)
-        cJSON_AddStringToObject(b, "node", d->cfg->nodes[node].redacted);
+    /* the nodes (broker.url's list, or those the adapter found: a Redis
+     * cluster's masters, the sentinels' master) with their state; node:
+     * the first one up, null while not connected */
+    struct tm_broker_node *nodes = tm_calloc(TM_BROKER_NODES_MAX,
+                                             sizeof *nodes);
+    size_t nn = tm_broker_nodes(d->cfg, d->broker, nodes,
+                                TM_BROKER_NODES_MAX);
+    int connected = d->broker != NULL && atomic_load(&d->broker->up);
+    size_t first = 0;
+    while (first < nn && !nodes[first].up)
+        first++;
+    if (connected && first < nn)
+        cJSON_AddStringToObject(b, "node", nodes[first].name);
     else
         cJSON_AddNullToObject(b, "node");
+    cJSON *na = cJSON_AddArrayToObject(b, "nodes");
+    for (size_t i = 0; i < nn; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "node", nodes[i].name);
+        cJSON_AddBoolToObject(o, "up", nodes[i].up);
+        cJSON_AddItemToArray(na, o);
+    }
+    tm_free(nodes);
     cJSON *p = cJSON_AddObjectToObject(j, "pool");
     cJSON_AddStringToObject(p, "kind", d->cfg->pool_kind == TM_POOL_FORK
                                            ? "fork"

@@ -37,7 +37,10 @@ static const char replay_script[] =
  * Returns depth, pending, dead-letter depth per task, -1 where Redis
  * cannot tell: a group not created yet has delivered nothing (depth is
  * the stream's length), a missing stream is empty; lag is nil when Redis
- * cannot compute it (Redis 7.0 and later have it). */
+ * cannot compute it (Redis 7.0 and later have it). Lag counts from the
+ * group's entries-read, which a replica promoted by a failover, or a
+ * stream moved to another cluster node, may carry wrong (Redis 7.0): a
+ * lag above 0 with no entry after last-delivered-id is 0. */
 static const char depth_script[] =
     "local out = {}\n"
     "for i = 1, #ARGV do\n"
@@ -53,6 +56,12 @@ static const char depth_script[] =
     "      if f['name'] == ARGV[i] then\n"
     "        found = true\n"
     "        if type(f['lag']) == 'number' then depth = f['lag'] end\n"
+    "        local last = f['last-delivered-id']\n"
+    "        if depth > 0 and type(last) == 'string' then\n"
+    "          local nxt = redis.pcall('XRANGE', KEYS[2 * i - 1],\n"
+    "            '(' .. last, '+', 'COUNT', 1)\n"
+    "          if type(nxt) == 'table' and #nxt == 0 then depth = 0 end\n"
+    "        end\n"
     "        if type(f['pending']) == 'number' then pend = f['pending'] end\n"
     "      end\n"
     "    end\n"
@@ -73,22 +82,38 @@ static const char depth_script[] =
  * cache holds the counts of the chunk of tasks last read. */
 static struct {
     pthread_mutex_t mu;
-    struct tm_rconn *c;
+    struct tm_rlink *lk;       /* NULL: closed */
     const struct tm_redis *owner;
     size_t from, n;            /* the cache: tasks from .. from + n */
     int64_t at_ms;             /* when it was read */
     long long vals[3 * TM_REDIS_DEPTH_CHUNK];
 } rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, {0}};
 
-/* depth_read runs depth_script for the tasks from ti on (a chunk) into
- * the cache. -1 when the connection failed (closed then). */
+/* depth_close closes the depth connections. The owner may be gone (a
+ * reload destroyed it before the next broker asked): only the link's
+ * own connections are touched. */
+static void depth_close(void)
+{
+    if (rb_depth_conn.lk != NULL) {
+        for (size_t i = 0; i < TM_REDIS_MAX_NODES; i++)
+            tm_rconn_close(rb_depth_conn.lk->c[i]);
+        tm_free(rb_depth_conn.lk);
+    }
+    rb_depth_conn.lk = NULL;
+    rb_depth_conn.owner = NULL;
+}
+
+/* depth_read runs depth_script for the tasks from ti on (a chunk: in a
+ * cluster, the tasks that follow it in the same slot) into the cache. -1
+ * when the connection failed (closed then). */
 static int depth_read(struct tm_redis *rb, size_t ti)
 {
     const char *argv[3 + 3 * TM_REDIS_DEPTH_CHUNK];
-    size_t n = rb->ntasks - ti;
+    size_t n = 1;
     char nkeys[24], eb[256];
-    if (n > TM_REDIS_DEPTH_CHUNK)
-        n = TM_REDIS_DEPTH_CHUNK;
+    while (ti + n < rb->ntasks && n < TM_REDIS_DEPTH_CHUNK &&
+           rb->tasks[ti + n].lane_key == rb->tasks[ti].lane_key)
+        n++;
     tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n);
     argv[0] = "EVAL";
     argv[1] = depth_script;
@@ -99,17 +124,18 @@ static int depth_read(struct tm_redis *rb, size_t ti)
         argv[4 + 2 * i] = t->dead_letter;
         argv[3 + 2 * n + i] = t->group;
     }
-    struct tm_rconn *c = rb_depth_conn.c;
-    redisReply *r = tm_rconn_command_argv(c, (int)(3 + 3 * n), argv, NULL);
+    int dead = 0;
+    redisReply *r = tm_redis_link_run(rb, rb_depth_conn.lk,
+                                      rb->tasks[ti].slot, (int)(3 + 3 * n),
+                                      argv, NULL, 0, 0, eb, sizeof eb, &dead);
+    rb_depth_conn.n = 0;
     if (r == NULL) {
-        tm_redis_reply_error(c, NULL, eb, sizeof eb);
         tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
-        tm_rconn_close(c);
-        rb_depth_conn.c = NULL;
-        rb_depth_conn.owner = NULL;
+        if (!dead)
+            return 0;
+        depth_close();
         return -1;
     }
-    rb_depth_conn.n = 0;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 * n) {
         for (size_t i = 0; i < 3 * n; i++)
             rb_depth_conn.vals[i] = r->element[i]->type == REDIS_REPLY_INTEGER
@@ -118,8 +144,6 @@ static int depth_read(struct tm_redis *rb, size_t ti)
         rb_depth_conn.from = ti;
         rb_depth_conn.n = n;
         rb_depth_conn.at_ms = tm_now_ms();
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", r->str);
     }
     freeReplyObject(r);
     return 0;
@@ -132,12 +156,9 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
     char eb[256];
     int rc = -1;
     pthread_mutex_lock(&rb_depth_conn.mu);
-    if (rb_depth_conn.c != NULL &&
-        (ti == TM_BROKER_DEPTH_CLOSE || rb_depth_conn.owner != rb)) {
-        tm_rconn_close(rb_depth_conn.c);
-        rb_depth_conn.c = NULL;
-        rb_depth_conn.owner = NULL;
-    }
+    if (rb_depth_conn.lk != NULL &&
+        (ti == TM_BROKER_DEPTH_CLOSE || rb_depth_conn.owner != rb))
+        depth_close();
     if (ti == TM_BROKER_DEPTH_CLOSE) {
         rc = 0;
         goto out;
@@ -145,13 +166,20 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
     *depth = *pending = *dlq_depth = -1;
     if (ti >= rb->ntasks)
         goto out;
-    if (rb_depth_conn.c == NULL) {
-        rb_depth_conn.c = tm_redis_connect(rb, TM_REDIS_DEPTH_TIMEOUT_MS, eb,
-                                           sizeof eb);
-        if (rb_depth_conn.c == NULL) {
+    if (rb_depth_conn.lk == NULL) {
+        struct tm_rlink *lk = tm_malloc(sizeof *lk);
+        tm_redis_link_init(lk, TM_REDIS_DEPTH_TIMEOUT_MS);
+        /* connect now, to tell an unreachable broker (-1) from a slow
+         * answer */
+        size_t ni = tm_redis_slot_node(rb, rb->tasks[ti].slot, eb,
+                                       sizeof eb);
+        if (ni == TM_REDIS_NO_NODE ||
+            tm_redis_link_get(rb, lk, ni, eb, sizeof eb) == NULL) {
             tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
+            tm_free(lk);
             goto out;
         }
+        rb_depth_conn.lk = lk;
         rb_depth_conn.owner = rb;
         rb_depth_conn.n = 0;
     }
@@ -164,7 +192,8 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
         goto out;
     if (rb_depth_conn.n > 0 && ti >= rb_depth_conn.from &&
         ti < rb_depth_conn.from + rb_depth_conn.n) {
-        const long long *v = &rb_depth_conn.vals[3 * (ti - rb_depth_conn.from)];
+        const long long *v =
+            &rb_depth_conn.vals[3 * (ti - rb_depth_conn.from)];
         *depth = v[0];
         *pending = v[1];
         *dlq_depth = v[2];
@@ -175,18 +204,21 @@ out:
     return rc;
 }
 
-static redisReply *cli_command(struct tm_redis *rb, int argc,
-                               const char **argv, const size_t *lens)
+redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
+                                 const char **argv, const size_t *lens,
+                                 int key, int64_t timeout_ms)
 {
-    char eb[256];
-    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
-        tm_broker_set_error(&rb->base, ECONNREFUSED, "%s", eb);
-        return NULL;
-    }
+    char eb[512];
     int dead;
-    redisReply *r = tm_redis_command(rb->wc, argc, argv, lens, eb, sizeof eb,
-                               &dead);
-    if (r == NULL)
+    size_t klen = lens != NULL ? lens[key] : strlen(argv[key]);
+    unsigned slot = tm_redis_key_slot(argv[key], klen);
+    int was_open = tm_redis_link_up(&rb->settle);
+    redisReply *r = tm_redis_link_run(rb, &rb->settle, slot, argc, argv,
+                                      lens, 0, timeout_ms, eb, sizeof eb,
+                                      &dead);
+    if (r == NULL && dead && !was_open)
+        tm_broker_set_error(&rb->base, ECONNREFUSED, "%s", eb);
+    else if (r == NULL)
         tm_broker_set_error(&rb->base, dead ? EIO : EINVAL, "%s %s: %s",
                             argv[0], argc > 1 ? argv[1] : "", eb);
     return r;
@@ -200,7 +232,7 @@ int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
     (void)priority; /* refused by the config loader on Redis */
     const char *argv[] = {"XADD", t->queue, "*", "body", body};
     size_t lens[] = {4, strlen(t->queue), 1, 4, len};
-    redisReply *r = cli_command(rb, 5, argv, lens);
+    redisReply *r = tm_redis_cli_command(rb, 5, argv, lens, 1, 0);
     if (r == NULL)
         return -1;
     tm_snprintf(id, idlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
@@ -246,7 +278,7 @@ int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_snprintf(count, sizeof count, "%zu", max);
     const char *argv[] = {"XREVRANGE", t->dead_letter, "+", "-", "COUNT",
                           count};
-    redisReply *r = cli_command(rb, 6, argv, NULL);
+    redisReply *r = tm_redis_cli_command(rb, 6, argv, NULL, 1, 0);
     *out = NULL;
     *n = 0;
     if (r == NULL)
@@ -281,7 +313,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     } else {
         const char *largv[] = {"XREVRANGE", t->dead_letter, "+", "-",
                                "COUNT", "1"};
-        redisReply *r = cli_command(rb, 6, largv, NULL);
+        redisReply *r = tm_redis_cli_command(rb, 6, largv, NULL, 1, 0);
         if (r == NULL)
             return -1;
         int empty = r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
@@ -297,7 +329,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     for (;;) {
         const char *argv[] = {"XRANGE", t->dead_letter, from, last, "COUNT",
                               "100"};
-        redisReply *r = cli_command(rb, 6, argv, NULL);
+        redisReply *r = tm_redis_cli_command(rb, 6, argv, NULL, 1, 0);
         if (r == NULL)
             return -1;
         size_t got = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
@@ -315,7 +347,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
             for (size_t k = 0; k < 6; k++)
                 lens[k] = strlen(sargv[k]);
             lens[6] = body != NULL ? body->len : 0;
-            redisReply *x = cli_command(rb, 7, sargv, lens);
+            redisReply *x = tm_redis_cli_command(rb, 7, sargv, lens, 3, 0);
             if (x == NULL) {
                 freeReplyObject(r);
                 return -1;
@@ -338,7 +370,7 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
     struct tm_redis *rb = (struct tm_redis *)b;
     if (id != NULL) {
         const char *argv[] = {"XDEL", t->dead_letter, id};
-        redisReply *r = cli_command(rb, 3, argv, NULL);
+        redisReply *r = tm_redis_cli_command(rb, 3, argv, NULL, 1, 0);
         if (r == NULL)
             return -1;
         long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
@@ -346,13 +378,13 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
         return n;
     }
     const char *largv[] = {"XLEN", t->dead_letter};
-    redisReply *r = cli_command(rb, 2, largv, NULL);
+    redisReply *r = tm_redis_cli_command(rb, 2, largv, NULL, 1, 0);
     if (r == NULL)
         return -1;
     long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
     freeReplyObject(r);
     const char *dargv[] = {"DEL", t->dead_letter};
-    r = cli_command(rb, 2, dargv, NULL);
+    r = tm_redis_cli_command(rb, 2, dargv, NULL, 1, 0);
     if (r == NULL)
         return -1;
     freeReplyObject(r);

@@ -105,12 +105,11 @@ static int auth_select(struct tm_rconn *c, const struct tm_url *u,
     return 0;
 }
 
-/* open_node connects to host:port with the credentials and database of
- * u, and broker.tls; name is how errors call it. */
-static struct tm_rconn *open_node(struct tm_redis *rb, const struct tm_url *u,
-                                  const char *host, int port,
-                                  const char *name, int sentinel,
-                                  int64_t timeout_ms, char *buf, size_t size)
+struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
+                                    const struct tm_url *u, const char *host,
+                                    int port, const char *name, int sentinel,
+                                    int64_t timeout_ms, char *buf,
+                                    size_t size)
 {
     const struct tm_cfg *cfg = rb->base.cfg;
     struct tm_rconn_opts o = {
@@ -149,9 +148,10 @@ static int ask_sentinels(struct tm_redis *rb, char *host, size_t hostlen,
     for (size_t k = 0; k < cfg->nnodes; k++) {
         size_t i = (atomic_load(&rb->sentinel_next) + k) % cfg->nnodes;
         const struct tm_url *s = &cfg->nodes[i];
-        struct tm_rconn *c = open_node(rb, s, s->host, s->port, s->redacted,
-                                       1, TM_REDIS_CONNECT_TIMEOUT_MS, eb,
-                                       sizeof eb);
+        struct tm_rconn *c = tm_redis_open_node(rb, s, s->host, s->port,
+                                                s->redacted, 1,
+                                                TM_REDIS_CONNECT_TIMEOUT_MS,
+                                                eb, sizeof eb);
         if (c == NULL)
             continue;
         const char *argv[] = {"SENTINEL", "get-master-addr-by-name",
@@ -210,8 +210,8 @@ struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
     const struct tm_cfg *cfg = rb->base.cfg;
     const struct tm_url *u = &cfg->url;
     if (cfg->redis_mode != TM_REDIS_SENTINEL)
-        return open_node(rb, u, u->host, u->port, u->redacted, 0,
-                         timeout_ms, buf, size);
+        return tm_redis_open_node(rb, u, u->host, u->port, u->redacted, 0,
+                                  timeout_ms, buf, size);
     /* sentinel: the master the sentinels name, with the credentials and
      * database of the first URL (password_file applies to all) */
     char host[256], name[300];
@@ -220,12 +220,14 @@ struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
         return NULL;
     tm_snprintf(name, sizeof name, "master '%s' at %s:%d", cfg->redis_master,
                 host, port);
-    struct tm_rconn *c = open_node(rb, u, host, port, name, 0, timeout_ms,
-                                   buf, size);
+    struct tm_rconn *c = tm_redis_open_node(rb, u, host, port, name, 0,
+                                            timeout_ms, buf, size);
     if (c != NULL && is_master(c, name, buf, size) != 0) {
         tm_rconn_close(c);
         c = NULL;
     }
+    if (c != NULL)
+        tm_redis_node_mark(rb, host, port);
     return c;
 }
 
@@ -241,40 +243,26 @@ void tm_redis_mark_down(struct tm_redis *rb)
     atomic_store(&rb->base.up, 0);
 }
 
-/* tm_redis_ensure_group creates the task's consumer group at the start of the
- * stream (creating the stream too); an existing group is used as is. */
-int tm_redis_ensure_group(struct tm_rconn *c, const struct tm_cfg_task *t,
-                          char *buf, size_t size, int *dead)
+/* tm_redis_ensure_group creates the task's consumer group at the start of
+ * the stream (creating the stream too); an existing group is used as is. */
+int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
+                          const struct tm_redis_task *rt, char *buf,
+                          size_t size, int *dead)
 {
+    const struct tm_cfg_task *t = rt->cfg;
     const char *argv[] = {"XGROUP", "CREATE", t->queue, t->group, "0",
                           "MKSTREAM"};
-    redisReply *r = tm_rconn_command_argv(c, 6, argv, NULL);
-    *dead = 0;
-    if (r != NULL && r->type == REDIS_REPLY_ERROR &&
-        strncmp(r->str, "BUSYGROUP", 9) == 0) {
+    char eb[256];
+    redisReply *r = tm_redis_link_run(rb, lk, rt->slot, 6, argv, NULL, 0, 0,
+                                      eb, sizeof eb, dead);
+    if (r != NULL) {
         freeReplyObject(r);
         return 0;
     }
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        *dead = tm_redis_reply_error(c, r, buf, size);
-        if (r != NULL)
-            freeReplyObject(r);
-        return -1;
-    }
-    freeReplyObject(r);
-    return 0;
-}
-
-int tm_redis_wc_ready(struct tm_redis *rb, char *buf, size_t size)
-{
-    if (rb->wc != NULL)
+    if (!*dead && strncmp(eb, "BUSYGROUP", 9) == 0)
         return 0;
-    rb->wc = tm_redis_connect(rb, TM_REDIS_COMMAND_TIMEOUT_MS, buf, size);
-    if (rb->wc == NULL) {
-        tm_redis_mark_down(rb);
-        return -1;
-    }
-    return 0;
+    tm_snprintf(buf, size, "%s", eb);
+    return -1;
 }
 
 void tm_redis_wc_lost(struct tm_redis *rb, const char *what, const char *why)
@@ -283,10 +271,6 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what, const char *why)
         tm_log_warn(SRC, "%s: %s; reconnecting", what, why);
     rb->wc_was_up = 0;
     tm_redis_mark_down(rb);
-    if (rb->wc != NULL) {
-        tm_rconn_close(rb->wc);
-        rb->wc = NULL;
-    }
 }
 
 /* tm_redis_reply_field finds key in a flat [key, value, ...] array. */

@@ -45,13 +45,12 @@ static size_t batch_keys(const struct tm_redis *rb, const struct tm_batch *bt)
     return n;
 }
 
-/* append_mget queues one MGET of the n dedup keys of bt. */
-static void append_mget(struct tm_redis *rb, struct tm_rconn *c,
-                        const struct tm_batch *bt, size_t n)
+/* mget_argv fills argv (n + 1 of them) with an MGET of the n dedup keys
+ * of bt; keys receives the keys built (the caller frees them). */
+static void mget_argv(struct tm_redis *rb, const struct tm_batch *bt,
+                      const char **argv, char **keys)
 {
     const struct tm_cfg_task *t = rb->tasks[bt->msgs[0].task_index].cfg;
-    const char **argv = tm_calloc(n + 1, sizeof *argv);
-    char **keys = tm_calloc(n, sizeof *keys);
     size_t k = 0;
     argv[0] = "MGET";
     for (size_t i = 0; i < bt->n; i++) {
@@ -62,11 +61,6 @@ static void append_mget(struct tm_redis *rb, struct tm_rconn *c,
         argv[1 + k] = keys[k];
         k++;
     }
-    tm_rconn_append_argv(c, (int)(n + 1), argv, NULL);
-    for (size_t i = 0; i < n; i++)
-        tm_free(keys[i]);
-    tm_free(keys);
-    tm_free(argv);
 }
 
 /* mark marks the messages of bt whose key the MGET reply r found. */
@@ -93,52 +87,62 @@ static size_t mark(struct tm_batch *bt, const redisReply *r, size_t n)
 void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
                           struct tm_batch **out, size_t nb)
 {
-    struct tm_rconn *c = l->rc;
-    size_t asked = 0;
-    if (c == NULL)
-        return;
+    /* one MGET per batch with keys, in its task's slot (the dedup keys
+     * join the queue's slot: the one-slot rule), all pipelined */
+    size_t asked = 0, nkeys = 0;
     for (size_t b = 0; b < nb; b++) {
         size_t n = batch_keys(rb, out[b]);
-        if (n > 0) {
-            append_mget(rb, c, out[b], n);
-            asked++;
-        }
+        asked += n > 0;
+        nkeys += n;
     }
     if (asked == 0)
         return;
-    char eb[256];
-    eb[0] = '\0';
-    size_t bad = 0; /* the batch whose look-up failed */
-    for (size_t b = 0; b < nb && asked > 0; b++) {
+    struct tm_redis_cmd *cmds = tm_calloc(asked, sizeof *cmds);
+    size_t *bi = tm_calloc(asked, sizeof *bi);
+    const char **argv = tm_calloc(nkeys + asked, sizeof *argv);
+    char **keys = tm_calloc(nkeys, sizeof *keys);
+    size_t c = 0, a = 0, k = 0;
+    for (size_t b = 0; b < nb; b++) {
         size_t n = batch_keys(rb, out[b]);
         if (n == 0)
             continue;
-        asked--;
-        redisReply *r = NULL;
-        if (tm_rconn_get_reply(c, &r) != 0) {
-            tm_redis_reply_error(c, NULL, eb, sizeof eb);
-            bad = b;
-            break;
-        }
-        if (r->type == REDIS_REPLY_ERROR) {
-            tm_snprintf(eb, sizeof eb, "%s", r->str);
-            bad = b;
-        } else {
-            mark(out[b], r, n);
-        }
-        freeReplyObject(r);
+        mget_argv(rb, out[b], &argv[a], &keys[k]);
+        cmds[c] = (struct tm_redis_cmd){
+            .slot = rb->tasks[out[b]->msgs[0].task_index].slot,
+            .argc = (int)(n + 1), .argv = &argv[a]};
+        bi[c++] = b;
+        a += n + 1;
+        k += n;
     }
-    if (eb[0] != '\0')
+    char eb[256];
+    eb[0] = '\0';
+    int rc = tm_redis_link_pipe(rb, &l->link, cmds, asked, eb, sizeof eb);
+    size_t bad = nb; /* the first batch whose look-up failed */
+    for (c = 0; c < asked; c++) {
+        const redisReply *r = cmds[c].reply;
+        if (r != NULL && r->type != REDIS_REPLY_ERROR) {
+            mark(out[bi[c]], r, (size_t)cmds[c].argc - 1);
+            continue;
+        }
+        if (bad == nb) {
+            bad = bi[c];
+            if (r != NULL)
+                tm_snprintf(eb, sizeof eb, "%s", r->str);
+        }
+    }
+    if (bad < nb)
         tm_log_write(TM_LOG_WARNING, SRC,
                      rb->tasks[out[bad]->msgs[0].task_index].cfg->name, NULL,
                      "dedup look-up failed: %s; the batch runs, and a "
                      "second success of one key still counts as a "
                      "duplicate", eb);
-    if (c->err != 0) {
-        /* replies half read: the lane opens a new connection */
-        atomic_store(&l->client_id, 0);
-        tm_rconn_close(l->rc);
-        l->rc = NULL;
-        l->was_up = 0;
-    }
+    if (rc != 0)
+        l->was_up = 0; /* the link opens its connection again */
+    tm_redis_cmds_free(cmds, asked);
+    for (size_t i = 0; i < nkeys; i++)
+        tm_free(keys[i]);
+    tm_free(keys);
+    tm_free(argv);
+    tm_free(bi);
+    tm_free(cmds);
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "util.h"
@@ -244,10 +245,7 @@ static void intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
     l->was_up = 0;
     tm_redis_mark_down(rb);
     atomic_store(&l->client_id, 0);
-    if (l->rc != NULL) {
-        tm_rconn_close(l->rc);
-        l->rc = NULL;
-    }
+    tm_redis_link_close(rb, &l->link);
 }
 
 /* read_failed handles a failed read: a deleted stream or group is
@@ -260,7 +258,7 @@ static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
         tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, NULL,
                      "group '%s' is gone from '%s'; creating it again",
                      rt->cfg->group, rt->cfg->queue);
-        rt->group_gen = rt->lane->conn_gen - 1;
+        rt->group_gen = rt->lane->link.gen - 1;
         return 0;
     }
     intake_failed(rb, rt, what);
@@ -272,22 +270,13 @@ static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
  * in rt->errstr (and *dead = 1 when the connection is unusable); an
  * error reply is returned as NULL too. */
 static redisReply *intake_command(struct tm_redis_task *rt, int argc,
-                                  const char **argv, int *dead)
+                                  const char **argv, int64_t timeout_ms,
+                                  int *dead)
 {
-    struct tm_rconn *c = rt->lane->rc;
-    redisReply *r = NULL;
-    *dead = 0;
-    if (tm_rconn_append_argv(c, argc, argv, NULL) != 0 ||
-        tm_rconn_get_reply_capped(c, rt->cfg->max_payload, &r) != 0) {
-        *dead = tm_redis_reply_error(c, NULL, rt->errstr, sizeof rt->errstr);
-        return NULL;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        *dead = tm_redis_reply_error(c, r, rt->errstr, sizeof rt->errstr);
-        freeReplyObject(r);
-        return NULL;
-    }
-    return r;
+    struct tm_redis_lane *l = rt->lane;
+    return tm_redis_link_run(l->rb, &l->link, rt->slot, argc, argv, NULL,
+                             rt->cfg->max_payload, timeout_ms, rt->errstr,
+                             sizeof rt->errstr, dead);
 }
 
 /* take runs one take script (see TM_REDIS_LUA_TAKE) for at most max
@@ -309,7 +298,7 @@ static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
                           arg, arg2};
     int argc = arg2 != NULL ? 12 : 11;
     int dead = 0;
-    redisReply *r = intake_command(rt, argc, argv, &dead);
+    redisReply *r = intake_command(rt, argc, argv, 0, &dead);
     if (r == NULL && dead) {
         intake_failed(rb, rt, what);
         return -1;
@@ -422,13 +411,18 @@ static int read_history(struct tm_redis *rb, struct tm_redis_task *rt,
     return n;
 }
 
-/* tm_redis_lane_connect opens the lane's connection and learns its CLIENT ID
- * (a poke unblocks it by that). */
-int tm_redis_lane_connect(struct tm_redis *rb, struct tm_redis_lane *l)
+/* lane_connect opens the lane's connection to the node of slot (the
+ * one its blocking read goes to) and learns its CLIENT ID (a poke
+ * unblocks it by that). */
+static int lane_connect(struct tm_redis *rb, struct tm_redis_lane *l,
+                        unsigned slot)
 {
-    l->rc = tm_redis_connect(rb, TM_REDIS_COMMAND_TIMEOUT_MS, l->errstr,
-                             sizeof l->errstr);
-    if (l->rc == NULL) {
+    size_t ni = tm_redis_slot_node(rb, slot, l->errstr, sizeof l->errstr);
+    struct tm_rconn *c = ni == TM_REDIS_NO_NODE
+                             ? NULL
+                             : tm_redis_link_get(rb, &l->link, ni, l->errstr,
+                                                 sizeof l->errstr);
+    if (c == NULL) {
         if (l->was_up || atomic_load(&rb->base.up))
             tm_log_warn(SRC, "intake of group '%s': %s; reconnecting",
                         l->group, l->errstr);
@@ -436,13 +430,17 @@ int tm_redis_lane_connect(struct tm_redis *rb, struct tm_redis_lane *l)
         tm_redis_mark_down(rb);
         return -1;
     }
-    l->conn_gen++;
-    redisReply *id = tm_rconn_command(l->rc, "CLIENT ID");
-    atomic_store(&l->client_id, id != NULL && id->type == REDIS_REPLY_INTEGER
+    if (l->link.client_id[ni] == 0) {
+        redisReply *id = tm_rconn_command(c, "CLIENT ID");
+        l->link.client_id[ni] = id != NULL &&
+                                        id->type == REDIS_REPLY_INTEGER
                                     ? id->integer
-                                    : 0);
-    if (id != NULL)
-        freeReplyObject(id);
+                                    : -1;
+        if (id != NULL)
+            freeReplyObject(id);
+    }
+    atomic_store(&l->block_node, (int)ni);
+    atomic_store(&l->client_id, l->link.client_id[ni]);
     return 0;
 }
 
@@ -452,14 +450,14 @@ static int task_ready(struct tm_redis *rb, struct tm_redis_task *rt)
     struct tm_redis_lane *l = rt->lane;
     const struct tm_cfg_task *t = rt->cfg;
     int dead = 0;
-    if (rt->group_gen == l->conn_gen)
+    if (rt->group_gen == l->link.gen)
         return 0;
-    if (tm_redis_ensure_group(l->rc, t, rt->errstr, sizeof rt->errstr,
-                              &dead) != 0) {
+    if (tm_redis_ensure_group(rb, &l->link, rt, rt->errstr,
+                              sizeof rt->errstr, &dead) != 0) {
         intake_failed(rb, rt, "XGROUP CREATE");
         return -1;
     }
-    rt->group_gen = l->conn_gen;
+    rt->group_gen = l->link.gen;
     if (!rt->was_up)
         tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
                      "consuming stream '%s' as %s/%s", t->queue, t->group,
@@ -505,34 +503,48 @@ static int64_t next_look(const struct tm_redis_task *rt)
     return until;
 }
 
-/* read_new reads new entries of the tasks given in l->argv/argti (k of
- * them), at most count each, waiting up to block_ms for the first one.
- * Each stream's part of the reply becomes one batch. */
-static int read_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
-                    size_t count, int64_t block_ms, struct tm_batch **out,
-                    size_t nout)
+/* read_new reads new entries of the tasks l->argti[from .. from + k),
+ * all of one lane key (one slot in a cluster), at most the least of
+ * their rooms each, waiting up to block_ms for the first one (< 0: not
+ * at all). Each stream's part of the reply becomes one batch. */
+static int read_new(struct tm_redis *rb, struct tm_redis_lane *l,
+                    size_t from, size_t k, int64_t block_ms,
+                    struct tm_batch **out, size_t nout)
 {
     char cnt[24], block[24];
+    size_t count = TM_REDIS_ACK_CHUNK;
+    for (size_t i = 0; i < k; i++)
+        if (l->argmax[from + i] < count)
+            count = l->argmax[from + i];
     tm_snprintf(cnt, sizeof cnt, "%zu", count);
     tm_snprintf(block, sizeof block, "%lld", (long long)block_ms);
     const char **argv = l->argv;
-    argv[0] = "XREADGROUP";
-    argv[1] = "GROUP";
-    argv[2] = l->group;
-    argv[3] = rb->consumer;
-    argv[4] = "COUNT";
-    argv[5] = cnt;
-    argv[6] = "BLOCK";
-    argv[7] = block;
-    argv[8] = "STREAMS";
-    /* argv[9 .. 9+k) are the streams, then k times ">" */
-    for (size_t i = 0; i < k; i++)
-        argv[9 + k + i] = ">";
-    struct tm_redis_task *first = &rb->tasks[l->argti[0]];
+    size_t argc = 0;
+    argv[argc++] = "XREADGROUP";
+    argv[argc++] = "GROUP";
+    argv[argc++] = l->group;
+    argv[argc++] = rb->consumer;
+    argv[argc++] = "COUNT";
+    argv[argc++] = cnt;
+    if (block_ms >= 0) {
+        argv[argc++] = "BLOCK";
+        argv[argc++] = block;
+    }
+    argv[argc++] = "STREAMS";
+    size_t s0 = argc;
+    /* argv[s0 .. s0+k) are the streams, then k times ">" */
+    for (size_t i = 0; i < k; i++) {
+        argv[s0 + i] = rb->tasks[l->argti[from + i]].cfg->queue;
+        argv[s0 + k + i] = ">";
+    }
+    argc += 2 * k;
+    struct tm_redis_task *first = &rb->tasks[l->argti[from]];
     int dead = 0;
-    tm_rconn_set_timeout(l->rc, block_ms + TM_REDIS_BLOCK_SLACK_MS);
-    redisReply *r = intake_command(first, (int)(9 + 2 * k), argv, &dead);
-    tm_rconn_set_timeout(l->rc, TM_REDIS_COMMAND_TIMEOUT_MS);
+    redisReply *r = intake_command(first, (int)argc, argv,
+                                   block_ms >= 0
+                                       ? block_ms + TM_REDIS_BLOCK_SLACK_MS
+                                       : 0,
+                                   &dead);
     if (r == NULL && dead) {
         intake_failed(rb, first, "XREADGROUP");
         return -1;
@@ -540,7 +552,7 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
     if (r == NULL) {
         /* NOGROUP names no stream: make sure of every group again */
         for (size_t i = 0; i < k; i++)
-            rb->tasks[l->argti[i]].group_gen = l->conn_gen - 1;
+            rb->tasks[l->argti[from + i]].group_gen = l->link.gen - 1;
         return read_failed(rb, first, "XREADGROUP");
     }
     size_t nb = 0;
@@ -552,13 +564,13 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
                 pair->element[1]->type != REDIS_REPLY_ARRAY)
                 continue;
             size_t i = 0;
-            while (i < k && strcmp(argv[9 + i], pair->element[0]->str) != 0)
+            while (i < k && strcmp(argv[s0 + i], pair->element[0]->str) != 0)
                 i++;
             if (i == k)
                 continue;
             /* the stream's part leaves the reply: its batch owns it */
             r->element[e] = NULL;
-            size_t ti = l->argti[i];
+            size_t ti = l->argti[from + i];
             struct tm_batch *bt = entries_batch(&rb->tasks[ti], pair,
                                                 pair->element[1], ti);
             if (bt != NULL)
@@ -569,12 +581,12 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
     return (int)nb;
 }
 
-/* peek runs peek_script for every task of the lane and sets their next
- * due retry and whether reclaim has work; -1 when the connection was
- * lost. */
-static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
+/* peek_run runs peek_script for the tasks l->tasks[from .. from + n),
+ * all of one lane key, and sets their next due retry and whether reclaim
+ * has work; -1 when the connection was lost. */
+static int peek_run(struct tm_redis *rb, struct tm_redis_lane *l,
+                    size_t from, size_t n)
 {
-    size_t n = l->ntasks;
     const char **argv = l->peek_argv;
     char nkeys[24];
     tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n);
@@ -583,17 +595,17 @@ static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
     argv[2] = nkeys;
     argv[3 + 2 * n] = l->group;
     for (size_t i = 0; i < n; i++) {
-        struct tm_redis_task *rt = &rb->tasks[l->tasks[i]];
+        struct tm_redis_task *rt = &rb->tasks[l->tasks[from + i]];
         argv[3 + 2 * i] = rt->cfg->queue;
         argv[4 + 2 * i] = rt->retry_key;
-        tm_snprintf(l->peek_num[i], sizeof l->peek_num[i], "%lld",
-                    (long long)rt->cfg->claim_idle_ms);
-        argv[4 + 2 * n + i] = l->peek_num[i];
+        tm_snprintf(l->peek_num[from + i], sizeof l->peek_num[from + i],
+                    "%lld", (long long)rt->cfg->claim_idle_ms);
+        argv[4 + 2 * n + i] = l->peek_num[from + i];
     }
-    struct tm_redis_task *first = &rb->tasks[l->tasks[0]];
+    struct tm_redis_task *first = &rb->tasks[l->tasks[from]];
     int dead = 0;
     int64_t now = tm_now_ms();
-    redisReply *r = intake_command(first, (int)(4 + 3 * n), argv, &dead);
+    redisReply *r = intake_command(first, (int)(4 + 3 * n), argv, 0, &dead);
     if (r == NULL) {
         if (dead) {
             intake_failed(rb, first, "peek");
@@ -605,7 +617,7 @@ static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
     }
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 * n) {
         for (size_t i = 0; i < n; i++) {
-            struct tm_redis_task *rt = &rb->tasks[l->tasks[i]];
+            struct tm_redis_task *rt = &rb->tasks[l->tasks[from + i]];
             const redisReply *w = r->element[2 * i];
             const redisReply *idle = r->element[2 * i + 1];
             if (w->type == REDIS_REPLY_INTEGER)
@@ -616,6 +628,76 @@ static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
         }
     }
     freeReplyObject(r);
+    return 0;
+}
+
+/* peek looks at the retry sets and pending lists of every task of the
+ * lane, one script per lane key (the tasks are ordered by it); -1 when
+ * the connection was lost. */
+static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
+{
+    size_t from = 0;
+    while (from < l->ntasks) {
+        size_t n = 1;
+        unsigned key = rb->tasks[l->tasks[from]].lane_key;
+        while (from + n < l->ntasks &&
+               rb->tasks[l->tasks[from + n]].lane_key == key)
+            n++;
+        if (peek_run(rb, l, from, n) != 0)
+            return -1;
+        from += n;
+    }
+    return 0;
+}
+
+/* poll_new reads new entries of the k selected tasks of a polling lane,
+ * one non-blocking read per lane key, then, when none came, sleeps until
+ * until at the latest, or less while idle (see struct tm_redis_lane), or
+ * a poke. */
+static int poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
+                    int64_t until, struct tm_batch **out, size_t nout)
+{
+    int nb = 0;
+    size_t from = 0;
+    while (from < k && (size_t)nb < nout) {
+        size_t n = 1;
+        unsigned key = rb->tasks[l->argti[from]].lane_key;
+        while (from + n < k && rb->tasks[l->argti[from + n]].lane_key == key)
+            n++;
+        int got = read_new(rb, l, from, n, -1, out + nb, nout - (size_t)nb);
+        if (got < 0)
+            return nb > 0 ? nb : -1;
+        nb += got;
+        from += n;
+    }
+    if (nb > 0) {
+        l->idle_ms = 0;
+        return nb;
+    }
+    l->idle_ms = l->idle_ms <= 0 ? 10
+                 : l->idle_ms * 2 < TM_REDIS_POLL_MAX_MS ? l->idle_ms * 2
+                                                        : TM_REDIS_POLL_MAX_MS;
+    int64_t end = tm_now_ms() + l->idle_ms;
+    if (until < end)
+        end = until;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t left = end - tm_now_ms();
+    if (left <= 0)
+        return 0;
+    ts.tv_sec += left / 1000;
+    ts.tv_nsec += (left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    /* a poke sets poke, then signals under mu: checked under mu here, it
+     * cannot fall between the check and the wait */
+    pthread_mutex_lock(&l->mu);
+    while (!atomic_load(&l->poke) &&
+           pthread_cond_timedwait(&l->cv, &l->mu, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&l->mu);
     return 0;
 }
 
@@ -632,7 +714,9 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     int fresh = !l->was_up;
     for (size_t i = 0; i < l->ntasks; i++)
         tm_redis_collect(&rb->tasks[l->tasks[i]]);
-    if (l->rc == NULL && tm_redis_lane_connect(rb, l) != 0)
+    /* a blocking lane reads one slot (or the one server): its node's
+     * connection, and the id a poke unblocks it by */
+    if (!l->poll && lane_connect(rb, l, rb->tasks[l->tasks[0]].slot) != 0)
         return -1;
     /* the pause state first: nothing of a paused task is read */
     if (tm_redis_pause_poll(rb, l) != 0) {
@@ -649,7 +733,7 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
     }
 
     /* steps 1-3 for each task with room; their batches first */
-    size_t k = 0, count = TM_REDIS_ACK_CHUNK;
+    size_t k = 0;
     int waiting = 0, paused = 0;
     int64_t now = tm_now_ms();
     int64_t until = now + (timeout_ms > 0 ? timeout_ms : 1);
@@ -678,11 +762,9 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         int64_t t_look = next_look(rt);
         if (t_look < until)
             until = t_look;
-        /* one COUNT for every stream of the read: the least room, so
+        /* each read's COUNT is the least room among its streams, so
          * that no task gets more than its prefetch allows */
-        if (max < count)
-            count = max;
-        l->argv[9 + k] = rt->cfg->queue;
+        l->argmax[k] = max;
         l->argti[k++] = ti;
     }
     /* the connection works: every task with room was looked at */
@@ -694,7 +776,8 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         return (int)nb;
 
     /* 4. new entries of every task with room, in one read that waits
-     * until the next look a task needs at most, or a poke */
+     * until the next look a task needs at most, or a poke (a polling
+     * lane: a read per slot, then a sleep) */
     if (waiting && until > now + TM_REDIS_ROOM_BLOCK_MS)
         until = now + TM_REDIS_ROOM_BLOCK_MS;
     if (until > l->next_peek_ms)
@@ -709,7 +792,8 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
         atomic_store(&l->in_block, 0);
         return 0; /* poked: the caller looks at the room again */
     }
-    int n = read_new(rb, l, k, count, bl, out, nout);
+    int n = l->poll ? poll_new(rb, l, k, now + bl, out, nout)
+                    : read_new(rb, l, 0, k, bl, out, nout);
     atomic_store(&l->in_block, 0);
     atomic_store(&l->block_end_ms, LLONG_MAX);
     return n;

@@ -5,29 +5,70 @@
 #include <assert.h>
 #include <limits.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
 
-/* lane_for finds the lane of a group that does not read queue yet; NULL
- * when there is none. */
-static struct tm_redis_lane *lane_for(struct tm_redis *rb, const char *group,
-                                      const char *queue)
+/* reads_queue says whether lane l reads queue already. */
+static int reads_queue(const struct tm_redis *rb,
+                       const struct tm_redis_lane *l, const char *queue)
 {
+    for (size_t j = 0; j < l->ntasks; j++)
+        if (strcmp(rb->tasks[l->tasks[j]].cfg->queue, queue) == 0)
+            return 1;
+    return 0;
+}
+
+/* lane_for finds the lane for task rt: a blocking lane of its group and
+ * lane key that does not read its queue yet; in a cluster whose group
+ * has its TM_REDIS_CLUSTER_LANES blocking lanes already, the group's
+ * polling lane. NULL when a new lane is needed (*poll: a polling one). */
+static struct tm_redis_lane *lane_for(struct tm_redis *rb,
+                                      const struct tm_redis_task *rt,
+                                      int *poll)
+{
+    const char *group = rt->cfg->group, *queue = rt->cfg->queue;
+    size_t blocking = 0;
+    struct tm_redis_lane *polling = NULL;
+    *poll = 0;
     for (size_t i = 0; i < rb->nlanes; i++) {
         struct tm_redis_lane *l = &rb->lanes[i];
         if (strcmp(l->group, group) != 0)
             continue;
-        size_t j = 0;
-        while (j < l->ntasks &&
-               strcmp(rb->tasks[l->tasks[j]].cfg->queue, queue) != 0)
-            j++;
-        if (j == l->ntasks)
+        if (l->poll) {
+            polling = l;
+            continue;
+        }
+        blocking++;
+        if (l->key == rt->lane_key && !reads_queue(rb, l, queue))
             return l;
     }
-    return NULL;
+    if (!rb->cluster || blocking < TM_REDIS_CLUSTER_LANES)
+        return NULL;
+    /* a queue read twice in one group gets a blocking lane of its own */
+    if (polling != NULL && reads_queue(rb, polling, queue))
+        return NULL;
+    *poll = polling == NULL;
+    return polling;
+}
+
+/* sort_by_key orders a polling lane's tasks by lane key (a slot), so
+ * that the tasks of one slot are next to each other (insertion sort:
+ * stable, once at start). */
+static void sort_by_key(const struct tm_redis *rb, struct tm_redis_lane *l)
+{
+    for (size_t i = 1; i < l->ntasks; i++) {
+        size_t t = l->tasks[i], j = i;
+        while (j > 0 &&
+               rb->tasks[l->tasks[j - 1]].lane_key > rb->tasks[t].lane_key) {
+            l->tasks[j] = l->tasks[j - 1];
+            j--;
+        }
+        l->tasks[j] = t;
+    }
 }
 
 void tm_redis_lanes_init(struct tm_redis *rb)
@@ -37,25 +78,38 @@ void tm_redis_lanes_init(struct tm_redis *rb)
     rb->nlanes = 0;
     for (size_t i = 0; i < rb->ntasks; i++) {
         struct tm_redis_task *rt = &rb->tasks[i];
-        struct tm_redis_lane *l = lane_for(rb, rt->cfg->group,
-                                           rt->cfg->queue);
+        int poll;
+        struct tm_redis_lane *l = lane_for(rb, rt, &poll);
         if (l == NULL) {
             l = &rb->lanes[rb->nlanes++];
             l->rb = rb;
             l->group = rt->cfg->group;
+            l->poll = poll;
+            l->key = rt->lane_key;
             l->tasks = tm_calloc(rb->ntasks, sizeof *l->tasks);
-            l->conn_gen = 1;
+            tm_redis_link_init(&l->link, TM_REDIS_COMMAND_TIMEOUT_MS);
+            atomic_store(&l->block_node, -1);
+            pthread_mutex_init(&l->mu, NULL);
+            pthread_condattr_t ca;
+            pthread_condattr_init(&ca);
+            pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+            pthread_cond_init(&l->cv, &ca);
+            pthread_condattr_destroy(&ca);
             atomic_store(&l->block_end_ms, LLONG_MAX);
         }
         l->tasks[l->ntasks++] = i;
         rt->lane = l;
-        /* not made sure of on any connection yet */
-        rt->group_gen = 0;
+        /* not made sure of on any connection yet (link.gen starts at 0
+         * and only grows) */
+        rt->group_gen = (unsigned)-1;
     }
     for (size_t i = 0; i < rb->nlanes; i++) {
         struct tm_redis_lane *l = &rb->lanes[i];
+        if (l->poll)
+            sort_by_key(rb, l);
         l->argv = tm_calloc(9 + 2 * l->ntasks, sizeof *l->argv);
         l->argti = tm_calloc(l->ntasks, sizeof *l->argti);
+        l->argmax = tm_calloc(l->ntasks, sizeof *l->argmax);
         l->peek_argv = tm_calloc(4 + 3 * l->ntasks, sizeof *l->peek_argv);
         l->peek_num = tm_calloc(l->ntasks, sizeof *l->peek_num);
         l->peek_period_ms = INT64_MAX;
@@ -71,10 +125,13 @@ void tm_redis_lanes_free(struct tm_redis *rb)
 {
     for (size_t i = 0; i < rb->nlanes; i++) {
         struct tm_redis_lane *l = &rb->lanes[i];
-        tm_rconn_close(l->rc);
+        tm_redis_link_close(rb, &l->link);
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
         tm_free(l->tasks);
         tm_free(l->argv);
         tm_free(l->argti);
+        tm_free(l->argmax);
         tm_free(l->peek_argv);
         tm_free(l->peek_num);
     }
@@ -104,21 +161,26 @@ static void unblock(struct tm_redis_lane *l)
 {
     struct tm_redis *rb = l->rb;
     char eb[256];
+    if (l->poll) {
+        /* a polling lane sleeps on its condition variable */
+        pthread_mutex_lock(&l->mu);
+        pthread_cond_signal(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        return;
+    }
     long long id = atomic_load(&l->client_id);
-    if (id <= 0)
+    int ni = atomic_load(&l->block_node);
+    if (id <= 0 || ni < 0)
         return;
     pthread_mutex_lock(&rb->wake_mu);
-    if (rb->wake_c == NULL)
-        rb->wake_c = tm_redis_connect(rb, 1000, eb, sizeof eb);
-    if (rb->wake_c != NULL) {
-        redisReply *r = tm_rconn_command(rb->wake_c, "CLIENT UNBLOCK %lld",
-                                         id);
-        if (r != NULL) {
+    struct tm_rconn *c = tm_redis_link_get(rb, &rb->wake, (size_t)ni, eb,
+                                           sizeof eb);
+    if (c != NULL) {
+        redisReply *r = tm_rconn_command(c, "CLIENT UNBLOCK %lld", id);
+        if (r != NULL)
             freeReplyObject(r);
-        } else {
-            tm_rconn_close(rb->wake_c);
-            rb->wake_c = NULL;
-        }
+        else
+            tm_redis_link_drop(rb, &rb->wake, (size_t)ni);
     }
     pthread_mutex_unlock(&rb->wake_mu);
 }

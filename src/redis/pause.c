@@ -8,16 +8,18 @@
  * paused apart. It lives in Redis, so a daemon started later, or
  * restarted, honours it from its first read.
  *
- * Every lane reads the keys of its tasks (one MGET per 256 tasks)
- * before its first read and then every TM_REDIS_PAUSE_POLL_MS, and no
- * blocking read of the lane lasts longer than that, so every daemon
- * stops reading a paused task within about two periods, whoever paused
- * it. The cost is one round trip per lane per period, whatever the
- * traffic, and an idle lane's read ending once a period. A daemon that
- * pauses a task itself (admin API) tells its lanes at once (pause_note).
+ * Every lane reads the keys of its tasks (one MGET per 256 tasks of one
+ * slot, all pipelined) before its first read and then every
+ * TM_REDIS_PAUSE_POLL_MS, and no blocking read of the lane lasts longer
+ * than that, so every daemon stops reading a paused task within about two
+ * periods, whoever paused it. The cost is one round trip per lane and
+ * node per period, whatever the traffic, and an idle lane's read ending
+ * once a period. A daemon that pauses a task itself (admin API) tells its
+ * lanes at once (pause_note).
  */
 #include "redis/redis.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -80,44 +82,48 @@ int tm_redis_pause_poll(struct tm_redis *rb, struct tm_redis_lane *l)
     if (now < atomic_load(&l->next_pause_ms))
         return 0;
     struct tm_redis_task *first = &rb->tasks[l->tasks[0]];
-    const char *argv[1 + TM_REDIS_PAUSE_CHUNK];
-    int rc = 0;
-    /* one MGET per TM_REDIS_PAUSE_CHUNK tasks, pipelined: a lane's keys
-     * share one slot in cluster mode (lanes are per slot there), so
-     * the multi-key read is allowed in every mode */
-    size_t sent = 0;
-    argv[0] = "MGET";
-    while (sent < l->ntasks) {
-        size_t n = l->ntasks - sent;
-        if (n > TM_REDIS_PAUSE_CHUNK)
-            n = TM_REDIS_PAUSE_CHUNK;
-        for (size_t i = 0; i < n; i++)
-            argv[1 + i] = rb->tasks[l->tasks[sent + i]].pause_key;
-        if (tm_rconn_append_argv(l->rc, (int)(1 + n), argv, NULL) != 0)
-            break;
-        sent += n;
-    }
-    /* every reply is read, so that the connection stays in step */
-    for (size_t done = 0; done < sent;) {
-        size_t n = sent - done;
-        if (n > TM_REDIS_PAUSE_CHUNK)
-            n = TM_REDIS_PAUSE_CHUNK;
-        redisReply *r = NULL;
-        if (tm_rconn_get_reply(l->rc, &r) != 0) {
-            tm_redis_reply_error(l->rc, NULL, first->errstr,
-                                 sizeof first->errstr);
-            rc = -1;
-            break;
+    /* one MGET per TM_REDIS_PAUSE_CHUNK tasks of one lane key, pipelined:
+     * a lane's tasks are ordered by lane key, and the tasks of one key
+     * share a slot in cluster mode (the key is the slot there, 0
+     * elsewhere), so each multi-key read stays in one slot. A blocking
+     * lane has one key; the polling lane one per slot it reads. */
+    size_t ncmd = 0;
+    for (size_t i = 0; i < l->ntasks; i++)
+        if (i == 0 ||
+            rb->tasks[l->tasks[i]].lane_key !=
+                rb->tasks[l->tasks[i - 1]].lane_key ||
+            i % TM_REDIS_PAUSE_CHUNK == 0)
+            ncmd++;
+    struct tm_redis_cmd *cmds = tm_calloc(ncmd, sizeof *cmds);
+    size_t *from = tm_calloc(ncmd, sizeof *from);
+    const char **argv = tm_calloc(l->ntasks + ncmd, sizeof *argv);
+    size_t k = 0, a = 0;
+    for (size_t i = 0; i < l->ntasks; i++) {
+        const struct tm_redis_task *rt = &rb->tasks[l->tasks[i]];
+        if (i == 0 || rt->lane_key != rb->tasks[l->tasks[i - 1]].lane_key ||
+            i % TM_REDIS_PAUSE_CHUNK == 0) {
+            assert(k < ncmd);
+            from[k] = i;
+            cmds[k].slot = rt->slot;
+            cmds[k].argv = &argv[a];
+            cmds[k].argc = 1;
+            argv[a++] = "MGET";
+            k++;
         }
-        read_chunk(rb, l, done, n, r);
-        freeReplyObject(r);
-        done += n;
+        argv[a++] = rt->pause_key;
+        cmds[k - 1].argc++;
     }
-    if (rc == 0 && sent < l->ntasks) {
-        tm_redis_reply_error(l->rc, NULL, first->errstr,
-                             sizeof first->errstr);
-        rc = -1;
-    }
+    assert(k == ncmd);
+    int rc = tm_redis_link_pipe(rb, &l->link, cmds, ncmd, first->errstr,
+                                sizeof first->errstr);
+    for (size_t c = 0; c < ncmd; c++)
+        if (cmds[c].reply != NULL)
+            read_chunk(rb, l, from[c], (size_t)cmds[c].argc - 1,
+                       cmds[c].reply);
+    tm_redis_cmds_free(cmds, ncmd);
+    tm_free(argv);
+    tm_free(from);
+    tm_free(cmds);
     /* after a failure the next look is at once, on the new connection */
     if (rc == 0)
         atomic_store(&l->next_pause_ms, now + TM_REDIS_PAUSE_POLL_MS);
@@ -144,27 +150,16 @@ int tm_redis_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
                        int paused)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    char eb[256], at[24];
-    int rc = -1, dead = 0;
+    char at[24];
     char *key = tm_redis_pause_key(t);
     tm_snprintf(at, sizeof at, "%lld", (long long)tm_wall_ms());
     const char *argv[] = {paused ? "SET" : "DEL", key, at};
-    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
-        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
-        goto out;
-    }
-    redisReply *r = tm_redis_command(rb->wc, paused ? 3 : 2, argv, NULL, eb,
-                                     sizeof eb, &dead);
-    if (r == NULL) {
-        tm_broker_set_error(b, dead ? EIO : EINVAL, "%s %s: %s", argv[0],
-                            key, eb);
-        goto out;
-    }
-    freeReplyObject(r);
-    rc = 0;
-out:
+    redisReply *r = tm_redis_cli_command(rb, paused ? 3 : 2, argv, NULL, 1,
+                                         0);
+    if (r != NULL)
+        freeReplyObject(r);
     tm_free(key);
-    return rc;
+    return r != NULL ? 0 : -1;
 }
 
 int tm_redis_paused(struct tm_broker *b, size_t ti)

@@ -60,8 +60,8 @@ char *tm_redis_rate_key(const struct tm_cfg_task *t)
     return k;
 }
 
-/* rate_failed closes the lane's connection after a failed take (the
- * lane reconnects on its next call). */
+/* rate_failed notes a failed take (the link opens its connections again
+ * on the lane's next command). */
 static void rate_failed(struct tm_redis *rb, struct tm_redis_lane *l,
                         const char *why)
 {
@@ -70,9 +70,14 @@ static void rate_failed(struct tm_redis *rb, struct tm_redis_lane *l,
                     "reconnecting", l->group, why);
     l->was_up = 0;
     tm_redis_mark_down(rb);
-    atomic_store(&l->client_id, 0);
-    tm_rconn_close(l->rc);
-    l->rc = NULL;
+}
+
+/* takes says whether task ti of a lane asks its bucket this round. */
+static int takes(const struct tm_redis *rb, size_t ti, const size_t *want,
+                 const size_t *back)
+{
+    return rb->tasks[ti].cfg->rate_count != 0 &&
+           (want[ti] != 0 || back[ti] != 0);
 }
 
 int tm_redis_rate_take(struct tm_broker *b, size_t li, const size_t *want,
@@ -81,76 +86,68 @@ int tm_redis_rate_take(struct tm_broker *b, size_t li, const size_t *want,
     struct tm_redis *rb = (struct tm_redis *)b;
     assert(li < rb->nlanes);
     struct tm_redis_lane *l = &rb->lanes[li];
-    size_t sent = 0;
-    int rc = 0;
+    size_t n = 0;
     for (size_t i = 0; i < l->ntasks; i++) {
         size_t ti = l->tasks[i];
         got[ti] = 0;
         wait_ms[ti] = 0;
+        n += (size_t)takes(rb, ti, want, back);
     }
-    if (l->rc == NULL && tm_redis_lane_connect(rb, l) != 0)
-        return -1;
-    /* one script per task, all sent at once: one round trip */
+    if (n == 0)
+        return 0;
+    /* one script per task, in its bucket's slot, all sent at once: one
+     * round trip per node */
+    struct tm_redis_cmd *cmds = tm_calloc(n, sizeof *cmds);
+    size_t *tis = tm_calloc(n, sizeof *tis);
+    const char **argv = tm_calloc(9 * n, sizeof *argv);
+    char (*nums)[5][24] = tm_calloc(n, sizeof *nums);
+    size_t k = 0;
     for (size_t i = 0; i < l->ntasks; i++) {
         size_t ti = l->tasks[i];
         const struct tm_cfg_task *t = rb->tasks[ti].cfg;
-        if (t->rate_count == 0 || (want[ti] == 0 && back[ti] == 0))
+        if (!takes(rb, ti, want, back))
             continue;
-        char cnt[24], per[24], cap[24], bk[24], wn[24];
-        tm_snprintf(cnt, sizeof cnt, "%u", t->rate_count);
-        tm_snprintf(per, sizeof per, "%lld", (long long)t->rate_period_ms);
-        tm_snprintf(cap, sizeof cap, "%u", tm_flow_burst(t));
-        tm_snprintf(bk, sizeof bk, "%zu", back[ti]);
-        tm_snprintf(wn, sizeof wn, "%zu", want[ti]);
-        const char *argv[] = {"EVAL", rate_script, "1",
-                              rb->tasks[ti].rate_key, cnt, per, cap, bk, wn};
-        if (tm_rconn_append_argv(l->rc, 9, argv, NULL) != 0) {
-            rc = -1;
-            break;
-        }
-        sent++;
+        tm_snprintf(nums[k][0], 24, "%u", t->rate_count);
+        tm_snprintf(nums[k][1], 24, "%lld", (long long)t->rate_period_ms);
+        tm_snprintf(nums[k][2], 24, "%u", tm_flow_burst(t));
+        tm_snprintf(nums[k][3], 24, "%zu", back[ti]);
+        tm_snprintf(nums[k][4], 24, "%zu", want[ti]);
+        const char **av = &argv[9 * k];
+        av[0] = "EVAL";
+        av[1] = rate_script;
+        av[2] = "1";
+        av[3] = rb->tasks[ti].rate_key;
+        for (int j = 0; j < 5; j++)
+            av[4 + j] = nums[k][j];
+        cmds[k] = (struct tm_redis_cmd){.slot = rb->tasks[ti].slot,
+                                        .argc = 9, .argv = av};
+        tis[k++] = ti;
     }
-    /* every reply is read, also after an error one, to keep the
-     * connection in step */
+    assert(k == n);
+    char eb[256] = "";
+    int rc = tm_redis_link_pipe(rb, &l->link, cmds, n, eb, sizeof eb);
     char why[256] = "";
-    for (size_t i = 0; i < l->ntasks && sent > 0 && rc == 0; i++) {
-        size_t ti = l->tasks[i];
-        const struct tm_cfg_task *t = rb->tasks[ti].cfg;
-        if (t->rate_count == 0 || (want[ti] == 0 && back[ti] == 0))
-            continue;
-        sent--;
-        redisReply *r = NULL;
-        if (tm_rconn_get_reply(l->rc, &r) != 0) {
-            rc = -1;
-            break;
-        }
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+    for (size_t c = 0; c < n && rc == 0; c++) {
+        size_t ti = tis[c];
+        const redisReply *r = cmds[c].reply;
+        if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[0]->type == REDIS_REPLY_INTEGER &&
             r->element[1]->type == REDIS_REPLY_INTEGER &&
             r->element[0]->integer >= 0 &&
             (size_t)r->element[0]->integer <= want[ti]) {
             got[ti] = (size_t)r->element[0]->integer;
             wait_ms[ti] = r->element[1]->integer;
-        } else if (r->type == REDIS_REPLY_ERROR &&
-                   tm_redis_error_moves(r->str)) {
-            /* a failover: open the connection again, to the master */
-            freeReplyObject(r);
-            rc = -1;
-            break;
-        } else if (why[0] == '\0') {
-            /* a refused script takes nothing; the task waits a moment */
-            tm_snprintf(why, sizeof why, "%s",
-                        r->type == REDIS_REPLY_ERROR ? r->str
-                                                     : "unexpected reply");
-            wait_ms[ti] = 1000;
-        } else {
-            wait_ms[ti] = 1000;
+            continue;
         }
-        freeReplyObject(r);
+        /* a refused script takes nothing; the task waits a moment */
+        if (why[0] == '\0')
+            tm_snprintf(why, sizeof why, "%s",
+                        r == NULL                     ? eb
+                        : r->type == REDIS_REPLY_ERROR ? r->str
+                                                       : "unexpected reply");
+        wait_ms[ti] = 1000;
     }
     if (rc != 0) {
-        char eb[256];
-        tm_redis_reply_error(l->rc, NULL, eb, sizeof eb);
         rate_failed(rb, l, eb);
         for (size_t i = 0; i < l->ntasks; i++)
             got[l->tasks[i]] = 0;
@@ -158,5 +155,10 @@ int tm_redis_rate_take(struct tm_broker *b, size_t li, const size_t *want,
         tm_log_warn(SRC, "intake of group '%s': rate_limit: %s", l->group,
                     why);
     }
+    tm_redis_cmds_free(cmds, n);
+    tm_free(nums);
+    tm_free(argv);
+    tm_free(tis);
+    tm_free(cmds);
     return rc;
 }

@@ -19,6 +19,22 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
     rb->ntasks = cfg->ntasks;
     rb->consumer = cfg->instance;
     rb->tasks = tm_calloc(cfg->ntasks ? cfg->ntasks : 1, sizeof *rb->tasks);
+    rb->cluster = cfg->redis_mode == TM_REDIS_CLUSTER;
+    pthread_mutex_init(&rb->topo_mu, NULL);
+    pthread_mutex_init(&rb->refresh_mu, NULL);
+    for (size_t s = 0; s < TM_REDIS_SLOTS; s++)
+        atomic_init(&rb->slot_node[s], TM_REDIS_NO_NODE);
+    atomic_init(&rb->map_stale, 1);
+    atomic_init(&rb->master_node, -1);
+    if (cfg->redis_mode == TM_REDIS_STANDALONE) {
+        /* the one server, named as broker.url names it */
+        size_t ni = tm_redis_node_add(rb, cfg->url.host, cfg->url.port);
+        tm_snprintf(rb->nodes[ni].name, sizeof rb->nodes[ni].name, "%s",
+                    cfg->url.redacted);
+        atomic_store(&rb->master_node, (int)ni);
+    }
+    tm_redis_link_init(&rb->settle, TM_REDIS_COMMAND_TIMEOUT_MS);
+    tm_redis_link_init(&rb->wake, 1000);
     if (cfg->url.tls && !cfg->tls.verify)
         tm_log_warn(SRC, "%s: broker.tls.verify is false: the server's "
                     "certificate and name are not checked; anyone on the "
@@ -28,6 +44,8 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         struct tm_redis_task *rt = &rb->tasks[i];
         rt->cfg = &cfg->tasks[i];
         rt->retry_key = tm_redis_retry_key(rt->cfg);
+        rt->slot = tm_redis_key_slot(rt->cfg->queue, strlen(rt->cfg->queue));
+        rt->lane_key = rb->cluster ? rt->slot : 0;
         rt->rate_key = tm_redis_rate_key(rt->cfg);
         rt->pause_key = tm_redis_pause_key(rt->cfg);
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
@@ -42,16 +60,24 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
 static int rb_connect_all(struct tm_broker *b)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    char eb[256];
+    char eb[512];
     int dead;
-    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
+    if (rb->cluster && tm_redis_topo_refresh(rb, 1, eb, sizeof eb) != 0) {
+        tm_redis_mark_down(rb);
+        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
+        return -1;
+    }
+    if (!rb->cluster &&
+        tm_redis_link_get(rb, &rb->settle, 0, eb, sizeof eb) == NULL) {
+        tm_redis_mark_down(rb);
         tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
         return -1;
     }
     for (size_t i = 0; i < rb->ntasks; i++) {
-        if (tm_redis_ensure_group(rb->wc, rb->tasks[i].cfg, eb, sizeof eb,
-                         &dead) != 0) {
-            tm_broker_set_error(b, EIO, "task '%s': XGROUP CREATE %s %s: %s",
+        if (tm_redis_ensure_group(rb, &rb->settle, &rb->tasks[i], eb,
+                                  sizeof eb, &dead) != 0) {
+            tm_broker_set_error(b, dead ? ECONNREFUSED : EIO,
+                                "task '%s': XGROUP CREATE %s %s: %s",
                                 rb->tasks[i].cfg->name,
                                 rb->tasks[i].cfg->queue,
                                 rb->tasks[i].cfg->group, eb);
@@ -72,7 +98,7 @@ static void rb_destroy(struct tm_broker *b)
     struct tm_redis *rb = (struct tm_redis *)b;
     tm_redis_sched_free(rb->sched);
     tm_redis_lanes_free(rb);
-    tm_rconn_close(rb->wake_c);
+    tm_redis_link_close(rb, &rb->wake);
     pthread_mutex_destroy(&rb->wake_mu);
     for (size_t i = 0; i < rb->ntasks; i++) {
         tm_redis_collect(&rb->tasks[i]);
@@ -81,14 +107,16 @@ static void rb_destroy(struct tm_broker *b)
         tm_free(rb->tasks[i].rate_key);
         tm_free(rb->tasks[i].pause_key);
     }
-    if (rb->wc != NULL)
-        tm_rconn_close(rb->wc);
+    tm_redis_link_close(rb, &rb->settle);
+    pthread_mutex_destroy(&rb->topo_mu);
+    pthread_mutex_destroy(&rb->refresh_mu);
     tm_free(rb->tasks);
     tm_free(rb->argv);
     tm_free(rb->argvlen);
     tm_free(rb->order);
     tm_free(rb->spans);
     tm_free(rb->done);
+    tm_free(rb->redo);
     tm_free(rb->ids);
     tm_free(rb);
 }
@@ -122,4 +150,5 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .sched_close = tm_redis_sched_close,
     .publish_at = tm_redis_publish_at,
     .scheduled = tm_redis_scheduled,
+    .nodes = tm_redis_nodes,
 };

@@ -11,11 +11,13 @@
 
 #include "broker.h"
 #include "redis/net.h"
+#include "redis/slot.h"
 
 /*
  * The adapter is split by layer:
  *   net.c     one connection: socket, deadlines, TLS, RESP
- *   conn.c    the adapter's connections, error translation
+ *   conn.c    opening connections (sentinel: to the master), errors
+ *   topo.c    nodes, the cluster's slot map, links that route commands
  *   intake.c  reads of new entries, own history and reclaim (lane thread)
  *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
@@ -66,13 +68,47 @@ struct tm_redis_held {
 
 struct tm_redis_lane;
 
+/* Nodes a daemon keeps track of (cluster masters, sentinel masters). */
+#define TM_REDIS_MAX_NODES 64
+/* No node: a slot no node serves, or a full node table. */
+#define TM_REDIS_NO_NODE 0xffff
+
+/* struct tm_redis_node is one Redis server the adapter routes commands
+ * to. Entries are added (never removed, never moved) under topo_mu and
+ * published by nnodes; host, port and name never change after that. */
+struct tm_redis_node {
+    char host[256];
+    int port;
+    char name[300];            /* "redis://host:port", for /status */
+    atomic_int master;         /* cluster: serves slots in the last map */
+    atomic_int unreachable;    /* cluster: the last connect or reply
+                                  failed */
+};
+
+/*
+ * struct tm_rlink is the connections of one role (settle, wake, depth,
+ * one intake lane): one per node, opened on first use, used by one
+ * thread at a time. Outside a cluster only c[0] is used: the server, or
+ * the master the sentinels name.
+ */
+struct tm_rlink {
+    struct tm_rconn *c[TM_REDIS_MAX_NODES];
+    long long client_id[TM_REDIS_MAX_NODES]; /* CLIENT ID, 0: not asked */
+    unsigned gen;              /* counts the link's connects */
+    int64_t timeout_ms;        /* commands' timeout */
+};
+
 struct tm_redis_task {
     const struct tm_cfg_task *cfg;
+    unsigned slot;             /* the cluster slot of every key of it */
+    unsigned lane_key;         /* tasks of one lane that share it are
+                                  read by one command: the slot in a
+                                  cluster, else 0 */
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
     char *rate_key;            /* "<queue>.rate.<group>": rate_limit's
                                   token bucket */
     struct tm_redis_lane *lane; /* the intake lane that reads it */
-    unsigned group_gen;        /* lane->conn_gen when its group was made
+    unsigned group_gen;        /* lane->link.gen when its group was made
                                   sure of; another value: not yet */
     int history_done;          /* own pending entries read again */
     char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
@@ -111,16 +147,30 @@ struct tm_redis_task {
  * and does not block when it was set. A read that starts between the two
  * may miss the unblock: reads block at most TM_REDIS_ROOM_BLOCK_MS while
  * a task of the lane waits for room.
+ *
+ * Cluster: a command touches one slot, so one blocking read covers the
+ * tasks of one slot. Tasks sharing a slot (a hash tag) share a lane; the
+ * first TM_REDIS_CLUSTER_LANES slots of a group get a blocking lane each;
+ * the tasks of any further slot of the group share one polling lane
+ * (poll set), which reads each slot without blocking and, when nothing
+ * came, sleeps (woken by a poke) 10 ms, then twice as long each time, up
+ * to TM_REDIS_POLL_MAX_MS. Its tasks are ordered by slot.
  */
 struct tm_redis_lane {
     struct tm_redis *rb;
     const char *group;
     size_t *tasks;             /* task indexes, ntasks of them */
     size_t ntasks;
-    struct tm_rconn *rc;       /* lane thread only */
-    unsigned conn_gen;         /* counts rc's connects */
+    int poll;                  /* a polling lane (tasks of many slots) */
+    unsigned key;              /* blocking lane: its tasks' lane_key */
+    struct tm_rlink link;      /* lane thread only */
     int was_up;
-    atomic_llong client_id;    /* CLIENT ID of rc, 0 when unknown */
+    atomic_llong client_id;    /* CLIENT ID of the blocked connection,
+                                  0 when unknown */
+    atomic_int block_node;     /* the node it is blocked on */
+    pthread_mutex_t mu;        /* polling lane: its sleep, with cv */
+    pthread_cond_t cv;
+    int64_t idle_ms;           /* polling lane: the next empty sleep */
     atomic_int poke;
     atomic_int in_block;
     atomic_llong block_end_ms; /* when the current read ends at the latest */
@@ -132,7 +182,8 @@ struct tm_redis_lane {
                                    (pause.c; 0: at once) */
     /* read scratch (lane thread only) */
     const char **argv;
-    size_t *argti;             /* task index of each stream in argv */
+    size_t *argti;             /* task index of each stream selected */
+    size_t *argmax;            /* its room, at most TM_REDIS_ACK_CHUNK */
     const char **peek_argv;
     char (*peek_num)[24];
     char errstr[256];
@@ -141,13 +192,25 @@ struct tm_redis_lane {
 /* struct tm_redis is the adapter: the common head, then its state. */
 struct tm_redis {
     struct tm_broker base;
-    struct tm_rconn *wc;          /* settle connection: acks, dead letters */
+    int cluster;                  /* broker.redis.mode: cluster */
+    struct tm_rlink settle;       /* settle thread: acks, dead letters,
+                                     upkeep; and the CLI's commands */
     struct tm_redis_task *tasks;
     size_t ntasks;
     struct tm_redis_lane *lanes;
     size_t nlanes;
-    pthread_mutex_t wake_mu;      /* guards wake_c */
-    struct tm_rconn *wake_c;      /* CLIENT UNBLOCK for lanes */
+    pthread_mutex_t wake_mu;      /* guards wake */
+    struct tm_rlink wake;         /* CLIENT UNBLOCK for lanes */
+    /* topology (topo.c) */
+    pthread_mutex_t topo_mu;      /* guards adding nodes */
+    pthread_mutex_t refresh_mu;   /* one slot map read at a time */
+    struct tm_redis_node nodes[TM_REDIS_MAX_NODES];
+    atomic_size_t nnodes;
+    _Atomic unsigned short slot_node[TM_REDIS_SLOTS]; /* node index */
+    atomic_int map_stale;         /* read the map again before use */
+    atomic_llong map_at_ms;       /* when it was last read */
+    atomic_int master_node;       /* outside a cluster: the node the
+                                     connections go to */
     const char *consumer;
     atomic_int ever_up;
     atomic_size_t sentinel_next; /* the sentinel asked first */
@@ -160,6 +223,7 @@ struct tm_redis {
     struct tm_redis_span *spans; /* settle: the messages of each command */
     unsigned char *done;        /* settle: settled, by position */
     size_t scratchcap;
+    unsigned char *redo;        /* settle: spans to send again */
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
     size_t idcap;
     struct tm_redis_sched *sched; /* delayed messages (scheduled.c) */
@@ -186,30 +250,123 @@ redisReply *tm_redis_command(struct tm_rconn *c, int argc,
                              const char **argv, const size_t *lens,
                              char *buf, size_t size, int *dead);
 /* tm_redis_connect opens one authenticated connection whose commands time
- * out after timeout_ms; NULL with the reason in buf. */
+ * out after timeout_ms (outside a cluster: the server, or the master the
+ * sentinels name); NULL with the reason in buf. */
 struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
                                   char *buf, size_t size);
+/* tm_redis_open_node connects to host:port with the credentials and
+ * database of u, and broker.tls; name is how errors call it; sentinel:
+ * an AUTH refused for want of a password is ignored, no SELECT. */
+struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
+                                    const struct tm_url *u, const char *host,
+                                    int port, const char *name, int sentinel,
+                                    int64_t timeout_ms, char *buf,
+                                    size_t size);
 void tm_redis_mark_up(struct tm_redis *rb);
 void tm_redis_mark_down(struct tm_redis *rb);
-int tm_redis_ensure_group(struct tm_rconn *c, const struct tm_cfg_task *t,
-                          char *buf, size_t size, int *dead);
-/* tm_redis_wc_ready opens the settle connection when it is closed;
- * tm_redis_wc_lost closes it after a failure (settle thread only). */
-int tm_redis_wc_ready(struct tm_redis *rb, char *buf, size_t size);
+/* tm_redis_ensure_group creates task rt's consumer group (and stream) on
+ * link lk when missing; 0, or -1 with the reason (*dead: connection
+ * lost). */
+int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
+                          const struct tm_redis_task *rt, char *buf,
+                          size_t size, int *dead);
+/* tm_redis_wc_lost notes a failure of the settle link (settle thread
+ * only): the broker is down until a round of it works again. */
 void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
                       const char *why);
 const redisReply *tm_redis_reply_field(const redisReply *a,
                                        const char *key);
+/* ---- topo.c ---- */
+
+enum tm_redis_redirect {
+    TM_REDIS_NO_REDIRECT,
+    TM_REDIS_MOVED,            /* the slot lives on another node now */
+    TM_REDIS_ASK,              /* this key has moved already: ASKING */
+    TM_REDIS_BUSY              /* TRYAGAIN, CLUSTERDOWN: wait, again */
+};
+
+/* tm_redis_redirect_of reads a cluster redirect from an error reply
+ * (MOVED/ASK: its slot, host and port). */
+enum tm_redis_redirect tm_redis_redirect_of(const char *err, unsigned *slot,
+                                            char *host, size_t hostlen,
+                                            int *port);
+/* tm_redis_node_add returns the index of host:port in the node table,
+ * adding it when new; TM_REDIS_NO_NODE when the table is full. */
+size_t tm_redis_node_add(struct tm_redis *rb, const char *host, int port);
+/* tm_redis_node_mark records host:port as the node connected to outside
+ * a cluster (the sentinels' master). */
+void tm_redis_node_mark(struct tm_redis *rb, const char *host, int port);
+/* tm_redis_topo_refresh reads the slot map from a node that answers (the
+ * masters known, the others, then broker.url's seeds); not more often
+ * than every 200 ms unless force. 0, or -1 with the reason. */
+int tm_redis_topo_refresh(struct tm_redis *rb, int force, char *buf,
+                          size_t size);
+/* tm_redis_slot_node is the node index serving slot (0 outside a
+ * cluster), reading the map first when it is stale; TM_REDIS_NO_NODE
+ * with the reason in buf. */
+size_t tm_redis_slot_node(struct tm_redis *rb, unsigned slot, char *buf,
+                          size_t size);
+void tm_redis_link_init(struct tm_rlink *lk, int64_t timeout_ms);
+/* tm_redis_link_get returns lk's connection to node ni, opening it when
+ * needed; NULL with the reason in buf. */
+struct tm_rconn *tm_redis_link_get(struct tm_redis *rb, struct tm_rlink *lk,
+                                   size_t ni, char *buf, size_t size);
+/* tm_redis_link_drop closes lk's connection to node ni (a cluster's map
+ * is then read again before the next command); link_close closes all. */
+void tm_redis_link_drop(struct tm_redis *rb, struct tm_rlink *lk,
+                        size_t ni);
+void tm_redis_link_close(struct tm_redis *rb, struct tm_rlink *lk);
+/* tm_redis_link_up says whether lk has a connection open. */
+int tm_redis_link_up(const struct tm_rlink *lk);
+/* tm_redis_link_run runs one command whose keys are in slot on lk,
+ * following redirects; its reply (the caller frees it), or NULL with the
+ * reason in buf, *dead = 1 when a connection was lost (it is closed
+ * then). An error reply is returned as NULL too. cap > 0: bulk strings
+ * over cap are dropped (tm_rconn_get_reply_capped); timeout_ms > 0: the
+ * reply's timeout instead of lk's. */
+redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
+                              unsigned slot, int argc, const char **argv,
+                              const size_t *lens, size_t cap,
+                              int64_t timeout_ms, char *buf, size_t size,
+                              int *dead);
+/* struct tm_redis_cmd is one command of a pipeline on a link: its keys
+ * are in slot; lens NULL: the strlen of each argument. */
+struct tm_redis_cmd {
+    unsigned slot;
+    int argc;
+    const char **argv;
+    const size_t *lens;
+    redisReply *reply;         /* set by tm_redis_link_pipe */
+};
+/* tm_redis_link_pipe runs the n commands on lk, pipelined per node (each
+ * command to its slot's node; outside a cluster all to the one server):
+ * every command is written, then every reply read. A command redirected
+ * (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) is run again alone, following the
+ * redirect. cmds[i].reply is its reply, error replies included; NULL
+ * when none came (not sent, its connection lost, or refused after a
+ * redirect). Returns 0, or -1 with the reason in buf when a connection
+ * was lost or its server is no longer the master (the connection is
+ * closed then, to be opened again on the next use). The caller frees
+ * the replies with tm_redis_cmds_free. */
+int tm_redis_link_pipe(struct tm_redis *rb, struct tm_rlink *lk,
+                       struct tm_redis_cmd *cmds, size_t n, char *buf,
+                       size_t size);
+void tm_redis_cmds_free(struct tm_redis_cmd *cmds, size_t n);
+/* tm_redis_nodes fills the broker's nodes op. */
+size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
+                      size_t max);
+
 /* ---- retry.c ---- */
 
 /* tm_redis_retry_key returns "<queue>.retry.<group>" (the caller frees
  * it with tm_free): built from the queue name first, so a hash tag in the
  * queue carries over to it. */
 char *tm_redis_retry_key(const struct tm_cfg_task *t);
-/* tm_redis_retry_append queues on c the command that schedules m's retry
- * after delay_ms (settle thread). */
-void tm_redis_retry_append(struct tm_redis *rb, struct tm_rconn *c,
-                           const struct tm_msg *m);
+/* tm_redis_retry_argv fills argv (9 of them) with the command that
+ * schedules m's retry after its delay (settle thread); delay is the
+ * buffer argv points into. Returns the count. */
+int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
+                        const char **argv, char delay[24]);
 /* tm_redis_retry_note tells the task's intake that a retry is due at
  * due_ms (local monotonic ms), so it looks at the retry set then. */
 void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
@@ -281,8 +438,6 @@ void tm_redis_collect(struct tm_redis_task *rt);
 int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
                         const size_t *room, int timeout_ms,
                         struct tm_batch **out, size_t nout);
-/* tm_redis_lane_connect opens the lane's connection (lane thread). */
-int tm_redis_lane_connect(struct tm_redis *rb, struct tm_redis_lane *l);
 
 /* ---- rate.c ---- */
 
@@ -301,6 +456,10 @@ int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
  * Its own retries it learns of at once (tm_redis_retry_note). */
 /* While a task of a lane waits for room, a read blocks at most this. */
 #define TM_REDIS_ROOM_BLOCK_MS 1000
+/* Cluster: blocking lanes per consumer group (one slot each); further
+ * slots share a polling lane, whose longest sleep is this. */
+#define TM_REDIS_CLUSTER_LANES 4
+#define TM_REDIS_POLL_MAX_MS 1000
 /* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
  * another for a queue seen twice in one); tm_redis_lanes_free frees
  * them (closing their connections). */
@@ -355,13 +514,25 @@ int tm_redis_final_needed(const struct tm_redis *rb, const struct tm_msg *m);
 /* tm_redis_final_cross says whether m's answer is a command of its own,
  * queued before the final script (cluster: reply_to in another slot). */
 int tm_redis_final_cross(const struct tm_redis *rb, const struct tm_msg *m);
-/* tm_redis_final_append queues on c m's settlement: the answer command
- * when it is one of its own, then the final script. Returns the count of
- * commands queued (1 or 2). */
-int tm_redis_final_append(struct tm_redis *rb, struct tm_rconn *c,
-                          const struct tm_msg *m);
+/* struct tm_redis_final is one command of a final settlement, built by
+ * tm_redis_final_argv: argv points into it (and into the message). */
+struct tm_redis_final {
+    const char *argv[28];
+    size_t lens[28];
+    int argc;
+    unsigned slot;             /* the slot of its keys */
+    char nums[5][24];
+    char *body, *dkey;
+};
+/* tm_redis_final_argv builds one command of m's settlement into f:
+ * answer_only, the answer of its own (tm_redis_final_cross), which goes
+ * before the other; else the final script. tm_redis_final_free frees
+ * what f holds. */
+void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
+                         int answer_only, struct tm_redis_final *f);
+void tm_redis_final_free(struct tm_redis_final *f);
 /* tm_redis_final_done reads the reply r of one command that
- * tm_redis_final_append queued (answer_only: the answer of its own); a
+ * tm_redis_final_argv built (answer_only: the answer of its own); a
  * success that another copy of its dedup key beat becomes a duplicate.
  * r is not an error reply unless answer_only. */
 void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
@@ -392,6 +563,14 @@ int64_t tm_redis_tick_ms(struct tm_broker *b);
 
 int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
                    long long *pending, long long *dlq_depth);
+/* tm_redis_cli_command runs one command of the CLI or the admin API on
+ * the settle link (any thread of a CLI adapter; a daemon's settle
+ * thread); argv[key] is a key it touches, whose slot routes it in a
+ * cluster. timeout_ms > 0: the reply's timeout (a blocking read). Its
+ * reply (the caller frees it), or NULL with the broker's error set. */
+redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
+                                 const char **argv, const size_t *lens,
+                                 int key, int64_t timeout_ms);
 int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
                      const char *body, size_t len, int priority, char *id,
                      size_t idlen);

@@ -16,8 +16,9 @@
  * before the script leaves the request pending, to be run again and
  * answered then: at least once. In cluster mode a reply_to in another
  * slot than the queue cannot be written by that script: the answer is
- * then its own command, queued just before the script, so it is written
- * before the acknowledgement and may, after a crash between the two, be
+ * then its own command, sent to reply_to's node, and the script is sent
+ * only once the answer's reply came (settle.c), so it is written before
+ * the acknowledgement and may, after a crash between the two, be
  * written twice (at least once). An answer Redis refuses (reply_to holds
  * another type) is logged and dropped; the request is acknowledged all
  * the same, for a requester's mistake must not hold the queue.
@@ -25,6 +26,7 @@
  * The same script records a success under its dedup key (dedup.c). */
 #include "redis/redis.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,7 +149,7 @@ int tm_redis_final_needed(const struct tm_redis *rb, const struct tm_msg *m)
 static int cross_slot(const struct tm_redis *rb, const struct tm_msg *m)
 {
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
-    return rb->base.cfg->redis_mode == TM_REDIS_CLUSTER &&
+    return rb->cluster &&
            tm_redis_key_slot(m->reply_to, m->reply_to_len) !=
                tm_redis_key_slot(t->queue, strlen(t->queue));
 }
@@ -187,70 +189,81 @@ static unsigned attempts_of(const struct tm_msg *m)
     return m->outcome == TM_OUT_INVALID ? 0u : m->attempt;
 }
 
-int tm_redis_final_append(struct tm_redis *rb, struct tm_rconn *c,
-                          const struct tm_msg *m)
+void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
+                         int answer_only, struct tm_redis_final *f)
 {
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
     int dead = m->settle == TM_SETTLE_DEAD;
     int here = answers(m) && !cross_slot(rb, m);
-    int cross = answers(m) && !here;
-    char attempts[24], failed_at[24], rttl[24], dttl[24];
-    tm_snprintf(attempts, sizeof attempts, "%u", attempts_of(m));
-    tm_snprintf(failed_at, sizeof failed_at, "%lld",
-                (long long)tm_wall_ms());
-    tm_snprintf(rttl, sizeof rttl, "%lld",
-                here ? (long long)t->reply_ttl_ms : 0LL);
-    tm_snprintf(dttl, sizeof dttl, "%lld",
+    char *attempts = f->nums[0], *failed_at = f->nums[1];
+    char *rttl = f->nums[2], *dttl = f->nums[3], *attl = f->nums[4];
+    tm_snprintf(attempts, 24, "%u", attempts_of(m));
+    tm_snprintf(failed_at, 24, "%lld", (long long)tm_wall_ms());
+    tm_snprintf(rttl, 24, "%lld", here ? (long long)t->reply_ttl_ms : 0LL);
+    tm_snprintf(dttl, 24, "%lld",
                 records(rb, m) ? (long long)t->dedup_ttl_ms : 0LL);
-    char *body = answer_body(rb, m, attempts_of(m));
-    char *dkey = m->dedup_key != NULL
-                     ? tm_redis_dedup_key(t, m->dedup_key, m->dedup_key_len)
-                     : NULL;
+    tm_snprintf(attl, 24, "%lld", (long long)t->reply_ttl_ms);
+    f->body = answer_body(rb, m, attempts_of(m));
+    f->dkey = m->dedup_key != NULL
+                  ? tm_redis_dedup_key(t, m->dedup_key, m->dedup_key_len)
+                  : NULL;
     const char *outcome = tm_outcome_label(m->outcome);
     const char *corr = m->correlation_id != NULL ? m->correlation_id : "";
     size_t corr_len = m->correlation_id != NULL ? m->correlation_id_len : 0;
 
-    if (cross) {
-        /* its own command, before the acknowledging script */
-        char attl[24];
-        tm_snprintf(attl, sizeof attl, "%lld", (long long)t->reply_ttl_ms);
+    if (answer_only) {
+        /* its own command, in reply_to's slot, before the final script */
+        assert(answers(m) && !here);
         const char *av[] = {"EVAL", answer_script, "1", m->reply_to,
-                            attl, "body", body, "outcome", outcome,
+                            attl, "body", f->body, "outcome", outcome,
                             "attempts", attempts, "in_reply_to", m->id,
                             "correlation_id", corr};
-        size_t al[sizeof av / sizeof av[0]];
-        for (size_t i = 0; i < sizeof av / sizeof av[0]; i++)
-            al[i] = strlen(av[i]);
-        al[3] = m->reply_to_len;
-        al[12] = m->id_len;
-        al[14] = corr_len;
-        int ac = (int)(sizeof av / sizeof av[0]) - (corr_len > 0 ? 0 : 2);
-        tm_rconn_append_argv(c, ac, av, al);
+        size_t n = sizeof av / sizeof av[0];
+        static_assert(sizeof av / sizeof av[0] <= 28, "argv fits");
+        for (size_t i = 0; i < n; i++) {
+            f->argv[i] = av[i];
+            f->lens[i] = strlen(av[i]);
+        }
+        f->lens[3] = m->reply_to_len;
+        f->lens[12] = m->id_len;
+        f->lens[14] = corr_len;
+        f->argc = (int)n - (corr_len > 0 ? 0 : 2);
+        f->slot = tm_redis_key_slot(m->reply_to, m->reply_to_len);
+        return;
     }
     const char *err = m->error != NULL ? m->error : "";
     const char *av[] = {"EVAL", final_script, "4", t->queue, t->dead_letter,
                         here ? m->reply_to : t->queue,
-                        dkey != NULL ? dkey : t->queue,
+                        f->dkey != NULL ? f->dkey : t->queue,
                         t->group, m->id, dead ? "1" : "0", rttl, dttl,
-                        outcome, attempts, body, corr, corr_len ? "1" : "0",
+                        outcome, attempts, f->body, corr,
+                        corr_len ? "1" : "0",
                         "task", t->name,
                         "error", err,
                         "attempts", attempts,
                         "failed_at", failed_at,
                         "origin_id", m->id};
-    size_t al[sizeof av / sizeof av[0]];
-    for (size_t i = 0; i < sizeof av / sizeof av[0]; i++)
-        al[i] = strlen(av[i]);
+    size_t n = sizeof av / sizeof av[0];
+    static_assert(sizeof av / sizeof av[0] <= 28, "argv fits");
+    for (size_t i = 0; i < n; i++) {
+        f->argv[i] = av[i];
+        f->lens[i] = strlen(av[i]);
+    }
     if (here)
-        al[5] = m->reply_to_len;
-    al[8] = m->id_len;
-    al[15] = corr_len;
-    al[26] = m->id_len;
-    int ac = (int)(sizeof av / sizeof av[0]) - (dead ? 0 : 10);
-    tm_rconn_append_argv(c, ac, av, al);
-    tm_free(dkey);
-    tm_free(body);
-    return cross ? 2 : 1;
+        f->lens[5] = m->reply_to_len;
+    f->lens[8] = m->id_len;
+    f->lens[15] = corr_len;
+    f->lens[26] = m->id_len;
+    f->argc = (int)n - (dead ? 0 : 10);
+    f->slot = rb->tasks[m->task_index].slot;
+}
+
+void tm_redis_final_free(struct tm_redis_final *f)
+{
+    tm_free(f->dkey);
+    tm_free(f->body);
+    f->dkey = NULL;
+    f->body = NULL;
 }
 
 void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
@@ -331,7 +344,6 @@ static int wait_answer(struct tm_redis *rb, const char *key,
                        int *task_failed)
 {
     char last[TM_REDIS_ID_MAX + 1] = "0-0";
-    char eb[256];
     for (;;) {
         int64_t left = deadline - tm_now_ms();
         if (left <= 0)
@@ -340,16 +352,10 @@ static int wait_answer(struct tm_redis *rb, const char *key,
         tm_snprintf(block, sizeof block, "%lld", (long long)left);
         const char *argv[] = {"XREAD", "COUNT", "16", "BLOCK", block,
                               "STREAMS", key, last};
-        int dead = 0;
-        tm_rconn_set_timeout(rb->wc, left + TM_REDIS_BLOCK_SLACK_MS);
-        redisReply *r = tm_redis_command(rb->wc, 8, argv, NULL, eb,
-                                         sizeof eb, &dead);
-        tm_rconn_set_timeout(rb->wc, TM_REDIS_COMMAND_TIMEOUT_MS);
-        if (r == NULL) {
-            tm_broker_set_error(&rb->base, dead ? EIO : EINVAL,
-                                "XREAD %s: %s", key, eb);
+        redisReply *r = tm_redis_cli_command(
+            rb, 8, argv, NULL, 6, left + TM_REDIS_BLOCK_SLACK_MS);
+        if (r == NULL)
             return -1;
-        }
         int found = 0;
         /* [[key, [[id, fields] ...]]], or nil when the block timed out */
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
@@ -387,53 +393,46 @@ int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
                      char **reply, int *task_failed)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    char corr[TM_REDIS_UUID_LEN], eb[256];
+    char corr[TM_REDIS_UUID_LEN];
     char *key = NULL;
-    int rc = -1, dead = 0;
+    int rc = -1;
     (void)priority; /* refused by the CLI on Redis */
     *reply = NULL;
     *task_failed = 0;
     if (id != NULL && idlen > 0)
         id[0] = '\0';
     int64_t deadline = tm_now_ms() + timeout_ms;
-    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
-        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
-        goto out;
-    }
     uuid(corr, sizeof corr);
     /* "<queue>.reply.<uuid>": a queue's hash tag carries over, so the
-     * answer is written by the script that acknowledges the request */
+     * answer is written by the script that acknowledges the request (in
+     * a cluster, the reply stream is in the queue's slot) */
     key = tm_asprintf("%s.reply.%s", t->queue, corr);
     const char *argv[] = {"XADD", t->queue, "*", "body", body,
                           "reply_to", key, "correlation_id", corr};
     size_t lens[] = {4, strlen(t->queue), 1, 4, len, 8, strlen(key), 14,
                      strlen(corr)};
-    redisReply *r = tm_redis_command(rb->wc, 9, argv, lens, eb, sizeof eb,
-                                     &dead);
-    if (r == NULL) {
-        tm_broker_set_error(b, dead ? EIO : EINVAL, "XADD %s: %s", t->queue,
-                            eb);
+    redisReply *r = tm_redis_cli_command(rb, 9, argv, lens, 1, 0);
+    if (r == NULL)
         goto out;
-    }
     if (id != NULL)
         tm_snprintf(id, idlen, "%s",
                     r->type == REDIS_REPLY_STRING ? r->str : "");
     freeReplyObject(r);
     int got = wait_answer(rb, key, corr, deadline, reply, task_failed);
+    if (got >= 0) {
+        /* the reply stream is this request's alone; an answer written
+         * after this creates it again, to expire after reply_ttl. A
+         * failure here loses nothing: the stream expires then too. */
+        const char *dv[] = {"DEL", key};
+        redisReply *d = tm_redis_cli_command(rb, 2, dv, NULL, 1, 0);
+        if (d != NULL)
+            freeReplyObject(d);
+    }
     if (got == 0)
         tm_broker_set_error(b, ETIMEDOUT, "no reply within %.3g s",
                             (double)timeout_ms / 1000.0);
     rc = got == 1 ? 0 : -1;
 out:
-    if (key != NULL && rb->wc != NULL && rb->wc->err == 0) {
-        /* the reply stream is this request's alone; an answer written
-         * after this creates it again, to expire after reply_ttl */
-        const char *dv[] = {"DEL", key};
-        redisReply *d = tm_redis_command(rb->wc, 2, dv, NULL, eb, sizeof eb,
-                                         &dead);
-        if (d != NULL)
-            freeReplyObject(d);
-    }
     tm_free(key);
     return rc;
 }

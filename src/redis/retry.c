@@ -65,19 +65,17 @@ char *tm_redis_retry_key(const struct tm_cfg_task *t)
     return k;
 }
 
-void tm_redis_retry_append(struct tm_redis *rb, struct tm_rconn *c,
-                           const struct tm_msg *m)
+int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
+                        const char **argv, char delay[24])
 {
     const struct tm_redis_task *rt = &rb->tasks[m->task_index];
     const struct tm_cfg_task *t = rt->cfg;
-    char delay[24];
-    tm_snprintf(delay, sizeof delay, "%lld",
+    tm_snprintf(delay, 24, "%lld",
                 (long long)(m->retry_delay_ms > 0 ? m->retry_delay_ms : 0));
-    const char *argv[] = {"EVAL", retry_script, "2", t->queue,
-                          rt->retry_key, t->group, rb->consumer, delay,
-                          m->id};
-    tm_rconn_append_argv(c, (int)(sizeof argv / sizeof argv[0]), argv,
-                           NULL);
+    const char *v[] = {"EVAL", retry_script, "2", t->queue, rt->retry_key,
+                       t->group, rb->consumer, delay, m->id};
+    memcpy(argv, v, sizeof v);
+    return (int)(sizeof v / sizeof v[0]);
 }
 
 void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms)

@@ -50,11 +50,12 @@ static void serr(struct tm_sched_session *ss, const char *fmt, ...)
     va_end(ap);
 }
 
-/* struct tm_redis_sched is the Redis schedule session: one connection of
- * its own, used by one thread. */
+/* struct tm_redis_sched is the Redis schedule session: a link of its own
+ * (a connection per node it used), used by one thread. Each script
+ * touches one task's keys, in the task's slot (the one-slot rule). */
 struct tm_redis_sched {
     struct tm_sched_session base;
-    struct tm_rconn *c;
+    struct tm_rlink link;
 };
 
 char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule)
@@ -70,13 +71,19 @@ struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     (void)fire; /* Redis needs no election: the script decides */
-    struct tm_rconn *c = tm_redis_connect(rb, TM_REDIS_SCHED_TIMEOUT_MS, err,
-                                          errlen);
-    if (c == NULL)
-        return NULL;
     struct tm_redis_sched *rs = tm_calloc(1, sizeof *rs);
     rs->base.b = b;
-    rs->c = c;
+    tm_redis_link_init(&rs->link, TM_REDIS_SCHED_TIMEOUT_MS);
+    /* reach the broker now, so that a failure is told at once: the one
+     * server (or the sentinels' master), or a cluster's slot map */
+    int ok = rb->cluster
+                 ? tm_redis_topo_refresh(rb, 0, err, errlen) == 0
+                 : tm_redis_link_get(rb, &rs->link, 0, err, errlen) != NULL;
+    if (!ok) {
+        tm_redis_link_close(rb, &rs->link);
+        tm_free(rs);
+        return NULL;
+    }
     return &rs->base;
 }
 
@@ -117,7 +124,9 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
     tm_snprintf(slot, sizeof slot, "%lld", (long long)slot_ms);
     const char *argv[] = {"EVAL", fire_script, "2", t->queue, key, slot,
                           s->body_json, s->name};
-    r = tm_redis_command(rs->c, 8, argv, NULL, eb, sizeof eb, &dead);
+    r = tm_redis_link_run((struct tm_redis *)ss->b, &rs->link,
+                          tm_redis_key_slot(t->queue, strlen(t->queue)), 8,
+                          argv, NULL, 0, 0, eb, sizeof eb, &dead);
     if (r == NULL) {
         serr(ss, "schedule '%s': %s", s->name, eb);
         goto out;
@@ -150,8 +159,10 @@ int tm_redis_sched_last(struct tm_sched_session *ss,
         return 0;
     char *key = tm_redis_sched_key(t, s->name);
     const char *argv[] = {"GET", key};
-    redisReply *r = tm_redis_command(rs->c, 2, argv, NULL, eb, sizeof eb,
-                                     &dead);
+    redisReply *r = tm_redis_link_run(
+        (struct tm_redis *)ss->b, &rs->link,
+        tm_redis_key_slot(t->queue, strlen(t->queue)), 2, argv, NULL, 0, 0,
+        eb, sizeof eb, &dead);
     tm_free(key);
     if (r == NULL) {
         serr(ss, "schedule '%s': %s", s->name, eb);
@@ -167,6 +178,6 @@ void tm_redis_sched_close(struct tm_sched_session *ss)
     if (ss == NULL)
         return;
     struct tm_redis_sched *rs = (struct tm_redis_sched *)ss;
-    tm_rconn_close(rs->c);
+    tm_redis_link_close((struct tm_redis *)ss->b, &rs->link);
     tm_free(rs);
 }

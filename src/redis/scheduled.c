@@ -3,7 +3,8 @@
  *
  * Producers add a member {"id": ID, "body": BODY, ...} scored by its due
  * time in epoch milliseconds (DESIGN.md, Messages). Every daemon runs one
- * promoter thread, on a connection of its own, that moves due members of
+ * promoter thread, on a link of its own (a connection per node; each
+ * script touches one task's keys, in its slot), that moves due members of
  * its tasks' sets into their streams with promote_script: the Redis
  * server's clock decides what is due, and the XADD and the ZREM of each
  * member happen in one script, so any number of daemons can promote the
@@ -190,7 +191,7 @@ struct tm_redis_sched {
     pthread_cond_t cv;
     int stop;                     /* under mu */
     int poked;                    /* under mu: a round is wanted now */
-    struct tm_rconn *c;           /* promoter thread only */
+    struct tm_rlink link;         /* promoter thread only */
     int64_t backoff_ms;           /* promoter thread only */
     struct tm_redis_sched *next;  /* running promoters, under running.mu */
 };
@@ -223,8 +224,9 @@ static int64_t promote_task(struct tm_redis_sched *s, size_t i, char *eb,
     int64_t wait = 0;
     for (int call = 0; call < TM_REDIS_PROMOTE_CALLS && wait == 0; call++) {
         int dead = 0;
-        redisReply *r = tm_redis_command(s->c, 8, argv, NULL, eb, ebsize,
-                                         &dead);
+        redisReply *r = tm_redis_link_run(s->rb, &s->link,
+                                          s->rb->tasks[i].slot, 8, argv,
+                                          NULL, 0, 0, eb, ebsize, &dead);
         if (r == NULL) {
             if (dead)
                 return -2;
@@ -266,33 +268,33 @@ static int64_t promote_task(struct tm_redis_sched *s, size_t i, char *eb,
 static int64_t round_run(struct tm_redis_sched *s)
 {
     char eb[256];
-    if (s->c == NULL) {
-        s->c = tm_redis_connect(s->rb, TM_REDIS_PROMOTE_TIMEOUT_MS, eb,
-                                sizeof eb);
-        if (s->c == NULL) {
-            tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL,
-                         "delayed messages: %s; retrying", eb);
-            s->backoff_ms = s->backoff_ms < TM_REDIS_PROMOTE_BACKOFF_MIN_MS
-                                ? TM_REDIS_PROMOTE_BACKOFF_MIN_MS
-                                : s->backoff_ms * 2;
-            if (s->backoff_ms > TM_REDIS_PROMOTE_BACKOFF_MAX_MS)
-                s->backoff_ms = TM_REDIS_PROMOTE_BACKOFF_MAX_MS;
-            return s->backoff_ms;
-        }
-        s->backoff_ms = 0;
-    }
     int64_t sleep_ms = TM_REDIS_PROMOTE_MAX_SLEEP_MS;
+    int failed = 0;
     for (size_t i = 0; i < s->rb->ntasks; i++) {
         int64_t w = promote_task(s, i, eb, sizeof eb);
         if (w == -2) {
-            tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL,
-                         "delayed messages: connection lost: %s", eb);
-            tm_rconn_close(s->c);
-            s->c = NULL;
-            return TM_REDIS_PROMOTE_BACKOFF_MIN_MS;
+            /* the link closed the connection to that task's node; the
+             * other tasks (other nodes in a cluster) go on */
+            if (!failed)
+                tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL,
+                             "delayed messages: %s; retrying", eb);
+            failed = 1;
+            continue;
         }
         if (w >= 0 && w < sleep_ms)
             sleep_ms = w;
+    }
+    if (failed) {
+        /* a backoff that grows while rounds fail */
+        s->backoff_ms = s->backoff_ms < TM_REDIS_PROMOTE_BACKOFF_MIN_MS
+                            ? TM_REDIS_PROMOTE_BACKOFF_MIN_MS
+                            : s->backoff_ms * 2;
+        if (s->backoff_ms > TM_REDIS_PROMOTE_BACKOFF_MAX_MS)
+            s->backoff_ms = TM_REDIS_PROMOTE_BACKOFF_MAX_MS;
+        if (s->backoff_ms < sleep_ms)
+            sleep_ms = s->backoff_ms;
+    } else {
+        s->backoff_ms = 0;
     }
     /* jitter: daemons that woke together drift apart */
     int64_t span = sleep_ms / 10 < TM_REDIS_PROMOTE_JITTER_MS
@@ -321,9 +323,7 @@ static void *promoter_main(void *arg)
         }
     }
     pthread_mutex_unlock(&s->mu);
-    if (s->c != NULL)
-        tm_rconn_close(s->c);
-    s->c = NULL;
+    tm_redis_link_close(s->rb, &s->link);
     return NULL;
 }
 
@@ -332,6 +332,7 @@ struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb)
     struct tm_redis_sched *s = tm_calloc(1, sizeof *s);
     size_t n = rb->ntasks ? rb->ntasks : 1;
     s->rb = rb;
+    tm_redis_link_init(&s->link, TM_REDIS_PROMOTE_TIMEOUT_MS);
     s->keys = tm_calloc(n, sizeof *s->keys);
     s->counts = tm_calloc(n, sizeof *s->counts);
     for (size_t i = 0; i < rb->ntasks; i++) {
@@ -380,7 +381,7 @@ void tm_redis_sched_free(struct tm_redis_sched *s)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
-    assert(s->c == NULL);
+    assert(!tm_redis_link_up(&s->link));
     for (size_t i = 0; i < s->rb->ntasks; i++)
         tm_free(s->keys[i]);
     tm_free(s->keys);
@@ -432,7 +433,7 @@ int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     (void)priority; /* refused by the config loader on Redis */
-    char uuid[40], score[24], eb[256];
+    char uuid[40], score[24];
     int rc = -1;
     uuid4(uuid, sizeof uuid);
     tm_snprintf(score, sizeof score, "%lld", (long long)due_ms);
@@ -441,17 +442,9 @@ int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
                                (int)len, body);
     const char *argv[] = {"ZADD", key, score, member};
     size_t lens[] = {4, strlen(key), strlen(score), strlen(member)};
-    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
-        tm_broker_set_error(b, ECONNREFUSED, "%s", eb);
+    redisReply *r = tm_redis_cli_command(rb, 4, argv, lens, 1, 0);
+    if (r == NULL)
         goto out;
-    }
-    int dead;
-    redisReply *r = tm_redis_command(rb->wc, 4, argv, lens, eb, sizeof eb,
-                                     &dead);
-    if (r == NULL) {
-        tm_broker_set_error(b, dead ? EIO : EINVAL, "ZADD %s: %s", key, eb);
-        goto out;
-    }
     freeReplyObject(r);
     tm_snprintf(id, idlen, "%s", uuid);
     /* a daemon's own message may be due before its promoters wake */

@@ -1,15 +1,21 @@
 /* settle.c - Redis settlement: ack, retry, dead-letter (settle thread).
  *
- * One pipeline per call: a retry script per retried message, a
+ * One pipeline per node and call: a retry script per retried message, a
  * dead-letter script per dead-lettered one, a final script (reply.c) per
  * message that answers a request or records a dedup key, then one XACK
- * per task and chunk. Every command covers a contiguous run of msgs (a
- * span), so when the connection fails part-way, exactly the spans whose
- * replies were not read are returned as unsettled; a command the broker
- * refused (OOM, READONLY, WRONGTYPE ...) leaves its span unsettled too, to
- * be tried again. Each command is safe to run twice: XACK is, the retry
- * script only moves a due time, and the dead-letter and final scripts act
- * only while the entry is still pending. */
+ * per task and chunk; each command goes to the node of its task's slot
+ * (the one server outside a cluster). Every command covers a contiguous
+ * run of msgs (a span), so when a connection fails part-way, exactly the
+ * spans whose replies were not read are returned as unsettled; a command
+ * the broker refused (OOM, READONLY, WRONGTYPE ...) leaves its span
+ * unsettled too, to be tried again. Each command is safe to run twice:
+ * XACK is, the retry script only moves a due time, and the dead-letter
+ * and final scripts act only while the entry is still pending.
+ *
+ * An answer of its own (cluster: reply_to in another slot than the
+ * queue, maybe on another node) is sent in a first round, alone, and the
+ * final script of its message only once the answer's reply came: the
+ * answer is written before the acknowledgement. */
 #include "redis/redis.h"
 
 #include <assert.h>
@@ -53,10 +59,12 @@ static const char dead_script[] =
 
 /* struct tm_redis_span is one pipelined command: it settles
  * msgs[from..to). An answer of its own (answer_only, reply.c) settles
- * nothing: it precedes the final script of msgs[from]. */
+ * nothing: it precedes the final script of msgs[from], the next span. */
 struct tm_redis_span {
     size_t from, to;
     int answer_only;
+    size_t ni;                 /* the node it was sent to */
+    int answered;              /* answer_only: its reply came */
 };
 
 static void argv_reserve(struct tm_redis *rb, size_t n)
@@ -84,28 +92,29 @@ static void scratch_reserve(struct tm_redis *rb, size_t n)
     /* a message takes up to two commands (an answer of its own) */
     rb->spans = tm_realloc(rb->spans, 2 * cap * sizeof *rb->spans);
     rb->done = tm_realloc(rb->done, cap);
+    rb->redo = tm_realloc(rb->redo, 2 * cap);
     rb->scratchcap = cap;
 }
 
-/* append_dead queues the dead-letter script for m. */
-static void append_dead(struct tm_redis *rb, struct tm_msg *m)
+/* dead_argv fills argv (17 of them) with the dead-letter script for m;
+ * nums is the buffers argv points into. */
+static int dead_argv(struct tm_redis *rb, const struct tm_msg *m,
+                     const char **argv, char nums[2][24])
 {
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
-    char attempts[24], failed_at[24];
-    tm_snprintf(attempts, sizeof attempts, "%u",
+    tm_snprintf(nums[0], 24, "%u",
                 m->outcome == TM_OUT_INVALID ? 0u : m->attempt);
-    tm_snprintf(failed_at, sizeof failed_at, "%lld",
-                (long long)tm_wall_ms());
+    tm_snprintf(nums[1], 24, "%lld", (long long)tm_wall_ms());
     const char *err = m->error != NULL ? m->error : "";
-    const char *argv[] = {"EVAL", dead_script, "2", t->queue, t->dead_letter,
-                          t->group, m->id,
-                          "task", t->name,
-                          "error", err,
-                          "attempts", attempts,
-                          "failed_at", failed_at,
-                          "origin_id", m->id};
-    tm_rconn_append_argv(rb->wc, (int)(sizeof argv / sizeof argv[0]),
-                           argv, NULL);
+    const char *v[] = {"EVAL", dead_script, "2", t->queue, t->dead_letter,
+                       t->group, m->id,
+                       "task", t->name,
+                       "error", err,
+                       "attempts", nums[0],
+                       "failed_at", nums[1],
+                       "origin_id", m->id};
+    memcpy(argv, v, sizeof v);
+    return (int)(sizeof v / sizeof v[0]);
 }
 
 /* cmp_task orders acks by task, so that each XACK covers a span. */
@@ -159,70 +168,114 @@ static size_t order_work(struct tm_redis *rb, struct tm_msg **msgs,
     return work;
 }
 
-/* append_acks queues one XACK per task and chunk over the acks in
- * msgs[from..to), recording their spans from span index ns on; returns
- * the new span count. */
-static size_t append_acks(struct tm_redis *rb, struct tm_msg **msgs,
-                          size_t from, size_t to, size_t ns)
+/* plan_acks records one span per task and chunk over the acks in
+ * msgs[from..to), from span index ns on; returns the new span count. */
+static size_t plan_acks(struct tm_msg **msgs, size_t from, size_t to,
+                        struct tm_redis_span *spans, size_t ns)
 {
     size_t i = from;
-    argv_reserve(rb, 3 + TM_REDIS_ACK_CHUNK);
     while (i < to) {
-        const struct tm_cfg_task *t = rb->tasks[msgs[i]->task_index].cfg;
-        size_t start = i, argc = 3;
-        rb->argv[0] = "XACK";
-        rb->argvlen[0] = 4;
-        rb->argv[1] = t->queue;
-        rb->argvlen[1] = strlen(t->queue);
-        rb->argv[2] = t->group;
-        rb->argvlen[2] = strlen(t->group);
+        size_t start = i;
         while (i < to && msgs[i]->task_index == msgs[start]->task_index &&
-               argc < 3 + TM_REDIS_ACK_CHUNK) {
-            rb->argv[argc] = msgs[i]->id;
-            rb->argvlen[argc] = msgs[i]->id_len;
-            argc++;
+               i - start < TM_REDIS_ACK_CHUNK)
             i++;
-        }
-        tm_rconn_append_argv(rb->wc, (int)argc, rb->argv, rb->argvlen);
-        rb->spans[ns].from = start;
-        rb->spans[ns].to = i;
-        rb->spans[ns].answer_only = 0;
+        spans[ns] = (struct tm_redis_span){start, i, 0, 0, 0};
         ns++;
     }
     return ns;
+}
+
+/* span_argv fills rb->argv and rb->argvlen with the command of span sp
+ * and returns its count; nums and f are scratch they may point into
+ * (f: a final settlement's, freed by the caller with
+ * tm_redis_final_free). */
+static int span_argv(struct tm_redis *rb, struct tm_msg **msgs,
+                     const struct tm_redis_span *sp, char nums[2][24],
+                     struct tm_redis_final *f)
+{
+    const struct tm_msg *m = msgs[sp->from];
+    int argc;
+    argv_reserve(rb, 3 + TM_REDIS_ACK_CHUNK);
+    if (sp->answer_only || class_of(rb, m) == CL_FINAL) {
+        tm_redis_final_argv(rb, m, sp->answer_only, f);
+        memcpy(rb->argv, f->argv, (size_t)f->argc * sizeof *rb->argv);
+        memcpy(rb->argvlen, f->lens, (size_t)f->argc * sizeof *rb->argvlen);
+        return f->argc;
+    }
+    if (m->settle == TM_SETTLE_RETRY) {
+        argc = tm_redis_retry_argv(rb, m, rb->argv, nums[0]);
+    } else if (m->settle == TM_SETTLE_DEAD) {
+        argc = dead_argv(rb, m, rb->argv, nums);
+    } else {
+        const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
+        argc = 0;
+        rb->argv[argc++] = "XACK";
+        rb->argv[argc++] = t->queue;
+        rb->argv[argc++] = t->group;
+        for (size_t i = sp->from; i < sp->to; i++) {
+            rb->argvlen[argc] = msgs[i]->id_len;
+            rb->argv[argc++] = msgs[i]->id;
+        }
+        for (int a = 0; a < 3; a++)
+            rb->argvlen[a] = strlen(rb->argv[a]);
+        return argc;
+    }
+    for (int a = 0; a < argc; a++)
+        rb->argvlen[a] = strlen(rb->argv[a]);
+    return argc;
+}
+
+/* span_slot is the slot of the keys of span sp's command. */
+static unsigned span_slot(struct tm_redis *rb, struct tm_msg **msgs,
+                          const struct tm_redis_span *sp)
+{
+    const struct tm_msg *m = msgs[sp->from];
+    if (sp->answer_only)
+        return tm_redis_key_slot(m->reply_to, m->reply_to_len);
+    return rb->tasks[m->task_index].slot;
+}
+
+/* span_refused logs why the broker refused the command of one span. */
+static void span_refused(struct tm_redis *rb, struct tm_msg **msgs,
+                         const struct tm_redis_span *sp, const char *err)
+{
+    struct tm_msg *m = msgs[sp->from];
+    const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
+    /* refused again every TM_RESETTLE_MS until the cause is gone:
+     * one line per TM_REDIS_REFUSED_LOG_MS, with the count since */
+    int64_t now = tm_now_ms();
+    if (rb->refused_log_ms != 0 &&
+        now - rb->refused_log_ms < TM_REDIS_REFUSED_LOG_MS) {
+        rb->refused_unlogged++;
+        return;
+    }
+    const char *what = m->settle == TM_SETTLE_RETRY  ? "retry"
+                       : m->settle == TM_SETTLE_DEAD ? "dead-letter"
+                                                     : "XACK";
+    tm_log_write(TM_LOG_ERR, SRC, t->name,
+                 sp->to - sp->from == 1 ? m->id : NULL,
+                 "%s failed: %s; kept pending, to be settled again "
+                 "(%lu refusals not logged since the last such line)",
+                 what, err, rb->refused_unlogged);
+    rb->refused_log_ms = now;
+    rb->refused_unlogged = 0;
 }
 
 /* span_done handles the reply to the command of one span: marks its
  * messages settled (rb->done and their batch's held record), or logs why
  * the broker refused it. */
 static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
-                      const struct tm_redis_span *sp, const redisReply *r)
+                      struct tm_redis_span *sp, const redisReply *r)
 {
     struct tm_msg *m = msgs[sp->from];
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
-    if (r->type == REDIS_REPLY_ERROR && !sp->answer_only) {
-        /* refused again every TM_RESETTLE_MS until the cause is gone:
-         * one line per TM_REDIS_REFUSED_LOG_MS, with the count since */
-        int64_t now = tm_now_ms();
-        if (rb->refused_log_ms != 0 &&
-            now - rb->refused_log_ms < TM_REDIS_REFUSED_LOG_MS) {
-            rb->refused_unlogged++;
-            return;
-        }
-        const char *what = m->settle == TM_SETTLE_RETRY  ? "retry"
-                           : m->settle == TM_SETTLE_DEAD ? "dead-letter"
-                                                         : "XACK";
-        tm_log_write(TM_LOG_ERR, SRC, t->name,
-                     sp->to - sp->from == 1 ? m->id : NULL,
-                     "%s failed: %s; kept pending, to be settled again "
-                     "(%lu refusals not logged since the last such line)",
-                     what, r->str, rb->refused_unlogged);
-        rb->refused_log_ms = now;
-        rb->refused_unlogged = 0;
+    if (sp->answer_only) {
+        sp->answered = 1;
+        tm_redis_final_done(rb, m, r, 1);
         return;
     }
-    if (sp->answer_only) {
-        tm_redis_final_done(rb, m, r, 1);
+    if (r->type == REDIS_REPLY_ERROR) {
+        span_refused(rb, msgs, sp, r->str);
         return;
     }
     if (class_of(rb, m) == CL_FINAL)
@@ -248,10 +301,128 @@ static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
     }
 }
 
+/* redo sends the command of span c again on its own, following the
+ * cluster's redirects (its pipelined reply was MOVED, ASK, TRYAGAIN or
+ * CLUSTERDOWN). Returns 1 when a connection was lost. */
+static int redo(struct tm_redis *rb, struct tm_msg **msgs, size_t c,
+                char *eb, size_t ebsize)
+{
+    struct tm_redis_span *sp = &rb->spans[c];
+    char nums[2][24];
+    struct tm_redis_final f = {0};
+    int argc = span_argv(rb, msgs, sp, nums, &f);
+    int dead = 0;
+    redisReply *r = tm_redis_link_run(rb, &rb->settle,
+                                      span_slot(rb, msgs, sp), argc,
+                                      rb->argv, rb->argvlen, 0, 0, eb,
+                                      ebsize, &dead);
+    tm_redis_final_free(&f);
+    if (r != NULL) {
+        span_done(rb, msgs, sp, r);
+        freeReplyObject(r);
+    } else if (!dead && sp->answer_only) {
+        /* refused: logged, and the request is settled all the same */
+        sp->answered = 1;
+        tm_log_write(TM_LOG_WARNING, SRC,
+                     rb->tasks[msgs[sp->from]->task_index].cfg->name,
+                     msgs[sp->from]->id,
+                     "answer refused: %s; the requester gets none", eb);
+    } else if (!dead) {
+        span_refused(rb, msgs, sp, eb);
+    }
+    return dead;
+}
+
+/* send_round sends the spans of one round (answers: the answers of their
+ * own; else the rest, but no final script whose answer got no reply), one
+ * pipeline per node, and reads their replies; redirected ones are sent
+ * again alone. Returns 1 when a connection was lost or its server is no
+ * longer the master (the reason in eb). */
+static int send_round(struct tm_redis *rb, struct tm_msg **msgs, size_t ns,
+                      int answers, char *eb, size_t ebsize)
+{
+    int lost = 0;
+    unsigned char broken[TM_REDIS_MAX_NODES] = {0};
+    unsigned char moved[TM_REDIS_MAX_NODES] = {0};
+    for (size_t c = 0; c < ns; c++) {
+        struct tm_redis_span *sp = &rb->spans[c];
+        rb->redo[c] = 0;
+        sp->ni = TM_REDIS_NO_NODE; /* not sent: stays unsettled */
+        if (sp->answer_only != answers)
+            continue;
+        if (!answers && c > 0 && rb->spans[c - 1].answer_only &&
+            !rb->spans[c - 1].answered)
+            continue; /* its answer first, in a later call */
+        size_t ni = tm_redis_slot_node(rb, span_slot(rb, msgs, sp), eb,
+                                       ebsize);
+        struct tm_rconn *conn =
+            ni == TM_REDIS_NO_NODE || broken[ni]
+                ? NULL
+                : tm_redis_link_get(rb, &rb->settle, ni, eb, ebsize);
+        if (conn == NULL) {
+            if (ni != TM_REDIS_NO_NODE)
+                broken[ni] = 1;
+            lost = 1;
+            continue;
+        }
+        char nums[2][24];
+        struct tm_redis_final f = {0};
+        int argc = span_argv(rb, msgs, sp, nums, &f);
+        tm_rconn_append_argv(conn, argc, rb->argv, rb->argvlen);
+        tm_redis_final_free(&f);
+        sp->ni = ni;
+    }
+
+    /* each connection's replies come in the order of its commands */
+    for (size_t c = 0; c < ns; c++) {
+        size_t ni = rb->spans[c].ni;
+        if (ni == TM_REDIS_NO_NODE || broken[ni])
+            continue; /* not sent, or its reply is lost: unsettled */
+        struct tm_rconn *conn = rb->settle.c[ni];
+        redisReply *vr = NULL;
+        if (tm_rconn_get_reply(conn, &vr) != 0) {
+            tm_redis_reply_error(conn, NULL, eb, ebsize);
+            broken[ni] = 1;
+            lost = 1;
+            continue;
+        }
+        unsigned s;
+        char host[256];
+        int port;
+        if (vr->type == REDIS_REPLY_ERROR && rb->cluster &&
+            tm_redis_redirect_of(vr->str, &s, host, sizeof host, &port) !=
+                TM_REDIS_NO_REDIRECT) {
+            rb->redo[c] = 1;
+        } else {
+            span_done(rb, msgs, &rb->spans[c], vr);
+        }
+        if (vr->type == REDIS_REPLY_ERROR && tm_redis_error_moves(vr->str)) {
+            /* no longer the master: the rest is read, then the
+             * connection goes, and the next round finds the master */
+            tm_snprintf(eb, ebsize, "%s", vr->str);
+            moved[ni] = 1;
+        }
+        freeReplyObject(vr);
+    }
+    for (size_t ni = 0; ni < TM_REDIS_MAX_NODES; ni++) {
+        if (broken[ni] && rb->cluster && rb->settle.c[ni] != NULL)
+            atomic_store(&rb->nodes[ni].unreachable, 1);
+        if (broken[ni] || moved[ni])
+            tm_redis_link_drop(rb, &rb->settle, ni);
+        if (moved[ni])
+            lost = 1;
+    }
+    /* redirected commands, each on its own now */
+    for (size_t c = 0; c < ns && !lost; c++)
+        if (rb->redo[c] && redo(rb, msgs, c, eb, ebsize))
+            lost = 1;
+    return lost;
+}
+
 size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    char eb[256];
+    char eb[512];
     if (n == 0)
         return 0;
     scratch_reserve(rb, n);
@@ -259,47 +430,31 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
     if (work == 0)
         return 0;
     memset(rb->done, 0, work);
-    if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0) {
-        tm_redis_wc_lost(rb, "settle", eb);
-        return work; /* msgs[0..work): none sent */
-    }
 
-    /* one pipeline: retries, dead letters, acks (order_work's order) */
+    /* the commands: retries, dead letters, final scripts (each after its
+     * answer of its own, if any), acks (order_work's order) */
     size_t ns = 0, i = 0;
-    for (; i < work && msgs[i]->settle == TM_SETTLE_RETRY; i++) {
-        tm_redis_retry_append(rb, rb->wc, msgs[i]);
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
-    }
-    for (; i < work && class_of(rb, msgs[i]) == CL_DEAD; i++) {
-        append_dead(rb, msgs[i]);
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
-    }
+    int cross = 0;
+    for (; i < work && msgs[i]->settle == TM_SETTLE_RETRY; i++)
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
+    for (; i < work && class_of(rb, msgs[i]) == CL_DEAD; i++)
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
     for (; i < work && class_of(rb, msgs[i]) == CL_FINAL; i++) {
-        if (tm_redis_final_append(rb, rb->wc, msgs[i]) == 2)
-            rb->spans[ns++] = (struct tm_redis_span){i, i, 1};
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0};
+        if (tm_redis_final_cross(rb, msgs[i])) {
+            rb->spans[ns++] = (struct tm_redis_span){i, i, 1, 0, 0};
+            cross = 1;
+        }
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
     }
-    ns = append_acks(rb, msgs, i, work, ns);
+    ns = plan_acks(msgs, i, work, rb->spans, ns);
+    assert(ns <= 2 * rb->scratchcap);
 
-    /* replies come in the order of the commands */
-    int lost = 0, moved = 0;
-    for (size_t c = 0; c < ns; c++) {
-        redisReply *vr = NULL;
-        if (tm_rconn_get_reply(rb->wc, &vr) != 0) {
-            tm_redis_reply_error(rb->wc, NULL, eb, sizeof eb);
-            lost = 1;
-            break; /* spans c.. stay unsettled: their replies are lost */
-        }
-        span_done(rb, msgs, &rb->spans[c], vr);
-        if (vr->type == REDIS_REPLY_ERROR && tm_redis_error_moves(vr->str)) {
-            /* no longer the master: the rest is read, then the
-             * connection goes, and the next round finds the master */
-            tm_snprintf(eb, sizeof eb, "%s", vr->str);
-            moved = 1;
-        }
-        freeReplyObject(vr);
-    }
-    if (lost || moved) {
+    /* answers of their own first, then the rest */
+    int lost = cross && send_round(rb, msgs, ns, 1, eb, sizeof eb);
+    if (send_round(rb, msgs, ns, 0, eb, sizeof eb))
+        lost = 1;
+
+    if (lost) {
         tm_redis_wc_lost(rb, "settle", eb);
     } else if (!rb->wc_was_up) {
         rb->wc_was_up = 1;

@@ -73,7 +73,7 @@ static size_t held_ids(struct tm_redis *rb, struct tm_redis_task *rt)
  * Entries waiting in the retry set are not held by anyone and are left
  * alone (reclaim skips them). Returns 1 on connection loss. */
 static int refresh_held(struct tm_redis *rb, struct tm_redis_task *rt,
-                        struct tm_rconn *c, char *eb, size_t ebsize)
+                        char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
     size_t n = held_ids(rb, rt);
@@ -95,8 +95,9 @@ static int refresh_held(struct tm_redis *rb, struct tm_redis_task *rt,
         for (size_t i = from; i < n && i < from + TM_REDIS_REFRESH_CHUNK;
              i++)
             argv[argc++] = rb->ids[i];
-        redisReply *r = tm_redis_command(c, (int)argc, argv, NULL, eb,
-                                         ebsize, &dead);
+        redisReply *r = tm_redis_link_run(rb, &rb->settle, rt->slot,
+                                          (int)argc, argv, NULL, 0, 0, eb,
+                                          ebsize, &dead);
         if (r != NULL && r->type == REDIS_REPLY_INTEGER)
             kept += r->integer;
         if (r != NULL)
@@ -157,7 +158,7 @@ static const char trim_script[] =
     "return redis.call('XTRIM', KEYS[1], 'MINID', minid)\n";
 
 /* trim caps the stream at maxlen entries (trim_script). */
-static int trim(struct tm_redis_task *rt, struct tm_rconn *c, char *eb,
+static int trim(struct tm_redis *rb, struct tm_redis_task *rt, char *eb,
                 size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
@@ -166,7 +167,8 @@ static int trim(struct tm_redis_task *rt, struct tm_rconn *c, char *eb,
     const char *argv[] = {"EVAL", trim_script, "1", t->queue, maxlen,
                           "10000"};
     int dead = 0;
-    redisReply *r = tm_redis_command(c, 6, argv, NULL, eb, ebsize, &dead);
+    redisReply *r = tm_redis_link_run(rb, &rb->settle, rt->slot, 6, argv,
+                                      NULL, 0, 0, eb, ebsize, &dead);
     if (r == NULL) {
         if (!dead)
             tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL, "trim: %s",
@@ -192,21 +194,21 @@ static int trim(struct tm_redis_task *rt, struct tm_rconn *c, char *eb,
  * (an hour at least), and one removed anyway is created again by its
  * next read, having nothing pending to lose. */
 static int sweep_consumers(struct tm_redis *rb, struct tm_redis_task *rt,
-                           struct tm_rconn *c, char *eb, size_t ebsize)
+                           char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
     long long limit = t->claim_idle_ms * 10;
     if (limit < 3600000)
         limit = 3600000;
-    redisReply *r = tm_rconn_command(c, "XINFO CONSUMERS %s %s", t->queue,
-                                 t->group);
+    const char *iargv[] = {"XINFO", "CONSUMERS", t->queue, t->group};
+    int dead = 0;
+    redisReply *r = tm_redis_link_run(rb, &rb->settle, rt->slot, 4, iargv,
+                                      NULL, 0, 0, eb, ebsize, &dead);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        int dead = tm_redis_reply_error(c, r, eb, ebsize);
         if (r != NULL)
             freeReplyObject(r);
         return dead;
     }
-    int dead = 0;
     for (size_t i = 0; i < r->elements && !dead; i++) {
         const redisReply *e = r->element[i];
         const redisReply *name = tm_redis_reply_field(e, "name");
@@ -217,11 +219,12 @@ static int sweep_consumers(struct tm_redis *rb, struct tm_redis_task *rt,
             strcmp(name->str, rb->consumer) == 0 || pend->integer != 0 ||
             idle->integer < limit)
             continue;
-        redisReply *d = tm_rconn_command(c, "XGROUP DELCONSUMER %s %s %s",
-                                     t->queue, t->group, name->str);
-        if (d == NULL) {
-            dead = tm_redis_reply_error(c, d, eb, ebsize);
-        } else {
+        const char *dargv[] = {"XGROUP", "DELCONSUMER", t->queue, t->group,
+                               name->str};
+        redisReply *d = tm_redis_link_run(rb, &rb->settle, rt->slot, 5,
+                                          dargv, NULL, 0, 0, eb, ebsize,
+                                          &dead);
+        if (d != NULL) {
             if (d->type == REDIS_REPLY_INTEGER)
                 tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
                              "removed consumer '%s' (idle %lld s, nothing "
@@ -249,15 +252,13 @@ void tm_redis_tick(struct tm_broker *b)
         struct tm_redis_task *rt = &rb->tasks[i];
         if (now < rt->next_tick_ms)
             continue;
-        if (tm_redis_wc_ready(rb, eb, sizeof eb) != 0)
-            return;
         rt->next_tick_ms = now + tm_redis_claim_period(rt->cfg);
         rt->tick_rounds++;
-        int dead = refresh_held(rb, rt, rb->wc, eb, sizeof eb);
+        int dead = refresh_held(rb, rt, eb, sizeof eb);
         if (!dead && rt->cfg->maxlen > 0 && rt->tick_rounds % 4 == 1)
-            dead = trim(rt, rb->wc, eb, sizeof eb);
+            dead = trim(rb, rt, eb, sizeof eb);
         if (!dead && rt->tick_rounds % 64 == 1)
-            dead = sweep_consumers(rb, rt, rb->wc, eb, sizeof eb);
+            dead = sweep_consumers(rb, rt, eb, sizeof eb);
         if (dead) {
             tm_redis_wc_lost(rb, "upkeep", eb);
             return;

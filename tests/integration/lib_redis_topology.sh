@@ -130,3 +130,111 @@ CONF
 topo_master_port() {
 	redis-cli -p "${TOPO_SENTINEL_PORTS[0]}" SENTINEL get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p
 }
+
+# -------------------------------------------------------------- cluster
+
+# topo_cluster_setup: six cluster nodes on free loopback ports (each with
+# its cluster bus on another free port), made into three masters with a
+# replica each by redis-cli --cluster create (node timeout 2 s). Sets
+# TOPO_CLUSTER_PORTS (array, the masters first as redis-cli assigns
+# them), TOPO_CLUSTER_PIDS (array, by the same index) and
+# TOPO_CLUSTER_ARGS (array, the extra arguments of node i, to restart
+# it).
+topo_cluster_setup() {
+	local i p bus addrs=()
+	TOPO_CLUSTER_PORTS=()
+	TOPO_CLUSTER_PIDS=()
+	TOPO_CLUSTER_ARGS=()
+	for i in 0 1 2 3 4 5; do
+		p=$(free_port)
+		bus=$(free_port)
+		while [[ $bus == "$p" ]]; do bus=$(free_port); done
+		TOPO_CLUSTER_ARGS[i]="--port $p --cluster-enabled yes --cluster-port $bus --cluster-config-file $TEST_DIR/cnode$i/nodes.conf --cluster-node-timeout 2000 --appendonly yes"
+		# shellcheck disable=SC2086
+		topo_redis_start "cnode$i" "redis-cli -p $p ping" ${TOPO_CLUSTER_ARGS[i]}
+		TOPO_CLUSTER_PORTS[i]=$p
+		TOPO_CLUSTER_PIDS[i]=$TOPO_PID
+		addrs+=("127.0.0.1:$p")
+	done
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 \
+		--cluster-yes >"$TEST_DIR/cluster-create.log" 2>&1 ||
+		fail "redis-cli --cluster create failed: $(tail -n 5 "$TEST_DIR/cluster-create.log")"
+	for p in "${TOPO_CLUSTER_PORTS[@]}"; do
+		wait_until "redis-cli -p $p CLUSTER INFO | grep -q 'cluster_state:ok'" 30
+	done
+	# every replica in sync, so that WAIT 1 can succeed
+	wait_until "[[ \$(topo_cluster_nodes | grep -c ' slave .* connected') -ge 3 ]]" 30
+}
+
+# topo_cluster_restart I: start node I again (after a kill) with its data
+# and nodes.conf: it rejoins, as a replica when it lost its slots.
+topo_cluster_restart() {
+	local i=$1
+	# shellcheck disable=SC2086
+	topo_redis_start "cnode$i" "redis-cli -p ${TOPO_CLUSTER_PORTS[i]} ping" ${TOPO_CLUSTER_ARGS[i]}
+	TOPO_CLUSTER_PIDS[i]=$TOPO_PID
+}
+
+# topo_cluster_nodes: CLUSTER NODES as the first node that answers sees it
+topo_cluster_nodes() {
+	local p
+	for p in "${TOPO_CLUSTER_PORTS[@]}"; do
+		redis-cli -p "$p" CLUSTER NODES 2>/dev/null && return 0
+	done
+	return 1
+}
+
+# topo_slot_port SLOT: the port of the master serving SLOT, as the first
+# node that answers sees it
+topo_slot_port() {
+	local p
+	for p in "${TOPO_CLUSTER_PORTS[@]}"; do
+		redis-cli -p "$p" CLUSTER SLOTS 2>/dev/null | awk -v s="$1" '
+			NR % 1 == 0 { l[NR] = $0 }
+			END {
+				# flat output: start, end, host, port, id, then replicas
+				for (i = 1; i <= NR; i++)
+					if (l[i] ~ /^[0-9]+$/ && l[i + 1] ~ /^[0-9]+$/ &&
+					    l[i + 2] ~ /^[0-9.]+$/ && l[i + 3] ~ /^[0-9]+$/ &&
+					    l[i] + 0 <= s + 0 && s + 0 <= l[i + 1] + 0) {
+						print l[i + 3]; exit
+					}
+			}' && return 0
+	done
+	return 1
+}
+
+# topo_node_id PORT: the cluster node id of the node on PORT
+topo_node_id() {
+	redis-cli -p "$1" CLUSTER MYID
+}
+
+# topo_replica_of PORT: the port of a replica of the master on PORT
+topo_replica_of() {
+	local id
+	id=$(topo_node_id "$1")
+	topo_cluster_nodes | awk -v m="$id" '$3 ~ /slave/ && $4 == m {
+		split($2, a, "[:@]"); print a[2]; exit }'
+}
+
+# topo_move_slot SLOT FROM_PORT TO_PORT: move a slot and its keys from
+# one master to another by hand: IMPORTING / MIGRATING, MIGRATE of every
+# key (a few at a time, so that clients meet ASK meanwhile), then NODE on
+# every master.
+topo_move_slot() {
+	local slot=$1 from=$2 to=$3 fid tid keys p
+	fid=$(topo_node_id "$from")
+	tid=$(topo_node_id "$to")
+	redis-cli -p "$to" CLUSTER SETSLOT "$slot" IMPORTING "$fid" >/dev/null
+	redis-cli -p "$from" CLUSTER SETSLOT "$slot" MIGRATING "$tid" >/dev/null
+	while :; do
+		mapfile -t keys < <(redis-cli -p "$from" CLUSTER GETKEYSINSLOT "$slot" 1)
+		((${#keys[@]} > 0)) && [[ -n ${keys[0]} ]] || break
+		redis-cli -p "$from" MIGRATE 127.0.0.1 "$to" "" 0 5000 KEYS "${keys[@]}" >/dev/null ||
+			fail "MIGRATE of slot $slot failed"
+		sleep 0.2
+	done
+	for p in "$to" "$from" "${TOPO_CLUSTER_PORTS[@]}"; do
+		redis-cli -p "$p" CLUSTER SETSLOT "$slot" NODE "$tid" >/dev/null 2>&1 || true
+	done
+}

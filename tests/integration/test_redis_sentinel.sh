@@ -3,8 +3,9 @@
 # sentinels for the master and counts a message as published only once
 # WAIT 1 says a replica has it. During the run SENTINEL FAILOVER moves
 # the master, then the new master is killed (kill -9) and the old one
-# takes over again: processing continues on each new master, every
-# replicated message runs at least once, and nothing stays pending.
+# takes over again: processing continues on each new master (/status and
+# taskmill_broker_node_up name it), every replicated message runs at
+# least once, and nothing stays pending.
 . "$TM_SRCDIR/tests/integration/lib_redis.sh"
 . "$TM_SRCDIR/tests/integration/lib_redis_topology.sh"
 
@@ -80,6 +81,14 @@ wait_until "[[ \$(topo_master_port) == $TOPO_REPLICA_PORT ]]" 30
 note "failover: the master is now port $TOPO_REPLICA_PORT"
 before=$(wc -l <"$PUBLISHED")
 wait_until "(( \$(wc -l <$PUBLISHED) >= before + 30 ))" 30
+# the nodes as each daemon sees them: the new master up, the old one not
+for HTTP_PORT in "$HP1" "$HP2"; do
+	wait_metric taskmill_broker_node_up "node=\"redis://127.0.0.1:$TOPO_REPLICA_PORT\"" 1 30
+	wait_metric taskmill_broker_node_up "node=\"redis://127.0.0.1:$TOPO_MASTER_PORT\"" 0 30
+	assert_eq "redis://127.0.0.1:$TOPO_REPLICA_PORT" \
+		"$(curl -sf -m 5 "http://127.0.0.1:$HTTP_PORT/status" | jq -r .broker.node)" \
+		"/status broker.node of the daemon on $HTTP_PORT after the failover"
+done
 
 # ---- the new master is killed (kill -9): the old one, its replica now,
 # takes over again

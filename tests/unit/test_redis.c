@@ -118,48 +118,10 @@ START_TEST(task_keys_share_a_slot)
 }
 END_TEST
 
-/* find returns where s first occurs in c's output buffer, or NULL. */
-static const char *find(const struct tm_rconn *c, size_t from, const char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = from; i + n <= c->outlen; i++)
-        if (memcmp(c->out + i, s, n) == 0)
-            return c->out + i;
-    return NULL;
-}
-
-/* past_line returns the offset just past the CRLF that ends the line at
- * offset i of c's output buffer. */
-static size_t past_line(const struct tm_rconn *c, size_t i)
-{
-    const char *e = find(c, i, "\r\n");
-    ck_assert_ptr_nonnull(e);
-    return (size_t)(e - c->out) + 2;
-}
-
-/* count_commands counts the RESP commands queued in c's output buffer
- * (arrays of bulk strings). */
-static int count_commands(const struct tm_rconn *c)
-{
-    int n = 0;
-    size_t i = 0;
-    while (i < c->outlen) {
-        ck_assert_int_eq(c->out[i], '*');
-        long argc = strtol(c->out + i + 1, NULL, 10);
-        i = past_line(c, i);
-        for (long a = 0; a < argc; a++) {
-            ck_assert_int_eq(c->out[i], '$');
-            long len = strtol(c->out + i + 1, NULL, 10);
-            i = past_line(c, i) + (size_t)len + 2;
-        }
-        n++;
-    }
-    return n;
-}
-
 /* A request's answer is written by the acknowledging script, except in
  * cluster mode for a reply_to in another slot than the queue: then it is
- * a command of its own, queued first. Dedup keys follow the queue. */
+ * a command of its own, in reply_to's slot, sent first. Dedup keys
+ * follow the queue. */
 START_TEST(answer_in_the_script_or_before_it)
 {
     struct tm_cfg cfg = {.redis_mode = TM_REDIS_CLUSTER};
@@ -175,9 +137,9 @@ START_TEST(answer_in_the_script_or_before_it)
     struct tm_msg m = {.id = "1-0", .id_len = 3,
                        .outcome = TM_OUT_SUCCESS,
                        .settle = TM_SETTLE_ACK};
-    struct tm_rconn c;
-    memset(&c, 0, sizeof c);
-    c.fd = -1;
+    rb.cluster = 1;
+    rt.slot = tm_redis_key_slot(q, strlen(q));
+    struct tm_redis_final f;
 
     /* no request, no dedup key: a plain XACK will do */
     ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 0);
@@ -185,31 +147,43 @@ START_TEST(answer_in_the_script_or_before_it)
     m.reply_to_len = strlen(m.reply_to);
     ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 1);
     ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 1);
-    ck_assert_int_eq(tm_redis_final_append(&rb, &c, &m), 2);
-    ck_assert_int_eq(count_commands(&c), 2);
-    /* the answer first: its key is reply_to */
-    ck_assert_ptr_nonnull(find(&c, 0, "$9\r\nelsewhere\r\n"));
-    ck_assert(find(&c, 0, "elsewhere") < find(&c, 0, "XACK"));
-    tm_free(c.out);
-    memset(&c, 0, sizeof c);
+    /* the answer of its own: its key is reply_to, in reply_to's slot */
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 1, &f);
+    ck_assert_str_eq(f.argv[0], "EVAL");
+    ck_assert_str_eq(f.argv[2], "1");
+    ck_assert_str_eq(f.argv[3], "elsewhere");
+    ck_assert_uint_eq(f.slot, tm_redis_key_slot("elsewhere", 9));
+    ck_assert_ptr_null(strstr(f.argv[1], "XACK"));
+    tm_redis_final_free(&f);
+    /* then the script, in the queue's slot, its reply_to key unused */
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 0, &f);
+    ck_assert_ptr_nonnull(strstr(f.argv[1], "XACK"));
+    ck_assert_str_eq(f.argv[5], q);
+    ck_assert_str_eq(f.argv[10], "0"); /* reply_ttl 0: no answer here */
+    ck_assert_uint_eq(f.slot, rt.slot);
+    tm_redis_final_free(&f);
 
     /* a reply_to in the queue's slot: one script */
     m.reply_to = "{add}.reply.x";
     m.reply_to_len = strlen(m.reply_to);
     ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 0);
-    ck_assert_int_eq(tm_redis_final_append(&rb, &c, &m), 1);
-    ck_assert_int_eq(count_commands(&c), 1);
-    tm_free(c.out);
-    memset(&c, 0, sizeof c);
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 0, &f);
+    ck_assert_str_eq(f.argv[5], "{add}.reply.x");
+    ck_assert_str_eq(f.argv[10], "300000");
+    tm_redis_final_free(&f);
 
     /* standalone: any key in one script */
-    cfg.redis_mode = TM_REDIS_STANDALONE;
+    rb.cluster = 0;
     m.reply_to = "elsewhere";
     m.reply_to_len = strlen(m.reply_to);
     ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 0);
-    ck_assert_int_eq(tm_redis_final_append(&rb, &c, &m), 1);
-    tm_free(c.out);
-    memset(&c, 0, sizeof c);
+    memset(&f, 0, sizeof f);
+    tm_redis_final_argv(&rb, &m, 0, &f);
+    ck_assert_str_eq(f.argv[5], "elsewhere");
+    tm_redis_final_free(&f);
 
     /* a retry answers nothing */
     m.settle = TM_SETTLE_RETRY;
@@ -351,6 +325,48 @@ START_TEST(cap_refuses_overlong_lines)
 }
 END_TEST
 
+/* MOVED and ASK name a slot and an address (IPv6 too: the last colon
+ * parts the port); TRYAGAIN and CLUSTERDOWN ask for a wait; anything
+ * else, a malformed redirect included, is no redirect. */
+START_TEST(redirects_are_read)
+{
+    char host[64];
+    int port = 0;
+    unsigned slot = 0;
+    ck_assert_int_eq(tm_redis_redirect_of("MOVED 3999 127.0.0.1:6381", &slot,
+                                          host, sizeof host, &port),
+                     TM_REDIS_MOVED);
+    ck_assert_uint_eq(slot, 3999);
+    ck_assert_str_eq(host, "127.0.0.1");
+    ck_assert_int_eq(port, 6381);
+    ck_assert_int_eq(tm_redis_redirect_of("ASK 16383 ::1:7000", &slot, host,
+                                          sizeof host, &port),
+                     TM_REDIS_ASK);
+    ck_assert_uint_eq(slot, 16383);
+    ck_assert_str_eq(host, "::1");
+    ck_assert_int_eq(port, 7000);
+    ck_assert_int_eq(tm_redis_redirect_of("TRYAGAIN Multiple keys request "
+                                          "during rehashing of slot", &slot,
+                                          host, sizeof host, &port),
+                     TM_REDIS_BUSY);
+    ck_assert_int_eq(tm_redis_redirect_of("CLUSTERDOWN The cluster is down",
+                                          &slot, host, sizeof host, &port),
+                     TM_REDIS_BUSY);
+    const char *bad[] = {"MOVED", "MOVED 16384 127.0.0.1:6381",
+                         "MOVED 12 127.0.0.1", "ASK x 127.0.0.1:1",
+                         "MOVED 12 127.0.0.1:0", "ERR MOVED 1 a:1",
+                         "NOGROUP No such key"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(tm_redis_redirect_of(bad[i], &slot, host, sizeof host,
+                                           &port) == TM_REDIS_NO_REDIRECT,
+                      "'%s' read as a redirect", bad[i]);
+    /* a host longer than the buffer is refused, not cut */
+    ck_assert_int_eq(tm_redis_redirect_of("MOVED 1 a-very-long-host-name:1",
+                                          &slot, host, 8, &port),
+                     TM_REDIS_NO_REDIRECT);
+}
+END_TEST
+
 static Suite *redis_suite(void)
 {
     Suite *s = suite_create("redis");
@@ -363,6 +379,7 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, key_slots_follow_redis);
     tcase_add_test(tc, scheduled_key_derives_from_the_queue);
     tcase_add_test(tc, task_keys_share_a_slot);
+    tcase_add_test(tc, redirects_are_read);
     tcase_add_test(tc, schedule_key_shares_the_slot);
     tcase_add_test(tc, answer_in_the_script_or_before_it);
     suite_add_tcase(s, tc);
