@@ -34,6 +34,26 @@ struct tm_broker_node {
 /* Nodes shown at most. */
 #define TM_BROKER_NODES_MAX 64
 
+/* struct tm_pub is what a producer adds to a message besides its body
+ * (DESIGN.md, Messages). A NULL struct tm_pub * means all defaults. */
+struct tm_pub {
+    int priority;          /* < 0: the task's default (RabbitMQ only) */
+    const char *dedup_key; /* NULL: none; Redis field dedup_key, RabbitMQ
+                              header x-dedup-key */
+};
+
+/* tm_pub_priority is pub's priority, -1 (the task's default) for none. */
+static inline int tm_pub_priority(const struct tm_pub *pub)
+{
+    return pub != NULL ? pub->priority : -1;
+}
+
+/* tm_pub_dedup_key is pub's dedup key, NULL for none. */
+static inline const char *tm_pub_dedup_key(const struct tm_pub *pub)
+{
+    return pub != NULL ? pub->dedup_key : NULL;
+}
+
 /*
  * struct tm_broker_ops is filled by each adapter (broker_redis.c, ...).
  *
@@ -98,10 +118,10 @@ struct tm_broker_ops {
     void (*tick)(struct tm_broker *b);
     int64_t (*tick_ms)(struct tm_broker *b);
 
-    /* publish adds one message to the task's queue; the new message id is
-     * written to id (size idlen). priority < 0 means the task default. */
+    /* publish adds one message to the task's queue, with pub's options
+     * (NULL: none); the new message id is written to id (size idlen). */
     int (*publish)(struct tm_broker *b, const struct tm_cfg_task *t,
-                   const char *body, size_t len, int priority,
+                   const char *body, size_t len, const struct tm_pub *pub,
                    char *id, size_t idlen);
 
     /* dlq_list returns up to max entries, newest first, in a new array of
@@ -140,7 +160,7 @@ struct tm_broker_ops {
      * request is published. CLI only. Optional: NULL when the broker has
      * no request/reply. */
     int (*request)(struct tm_broker *b, const struct tm_cfg_task *t,
-                   const char *body, size_t len, int priority,
+                   const char *body, size_t len, const struct tm_pub *pub,
                    int64_t timeout_ms, char *id, size_t idlen, char **reply,
                    int *task_failed);
 
@@ -221,10 +241,10 @@ struct tm_broker_ops {
      * earlier than due_ms (epoch ms, wall clock): on Redis a member of
      * the sorted set "<queue>.scheduled", on RabbitMQ a message with
      * header x-not-before (DESIGN.md, Messages). The message id is
-     * written to id (size idlen). priority < 0 means the task default.
+     * written to id (size idlen); pub as publish's.
      * Optional: NULL when the broker has no delayed messages. */
     int (*publish_at)(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *body, size_t len, int priority,
+                      const char *body, size_t len, const struct tm_pub *pub,
                       int64_t due_ms, char *id, size_t idlen);
 
     /* scheduled reads, for monitoring, how many delayed messages of task

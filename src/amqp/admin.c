@@ -210,12 +210,40 @@ static int cli_publish(struct tm_amqp_broker *ab, const char *rk,
     return 0;
 }
 
+/* pub_headers sets p's headers from pub (x-dedup-key) and due_ms
+ * (x-not-before, when > 0) in h[2], which must outlive p. */
+static void pub_headers(amqp_basic_properties_t *p, amqp_table_entry_t h[2],
+                        const struct tm_pub *pub, int64_t due_ms)
+{
+    int n = 0;
+    memset(h, 0, 2 * sizeof *h);
+    if (due_ms > 0) {
+        h[n].key = amqp_cstring_bytes("x-not-before");
+        h[n].value.kind = AMQP_FIELD_KIND_I64;
+        h[n].value.value.i64 = due_ms;
+        n++;
+    }
+    const char *dk = tm_pub_dedup_key(pub);
+    if (dk != NULL) {
+        h[n].key = amqp_cstring_bytes("x-dedup-key");
+        h[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        h[n].value.value.bytes = amqp_cstring_bytes(dk);
+        n++;
+    }
+    if (n > 0) {
+        p->_flags |= AMQP_BASIC_HEADERS_FLAG;
+        p->headers.num_entries = n;
+        p->headers.entries = h;
+    }
+}
+
 /* publish_new publishes a new message to the task's queue, with header
  * x-not-before = due_ms when due_ms > 0 (a delayed message: the daemon
  * that receives it parks it until then, see delay.c). */
 static int publish_new(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *body, size_t len, int priority,
-                       int64_t due_ms, char *id, size_t idlen)
+                       const char *body, size_t len,
+                       const struct tm_pub *pub, int64_t due_ms, char *id,
+                       size_t idlen)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
     if (cli_declare(ab, t) != 0)
@@ -223,17 +251,9 @@ static int publish_new(struct tm_broker *b, const struct tm_cfg_task *t,
     char uuid[40];
     tm_amqp_uuid(uuid, sizeof uuid);
     amqp_basic_properties_t p;
-    tm_amqp_new_message_props(&p, t, priority, uuid);
-    amqp_table_entry_t nb;
-    if (due_ms > 0) {
-        memset(&nb, 0, sizeof nb);
-        nb.key = amqp_cstring_bytes("x-not-before");
-        nb.value.kind = AMQP_FIELD_KIND_I64;
-        nb.value.value.i64 = due_ms;
-        p._flags |= AMQP_BASIC_HEADERS_FLAG;
-        p.headers.num_entries = 1;
-        p.headers.entries = &nb;
-    }
+    tm_amqp_new_message_props(&p, t, tm_pub_priority(pub), uuid);
+    amqp_table_entry_t h[2];
+    pub_headers(&p, h, pub, due_ms);
     if (cli_publish(ab, t->queue, &p, body, len, NULL,
                     tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS) != 0)
         return -1;
@@ -242,18 +262,19 @@ static int publish_new(struct tm_broker *b, const struct tm_cfg_task *t,
 }
 
 int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *body, size_t len, int priority, char *id,
-                      size_t idlen)
+                    const char *body, size_t len, const struct tm_pub *pub,
+                    char *id, size_t idlen)
 {
-    return publish_new(b, t, body, len, priority, 0, id, idlen);
+    return publish_new(b, t, body, len, pub, 0, id, idlen);
 }
 
 int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *body, size_t len, int priority,
-                       int64_t due_ms, char *id, size_t idlen)
+                       const char *body, size_t len,
+                       const struct tm_pub *pub, int64_t due_ms, char *id,
+                       size_t idlen)
 {
     /* epoch ms 0 would mean "not delayed": the past is the past */
-    return publish_new(b, t, body, len, priority, due_ms > 0 ? due_ms : 1,
+    return publish_new(b, t, body, len, pub, due_ms > 0 ? due_ms : 1,
                        id, idlen);
 }
 
@@ -263,9 +284,9 @@ int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
  * timeout_ms for the answer.
  */
 int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *body, size_t len, int priority,
-                      int64_t timeout_ms, char *id, size_t idlen,
-                      char **reply, int *task_failed)
+                    const char *body, size_t len, const struct tm_pub *pub,
+                    int64_t timeout_ms, char *id, size_t idlen,
+                    char **reply, int *task_failed)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
     char eb[256];
@@ -302,7 +323,9 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
     char uuid[40];
     tm_amqp_uuid(uuid, sizeof uuid);
     amqp_basic_properties_t p;
-    tm_amqp_new_message_props(&p, t, priority, uuid);
+    tm_amqp_new_message_props(&p, t, tm_pub_priority(pub), uuid);
+    amqp_table_entry_t h[2];
+    pub_headers(&p, h, pub, 0);
     p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG;
     p.reply_to = amqp_cstring_bytes(rq);
     p.correlation_id = amqp_cstring_bytes(uuid);

@@ -448,10 +448,10 @@ uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
 
 /* ---- admin.c: CLI and monitoring ---- */
 int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
-                    const char *body, size_t len, int priority, char *id,
-                    size_t idlen);
+                    const char *body, size_t len, const struct tm_pub *pub,
+                    char *id, size_t idlen);
 int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
-                    const char *body, size_t len, int priority,
+                    const char *body, size_t len, const struct tm_pub *pub,
                     int64_t timeout_ms, char *id, size_t idlen, char **reply,
                     int *task_failed);
 int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
@@ -463,7 +463,7 @@ long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);
 int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *body, size_t len, int priority,
+                       const char *body, size_t len, const struct tm_pub *pub,
                        int64_t due_ms, char *id, size_t idlen);
 
 /* ---- schedule.c: the election of each schedule's leader, fires ---- */

@@ -15,7 +15,7 @@ const char tm_cli_usage[] =
     "every plugin\n"
     "       taskmill emit [-c FILE] TASK (JSON | -) [--wait SECONDS] "
     "[--priority N]\n"
-    "                [--delay DURATION | --at TIME]\n"
+    "                [--delay DURATION | --at TIME] [--dedup-key KEY]\n"
     "       taskmill invoke [-c FILE] TASK (JSON | -)   run one body "
     "through the\n"
     "                                         task's plugin, no broker\n"
@@ -34,6 +34,9 @@ const char tm_cli_usage[] =
     "max_payload).\n"
     "emit --delay (30s, 5m, 1h) or --at (RFC 3339 with a zone, e.g.\n"
     "2026-12-01T03:00:00Z, or epoch ms) makes a delayed message.\n"
+    "emit --dedup-key: with the task's dedup_ttl, a key that already "
+    "succeeded\n"
+    "within it is not run again.\n"
     "dlq list without TASK counts the dead letters of every task. purge "
     "without\n"
     "an ID removes them all; on a terminal it needs --yes.\n"
@@ -105,6 +108,10 @@ int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
             if (a->at == NULL)
                 return tm_cli_usage_error("%s needs a time (RFC 3339 with "
                                           "a zone, or epoch ms)", s);
+        } else if (strcmp(s, "--dedup-key") == 0) {
+            a->dedup_key = option_value(argc, argv, &i);
+            if (a->dedup_key == NULL)
+                return tm_cli_usage_error("%s needs a key", s);
         } else if (strcmp(s, "--yes") == 0 || strcmp(s, "-y") == 0) {
             a->yes = 1;
         } else if (s[0] == '-' && s[1] != '\0') {

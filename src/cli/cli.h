@@ -45,6 +45,7 @@ struct tm_cli_args {
     const char *priority;      /* --priority N, or NULL */
     const char *delay;         /* --delay DURATION, or NULL */
     const char *at;            /* --at TIME, or NULL */
+    const char *dedup_key;     /* --dedup-key KEY, or NULL */
     int yes;                   /* --yes given */
 };
 

@@ -122,17 +122,36 @@ static int emit_options(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
     return 0;
 }
 
+/* TM_CLI_DEDUP_KEY_MAX bounds --dedup-key: a key names a job, it does not
+ * carry one (it becomes part of a Redis key name). */
+#define TM_CLI_DEDUP_KEY_MAX 512
+
+/* dedup_key_bad refuses an empty, overlong or control-character key, with
+ * the reason on stderr. */
+static int dedup_key_bad(const char *k)
+{
+    size_t n = strlen(k);
+    int bad = n == 0 || n > TM_CLI_DEDUP_KEY_MAX;
+    for (size_t i = 0; i < n && !bad; i++)
+        bad = (unsigned char)k[i] < 0x20 || k[i] == 0x7f;
+    if (bad)
+        tm_cli_usage_error("--dedup-key needs 1 to %d characters, none of "
+                           "them a control character", TM_CLI_DEDUP_KEY_MAX);
+    return bad;
+}
+
 /* emit_request publishes body as a request and prints the task's JSON
  * result. Returns the exit status. */
 static int emit_request(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *body, size_t len, int priority,
-                        int64_t wait_ms, const char *wait_text)
+                        const char *body, size_t len,
+                        const struct tm_pub *pub, int64_t wait_ms,
+                        const char *wait_text)
 {
     char id[128] = "";
     char *reply = NULL;
     int task_failed = 0;
     int status = TM_EXIT_FAIL;
-    if (b->ops->request(b, t, body, len, priority, wait_ms, id, sizeof id,
+    if (b->ops->request(b, t, body, len, pub, wait_ms, id, sizeof id,
                         &reply, &task_failed) != 0) {
         if (b->err == ETIMEDOUT && id[0] != '\0')
             fprintf(stderr, "taskmill: no reply from task '%s' within %s s; "
@@ -173,6 +192,11 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
     status = emit_options(cfg, t, a, &priority, &wait_ms, &due_ms);
     if (status != 0)
         goto out;
+    if (a->dedup_key != NULL && dedup_key_bad(a->dedup_key)) {
+        status = TM_EXIT_USAGE;
+        goto out;
+    }
+    const struct tm_pub pub = { priority, a->dedup_key };
     status = tm_cli_body(a->pos[1], t, /* enforce_max = */ 1, &body, &len);
     if (status != 0)
         goto out;
@@ -186,13 +210,13 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
         goto out;
     }
     if (wait_ms > 0) {
-        status = emit_request(b, t, body, len, priority, wait_ms, a->wait);
+        status = emit_request(b, t, body, len, &pub, wait_ms, a->wait);
         goto out;
     }
     char id[128];
-    int rc = due_ms != 0 ? b->ops->publish_at(b, t, body, len, priority,
+    int rc = due_ms != 0 ? b->ops->publish_at(b, t, body, len, &pub,
                                               due_ms, id, sizeof id)
-                         : b->ops->publish(b, t, body, len, priority, id,
+                         : b->ops->publish(b, t, body, len, &pub, id,
                                            sizeof id);
     if (rc != 0) {
         fprintf(stderr, "taskmill: emit to '%s' failed: %s\n", t->queue,

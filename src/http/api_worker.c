@@ -250,9 +250,9 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
         /* a due time was accepted only for a broker with publish_at */
         assert(job->due_ms == 0 || b->ops->publish_at != NULL);
         int rc = job->due_ms != 0
-                     ? b->ops->publish_at(b, t, job->body, job->len, -1,
+                     ? b->ops->publish_at(b, t, job->body, job->len, NULL,
                                           job->due_ms, newid, sizeof newid)
-                     : b->ops->publish(b, t, job->body, job->len, -1, newid,
+                     : b->ops->publish(b, t, job->body, job->len, NULL, newid,
                                        sizeof newid);
         if (rc != 0) {
             tm_api_error(out, 502, "broker: %s", b->errstr);

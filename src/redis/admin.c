@@ -225,14 +225,17 @@ redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
 }
 
 int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *body, size_t len, int priority, char *id,
-                      size_t idlen)
+                     const char *body, size_t len, const struct tm_pub *pub,
+                     char *id, size_t idlen)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    (void)priority; /* refused by the config loader on Redis */
-    const char *argv[] = {"XADD", t->queue, "*", "body", body};
-    size_t lens[] = {4, strlen(t->queue), 1, 4, len};
-    redisReply *r = tm_redis_cli_command(rb, 5, argv, lens, 1, 0);
+    /* a priority is refused by the config loader and the CLI on Redis */
+    const char *dk = tm_pub_dedup_key(pub);
+    const char *argv[] = {"XADD", t->queue, "*", "body", body, "dedup_key",
+                          dk};
+    size_t lens[] = {4, strlen(t->queue), 1, 4, len, 9, dk ? strlen(dk) : 0};
+    redisReply *r = tm_redis_cli_command(rb, dk != NULL ? 7 : 5, argv, lens,
+                                         1, 0);
     if (r == NULL)
         return -1;
     tm_snprintf(id, idlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");

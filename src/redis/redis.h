@@ -389,7 +389,7 @@ struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb);
 void tm_redis_sched_start(struct tm_redis_sched *s);
 void tm_redis_sched_free(struct tm_redis_sched *s);
 int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *body, size_t len, int priority,
+                        const char *body, size_t len, const struct tm_pub *pub,
                         int64_t due_ms, char *id, size_t idlen);
 int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
 
@@ -538,7 +538,7 @@ void tm_redis_final_free(struct tm_redis_final *f);
 void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
                          const redisReply *r, int answer_only);
 int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
-                     const char *body, size_t len, int priority,
+                     const char *body, size_t len, const struct tm_pub *pub,
                      int64_t timeout_ms, char *id, size_t idlen,
                      char **reply, int *task_failed);
 
@@ -572,8 +572,8 @@ redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
                                  const char **argv, const size_t *lens,
                                  int key, int64_t timeout_ms);
 int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
-                     const char *body, size_t len, int priority, char *id,
-                     size_t idlen);
+                     const char *body, size_t len, const struct tm_pub *pub,
+                     char *id, size_t idlen);
 int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
                       size_t max, struct tm_dlq_entry **out, size_t *n);
 long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,

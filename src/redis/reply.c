@@ -388,7 +388,7 @@ static int wait_answer(struct tm_redis *rb, const char *key,
 }
 
 int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
-                     const char *body, size_t len, int priority,
+                     const char *body, size_t len, const struct tm_pub *pub,
                      int64_t timeout_ms, char *id, size_t idlen,
                      char **reply, int *task_failed)
 {
@@ -396,7 +396,8 @@ int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
     char corr[TM_REDIS_UUID_LEN];
     char *key = NULL;
     int rc = -1;
-    (void)priority; /* refused by the CLI on Redis */
+    /* a priority is refused by the CLI on Redis */
+    const char *dk = tm_pub_dedup_key(pub);
     *reply = NULL;
     *task_failed = 0;
     if (id != NULL && idlen > 0)
@@ -408,10 +409,12 @@ int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
      * a cluster, the reply stream is in the queue's slot) */
     key = tm_asprintf("%s.reply.%s", t->queue, corr);
     const char *argv[] = {"XADD", t->queue, "*", "body", body,
-                          "reply_to", key, "correlation_id", corr};
+                          "reply_to", key, "correlation_id", corr,
+                          "dedup_key", dk};
     size_t lens[] = {4, strlen(t->queue), 1, 4, len, 8, strlen(key), 14,
-                     strlen(corr)};
-    redisReply *r = tm_redis_cli_command(rb, 9, argv, lens, 1, 0);
+                     strlen(corr), 9, dk != NULL ? strlen(dk) : 0};
+    redisReply *r = tm_redis_cli_command(rb, dk != NULL ? 11 : 9, argv, lens,
+                                         1, 0);
     if (r == NULL)
         goto out;
     if (id != NULL)

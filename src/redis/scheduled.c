@@ -29,6 +29,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <cjson/cJSON.h>
+
 #include "log.h"
 #include "util.h"
 
@@ -428,18 +430,31 @@ static void uuid4(char *buf, size_t size)
  * member's id (the stream entry gets its own id when it is promoted, and
  * carries this one as scheduled_id). */
 int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *body, size_t len, int priority,
-                        int64_t due_ms, char *id, size_t idlen)
+                        const char *body, size_t len,
+                        const struct tm_pub *pub, int64_t due_ms, char *id,
+                        size_t idlen)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
-    (void)priority; /* refused by the config loader on Redis */
+    /* a priority is refused by the config loader and the CLI on Redis */
     char uuid[40], score[24];
     int rc = -1;
     uuid4(uuid, sizeof uuid);
     tm_snprintf(score, sizeof score, "%lld", (long long)due_ms);
     char *key = tm_redis_scheduled_key(t);
-    char *member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s}", uuid,
-                               (int)len, body);
+    char *member;
+    const char *dk = tm_pub_dedup_key(pub);
+    if (dk != NULL) {
+        /* the key is any text: cJSON writes it as a JSON string */
+        cJSON *s = cJSON_CreateString(dk);
+        char *q = cJSON_PrintUnformatted(s);
+        member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s,\"dedup_key\":%s}",
+                             uuid, (int)len, body, q);
+        cJSON_free(q);
+        cJSON_Delete(s);
+    } else {
+        member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s}", uuid,
+                             (int)len, body);
+    }
     const char *argv[] = {"ZADD", key, score, member};
     size_t lens[] = {4, strlen(key), strlen(score), strlen(member)};
     redisReply *r = tm_redis_cli_command(rb, 4, argv, lens, 1, 0);
