@@ -392,6 +392,20 @@ static int check_broker(struct ctx *c, const struct broker_marks *bm)
                  "URLs are seed nodes)", cfg->nnodes);
         bad = 1;
     }
+    if (cfg->redis_mode == TM_REDIS_CLUSTER) {
+        /* Redis Cluster has database 0 only: SELECT would be refused by
+         * every node at connect time */
+        for (size_t i = 0; i < cfg->nnodes; i++) {
+            if (cfg->nodes[i].db != 0) {
+                tm_cfg_fail(c, bm->url_at, "broker.url: database %d in "
+                         "'%s'; a Redis Cluster has database 0 only (drop "
+                         "the /%d)", cfg->nodes[i].db,
+                         cfg->nodes[i].redacted, cfg->nodes[i].db);
+                bad = 1;
+                break;
+            }
+        }
+    }
     return bad ? -1 : 0;
 }
 

@@ -1250,6 +1250,18 @@ START_TEST(test_broker_redis_modes)
     ck_assert_msg(strstr(err, "one hash slot") != NULL &&
                   strstr(err, "queue: '{taskmill.add}'") != NULL, "%s", err);
 
+    /* cluster: database 0 only, said at the URL */
+    cfg = load_text("broker:\n"
+                    "  url: [redis://c1:7000, 'redis://:pw@c2:7000/3']\n"
+                    "  redis: { mode: cluster }\n"
+                    "tasks:\n  add: { plugin: add.so, queue: '{add}' }\n",
+                    err, sizeof err);
+    ck_assert_ptr_null(cfg);
+    ck_assert_msg(strstr(err, ":2:8: broker.url: database 3 in "
+                          "'redis://c2:7000/3'; a Redis Cluster has "
+                          "database 0 only") != NULL &&
+                  strstr(err, "pw") == NULL, "%s", err);
+
     /* a one-element list is a single node */
     cfg = load_text("broker: { url: [redis://h] }\n" TASK, err, sizeof err);
     ck_assert_msg(cfg != NULL, "%s", err);
