@@ -290,6 +290,27 @@ idle_mem() {
 	echo "{\"rss_kib\":$rss,\"pss_kib\":$pss,\"procs\":$n}" >"$R/$1.idle.json"
 }
 
+# Ticks (1/CLK_TCK s) of CPU time: host_ticks the non-idle columns of
+# /proc/stat; tree_ticks PID utime + stime of PID and its descendants.
+host_ticks() {
+	awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+tree_ticks() {
+	local p t=0 v
+	for p in $(tree_pids "$1"); do
+		v=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || true)
+		t=$((t + ${v:-0}))
+	done
+	echo "$t"
+}
+# children_s: the CPU seconds of this shell's reaped children (builtin
+# times, second line), so that a foreground command's own CPU is the
+# difference around it.
+children_s() {
+	times >"$DIR/times"
+	awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$DIR/times"
+}
+
 # lat_stats NAME FILE: p50/p99/max (us) of the latencies in FILE, one a
 # line in the order the consumer saw them, past the first LAT_WARM, into
 # $R/NAME.lat.json.
@@ -324,10 +345,21 @@ peer_latency() {
 	: >"$DIR/$name.lat"
 	BENCH_LAT_FILE=$DIR/$name.lat start_peer "$DIR/$name.lat.log" "$DIR/$name.ready" "${cons[@]}"
 	idle_mem "$name"
+	local h0 c0 b0 p0 t0 h1 c1 b1 p1 t1
+	h0=$(host_ticks) c0=$(tree_ticks "$CONSUMER_PID") b0=$(tree_ticks "$BROKER_PID")
+	p0=$(children_s) t0=$(now_ms)
 	"${pub[@]}" >>"$DIR/$name.pub.log" 2>&1
+	p1=$(children_s) t1=$(now_ms)
+	h1=$(host_ticks) c1=$(tree_ticks "$CONSUMER_PID") b1=$(tree_ticks "$BROKER_PID")
 	wait_lines "$DIR/$name.lat" $((LAT_WARM + LAT_N))
 	stop_consumer
 	lat_stats "$name" "$DIR/$name.lat"
+	# CPU that the rest of the host used while the publisher ran (not the
+	# consumer, the broker, nor the publisher), as pub_rate reports it
+	local other
+	other=$(awk -v h=$((h1 - h0)) -v c=$((c1 - c0)) -v b=$((b1 - b0)) -v p="$p1" -v q="$p0" \
+		-v hz="$(getconf CLK_TCK)" 'BEGIN { print (h - c - b) / hz - (p - q) }')
+	sed -i "s/}\$/,\"other_cpu_s\":$other,\"window_s\":$(calc "($t1 - $t0) / 1000")}/" "$R/$name.lat.json"
 	log "$name: idle $(jget "$R/$name.idle.json" rss_kib) KiB RSS, p99 $(jget "$R/$name.lat.json" lat_p99_us) us"
 }
 
@@ -373,6 +405,7 @@ done
 [[ $(rcli ping 2>/dev/null) == PONG ]] || { echo "bench-peers: redis-server did not start" >&2; exit 1; }
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 export BENCH_CELERY_BROKER=$REDIS_URL
+BROKER_PID=$REDIS_PID # whose CPU the latency runs leave out of "elsewhere"
 
 # What each layout has left: { undelivered, unfinished } (peer_measure.c).
 LUA_STREAM="for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
@@ -545,6 +578,7 @@ if ((${#AMQP_PEERS[@]} > 0)); then
 	RABBIT_NODE=taskmill-peers-$$@localhost
 	if start_rabbit || start_rabbit; then
 		RABBIT_VM=$(cat "$DIR/rabbit/pid")
+		BROKER_PID=$RABBIT_VM
 		RABBIT_VERSION=$(rabbitctl version 2>/dev/null || true)
 	else
 		AMQP_PEERS=()
@@ -684,7 +718,10 @@ rows() {
 		f=$R/$b.$p
 		rate=$(jget "$f.json" rate)
 		busy=$(awk -v o="$(jget "$f.json" other_cpu_s)" -v s="$(jget "$f.json" seconds)" \
-			'BEGIN { if (s > 0 && o / s > 0.25) printf "; BUSY HOST: %.1f cores used elsewhere", o / s }')
+			-v lo="$(jget "$f.lat.json" other_cpu_s)" -v ls="$(jget "$f.lat.json" window_s)" \
+			'BEGIN { t = s > 0 ? o / s : 0; l = ls > 0 ? lo / ls : 0
+				if (t > 0.25 || l > 0.25)
+					printf "; BUSY HOST: %.1f (msgs/s) and %.1f (p99) cores used elsewhere", t, l }')
 		irss=$(jget "$f.idle.json" rss_kib)
 		ipss=$(jget "$f.idle.json" pss_kib)
 		p99=$(jget "$f.lat.json" lat_p99_us)
