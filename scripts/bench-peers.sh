@@ -269,6 +269,8 @@ tree_pids() {
 	local p c
 	echo "$1"
 	for p in /proc/"$1"/task/*/children; do
+		# the children files list pids separated by spaces
+		# shellcheck disable=SC2013
 		for c in $(cat "$p" 2>/dev/null); do
 			tree_pids "$c"
 		done
@@ -378,6 +380,7 @@ best() {
 CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 NCPU=$(nproc)
 MEM_GIB=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
+# shellcheck disable=SC1091
 OS=$(. /etc/os-release && echo "$PRETTY_NAME")
 REDIS_VERSION=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 TM_VERSION=$("$TM" --version 2>/dev/null | head -n 1 || echo unknown)
@@ -385,6 +388,7 @@ COMMIT=$(git -C "$SRCDIR" rev-parse --short HEAD 2>/dev/null || echo unknown)
 PY_VERSIONS=$("$PY" -c 'import sys, celery, redis, pika
 print("python %d.%d, celery %s, redis-py %s, pika %s" % (sys.version_info[:2] + (celery.__version__, redis.__version__, pika.__version__)))' 2>/dev/null) ||
 	{ echo "bench-peers: python3-celery, python3-redis or python3-pika missing; run scripts/install-peers.sh" >&2; exit 1; }
+# shellcheck disable=SC2016 # JavaScript, not the shell's
 NODE_VERSIONS=$(cd "$NODE_PEERS" && node -e 'const v = (p) => require(p + "/package.json").version;
 console.log(`node ${process.versions.node}, bullmq ${v("bullmq")}, amqplib ${v("amqplib")}`)' 2>/dev/null) ||
 	{ echo "bench-peers: bench/peers/node/node_modules missing; run scripts/install-peers.sh" >&2; exit 1; }
