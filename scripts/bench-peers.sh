@@ -681,9 +681,11 @@ mib() {
 	awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'
 }
 
-# ratio A B: A / B to three significant digits, "-" when B is 0 or missing
+# ratio A B: A / B to three significant digits (units from 100 on), "-"
+# when B is 0 or missing
 ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0 && a != "") printf "%.3g", a / b; else print "-" }'
+	awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 <= 0 || a == "") { print "-"; exit }
+		x = a / b; if (x >= 100) printf "%.0f", x; else printf "%.3g", x }'
 }
 
 settings_of() {
@@ -723,7 +725,7 @@ rows() {
 		rate=$(jget "$f.json" rate)
 		busy=$(awk -v o="$(jget "$f.json" other_cpu_s)" -v s="$(jget "$f.json" seconds)" \
 			-v lo="$(jget "$f.lat.json" other_cpu_s)" -v ls="$(jget "$f.lat.json" window_s)" \
-			'BEGIN { t = s > 0 ? o / s : 0; l = ls > 0 ? lo / ls : 0
+			'BEGIN { t = s > 0 && o > 0 ? o / s : 0; l = ls > 0 && lo > 0 ? lo / ls : 0
 				if (t > 0.25 || l > 0.25)
 					printf "; BUSY HOST: %.1f (msgs/s) and %.1f (p99) cores used elsewhere", t, l }')
 		irss=$(jget "$f.idle.json" rss_kib)
