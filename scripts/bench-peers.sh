@@ -305,12 +305,13 @@ tree_ticks() {
 	done
 	echo "$t"
 }
-# children_s: the CPU seconds of this shell's reaped children (builtin
-# times, second line), so that a foreground command's own CPU is the
-# difference around it.
+# children_s sets CHILDREN_S to the CPU seconds of this shell's reaped
+# children (builtin times, second line), so that a foreground command's
+# own CPU is the difference around it. Not to be called as $(children_s):
+# a subshell's times does not count the shell's children.
 children_s() {
 	times >"$DIR/times"
-	awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$DIR/times"
+	CHILDREN_S=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$DIR/times")
 }
 
 # lat_stats NAME FILE: p50/p99/max (us) of the latencies in FILE, one a
@@ -349,9 +350,11 @@ peer_latency() {
 	idle_mem "$name"
 	local h0 c0 b0 p0 t0 h1 c1 b1 p1 t1
 	h0=$(host_ticks) c0=$(tree_ticks "$CONSUMER_PID") b0=$(tree_ticks "$BROKER_PID")
-	p0=$(children_s) t0=$(now_ms)
+	children_s
+	p0=$CHILDREN_S t0=$(now_ms)
 	"${pub[@]}" >>"$DIR/$name.pub.log" 2>&1
-	p1=$(children_s) t1=$(now_ms)
+	children_s
+	p1=$CHILDREN_S t1=$(now_ms)
 	h1=$(host_ticks) c1=$(tree_ticks "$CONSUMER_PID") b1=$(tree_ticks "$BROKER_PID")
 	wait_lines "$DIR/$name.lat" $((LAT_WARM + LAT_N))
 	stop_consumer
