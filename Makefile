@@ -309,6 +309,21 @@ $(BUILD)/bench:
 	@mkdir -p $@
 # ---- end of benchmark helpers
 
+# ---- make bench-peers: taskmill next to Celery, redis-py, BullMQ, pika and
+# amqplib on the same pre-loaded queues (scripts/bench-peers.sh, bench/peers/)
+.PHONY: bench-peers
+bench-peers: deps
+	@scripts/install-peers.sh
+	@$(MAKE) --no-print-directory all bench-bins $(BUILD)/bench/peers/peer_measure
+	@scripts/bench-peers.sh $(abspath $(BUILD))
+
+$(BUILD)/bench/peers/peer_measure: bench/peers/peer_measure.c bench/bench.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(REAL_LDFLAGS) \
+		$(BENCH_LIBS)
+# ---- end of make bench-peers
+
 DOCDIR = $(PREFIX)/share/doc/taskmill
 
 # install puts the binary, plugins, the public header, the pkg-config file,
