@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "redis/arena.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
@@ -85,7 +86,8 @@ static const char history_script[] = TM_REDIS_LUA_TAKE
 static void free_batch(struct tm_batch *b)
 {
     struct tm_redis_held *h = b->owner;
-    freeReplyObject(h->reply);
+    tm_rarena_reply_free(h->reply, h->arena);
+    tm_rarena_unref(h->arena);
     tm_free(h);
     tm_free(b);
 }
@@ -181,11 +183,13 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
     return 0;
 }
 
-/* entries_batch makes a batch of the entries array, owning reply, and
- * puts it on the task's held list. Entries that are not well-formed are
- * skipped. Returns NULL (reply freed) when empty. */
+/* entries_batch makes a batch of the entries array, owning reply (built
+ * in arena, which the batch then holds a reference to, or malloc'd when
+ * arena is NULL), and puts it on the task's held list. Entries that are
+ * not well-formed are skipped. Returns NULL (reply freed) when empty. */
 static struct tm_batch *entries_batch(struct tm_redis_task *rt,
                                       redisReply *reply,
+                                      struct tm_rarena *arena,
                                       const redisReply *entries,
                                       size_t task_index)
 {
@@ -194,12 +198,15 @@ static struct tm_batch *entries_batch(struct tm_redis_task *rt,
         if (entries->element[i]->type == REDIS_REPLY_ARRAY)
             n++;
     if (n == 0) {
-        freeReplyObject(reply);
+        tm_rarena_reply_free(reply, arena);
         return NULL;
     }
     struct tm_batch *b = tm_batch_new(n);
     struct tm_redis_held *h = tm_calloc(1, sizeof *h + n);
     h->reply = reply;
+    h->arena = arena;
+    if (arena != NULL)
+        tm_rarena_ref(arena);
     h->batch = b;
     b->owner = h;
     b->release = cb_release_reply;
@@ -266,17 +273,17 @@ static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
 }
 
 /* intake_command runs one command on the intake connection, reading its
- * reply capped at max_payload. Returns the reply, or NULL with the reason
- * in rt->errstr (and *dead = 1 when the connection is unusable); an
- * error reply is returned as NULL too. */
+ * reply capped at max_payload, built in arena (NULL: malloc'd). Returns
+ * the reply, or NULL with the reason in rt->errstr (and *dead = 1 when
+ * the connection is unusable); an error reply is returned as NULL too. */
 static redisReply *intake_command(struct tm_redis_task *rt, int argc,
-                                  const char **argv, int64_t timeout_ms,
-                                  int *dead)
+                                  const char **argv, struct tm_rarena *arena,
+                                  int64_t timeout_ms, int *dead)
 {
     struct tm_redis_lane *l = rt->lane;
-    return tm_redis_link_run(l->rb, &l->link, rt->slot, argc, argv, NULL,
-                             rt->cfg->max_payload, timeout_ms, rt->errstr,
-                             sizeof rt->errstr, dead);
+    return tm_redis_link_run_in(l->rb, &l->link, rt->slot, argc, argv, NULL,
+                                rt->cfg->max_payload, arena, timeout_ms,
+                                rt->errstr, sizeof rt->errstr, dead);
 }
 
 /* take runs one take script (see TM_REDIS_LUA_TAKE) for at most max
@@ -298,7 +305,7 @@ static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
                           arg, arg2};
     int argc = arg2 != NULL ? 12 : 11;
     int dead = 0;
-    redisReply *r = intake_command(rt, argc, argv, 0, &dead);
+    redisReply *r = intake_command(rt, argc, argv, NULL, 0, &dead);
     if (r == NULL && dead) {
         intake_failed(rb, rt, what);
         return -1;
@@ -317,7 +324,7 @@ static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
                     r->element[0]->type == REDIS_REPLY_STRING
                         ? r->element[0]->str
                         : "");
-    struct tm_batch *b = entries_batch(rt, r, r->element[1], ti);
+    struct tm_batch *b = entries_batch(rt, r, NULL, r->element[1], ti);
     if (b == NULL)
         return 0;
     *out = b;
@@ -540,16 +547,20 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l,
     argc += 2 * k;
     struct tm_redis_task *first = &rb->tasks[l->argti[from]];
     int dead = 0;
-    redisReply *r = intake_command(first, (int)argc, argv,
+    /* the reply is built in one arena: each stream's batch holds a
+     * reference to it, the last one settled frees it */
+    struct tm_rarena *arena = tm_rarena_new();
+    redisReply *r = intake_command(first, (int)argc, argv, arena,
                                    block_ms >= 0
                                        ? block_ms + TM_REDIS_BLOCK_SLACK_MS
                                        : 0,
                                    &dead);
-    if (r == NULL && dead) {
-        intake_failed(rb, first, "XREADGROUP");
-        return -1;
-    }
     if (r == NULL) {
+        tm_rarena_unref(arena);
+        if (dead) {
+            intake_failed(rb, first, "XREADGROUP");
+            return -1;
+        }
         /* NOGROUP names no stream: make sure of every group again */
         for (size_t i = 0; i < k; i++)
             rb->tasks[l->argti[from + i]].group_gen = l->link.gen - 1;
@@ -571,13 +582,14 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l,
             /* the stream's part leaves the reply: its batch owns it */
             r->element[e] = NULL;
             size_t ti = l->argti[from + i];
-            struct tm_batch *bt = entries_batch(&rb->tasks[ti], pair,
+            struct tm_batch *bt = entries_batch(&rb->tasks[ti], pair, arena,
                                                 pair->element[1], ti);
             if (bt != NULL)
                 out[nb++] = bt;
         }
     }
-    freeReplyObject(r); /* nil: the block timed out */
+    tm_rarena_reply_free(r, arena); /* nil: the block timed out */
+    tm_rarena_unref(arena);
     return (int)nb;
 }
 
@@ -605,7 +617,8 @@ static int peek_run(struct tm_redis *rb, struct tm_redis_lane *l,
     struct tm_redis_task *first = &rb->tasks[l->tasks[from]];
     int dead = 0;
     int64_t now = tm_now_ms();
-    redisReply *r = intake_command(first, (int)(4 + 3 * n), argv, 0, &dead);
+    redisReply *r = intake_command(first, (int)(4 + 3 * n), argv, NULL, 0,
+                                   &dead);
     if (r == NULL) {
         if (dead) {
             intake_failed(rb, first, "peek");

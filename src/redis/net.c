@@ -22,6 +22,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "redis/arena.h"
 #include "util.h"
 
 /* Bytes read from the socket at a time. */
@@ -534,16 +535,25 @@ void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit)
 /* get_reply reads one reply, through the filter f when it is not NULL:
  * then it reads on until the filter is done with the bulk it drops (the
  * reader has the reply as soon as it has the reason in that bulk's
- * place, while the rest of its bytes are still coming). */
+ * place, while the rest of its bytes are still coming). With an arena
+ * a, the reply is built in a, and the reader is back to malloc'd
+ * replies on return: the reader parses one reply per call, so nothing
+ * of a later reply is built meanwhile. */
 static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
-                     redisReply **out)
+                     struct tm_rarena *a, redisReply **out)
 {
     void *r = NULL;
     char *buf = NULL;
     int rc = -1;
+    redisReplyObjectFunctions *fn = c->reader->fn;
     *out = NULL;
     if (c->err)
         return -1;
+    assert(c->reader->reply == NULL && c->reader->privdata == NULL);
+    if (a != NULL) {
+        c->reader->fn = &tm_rarena_fns;
+        c->reader->privdata = a;
+    }
     int64_t deadline = tm_now_ms() + c->timeout_ms;
     if (c->outlen > 0 && flush(c, deadline) != 0)
         goto out;
@@ -576,28 +586,47 @@ static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
     r = NULL;
     rc = 0;
 out:
-    if (r != NULL)
-        freeReplyObject(r);
+    if (a != NULL) {
+        /* a reply left half-built on a failure is the arena's: the
+         * reader (closed with the connection) must not free it */
+        c->reader->reply = NULL;
+        c->reader->fn = fn;
+        c->reader->privdata = NULL;
+    }
+    tm_rarena_reply_free(r, a);
     tm_free(buf);
     return rc;
 }
 
 int tm_rconn_get_reply(struct tm_rconn *c, redisReply **out)
 {
-    return get_reply(c, NULL, out);
+    return get_reply(c, NULL, NULL, out);
+}
+
+static int get_reply_capped(struct tm_rconn *c, size_t limit,
+                            struct tm_rarena *a, redisReply **out)
+{
+    /* the filter starts at a reply boundary: nothing read ahead */
+    if (c->reader->pos < c->reader->len)
+        return get_reply(c, NULL, a, out);
+    struct tm_redis_cap *f = tm_calloc(1, sizeof *f);
+    tm_redis_cap_init(f, limit);
+    int rc = get_reply(c, f, a, out);
+    tm_free(f);
+    return rc;
 }
 
 int tm_rconn_get_reply_capped(struct tm_rconn *c, size_t limit,
                               redisReply **out)
 {
-    /* the filter starts at a reply boundary: nothing read ahead */
-    if (c->reader->pos < c->reader->len)
-        return get_reply(c, NULL, out);
-    struct tm_redis_cap *f = tm_calloc(1, sizeof *f);
-    tm_redis_cap_init(f, limit);
-    int rc = get_reply(c, f, out);
-    tm_free(f);
-    return rc;
+    return get_reply_capped(c, limit, NULL, out);
+}
+
+int tm_rconn_get_reply_in(struct tm_rconn *c, size_t limit,
+                          struct tm_rarena *a, redisReply **out)
+{
+    return limit > 0 ? get_reply_capped(c, limit, a, out)
+                     : get_reply(c, NULL, a, out);
 }
 
 redisReply *tm_rconn_command_argv(struct tm_rconn *c, int argc,

@@ -104,6 +104,13 @@ int tm_rconn_get_reply(struct tm_rconn *c, redisReply **out);
  * bounded by the count of entries asked for times limit. */
 int tm_rconn_get_reply_capped(struct tm_rconn *c, size_t limit,
                               redisReply **out);
+struct tm_rarena;
+/* tm_rconn_get_reply_in is tm_rconn_get_reply_capped (limit 0: no cap)
+ * building the reply in the arena a (NULL: malloc'd as usual). A reply
+ * built in a is freed with a, never with freeReplyObject (see
+ * tm_rarena_reply_free). */
+int tm_rconn_get_reply_in(struct tm_rconn *c, size_t limit,
+                          struct tm_rarena *a, redisReply **out);
 /* tm_rconn_command_argv / tm_rconn_command run one command: its reply,
  * or NULL with c->err set. */
 redisReply *tm_rconn_command_argv(struct tm_rconn *c, int argc,

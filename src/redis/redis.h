@@ -60,6 +60,7 @@
 struct tm_redis_held {
     struct tm_redis_held *prev, *next; /* the task's list, under held_mu */
     redisReply *reply;
+    struct tm_rarena *arena;   /* reply's arena (a reference), or NULL */
     struct tm_batch *batch;
     /* settled[i]: msgs[i] was settled in Redis (acked, dead-lettered or
      * scheduled for a retry); written and read by the settle thread only */
@@ -329,6 +330,15 @@ redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
                               const size_t *lens, size_t cap,
                               int64_t timeout_ms, char *buf, size_t size,
                               int *dead);
+struct tm_rarena;
+/* tm_redis_link_run_in is tm_redis_link_run building the reply in the
+ * arena arena (see arena.h): the caller frees it with the arena. Every
+ * other reply of the exchange (redirects, errors) is freed here. */
+redisReply *tm_redis_link_run_in(struct tm_redis *rb, struct tm_rlink *lk,
+                                 unsigned slot, int argc, const char **argv,
+                                 const size_t *lens, size_t cap,
+                                 struct tm_rarena *arena, int64_t timeout_ms,
+                                 char *buf, size_t size, int *dead);
 /* struct tm_redis_cmd is one command of a pipeline on a link: its keys
  * are in slot; lens NULL: the strlen of each argument. */
 struct tm_redis_cmd {

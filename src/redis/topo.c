@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "redis/arena.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
@@ -305,6 +306,16 @@ redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
                               int64_t timeout_ms, char *buf, size_t size,
                               int *dead)
 {
+    return tm_redis_link_run_in(rb, lk, slot, argc, argv, lens, cap, NULL,
+                                timeout_ms, buf, size, dead);
+}
+
+redisReply *tm_redis_link_run_in(struct tm_redis *rb, struct tm_rlink *lk,
+                                 unsigned slot, int argc, const char **argv,
+                                 const size_t *lens, size_t cap,
+                                 struct tm_rarena *arena, int64_t timeout_ms,
+                                 char *buf, size_t size, int *dead)
+{
     size_t ni = TM_REDIS_NO_NODE;
     int asking = 0;
     int64_t wait = TM_REDIS_BUSY_FIRST_MS, waited = 0;
@@ -336,8 +347,7 @@ redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
         }
         ok = ok && tm_rconn_append_argv(c, argc, argv, lens) == 0;
         if (ok)
-            ok = (cap > 0 ? tm_rconn_get_reply_capped(c, cap, &r)
-                          : tm_rconn_get_reply(c, &r)) == 0;
+            ok = tm_rconn_get_reply_in(c, cap, arena, &r) == 0;
         if (timeout_ms > 0 && ok)
             tm_rconn_set_timeout(c, lk->timeout_ms);
         if (!ok) {
@@ -358,7 +368,7 @@ redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
         if (kind == TM_REDIS_MOVED || kind == TM_REDIS_ASK) {
             size_t to = tm_redis_node_add(rb, host, port);
             if (to != TM_REDIS_NO_NODE) {
-                freeReplyObject(r);
+                tm_rarena_reply_free(r, arena);
                 asking = kind == TM_REDIS_ASK;
                 if (asking) {
                     ni = to;
@@ -373,7 +383,7 @@ redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
             }
         } else if (kind == TM_REDIS_BUSY &&
                    waited + wait <= TM_REDIS_BUSY_TOTAL_MS) {
-            freeReplyObject(r);
+            tm_rarena_reply_free(r, arena);
             tm_sleep_ms(wait);
             waited += wait;
             wait = wait * 2 < TM_REDIS_BUSY_MAX_MS ? wait * 2
@@ -384,7 +394,7 @@ redisReply *tm_redis_link_run(struct tm_redis *rb, struct tm_rlink *lk,
             continue;
         }
         *dead = tm_redis_reply_error(c, r, buf, size);
-        freeReplyObject(r);
+        tm_rarena_reply_free(r, arena);
         if (*dead)
             tm_redis_link_drop(rb, lk, ni);
         return NULL;
