@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -256,4 +257,21 @@ void tm_rfc3339(long long ms, char *buf, size_t size)
         return;
     }
     tm_snprintf(buf, size, "%s.%03dZ", base, (int)frac);
+}
+
+void tm_uuid4(char *buf, size_t size)
+{
+    unsigned char r[16];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        uint64_t a = tm_rand64() ^ (uint64_t)tm_now_ns(), b = tm_rand64();
+        memcpy(r, &a, 8);
+        memcpy(r + 8, &b, 8);
+    }
+    r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
+    r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
+    tm_snprintf(buf, size,
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                "%02x%02x%02x%02x%02x%02x",
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
+                r[10], r[11], r[12], r[13], r[14], r[15]);
 }

@@ -61,6 +61,11 @@ int tm_utf8_valid(const char *s, size_t len);
 /* tm_rand64 returns a fast thread-local pseudo-random number (jitter). */
 uint64_t tm_rand64(void);
 
+/* tm_uuid4 writes a random (version 4) UUID, 36 characters and a NUL,
+ * into buf (message ids, reply streams, correlation ids): from the
+ * kernel's random pool, or tm_rand64 and the clock if that would block. */
+void tm_uuid4(char *buf, size_t size);
+
 #define TM_STRERRNO_BUF 128
 
 /* tm_rfc3339 writes the epoch milliseconds ms as an RFC 3339 UTC time

@@ -249,7 +249,7 @@ static int publish_new(struct tm_broker *b, const struct tm_cfg_task *t,
     if (cli_declare(ab, t) != 0)
         return -1;
     char uuid[40];
-    tm_amqp_uuid(uuid, sizeof uuid);
+    tm_uuid4(uuid, sizeof uuid);
     amqp_basic_properties_t p;
     tm_amqp_new_message_props(&p, t, tm_pub_priority(pub), uuid);
     amqp_table_entry_t h[2];
@@ -321,7 +321,7 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
         return -1;
     }
     char uuid[40];
-    tm_amqp_uuid(uuid, sizeof uuid);
+    tm_uuid4(uuid, sizeof uuid);
     amqp_basic_properties_t p;
     tm_amqp_new_message_props(&p, t, tm_pub_priority(pub), uuid);
     amqp_table_entry_t h[2];
@@ -598,7 +598,7 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
             char fresh[40];
             if (origin == NULL || origin[0] == '\0') {
                 tm_free(origin);
-                tm_amqp_uuid(fresh, sizeof fresh);
+                tm_uuid4(fresh, sizeof fresh);
                 origin = tm_strdup(fresh);
             }
             amqp_basic_properties_t p = *op;

@@ -338,7 +338,6 @@ const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
 /* ---- props.c: properties, header tables, ids ---- */
 amqp_bytes_t tm_amqp_bytes_of(const char *s);
 char *tm_amqp_bytes_dup(amqp_bytes_t b);
-void tm_amqp_uuid(char *buf, size_t size);
 uint64_t tm_amqp_fnv64(const void *p, size_t n, uint64_t h);
 const amqp_field_value_t *tm_amqp_table_get(const amqp_table_t *t,
                                             const char *key);

@@ -19,24 +19,6 @@ char *tm_amqp_bytes_dup(amqp_bytes_t b)
     return tm_strndup(b.len > 0 ? (const char *)b.bytes : "", b.len);
 }
 
-/* tm_amqp_uuid writes a random (version 4) UUID into buf (37 bytes). */
-void tm_amqp_uuid(char *buf, size_t size)
-{
-    unsigned char r[16];
-    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        uint64_t a = tm_rand64() ^ (uint64_t)tm_now_ns(), b = tm_rand64();
-        memcpy(r, &a, 8);
-        memcpy(r + 8, &b, 8);
-    }
-    r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
-    r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
-    tm_snprintf(buf, size,
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-                "%02x%02x%02x%02x%02x%02x",
-                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
-                r[10], r[11], r[12], r[13], r[14], r[15]);
-}
-
 /* tm_amqp_fnv64 hashes bytes (FNV-1a): names too long for AMQP, ids of
  * dead letters that carry none. */
 uint64_t tm_amqp_fnv64(const void *p, size_t n, uint64_t h)

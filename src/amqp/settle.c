@@ -56,7 +56,7 @@ uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
     const struct tm_amqp_delivery *d = r->d;
     amqp_basic_properties_t p;
     tm_amqp_base_props(&p, d);
-    tm_amqp_uuid(r->copy_id, sizeof r->copy_id);
+    tm_uuid4(r->copy_id, sizeof r->copy_id);
     p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG;
     p.message_id = amqp_cstring_bytes(r->copy_id);
     p.timestamp = (uint64_t)(r->failed_at / 1000);

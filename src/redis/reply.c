@@ -304,24 +304,6 @@ void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
 
 /* ---- the CLI's request ---------------------------------------------- */
 
-/* uuid writes a random (version 4) UUID into buf. */
-static void uuid(char *buf, size_t size)
-{
-    unsigned char r[16];
-    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        uint64_t a = tm_rand64() ^ (uint64_t)tm_now_ns(), b = tm_rand64();
-        memcpy(r, &a, 8);
-        memcpy(r + 8, &b, 8);
-    }
-    r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
-    r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
-    tm_snprintf(buf, size,
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-                "%02x%02x%02x%02x%02x%02x",
-                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
-                r[10], r[11], r[12], r[13], r[14], r[15]);
-}
-
 /* field returns the value of field key of an entry's field array, or
  * NULL. */
 static const redisReply *field(const redisReply *f, const char *key)
@@ -403,7 +385,7 @@ int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
     if (id != NULL && idlen > 0)
         id[0] = '\0';
     int64_t deadline = tm_now_ms() + timeout_ms;
-    uuid(corr, sizeof corr);
+    tm_uuid4(corr, sizeof corr);
     /* "<queue>.reply.<uuid>": a queue's hash tag carries over, so the
      * answer is written by the script that acknowledges the request (in
      * a cluster, the reply stream is in the queue's slot) */

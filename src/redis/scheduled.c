@@ -406,24 +406,6 @@ static void poke_all(void)
     pthread_mutex_unlock(&running.mu);
 }
 
-/* uuid4 writes a random (version 4) UUID into buf (37 bytes). */
-static void uuid4(char *buf, size_t size)
-{
-    unsigned char r[16];
-    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        uint64_t a = tm_rand64() ^ (uint64_t)tm_now_ns(), b = tm_rand64();
-        memcpy(r, &a, 8);
-        memcpy(r + 8, &b, 8);
-    }
-    r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
-    r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
-    tm_snprintf(buf, size,
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-                "%02x%02x%02x%02x%02x%02x",
-                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
-                r[10], r[11], r[12], r[13], r[14], r[15]);
-}
-
 /* tm_redis_publish_at adds body to the task's scheduled set, due at
  * due_ms, as {"id": UUID, "body": BODY}; the body is a JSON object
  * already checked by the caller, copied as it is. The id printed is the
@@ -438,7 +420,7 @@ int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
     /* a priority is refused by the config loader and the CLI on Redis */
     char uuid[40], score[24];
     int rc = -1;
-    uuid4(uuid, sizeof uuid);
+    tm_uuid4(uuid, sizeof uuid);
     tm_snprintf(score, sizeof score, "%lld", (long long)due_ms);
     char *key = tm_redis_scheduled_key(t);
     char *member;

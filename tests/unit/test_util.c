@@ -1,5 +1,6 @@
 /* test_util.c - unit tests of util.c's clocks and timed waits. */
 #include <check.h>
+#include <string.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -131,6 +132,28 @@ START_TEST(test_cond_init_is_monotonic)
 }
 END_TEST
 
+/* A version 4 UUID: 8-4-4-4-12 lowercase hex, version nibble 4, variant
+ * 10xx; two in a row differ; a short buffer gets a truncated string. */
+START_TEST(test_uuid4)
+{
+    char a[37], b[37], small[9];
+    tm_uuid4(a, sizeof a);
+    tm_uuid4(b, sizeof b);
+    ck_assert_uint_eq(strlen(a), 36);
+    for (size_t i = 0; i < 36; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23)
+            ck_assert_int_eq(a[i], '-');
+        else
+            ck_assert_msg(strchr("0123456789abcdef", a[i]) != NULL, "%s", a);
+    }
+    ck_assert_int_eq(a[14], '4');
+    ck_assert_msg(strchr("89ab", a[19]) != NULL, "%s", a);
+    ck_assert_str_ne(a, b);
+    tm_uuid4(small, sizeof small);
+    ck_assert_uint_eq(strlen(small), 8);
+}
+END_TEST
+
 START_TEST(test_sleep_ms)
 {
     atomic_store(&realtime_skew_s, 3600);
@@ -154,6 +177,7 @@ static Suite *util_suite(void)
     tcase_add_test(tc, test_cond_wait_times_out);
     tcase_add_test(tc, test_cond_init_is_monotonic);
     tcase_add_test(tc, test_sleep_ms);
+    tcase_add_test(tc, test_uuid4);
     suite_add_tcase(s, tc);
     return s;
 }
