@@ -42,6 +42,15 @@ void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
     b->err = err;
 }
 
+void tm_sched_session_error(struct tm_sched_session *ss, const char *fmt,
+                            ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ss->errstr, sizeof ss->errstr, fmt, ap);
+    va_end(ap);
+}
+
 void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n)
 {
     if (e == NULL)

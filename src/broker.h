@@ -308,6 +308,11 @@ const struct tm_broker_ops *tm_broker_ops_for(enum tm_broker_kind kind);
 struct tm_broker *tm_broker_new(const struct tm_cfg *cfg, char *err,
                                 size_t errlen);
 
+/* tm_sched_session_error describes a schedule session's failure in its
+ * own errstr (never the broker's, which other threads write). */
+void tm_sched_session_error(struct tm_sched_session *ss, const char *fmt,
+                            ...) __attribute__((format(printf, 2, 3)));
+
 /* tm_broker_set_error records the last error in b->err / b->errstr. */
 void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

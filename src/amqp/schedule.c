@@ -74,18 +74,6 @@ struct tm_amqp_sched {
     size_t n;
 };
 
-/* serr describes a session's failure in its errstr. */
-static void serr(struct tm_sched_session *ss, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void serr(struct tm_sched_session *ss, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ss->errstr, sizeof ss->errstr, fmt, ap);
-    va_end(ap);
-}
-
 static struct tm_amqp_broker *ab_of(struct tm_amqp_sched *as)
 {
     return as->ab;
@@ -96,8 +84,8 @@ static int fail(struct tm_amqp_sched *as, const char *what,
                 amqp_rpc_reply_t r)
 {
     char eb[300];
-    serr(&as->base, "schedules: %s: %s", what,
-         tm_amqp_strerror(r, eb, sizeof eb));
+    tm_sched_session_error(&as->base, "schedules: %s: %s", what,
+                           tm_amqp_strerror(r, eb, sizeof eb));
     return -1;
 }
 
@@ -150,8 +138,8 @@ static int publish_state(struct tm_amqp_sched *as, const char *queue,
                                 amqp_cstring_bytes(queue), 0, 0, &p,
                                 amqp_cstring_bytes(body));
     if (rc != AMQP_STATUS_OK) {
-        serr(&as->base, "schedules: publish to '%s': %s", queue,
-             amqp_error_string2(rc));
+        tm_sched_session_error(&as->base, "schedules: publish to '%s': %s",
+                               queue, amqp_error_string2(rc));
         return -1;
     }
     return 0;
@@ -183,7 +171,7 @@ static int take_state(struct tm_amqp_sched *as, struct lock *l,
     if (drop == 0)
         return 0;
     if (amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, drop, 0) != AMQP_STATUS_OK) {
-        serr(&as->base, "schedules: ack failed");
+        tm_sched_session_error(&as->base, "schedules: ack failed");
         return -1;
     }
     return commit(as);
@@ -233,8 +221,9 @@ static int serve(struct tm_amqp_sched *as, int64_t ms)
                 (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
                  f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
                  f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)) {
-                serr(&as->base, "schedules: the broker sent %s",
-                     amqp_method_name(f.payload.method.id));
+                tm_sched_session_error(
+                    &as->base, "schedules: the broker sent %s",
+                    amqp_method_name(f.payload.method.id));
                 return -1;
             }
             continue;
@@ -260,7 +249,7 @@ static int declare_locks(struct tm_amqp_sched *as)
             tm_amqp_declare(as->c, TM_AMQP_SCH_ADMIN, ab, t, eb, sizeof eb,
                             &perm) != 0) {
             (void)perm; /* refused or not, the session cannot go on */
-            serr(&as->base, "schedules: %s", eb);
+            tm_sched_session_error(&as->base, "schedules: %s", eb);
             return -1;
         }
         amqp_table_entry_t e;
@@ -347,12 +336,12 @@ struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,
     as->c = tm_amqp_open(ab, fire ? "schedules" : "schedules-read",
                          tm_amqp_heartbeat_s(ab), NULL, eb, sizeof eb);
     if (as->c == NULL) {
-        serr(&as->base, "%s", eb);
+        tm_sched_session_error(&as->base, "%s", eb);
         goto fail;
     }
     if (tm_amqp_channel(as->c, TM_AMQP_SCH_LEAD, 0, eb, sizeof eb) != 0 ||
         tm_amqp_channel(as->c, TM_AMQP_SCH_ADMIN, 0, eb, sizeof eb) != 0) {
-        serr(&as->base, "schedules: %s", eb);
+        tm_sched_session_error(&as->base, "schedules: %s", eb);
         goto fail;
     }
     if (fire) {
@@ -410,7 +399,7 @@ int tm_amqp_sched_last(struct tm_sched_session *ss,
     amqp_destroy_message(&m);
     if (amqp_basic_reject(as->c, TM_AMQP_SCH_ADMIN, tag, 1) !=
         AMQP_STATUS_OK) {
-        serr(&as->base, "schedules: reject failed");
+        tm_sched_session_error(&as->base, "schedules: reject failed");
         return -1;
     }
     return 0;
@@ -440,8 +429,9 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
         if (serve(as, 50) != 0)
             return -1;
     if (l->held == 0) {
-        serr(&as->base, "schedule '%s': its state did not come back",
-             s->name);
+        tm_sched_session_error(&as->base,
+                               "schedule '%s': its state did not come back",
+                               s->name);
         return -1;
     }
     const struct tm_cfg_task *t = tm_cfg_find_task(ss->b->cfg, s->task);
@@ -461,8 +451,8 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
                                 amqp_cstring_bytes(s->body_json));
     tm_free(h.e);
     if (rc != AMQP_STATUS_OK) {
-        serr(&as->base, "schedule '%s': publish: %s", s->name,
-             amqp_error_string2(rc));
+        tm_sched_session_error(&as->base, "schedule '%s': publish: %s",
+                               s->name, amqp_error_string2(rc));
         return -1;
     }
     /* one transaction: the message, the new state, the last value, and
@@ -472,7 +462,7 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
         return -1;
     if (amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, l->held, 0) !=
         AMQP_STATUS_OK) {
-        serr(&as->base, "schedules: ack failed");
+        tm_sched_session_error(&as->base, "schedules: ack failed");
         return -1;
     }
     if (commit(as) != 0)

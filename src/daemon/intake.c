@@ -206,7 +206,8 @@ struct tm_intake_lane {
 
 /* lane_room fills room[] for the lane's tasks (prefetch, or concurrency
  * when lower, less inflight, through the circuit breaker); *hold is the
- * shortest wait a circuit asked for (the lane looks again then). A task left with no room is marked
+ * shortest wait a circuit asked for (the lane looks again then). A task
+ * left with no room is marked
  * waiting_room, so that the settle thread, making room after the look,
  * pokes the lane (room_made). */
 static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
@@ -336,7 +337,8 @@ void tm_intake_start(struct tm_gen *g)
                            &g->tasks[i]) == 0)
             g->tasks[i].intake_started = 1;
         else
-            tm_log_err(TM_DAEMON_SRC, "task '%s': cannot start its intake thread",
+            tm_log_err(TM_DAEMON_SRC,
+                       "task '%s': cannot start its intake thread",
                        g->tasks[i].cfg->name);
     }
 }

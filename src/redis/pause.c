@@ -39,10 +39,7 @@
 
 char *tm_redis_pause_key(const struct tm_cfg_task *t)
 {
-    size_t n = strlen(t->queue) + strlen(t->group) + sizeof ".paused.";
-    char *k = tm_malloc(n);
-    tm_snprintf(k, n, "%s.paused.%s", t->queue, t->group);
-    return k;
+    return tm_asprintf("%s.paused.%s", t->queue, t->group);
 }
 
 /* set_paused records task rt's state as its lane read it, logging a

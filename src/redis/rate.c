@@ -54,10 +54,7 @@ static const char rate_script[] =
 
 char *tm_redis_rate_key(const struct tm_cfg_task *t)
 {
-    size_t n = strlen(t->queue) + strlen(t->group) + sizeof ".rate.";
-    char *k = tm_malloc(n);
-    tm_snprintf(k, n, "%s.rate.%s", t->queue, t->group);
-    return k;
+    return tm_asprintf("%s.rate.%s", t->queue, t->group);
 }
 
 /* rate_failed notes a failed take (the link opens its connections again

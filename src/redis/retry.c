@@ -59,10 +59,7 @@ const char tm_redis_due_script[] = TM_REDIS_LUA_TAKE
 
 char *tm_redis_retry_key(const struct tm_cfg_task *t)
 {
-    size_t n = strlen(t->queue) + strlen(t->group) + sizeof ".retry.";
-    char *k = tm_malloc(n);
-    tm_snprintf(k, n, "%s.retry.%s", t->queue, t->group);
-    return k;
+    return tm_asprintf("%s.retry.%s", t->queue, t->group);
 }
 
 int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,

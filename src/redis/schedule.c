@@ -38,18 +38,6 @@ static const char fire_script[] =
     " 'slot', ARGV[1])\n"
     "return {1, ARGV[1]}\n";
 
-/* serr describes a session's failure in its errstr. */
-static void serr(struct tm_sched_session *ss, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void serr(struct tm_sched_session *ss, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ss->errstr, sizeof ss->errstr, fmt, ap);
-    va_end(ap);
-}
-
 /* struct tm_redis_sched is the Redis schedule session: a link of its own
  * (a connection per node it used), used by one thread. Each script
  * touches one task's keys, in the task's slot (the one-slot rule). */
@@ -60,10 +48,7 @@ struct tm_redis_sched {
 
 char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule)
 {
-    size_t n = strlen(t->queue) + strlen(schedule) + sizeof ".sched.";
-    char *k = tm_malloc(n);
-    tm_snprintf(k, n, "%s.sched.%s", t->queue, schedule);
-    return k;
+    return tm_asprintf("%s.sched.%s", t->queue, schedule);
 }
 
 struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
@@ -117,7 +102,8 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
         *last_ms = -1;
     /* the configuration checked that the task exists */
     if (t == NULL) {
-        serr(ss, "schedule '%s': no task '%s'", s->name, s->task);
+        tm_sched_session_error(ss, "schedule '%s': no task '%s'", s->name,
+                               s->task);
         goto out;
     }
     key = tm_redis_sched_key(t, s->name);
@@ -128,13 +114,13 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
                           tm_redis_key_slot(t->queue, strlen(t->queue)), 8,
                           argv, NULL, 0, 0, eb, sizeof eb, &dead);
     if (r == NULL) {
-        serr(ss, "schedule '%s': %s", s->name, eb);
+        tm_sched_session_error(ss, "schedule '%s': %s", s->name, eb);
         goto out;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER) {
-        serr(ss, "schedule '%s': unexpected reply of the fire script",
-             s->name);
+        tm_sched_session_error(
+            ss, "schedule '%s': unexpected reply of the fire script", s->name);
         goto out;
     }
     if (last_ms != NULL)
@@ -165,7 +151,7 @@ int tm_redis_sched_last(struct tm_sched_session *ss,
         eb, sizeof eb, &dead);
     tm_free(key);
     if (r == NULL) {
-        serr(ss, "schedule '%s': %s", s->name, eb);
+        tm_sched_session_error(ss, "schedule '%s': %s", s->name, eb);
         return -1;
     }
     *slot_ms = parse_slot(r);

@@ -91,9 +91,7 @@ int tm_redis_schedule_slot_check(const struct tm_cfg_task *t,
                                  const char *schedule, char *err,
                                  size_t errlen)
 {
-    size_t n = strlen(t->queue) + strlen(schedule) + sizeof ".sched.";
-    char *key = tm_malloc(n);
-    tm_snprintf(key, n, "%s.sched.%s", t->queue, schedule);
+    char *key = tm_redis_sched_key(t, schedule);
     unsigned q = slot_of(t->queue), k = slot_of(key);
     int rc = 0;
     if (q != k) {
