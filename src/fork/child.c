@@ -175,13 +175,15 @@ static int next_request(int fd, struct tm_fork_buf *rb, struct child_ring *cr,
             _exit(4);
         if (got > 0)
             return 1;
-        /* pairs with the parent's store of req_head, fence, load of
-         * child_waiting: it sends a WAKE, or this sees its request */
+        /* pairs with the parent's store of req_head, then load of
+         * child_waiting, all sequentially consistent: it sends a WAKE, or
+         * this sees its request (a store-load pair, which weaker orders
+         * or a fence between relaxed accesses would also give, but
+         * ThreadSanitizer does not model fences) */
         atomic_store_explicit(&cr->ctl->child_waiting, 1,
-                              memory_order_relaxed);
-        atomic_thread_fence(memory_order_seq_cst);
+                              memory_order_seq_cst);
         int rc = 0;
-        if (atomic_load_explicit(&cr->ctl->req_head, memory_order_relaxed) ==
+        if (atomic_load_explicit(&cr->ctl->req_head, memory_order_seq_cst) ==
             cr->req_tail)
             rc = wait_note(fd, rb);
         atomic_store_explicit(&cr->ctl->child_waiting, 0,
@@ -221,9 +223,10 @@ static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
     if (!bulk && rs->result_len > 0)
         memcpy(p + sizeof *rs + rs->error_len, result, rs->result_len);
     /* the whole record first, then the head: a child killed before
-     * this store leaves no trace of the answer */
+     * this store leaves no trace of the answer (seq_cst: it is also the
+     * store of the store-load pair with parent_waiting below) */
     atomic_store_explicit(&cr->ctl->ans_head, cr->ans_head,
-                          memory_order_release);
+                          memory_order_seq_cst);
     if (bulk) {
         /* the data on the socket wakes the parent anyway */
         if (send_note(fd, TM_NOTE_BULK, text) != 0 ||
@@ -233,10 +236,10 @@ static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
             rc = -1;
         goto out;
     }
-    /* pairs with the parent's store of parent_waiting, fence, load of
-     * ans_head: it sees this answer, or this sees that it sleeps */
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&cr->ctl->parent_waiting, memory_order_relaxed))
+    /* pairs with the parent's store of parent_waiting, then load of
+     * ans_head (sequentially consistent, as the store of ans_head above):
+     * it sees this answer, or this sees that it sleeps */
+    if (atomic_load_explicit(&cr->ctl->parent_waiting, memory_order_seq_cst))
         rc = send_note(fd, TM_NOTE_WAKE, 0);
 out:
     return rc;

@@ -133,12 +133,12 @@ static void put_wake(struct tm_fork_buf *b)
 
 void tm_fork_link_publish(struct tm_fork_link *l)
 {
+    /* pairs with the child's store of child_waiting, then load of
+     * req_head, all sequentially consistent: one of the two sees the
+     * other's store */
     atomic_store_explicit(&l->ctl->req_head, l->req_head,
-                          memory_order_release);
-    /* pairs with the child's store of child_waiting, fence, load of
-     * req_head: one of the two sees the other's store */
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&l->ctl->child_waiting, memory_order_relaxed))
+                          memory_order_seq_cst);
+    if (atomic_load_explicit(&l->ctl->child_waiting, memory_order_seq_cst))
         put_wake(&l->w);
 }
 
@@ -296,11 +296,10 @@ out:
 
 int tm_fork_link_arm(struct tm_fork_link *l)
 {
-    atomic_store_explicit(&l->ctl->parent_waiting, 1, memory_order_relaxed);
-    /* pairs with the child's store of ans_head, fence, load of
-     * parent_waiting */
-    atomic_thread_fence(memory_order_seq_cst);
-    return atomic_load_explicit(&l->ctl->ans_head, memory_order_relaxed) !=
+    /* pairs with the child's store of ans_head, then load of
+     * parent_waiting, all sequentially consistent */
+    atomic_store_explicit(&l->ctl->parent_waiting, 1, memory_order_seq_cst);
+    return atomic_load_explicit(&l->ctl->ans_head, memory_order_seq_cst) !=
            l->ans_seen;
 }
 
