@@ -218,7 +218,7 @@ check-unit: all test-plugins unit-bins
 # by the harness on loopback ports in a scratch directory, TM_TEST_JOBS
 # tests at a time (lanes, each with its own redis-server; see
 # tests/README.md). 1 runs them one after another.
-TM_TEST_JOBS ?= 2
+TM_TEST_JOBS ?= 3
 check-integration: all test-plugins
 	@TM_TEST_JOBS=$(TM_TEST_JOBS) TM_BUILD=$(abspath $(BUILD)) \
 		tests/integration/run.sh

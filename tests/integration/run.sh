@@ -14,13 +14,15 @@
 # if any test failed. A test that calls `skip` counts as skipped, or as failed
 # when CI=true or TM_SKIPS_AS_FAILS=1.
 #
-# Lanes: TM_TEST_JOBS=N (default 2) tests run at the same time, each lane
+# Lanes: TM_TEST_JOBS=N (default 3: most tests wait on brokers and timers,
+# so 3 lanes keep 2 cores about half busy) tests run at the same time, each lane
 # with its own redis-server (its own REDIS_PORT, flushed only for that
 # lane's tests) and its own slice of the free_port range; 1 runs them one
 # after another. A free lane takes the next test that may start: the known
 # long tests first (LONG_TESTS below), then file order. Tests sharing
 # something global never overlap: the test_amqp_* tests (the one RabbitMQ
-# node) run one at a time, and so do the tests with a line
+# node) run one at a time, the test_amqp_cluster_* tests (a cluster each)
+# one at a time beside them, and so do the tests with a line
 # "# run.sh: serial" (fixed ports, ...); a test with a line
 # "# run.sh: alone" runs while no other test does. With TM_TEST_REDIS_PORT
 # there is one lane. Results print as each test ends.
@@ -38,7 +40,7 @@ TM_BUILD=$(cd "$TM_BUILD" && pwd) || exit 1
 export TM_BUILD TM_SRCDIR
 TEST_TIMEOUT=${TM_TEST_TIMEOUT:-120}
 SKIPS_AS_FAILS=${TM_SKIPS_AS_FAILS:-0}
-JOBS=${TM_TEST_JOBS:-2}
+JOBS=${TM_TEST_JOBS:-3}
 if [[ ! $JOBS =~ ^[1-9][0-9]?$ ]]; then
 	echo "run.sh: TM_TEST_JOBS must be a number of lanes, 1-99 (got '$JOBS')" >&2
 	exit 1
@@ -441,14 +443,18 @@ report() {
 }
 
 # The scheduler. Invariants: a lane is busy iff LANE_DIR[lane] is set; at
-# most one busy lane runs a serial test (serial_lane) and at most one a
-# test_amqp_* test (amqp_lane); a test marked alone runs (alone_lane) only
-# while no other lane is busy; tests[] holds the tests not started yet, in
-# the order to start them. Lanes post on the FIFO when their test ends.
+# most one busy lane runs a serial test (serial_lane), at most one a
+# test_amqp_* test on the run's shared RabbitMQ node (amqp_lane) and at
+# most one a test_amqp_cluster_* test, which starts a cluster of its own
+# (cluster_lane: two clusters at once would be six nodes on the machine);
+# a test marked alone runs (alone_lane) only while no other lane is busy;
+# tests[] holds the tests not started yet, in the order to start them.
+# Lanes post on the FIFO when their test ends.
 mkfifo "$SCRATCH/lanes.fifo"
 exec 3<>"$SCRATCH/lanes.fifo"
 serial_lane=
 amqp_lane=
+cluster_lane=
 alone_lane=
 busy=0
 while ((${#tests[@]} || busy)); do
@@ -465,7 +471,9 @@ while ((${#tests[@]} || busy)); do
 			if [[ -n ${SERIAL[$t]:-} ]]; then
 				[[ -z $serial_lane ]] || continue
 			fi
-			if [[ ${t##*/} == test_amqp_* ]]; then
+			if [[ ${t##*/} == test_amqp_cluster_* ]]; then
+				[[ -z $cluster_lane ]] || continue
+			elif [[ ${t##*/} == test_amqp_* ]]; then
 				[[ -z $amqp_lane ]] || continue
 			fi
 			pick=$i
@@ -486,7 +494,11 @@ while ((${#tests[@]} || busy)); do
 			continue
 		fi
 		[[ -n ${SERIAL[$t]:-} ]] && serial_lane=$lane
-		[[ ${t##*/} == test_amqp_* ]] && amqp_lane=$lane
+		if [[ ${t##*/} == test_amqp_cluster_* ]]; then
+			cluster_lane=$lane
+		elif [[ ${t##*/} == test_amqp_* ]]; then
+			amqp_lane=$lane
+		fi
 		[[ -n ${ALONE[$t]:-} ]] && alone_lane=$lane
 		LANE_DIR[lane]=$dir
 		run_lane_test "$lane" "$t" "$dir" &
@@ -511,6 +523,7 @@ while ((${#tests[@]} || busy)); do
 	busy=$((busy - 1))
 	[[ $serial_lane == "$lane" ]] && serial_lane=
 	[[ $amqp_lane == "$lane" ]] && amqp_lane=
+	[[ $cluster_lane == "$lane" ]] && cluster_lane=
 	[[ $alone_lane == "$lane" ]] && alone_lane=
 	report "${dir##*/}" "$dir" "$rc" "$elapsed"
 done
