@@ -12,8 +12,11 @@ wait_ping "$HTTP_PORT" 90
 tm pause -c "$CONF" work
 assert_eq 0 "$TM_RC" "taskmill pause: $(cat "$TM_ERR")"
 assert_eq 1 "$(ready_count "$AQ.work.paused")" "one message in the control queue"
-rabbitctl list_queues name type | grep -q "^$AQ.work.paused[[:space:]]*quorum" ||
-	fail "the control queue is not a quorum queue: $(rabbitctl list_queues name type | grep "$AQ")"
+# the whole listing first: grep -q would stop reading early, and under
+# pipefail the listing's SIGPIPE would fail the check
+queues=$(rabbitctl list_queues name type)
+grep -q "^$AQ.work.paused[[:space:]]*quorum" <<<"$queues" ||
+	fail "the control queue is not a quorum queue: $(grep "$AQ" <<<"$queues")"
 wait_metric taskmill_task_paused 'task="work"' 1 30
 amqptool publish "$AQ.work" 5 '{"n":%d}' >/dev/null
 sleep 2
