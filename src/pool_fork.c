@@ -511,7 +511,7 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
             ex.seq = c->seq_head;
             ex.task_index = (uint32_t)c->out_head->task_index;
             ex.not_before_ns = c->last_end_ns;
-            ex.not_after_ns = tm_now_ns();
+            /* ex.not_after_ns: set by tm_fork_link_answer */
         }
         struct tm_fork_resp rs;
         const char *data = NULL;

@@ -239,6 +239,15 @@ enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
     uint64_t head = atomic_load_explicit(&l->ctl->ans_head,
                                          memory_order_acquire);
     l->ans_seen = head;
+    /* "now", for the check that the run ended by now, is taken after the
+     * head was read: an answer published after an earlier clock reading
+     * may end after it, and is no less sound for that */
+    struct tm_fork_expect seen;
+    if (ex != NULL) {
+        seen = *ex;
+        seen.not_after_ns = tm_now_ns();
+        ex = &seen;
+    }
     struct tm_ring_rec rec;
     const char *payload = NULL;
     int got = tm_ring_peek(l->ans, TM_RING_ANS_CAP, head, &l->ans_tail, &rec,

@@ -85,6 +85,8 @@ int tm_fork_link_read(struct tm_fork_link *l, int sock);
  * then the result text at *data (private, valid until the next call);
  * TM_FORK_MORE when none is complete yet; TM_FORK_CORRUPT with a static
  * reason in *why. With ex NULL (no request is out) any answer is corrupt.
+ * ex->not_after_ns is ignored: the bound is the clock once the answer is
+ * seen (an answer can be published after the caller looked at the clock).
  */
 enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
                                        const struct tm_fork_expect *ex,
