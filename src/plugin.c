@@ -1,6 +1,7 @@
 /* plugin.c - loading task plugins: dlopen, ABI checks, init and fini. */
 #include "plugin.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h> /* memfd_create */
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +32,55 @@
 #define TM_DESC_MIN_SIZE \
     (offsetof(struct tm_task_plugin, cb_run) + \
      sizeof(((struct tm_task_plugin *)0)->cb_run))
+
+/*
+ * struct tm_plugin_obj is one loaded copy of a plugin file: the sealed
+ * memory file and its dlopen handle. Every task that loads the same file
+ * while the copy is loaded shares it (objs_find), so the cost of a plugin
+ * is paid once, not once per task. Invariants, under objs_lock: a copy is
+ * on the objs list exactly while users > 0; users counts the tm_plugin
+ * structs pointing at it; its identity (dev, ino, size, mtime_ns) is that
+ * of the file when it was copied and never changes.
+ */
+struct tm_plugin_obj {
+    struct tm_plugin_obj *next;
+    char *path;          /* the first path it was loaded by (crash names) */
+    void *dl;            /* dlopen handle of the sealed copy */
+    void *base;          /* its load address, named for crash reports */
+    int fd;              /* the sealed copy; open while it is loaded */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns;
+    const struct tm_task_plugin *desc; /* the plugin's own descriptor */
+    size_t users;
+};
+
+static pthread_mutex_t objs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tm_plugin_obj *objs;
+
+static int64_t mtime_ns_of(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+/* objs_find returns the loaded copy of the file st describes, with one
+ * more user, or NULL. */
+static struct tm_plugin_obj *objs_find(const struct stat *st)
+{
+    pthread_mutex_lock(&objs_lock);
+    struct tm_plugin_obj *o = objs;
+    while (o != NULL && (o->dev != st->st_dev || o->ino != st->st_ino ||
+                         o->size != st->st_size ||
+                         o->mtime_ns != mtime_ns_of(st)))
+        o = o->next;
+    if (o != NULL) {
+        assert(o->users > 0);
+        o->users++;
+    }
+    pthread_mutex_unlock(&objs_lock);
+    return o;
+}
 
 /* set_err writes one line into err: newlines (dlerror() text may hold
  * some) become spaces so the reason stays a single line. */
@@ -366,11 +417,12 @@ static void mapped_name(int mfd, char *buf, size_t size)
 }
 
 /* bind loads the sealed copy mfd of the checked file path (st) and checks
- * its descriptor. Returns the plugin, which owns mfd from then on, or NULL
- * with err (mfd is then left to the caller). */
-static struct tm_plugin *bind(const char *path, int mfd,
-                              const struct stat *st, char *err,
-                              size_t errlen)
+ * its descriptor. Returns the loaded copy with one user, on the objs list,
+ * which owns mfd from then on, or NULL with err (mfd is then left to the
+ * caller). */
+static struct tm_plugin_obj *bind(const char *path, int mfd,
+                                  const struct stat *st, char *err,
+                                  size_t errlen)
 {
     typedef const struct tm_task_plugin *(*descriptor_fn)(void);
     char name[64];
@@ -419,30 +471,81 @@ static struct tm_plugin *bind(const char *path, int mfd,
     if (base != NULL)
         tm_crash_name_object(base, path);
 
-    struct tm_plugin *p = tm_calloc(1, sizeof *p);
-    p->path = tm_strdup(path);
-    p->dl = dl;
-    p->desc_base = base;
-    p->fd = mfd;
-    atomic_init(&p->refs, 1);
-    p->dev = st->st_dev;
-    p->ino = st->st_ino;
-    p->size = st->st_size;
-    p->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL +
-                  st->st_mtim.tv_nsec;
-    /* A plugin built against an older minor has a shorter descriptor:
-     * copy what it has, the rest stays zero. */
-    size_t n = d->struct_size < sizeof p->desc ? d->struct_size
-                                               : sizeof p->desc;
-    memcpy(&p->desc, d, n);
-    tm_log_debug("plugin", "loaded %s: %s %s (ABI %u.%u)", path,
-                 p->desc.name, p->desc.version, (unsigned)d->abi_major,
-                 (unsigned)d->abi_minor);
-    return p;
+    struct tm_plugin_obj *o = tm_calloc(1, sizeof *o);
+    o->path = tm_strdup(path);
+    o->dl = dl;
+    o->base = base;
+    o->fd = mfd;
+    o->dev = st->st_dev;
+    o->ino = st->st_ino;
+    o->size = st->st_size;
+    o->mtime_ns = mtime_ns_of(st);
+    o->desc = d;
+    o->users = 1;
+    tm_log_debug("plugin", "loaded %s: %s %s (ABI %u.%u)", path, d->name,
+                 d->version, (unsigned)d->abi_major, (unsigned)d->abi_minor);
+    pthread_mutex_lock(&objs_lock);
+    o->next = objs;
+    objs = o;
+    pthread_mutex_unlock(&objs_lock);
+    return o;
 
 fail:
     dlclose(dl);
     return NULL;
+}
+
+/* obj_release drops a user of o; the last one unloads the copy. */
+static void obj_release(struct tm_plugin_obj *o)
+{
+    pthread_mutex_lock(&objs_lock);
+    assert(o->users > 0);
+    int last = --o->users == 0;
+    if (last) {
+        struct tm_plugin_obj **pp = &objs;
+        while (*pp != o)
+            pp = &(*pp)->next;
+        *pp = o->next;
+    }
+    pthread_mutex_unlock(&objs_lock);
+    if (!last)
+        return;
+    if (o->base != NULL)
+        tm_crash_forget_object(o->base);
+    dlclose(o->dl);
+    /* An object the loader keeps mapped (marked NODELETE, e.g. by unique
+     * C++ symbols) keeps its name: its copy's descriptor then stays open,
+     * so that no later copy gets that name. */
+    char name[64];
+    mapped_name(o->fd, name, sizeof name);
+    void *still = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+    if (still != NULL)
+        dlclose(still);
+    else
+        close(o->fd);
+    tm_free(o->path);
+    tm_free(o);
+}
+
+/* plugin_of binds the loaded copy o (whose user the caller hands over) to
+ * a new task plugin loaded by the name path. */
+static struct tm_plugin *plugin_of(const char *path, struct tm_plugin_obj *o)
+{
+    struct tm_plugin *p = tm_calloc(1, sizeof *p);
+    p->path = tm_strdup(path);
+    p->obj = o;
+    p->dl = o->dl;
+    atomic_init(&p->refs, 1);
+    p->dev = o->dev;
+    p->ino = o->ino;
+    p->size = o->size;
+    p->mtime_ns = o->mtime_ns;
+    /* A plugin built against an older minor has a shorter descriptor:
+     * copy what it has, the rest stays zero. */
+    size_t n = o->desc->struct_size < sizeof p->desc ? o->desc->struct_size
+                                                     : sizeof p->desc;
+    memcpy(&p->desc, o->desc, n);
+    return p;
 }
 
 struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
@@ -485,14 +588,20 @@ struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen)
         refuse(path, &pr, err, errlen);
         goto out;
     }
-    /* what is loaded is a copy of exactly the file checked (the same
-     * descriptor), never the name again */
-    mfd = copy_sealed(path, fd, &st, err, errlen);
-    if (mfd < 0)
-        goto out;
-    p = bind(path, mfd, &st, err, errlen);
-    if (p != NULL)
-        mfd = -1; /* the plugin's now */
+    /* a file loaded already (unchanged) shares that copy */
+    struct tm_plugin_obj *o = objs_find(&st);
+    if (o == NULL) {
+        /* what is loaded is a copy of exactly the file checked (the same
+         * descriptor), never the name again */
+        mfd = copy_sealed(path, fd, &st, err, errlen);
+        if (mfd < 0)
+            goto out;
+        o = bind(path, mfd, &st, err, errlen);
+        if (o == NULL)
+            goto out;
+        mfd = -1; /* the copy's now */
+    }
+    p = plugin_of(path, o);
 out:
     if (mfd >= 0)
         close(mfd);
@@ -506,9 +615,8 @@ int tm_plugin_changed(const struct tm_plugin *p)
     struct stat st;
     if (lstat(p->path, &st) != 0)
         return 1;
-    int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
     return st.st_dev != p->dev || st.st_ino != p->ino ||
-           st.st_size != p->size || mt != p->mtime_ns;
+           st.st_size != p->size || mtime_ns_of(&st) != p->mtime_ns;
 }
 
 int tm_plugin_init(struct tm_plugin *p, const struct tm_task_env *env,
@@ -546,23 +654,7 @@ void tm_plugin_free(struct tm_plugin *p)
         return;
     if (p->inited && p->desc.cb_fini != NULL)
         p->desc.cb_fini(p->task_data);
-    if (p->dl != NULL) {
-        if (p->desc_base != NULL)
-            tm_crash_forget_object(p->desc_base);
-        dlclose(p->dl);
-        /* An object the loader keeps mapped (marked NODELETE, e.g. by
-         * unique C++ symbols) keeps its name: its copy's descriptor then
-         * stays open, so that no later copy gets that name. */
-        char name[64];
-        mapped_name(p->fd, name, sizeof name);
-        void *still = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
-        if (still != NULL)
-            dlclose(still);
-        else
-            close(p->fd);
-    } else if (p->fd >= 0) {
-        close(p->fd);
-    }
+    obj_release(p->obj);
     tm_free(p->path);
     tm_free(p);
 }

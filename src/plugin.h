@@ -9,14 +9,17 @@
 
 #include "taskmill.h"
 
-/* struct tm_plugin is one loaded plugin file bound to one task. */
+struct tm_plugin_obj;
+
+/* struct tm_plugin is one loaded plugin file bound to one task. Tasks that
+ * load the same file while it is loaded (same device, inode, size and
+ * modification time) share one loaded copy, its code and static data: a
+ * plugin keeps per-task state in task_data. Each task has its own
+ * cb_init/cb_fini and task data all the same. */
 struct tm_plugin {
     char *path;                  /* as configured */
-    void *dl;                    /* dlopen handle of the sealed copy */
-    void *desc_base;             /* its load address, named for crash
-                                    reports (tm_crash_name_object) */
-    int fd;                      /* the sealed copy (a memfd); open while
-                                    the copy is loaded */
+    struct tm_plugin_obj *obj;   /* the loaded copy, shared */
+    void *dl;                    /* its dlopen handle (the object's) */
     struct tm_task_plugin desc;  /* copy; fields past the plugin's
                                     struct_size are zero */
     void *task_data;             /* from cb_init */
@@ -44,11 +47,13 @@ struct tm_plugin {
  *  - dlopen with RTLD_NOW | RTLD_LOCAL succeeds; the symbol TM_TASK_SYMBOL
  *    exists; the descriptor's struct_size, magic, ABI major, signature,
  *    name, version and cb_run are sane.
- * Every load is a separate object with its own static data, also for a
- * file loaded before (a changed plugin on reload). Returns a plugin the
- * caller frees with tm_plugin_free(), or NULL with one line in err naming
- * the path, the reason, and the expected and found values where there are
- * some.
+ * A file that is loaded already (unchanged: same device, inode, size and
+ * modification time) is checked again but not copied or loaded again: the
+ * new plugin shares the loaded copy, so 500 tasks of one plugin cost one
+ * copy. A changed file (reload) is a new copy with its own static data.
+ * Returns a plugin the caller frees with tm_plugin_free(), or NULL with
+ * one line in err naming the path, the reason, and the expected and found
+ * values where there are some.
  */
 struct tm_plugin *tm_plugin_load(const char *path, char *err, size_t errlen);
 

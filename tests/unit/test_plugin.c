@@ -187,10 +187,14 @@ END_TEST
 
 START_TEST(test_same_file_twice)
 {
-    /* Two tasks may use one .so: each gets its own plugin and task data. */
+    /* Two tasks may use one .so: each gets its own plugin and task data,
+     * and they share one loaded copy of the file (its code and statics):
+     * 500 tasks of one plugin cost one copy. */
     const char *path = plugin_path("test-plugins", "ok");
     struct tm_plugin *a = load(path);
     struct tm_plugin *b = load(path);
+    ck_assert_ptr_eq(a->obj, b->obj);
+    ck_assert_ptr_eq(a->dl, b->dl);
     struct tm_task_env env_a = {.struct_size = sizeof env_a, .task = "a",
                                 .config_json = "{}",
                                 .host = tm_exec_host()};
@@ -544,6 +548,11 @@ START_TEST(test_cp_over_loaded_plugin)
     struct tm_plugin *q = load(path);
     ck_assert_str_eq(q->desc.name, "noop");
     ck_assert_str_eq(p->desc.name, "test-ok");
+    ck_assert_ptr_ne(q->obj, p->obj); /* a changed file is a new copy */
+    struct tm_plugin *r = load(path); /* the unchanged one is shared */
+    ck_assert_ptr_eq(r->obj, q->obj);
+    tm_plugin_free(r);
+    ck_assert_str_eq(q->desc.name, "noop"); /* q's copy is still loaded */
     tm_plugin_free(q);
     tm_plugin_free(p); /* cb_fini of the old code frees its task data */
 }
