@@ -41,8 +41,10 @@ struct tm_task_stats {
     atomic_ullong hist[TM_HIST_N + 1];  /* last bucket: +Inf */
     atomic_ullong dur_sum_us;
     atomic_llong inflight;              /* read, not yet settled */
-    struct tm_rate rate;                /* attempts ended, per second */
-    struct tm_durwin durs;              /* recent run durations */
+    /* attempts ended per second and recent run durations: the task's
+     * slot in its generation's windows (NULL in a copy such as a reload's
+     * snapshot, which carries the counters only) */
+    struct tm_task_window *win;
     /* Read from the broker every few seconds (never per scrape); -1 when
      * the broker cannot tell. Valid once depth_at_ms (monotonic) != 0. */
     atomic_llong queue_depth;           /* not yet delivered */

@@ -54,6 +54,8 @@ struct tm_gen {
     struct tm_task *tasks;          /* cfg->ntasks of them */
     struct tm_task **task_ptrs;
     size_t ntasks;
+    struct tm_task_window *wins;    /* the tasks' windows, ntasks of them
+                                       in zero pages (tm_zero_pages) */
     struct tm_broker *broker;
     struct tm_pool *pool;
     atomic_int stopping;            /* intake stops */

@@ -41,6 +41,16 @@ struct tm_durwin {
     atomic_uint us[TM_DUR_WINDOW];
 };
 
+/* struct tm_task_window is a task's recent history: completions per
+ * second and the last durations, about 5 KiB. A generation keeps all its
+ * tasks' windows in one mapping of zero pages apart from the tasks
+ * themselves, so an idle task's window costs no memory: its pages are
+ * touched, and become resident, at the task's first completion. */
+struct tm_task_window {
+    struct tm_rate rate;
+    struct tm_durwin durs;
+};
+
 /* tm_rate_note counts one completion that happened at now_ns (monotonic).
  * A completion more than two seconds older than the newest one seen is
  * counted in the newest second, so a late report cannot clobber a slot of

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +45,24 @@ void *tm_realloc(void *p, size_t size)
     if (q == NULL)
         oom(size);
     return q;
+}
+
+void *tm_zero_pages(size_t n, size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size)
+        oom(SIZE_MAX);
+    size_t len = n * size != 0 ? n * size : 1;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        oom(len);
+    return p;
+}
+
+void tm_zero_pages_free(void *p, size_t n, size_t size)
+{
+    if (p != NULL)
+        munmap(p, n * size != 0 ? n * size : 1);
 }
 
 char *tm_strdup(const char *s)

@@ -18,6 +18,14 @@ char *tm_strdup(const char *s);
 char *tm_strndup(const char *s, size_t n);
 void tm_free(void *p);
 
+/* tm_zero_pages returns n * size bytes of zero pages of their own (an
+ * anonymous mapping, aborting like tm_calloc when there is none): no page
+ * is resident before it is first touched, whatever the heap's state, so a
+ * large array that is mostly never used costs nothing.
+ * tm_zero_pages_free takes the same n and size; it accepts NULL. */
+void *tm_zero_pages(size_t n, size_t size);
+void tm_zero_pages_free(void *p, size_t n, size_t size);
+
 /* tm_asprintf returns a newly allocated formatted string. */
 char *tm_asprintf(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));

@@ -171,6 +171,7 @@ void tm_gen_free(struct tm_gen *g)
     tm_free(g->scratch);
     tm_free(g->snap);
     tm_free(g->snap_from);
+    tm_zero_pages_free(g->wins, g->ntasks, sizeof *g->wins);
     tm_cfg_free(g->cfg);
     tm_free(g);
 }
@@ -194,7 +195,11 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
     tm_cond_init(&g->cv);
     g->tasks = tm_calloc(g->ntasks, sizeof *g->tasks);
     g->task_ptrs = tm_calloc(g->ntasks, sizeof *g->task_ptrs);
+    /* zero pages, touched only by tasks that complete something: 500 idle
+     * tasks cost no window memory (struct tm_task_window) */
+    g->wins = tm_zero_pages(g->ntasks, sizeof *g->wins);
     for (size_t i = 0; i < g->ntasks; i++) {
+        g->tasks[i].stats.win = &g->wins[i];
         g->tasks[i].gen = g;
         g->tasks[i].abandon = &g->abandon;
         g->task_ptrs[i] = &g->tasks[i];
@@ -235,8 +240,10 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
                 /* prev's settle thread may still be writing these:
                  * copied slot by slot with atomic loads, never as a
                  * struct; what it notes after this is not carried */
-                tm_rate_copy(&g->tasks[i].stats.rate, &old->rate);
-                tm_durwin_copy(&g->tasks[i].stats.durs, &old->durs);
+                tm_rate_copy(&g->tasks[i].stats.win->rate,
+                             &old->win->rate);
+                tm_durwin_copy(&g->tasks[i].stats.win->durs,
+                               &old->win->durs);
                 g->snap_from[i] = (long)j;
             }
         }

@@ -57,12 +57,12 @@ static void stats_record(struct tm_task *t, const struct tm_msg *m)
     /* the attempt ended when it ran out, or when it was read (an invalid
      * body never runs) */
     int64_t ended = m->t_end_ns != 0 ? m->t_end_ns : m->t_recv_ns;
-    tm_rate_note(&s->rate, ended != 0 ? ended : tm_now_ns());
+    tm_rate_note(&s->win->rate, ended != 0 ? ended : tm_now_ns());
     if ((m->outcome == TM_OUT_INVALID || m->outcome == TM_OUT_DUPLICATE) &&
         m->t_start_ns == 0)
         return;
     int64_t ns = m->t_end_ns - m->t_start_ns;
-    tm_durwin_note(&s->durs, ns);
+    tm_durwin_note(&s->win->durs, ns);
     double sec = (double)ns / 1e9;
     size_t b = 0;
     while (b < TM_HIST_N && sec > bounds[b])

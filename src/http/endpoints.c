@@ -207,9 +207,9 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
         cJSON_AddNumberToObject(o, "dead_lettered",
                                 (double)atomic_load(&s->dead_lettered));
         double r1, r60, p50, p99;
-        tm_rate_read(&s->rate, now_ns, d->start_mono_ms * 1000000LL, &r1,
+        tm_rate_read(&s->win->rate, now_ns, d->start_mono_ms * 1000000LL, &r1,
                      &r60);
-        tm_durwin_percentiles(&s->durs, &p50, &p99);
+        tm_durwin_percentiles(&s->win->durs, &p50, &p99);
         cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
         cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
         cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
