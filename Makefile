@@ -53,20 +53,6 @@ endif
 DEP_PKGS = hiredis librabbitmq libcjson yaml-0.1 libmicrohttpd openssl
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
-# libsystemd (sd_notify): USE_SYSTEMD=yes|no|auto
-USE_SYSTEMD ?= auto
-HAVE_SYSTEMD := $(shell $(PKG_CONFIG) --exists libsystemd 2>/dev/null && echo yes)
-ifeq ($(USE_SYSTEMD),yes)
-ifneq ($(HAVE_SYSTEMD),yes)
-$(error USE_SYSTEMD=yes but pkg-config finds no libsystemd (apt-get install libsystemd-dev))
-endif
-endif
-ifneq ($(USE_SYSTEMD),no)
-ifeq ($(HAVE_SYSTEMD),yes)
-DEP_CFLAGS += -DTM_HAVE_SYSTEMD $(shell $(PKG_CONFIG) --cflags libsystemd)
-DEP_LIBS += $(shell $(PKG_CONFIG) --libs libsystemd)
-endif
-endif
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 

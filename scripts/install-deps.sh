@@ -53,7 +53,6 @@ BUILD_PACKAGES=(
 	libcjson-dev
 	libyaml-dev
 	libmicrohttpd-dev
-	libsystemd-dev
 	libssl-dev
 	tzdata # the zones of schedules (/usr/share/zoneinfo), read at run time
 )

@@ -1,4 +1,4 @@
-/* notify.h - service manager notification (sd_notify), optional. */
+/* notify.h - service manager notification (the sd_notify protocol). */
 #ifndef TASKMILL_NOTIFY_H
 #define TASKMILL_NOTIFY_H
 
@@ -6,7 +6,7 @@
 
 /* tm_notify sends one sd_notify(3) state string ("READY=1", "STATUS=...",
  * "STOPPING=1", "WATCHDOG=1") when running under a service manager that
- * set NOTIFY_SOCKET; otherwise, or when built without libsystemd, it does
+ * set NOTIFY_SOCKET (a path, or an abstract name after @); otherwise it does
  * nothing. Returns 0. */
 int tm_notify(const char *state);
 
