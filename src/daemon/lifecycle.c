@@ -2,6 +2,7 @@
 #include "daemon_private.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -242,11 +243,17 @@ int tm_daemon_run(struct tm_cfg *cfg)
             tm_notify("RELOADING=1");
             tm_reload(d);
             tm_notify("READY=1");
+            /* the retired configuration's memory goes back (as below) */
+            malloc_trim(0);
         }
         char why[128];
         if (!ready && tm_daemon_ready(d, why, sizeof why)) {
             ready = 1;
             tm_notify("READY=1");
+            /* what start-up freed (the YAML document, the config's
+             * scratch, the plugins' checks) goes back to the system
+             * rather than staying in the heap of an idle daemon */
+            malloc_trim(0);
             tm_log_info(TM_DAEMON_SRC, "ready: every task is subscribed");
         }
         int64_t now = tm_now_ms();
