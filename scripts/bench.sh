@@ -22,7 +22,7 @@
 # (docs/performance.md, "Targets").
 #
 # Knobs (environment):
-#   BENCH_QUICK=1           smoke run (~6 minutes on 2 busy cores): small N,
+#   BENCH_QUICK=1           smoke run (~2 minutes on 2 busy cores): small N,
 #                           one repeat; its figures mean nothing
 #   BENCH_PARTS             the parts to run, any of
 #                             redis    Redis throughput: ceiling loop, pools
@@ -201,16 +201,19 @@ log "scratch dir $DIR; N=$N, AMQP N=$AMQP_N, $REPEAT run(s) per configuration"
 #   }
 #   BENCH_ROWS+=(bench_row_example)
 #
-# The functions run in that order after the built-in rows, before the table
-# is printed, while the private brokers still run: redis-server on
-# REDIS_PORT (REDIS_URL, REDIS_PID, rcli ARGS...), and RabbitMQ when AMQP is
-# not "skip" (AMQP_PORT, AMQP_URL, RABBIT_VM; AMQP_NOTE says why it is
-# skipped). At hand: write_cfg, start_daemon, stop_daemon (one daemon at a
-# time, DAEMON_PID), redis_run, best/median, free_port, jget, calc,
-# fmt_int, mib, verdict, log, the programs in $BB, the plugins in
-# $BUILD/plugins, scratch space in $DIR (removed at the end), QUICK=1 for
-# a smoke run. A function that fails fails the bench, as a failed run does;
-# a target it misses stays in the table as MISS with a note.
+# With "rows" in BENCH_PARTS, the functions run in that order after the
+# built-in rows, before the table is printed, while the private brokers
+# still run: redis-server on REDIS_PORT (REDIS_URL, REDIS_PID, rcli
+# ARGS...), and RabbitMQ when AMQP is not "skip" (AMQP_PORT, AMQP_URL,
+# RABBIT_VM; AMQP_NOTE says why it is skipped). At hand: write_cfg,
+# start_daemon, stop_daemon (one daemon at a time, DAEMON_PID), redis_run,
+# best/median (and med_of FILE: the median run's rate), rate_cell and
+# ratio_cell (best and median in one cell), at_least, free_port, jget,
+# calc, fmt_int, mib, verdict, log, proc_ticks, the programs in $BB, the
+# plugins in $BUILD/plugins, scratch space in $DIR (removed at the end),
+# QUICK=1 for a smoke run. A function that fails fails the bench, as a
+# failed run does; a target it misses stays in the table as MISS with a
+# note.
 BENCH_ROWS=()
 if part rows; then
 	for f in "$BENCH_LIB"/rows/*.sh "$SRCDIR"/scripts/bench-rows/*.sh; do

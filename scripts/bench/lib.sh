@@ -43,10 +43,11 @@ YAML
 # PUB_RATE_ARGS... publishing to it at LAT_RATE for LAT_SECONDS; each
 # result into $R/NAME.lat.KINDSIZE.json.
 latency_runs() {
-	local b=$1 url=$2 bpid=$3 tasks=$4 c kind size http f
+	local b=$1 url=$2 bpid=$3 tasks=$4 c kind size http f label=RabbitMQ
 	shift 4
+	[[ $b == redis ]] && label=Redis
 	for c in $LAT_POOLS; do
-		log "$b: latency at $LAT_RATE msgs/s for $LAT_SECONDS s, $c"
+		log "$label: latency at $LAT_RATE msgs/s for $LAT_SECONDS s, $c"
 		read -r kind size < <(pool_words "$c")
 		http=$(free_port)
 		write_cfg "$DIR/lat-$b-$kind$size.yaml" "$url" "$kind" "$size" "$http" "$tasks"
