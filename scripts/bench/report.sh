@@ -39,10 +39,9 @@ med_of() {
 	echo "$m"
 }
 
-# rate_cell FILE [UNIT]: "BEST/s (med MEDIAN)" of a picked run
+# rate_cell FILE: "BEST/s (med MEDIAN)" of a picked run
 rate_cell() {
-	local unit=${2:-/s}
-	echo "$(fmt_int "$(jget "$1" rate)")$unit (med $(fmt_int "$(med_of "$1")"))"
+	echo "$(fmt_int "$(jget "$1" rate)")/s (med $(fmt_int "$(med_of "$1")"))"
 }
 
 # ratio_cell FILE REF_FILE: "BEST (med MEDIAN)": the best run's rate over
