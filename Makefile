@@ -304,7 +304,7 @@ bench-peers: deps
 	@$(MAKE) --no-print-directory all bench-bins $(BUILD)/bench/peers/peer_measure
 	@scripts/bench-peers.sh $(abspath $(BUILD))
 
-$(BUILD)/bench/peers/peer_measure: bench/peers/peer_measure.c bench/bench.h
+$(BUILD)/bench/peers/peer_measure: bench/peers/peer_measure.c $(wildcard bench/*.h)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(REAL_LDFLAGS) \

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -143,54 +142,6 @@ static inline void bench_hold(void)
     while (!bench_term_seen)
         sigsuspend(&old);
     sigprocmask(SIG_SETMASK, &old, NULL);
-}
-
-/* bench_proc_ticks returns utime+stime of pid, or -1. */
-static inline long long bench_proc_ticks(pid_t pid)
-{
-    char path[64], buf[2048];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    /* fields after "(comm)": state is field 3, utime 14, stime 15 */
-    char *p = strrchr(buf, ')');
-    if (p == NULL)
-        return -1;
-    unsigned long long ut = 0, st = 0;
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-               &ut, &st) != 2)
-        return -1;
-    return (long long)(ut + st);
-}
-
-/* bench_host_ticks sums the non-idle columns of /proc/stat's cpu line. */
-static inline long long bench_host_ticks(void)
-{
-    FILE *f = fopen("/proc/stat", "re");
-    if (f == NULL)
-        return 0;
-    unsigned long long v[8] = {0};
-    int k = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
-                   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
-    fclose(f);
-    if (k < 4)
-        return 0;
-    /* user nice system [idle] [iowait] irq softirq steal */
-    return (long long)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
-}
-
-static inline double bench_self_cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
 #endif /* TASKMILL_BENCH_H */

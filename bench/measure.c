@@ -34,17 +34,16 @@
  * for that signal. One JSON object is printed on stdout; the exit status
  * is 0 when the run completed. */
 #include "bench_amqp.h"
+#include "child.h"
+#include "proc.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 
 #include <hiredis/hiredis.h>
 
 #define PROG "measure"
-#define MAX_PROCS 256
 
 struct opts {
     long long n;
@@ -72,85 +71,6 @@ static void split_hostport(const char *s, char *host, size_t hsize, int *port)
 
 static long g_tick;
 
-/* proc_status_kib returns a "Vm...:" field of /proc/pid/status in KiB. */
-static long long proc_status_kib(pid_t pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return -1;
-    long long v = -1;
-    size_t fl = strlen(field);
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, fl) == 0 && line[fl] == ':') {
-            v = strtoll(line + fl + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
-/* descendants appends pid's descendants (all threads' children files) to
- * out; returns the new count. */
-static size_t descendants(pid_t pid, pid_t *out, size_t n, size_t cap)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return n;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char cpath[300];
-        snprintf(cpath, sizeof cpath, "/proc/%d/task/%s/children", (int)pid,
-                 e->d_name);
-        FILE *f = fopen(cpath, "re");
-        if (f == NULL)
-            continue;
-        int c;
-        while (n < cap && fscanf(f, "%d", &c) == 1) {
-            out[n++] = (pid_t)c;
-            n = descendants((pid_t)c, out, n, cap);
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
-/* proc_ctxt_switches sums the context switches of every thread of pid. */
-static long long proc_ctxt_switches(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return 0;
-    long long sum = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char spath[300], line[256];
-        snprintf(spath, sizeof spath, "/proc/%d/task/%s/status", (int)pid,
-                 e->d_name);
-        FILE *f = fopen(spath, "re");
-        if (f == NULL)
-            continue;
-        while (fgets(line, sizeof line, f) != NULL) {
-            const char *v = strchr(line, ':');
-            if (v != NULL && strstr(line, "ctxt_switches") != NULL)
-                sum += strtoll(v + 1, NULL, 10);
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return sum;
-}
-
 struct tree_sample {
     long long ticks;        /* pid + descendants */
     long long cswitches;    /* context switches, every thread */
@@ -158,21 +78,19 @@ struct tree_sample {
     size_t nkids;
 };
 
+/* tree_sample reads pid and its descendants (the fork pool's children). */
 static struct tree_sample tree_sample(pid_t pid, int with_hwm)
 {
-    pid_t kids[MAX_PROCS];
-    size_t n = descendants(pid, kids, 0, MAX_PROCS);
-    struct tree_sample s = {.ticks = 0, .kids_hwm_kib = 0, .nkids = n};
-    long long t = bench_proc_ticks(pid);
-    s.ticks = t > 0 ? t : 0;
-    s.cswitches = proc_ctxt_switches(pid);
+    pid_t pids[BENCH_MAX_PROCS];
+    size_t n = bench_tree_pids(pid, pids, BENCH_MAX_PROCS);
+    struct tree_sample s = {.nkids = n > 0 ? n - 1 : 0};
     for (size_t i = 0; i < n; i++) {
-        t = bench_proc_ticks(kids[i]);
+        long long t = bench_proc_ticks(pids[i]);
         if (t > 0)
             s.ticks += t;
-        s.cswitches += proc_ctxt_switches(kids[i]);
-        if (with_hwm) {
-            long long h = proc_status_kib(kids[i], "VmHWM");
+        s.cswitches += bench_ctxt_switches(pids[i]);
+        if (with_hwm && i > 0) {
+            long long h = bench_status_kib(pids[i], "VmHWM");
             if (h > 0)
                 s.kids_hwm_kib += h;
         }
@@ -390,14 +308,6 @@ int main(int argc, char **argv)
     if (pid < 0)
         bench_die(PROG, "fork: %s", strerror(errno));
     if (pid == 0) {
-        if (o.log != NULL) {
-            int fd = open(o.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-                close(fd);
-            }
-        }
         if (o.done_pipe) {
             dup2(pfd[1], 3); /* dup2 clears close-on-exec */
             setenv("BENCH_DONE_FD", "3", 1);
@@ -405,9 +315,7 @@ int main(int argc, char **argv)
         /* ceiling loops wait for SIGTERM once done, so that their /proc
          * figures can still be read */
         setenv("BENCH_HOLD", "1", 1);
-        execvp(o.cmd[0], o.cmd);
-        fprintf(stderr, "%s: exec %s: %s\n", PROG, o.cmd[0], strerror(errno));
-        _exit(127);
+        bench_exec_logged(PROG, o.log, o.cmd);
     }
     if (o.done_pipe) {
         close(pfd[1]);
@@ -474,7 +382,7 @@ int main(int argc, char **argv)
                 sr = realloc(sr, capsamp * sizeof *sr);
             }
             st[nsamp] = now;
-            sr[nsamp++] = proc_status_kib(pid, "VmRSS");
+            sr[nsamp++] = bench_status_kib(pid, "VmRSS");
         }
         if (ended && t_start != 0) {
             t_end = now;
@@ -490,23 +398,13 @@ int main(int argc, char **argv)
         }
         bench_sleep_until(now + o.poll_us * 1000LL);
     }
-    long long hwm = proc_status_kib(pid, "VmHWM");
-    long long rss_end = proc_status_kib(pid, "VmRSS");
+    long long hwm = bench_status_kib(pid, "VmHWM");
+    long long rss_end = bench_status_kib(pid, "VmRSS");
     int64_t t_stop = bench_mono_ns();
     if (!reaped) {
-        kill(pid, SIGTERM);
-        for (;;) {
-            if (waitpid(pid, &status, WNOHANG) == pid)
-                break;
-            if (bench_mono_ns() - t_stop > 20000000000LL) {
-                kill(pid, SIGKILL);
-                waitpid(pid, &status, 0);
-                if (fail == NULL)
-                    fail = "the command ignored SIGTERM for 20 s";
-                break;
-            }
-            bench_sleep_until(bench_mono_ns() + 5000000LL);
-        }
+        const char *f = bench_stop_child(pid, &status);
+        if (fail == NULL)
+            fail = f;
     }
     double stop_s = (double)(bench_mono_ns() - t_stop) / 1e9;
     int exit_code = WIFEXITED(status) ? WEXITSTATUS(status)

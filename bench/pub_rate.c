@@ -36,6 +36,7 @@
  *
  * Prints one JSON object on stdout; times in microseconds. */
 #include "bench_amqp.h"
+#include "proc.h"
 
 #include <poll.h>
 #include <pthread.h>

@@ -105,73 +105,35 @@ REDIS_PID=
 RABBIT_PID=
 RABBIT_NODE=
 CONSUMER_PID=
+DAEMON_PID=
 T0=$SECONDS
 
-log() {
-	printf '[bench-peers %3ds] %s\n' $((SECONDS - T0)) "$*" >&2
-}
+# log, now_ms, wait_gone, stop_pid, free_port, jget, calc, fmt_int, mib,
+# rcli, start_daemon, the private brokers, bench_cleanup, print_table:
+# shared with make bench
+BENCH_NAME=bench-peers
+# shellcheck source=scripts/bench/util.sh
+. "$SRCDIR/scripts/bench/util.sh"
 
-now_ms() {
-	local t=${EPOCHREALTIME/./}
-	echo $((t / 1000))
-}
-
-# wait_gone PID SECONDS: wait for a process to exit; 1 if it did not.
-wait_gone() {
-	local deadline=$(($(now_ms) + $2 * 1000))
-	while kill -0 "$1" 2>/dev/null; do
-		(($(now_ms) < deadline)) || return 1
-		sleep 0.05
-	done
-	wait "$1" 2>/dev/null || true
-}
-
+# stop_consumer: stop the consumer that runs (a peer or the daemon; the
+# daemon's pid is also DAEMON_PID, set by start_daemon, which a failed
+# start leaves behind)
 stop_consumer() {
+	[[ -n $CONSUMER_PID ]] || CONSUMER_PID=$DAEMON_PID
+	DAEMON_PID=
 	[[ -n $CONSUMER_PID ]] || return 0
-	kill -TERM "$CONSUMER_PID" 2>/dev/null || true
-	wait_gone "$CONSUMER_PID" 20 || kill -KILL "$CONSUMER_PID" 2>/dev/null || true
-	wait "$CONSUMER_PID" 2>/dev/null || true
+	stop_pid "$CONSUMER_PID" 20
 	CONSUMER_PID=
-}
-
-rabbitctl() {
-	env HOME="$DIR/rabbit" RABBITMQ_CONF_ENV_FILE="$DIR/rabbit/env.conf" \
-		"$RABBITCTL" -n "$RABBIT_NODE" -q "$@"
 }
 
 cleanup() {
 	local rc=$?
 	stop_consumer
-	if [[ -n $REDIS_PID ]]; then
-		kill -TERM "$REDIS_PID" 2>/dev/null || true
-		wait_gone "$REDIS_PID" 10 || kill -KILL "$REDIS_PID" 2>/dev/null || true
-	fi
-	if [[ -n $RABBIT_PID ]]; then
-		rabbitctl shutdown >/dev/null 2>&1 || true
-		wait_gone "$RABBIT_PID" 20 || kill -KILL "$RABBIT_PID" 2>/dev/null || true
-	fi
-	if ((rc != 0)); then
-		local f
-		for f in "$DIR"/*.log; do
-			[[ -s $f ]] || continue
-			echo "--- $f (last 15 lines)" >&2
-			tail -n 15 "$f" >&2
-		done
-	fi
-	if [[ ${BENCH_PEERS_KEEP:-0} == 1 ]]; then
-		echo "bench-peers: scratch dir kept: $DIR" >&2
-	else
-		rm -rf "$DIR"
-	fi
-	exit "$rc"
+	bench_cleanup "$rc" "$DIR" "${BENCH_PEERS_KEEP:-0}"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# free_port, jget, calc, fmt_int, rcli: shared with make bench
-BENCH_NAME=bench-peers
-. "$SRCDIR/scripts/bench/util.sh"
 
 wants() {
 	[[ $1 == taskmill || $ONLY == *" $1 "* ]]
@@ -191,22 +153,6 @@ log: { level: warning, format: text }
 tasks:
 $4
 YAML
-}
-
-# start_daemon CFG LOG HTTP_PORT: run the daemon and wait for /ping 200.
-start_daemon() {
-	"$TM" run -c "$1" 2>>"$2" &
-	CONSUMER_PID=$!
-	local deadline=$(($(now_ms) + 30000)) code
-	while :; do
-		code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$3/ping" || true)
-		[[ $code == 200 ]] && return 0
-		if ! kill -0 "$CONSUMER_PID" 2>/dev/null || (($(now_ms) > deadline)); then
-			echo "bench-peers: the daemon did not become ready ($1)" >&2
-			return 1
-		fi
-		sleep 0.05
-	done
 }
 
 # ------------------------------------------------------------ the peers
@@ -370,16 +316,7 @@ log "scratch dir $DIR; N=$N, $REPEAT run(s) per consumer"
 
 # ------------------------------------------------------------------ Redis
 
-REDIS_PORT=$(free_port)
-redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$DIR" --save '' \
-	--appendonly no --daemonize no --logfile "$DIR/redis.log" &
-REDIS_PID=$!
-for ((i = 0; i < 100; i++)); do
-	[[ $(rcli ping 2>/dev/null) == PONG ]] && break
-	sleep 0.1
-done
-[[ $(rcli ping 2>/dev/null) == PONG ]] || { echo "bench-peers: redis-server did not start" >&2; exit 1; }
-REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+redis_start "$DIR"
 export BENCH_CELERY_BROKER=$REDIS_URL
 BROKER_PID=$REDIS_PID # whose CPU the latency runs leave out of "elsewhere"
 
@@ -470,6 +407,7 @@ for p in "${REDIS_PEERS[@]}"; do
 		write_cfg "$DIR/lat-redis.yaml" "$REDIS_URL" "$HTTP" \
 			"  noop: { plugin: noop.so, queue: bench.lat, group: $GROUP, prefetch: $PREFETCH, timeout: 0 }"
 		start_daemon "$DIR/lat-redis.yaml" "$DIR/lat-redis.log" "$HTTP"
+		CONSUMER_PID=$DAEMON_PID
 		idle_mem redis.taskmill
 		BENCH_PIDS="$CONSUMER_PID $REDIS_PID" "$BB/pub_rate" redis 127.0.0.1 "$REDIS_PORT" \
 			bench.lat "$LAT_RATE" "$LAT_SECONDS" >"$R/redis.taskmill.lat.json" ||
@@ -502,7 +440,7 @@ AMQP_PEERS=()
 RABBIT_VERSION=
 if [[ ${BENCH_PEERS_AMQP:-auto} == no ]]; then
 	AMQP_NOTE="BENCH_PEERS_AMQP=no"
-elif [[ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] && ! command -v rabbitmq-server >/dev/null 2>&1; then
+elif ! rabbit_installed; then
 	AMQP_NOTE="rabbitmq-server is not installed"
 else
 	for p in taskmill pika amqplib; do
@@ -510,52 +448,10 @@ else
 	done
 fi
 
-export ERL_CRASH_DUMP="$DIR/erl_crash.dump"
-
-# start_rabbit: a private node on fresh free ports; 0 once it is up.
-start_rabbit() {
-	AMQP_PORT=$(free_port)
-	rm -rf "$DIR/rabbit"
-	mkdir -p "$DIR/rabbit/mnesia" "$DIR/rabbit/log"
-	: >"$DIR/rabbit/env.conf"
-	echo '[].' >"$DIR/rabbit/enabled_plugins"
-	(
-		cd "$DIR/rabbit"
-		exec env HOME="$DIR/rabbit" RABBITMQ_NODE_PORT="$AMQP_PORT" \
-			RABBITMQ_DIST_PORT="$(free_port)" RABBITMQ_NODENAME="$RABBIT_NODE" \
-			RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-			RABBITMQ_MNESIA_BASE="$DIR/rabbit/mnesia" RABBITMQ_LOG_BASE="$DIR/rabbit/log" \
-			RABBITMQ_CONF_ENV_FILE="$DIR/rabbit/env.conf" \
-			RABBITMQ_CONFIG_FILE="$DIR/rabbit/rabbitmq" \
-			RABBITMQ_ENABLED_PLUGINS_FILE="$DIR/rabbit/enabled_plugins" \
-			RABBITMQ_PID_FILE="$DIR/rabbit/pid" \
-			"$RABBIT_SERVER"
-	) >>"$DIR/rabbit.log" 2>&1 &
-	RABBIT_PID=$!
-	local i
-	for ((i = 0; i < 120; i++)); do
-		rabbitctl await_startup --timeout 60 >/dev/null 2>&1 && return 0
-		kill -0 "$RABBIT_PID" 2>/dev/null || break
-		sleep 0.5
-	done
-	[[ -s $DIR/rabbit/pid ]] && kill -KILL "$(cat "$DIR/rabbit/pid")" 2>/dev/null
-	kill -KILL "$RABBIT_PID" 2>/dev/null || true
-	wait "$RABBIT_PID" 2>/dev/null || true
-	RABBIT_PID=
-	return 1
-}
-
 if ((${#AMQP_PEERS[@]} > 0)); then
 	log "RabbitMQ: starting a private node"
-	RABBIT_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
-	RABBITCTL=/usr/lib/rabbitmq/bin/rabbitmqctl
-	[[ -x $RABBIT_SERVER ]] || RABBIT_SERVER=$(command -v rabbitmq-server)
-	[[ -x $RABBITCTL ]] || RABBITCTL=$(command -v rabbitmqctl)
-	RABBIT_NODE=taskmill-peers-$$@localhost
-	if start_rabbit || start_rabbit; then
-		RABBIT_VM=$(cat "$DIR/rabbit/pid")
+	if rabbit_start "$DIR" "taskmill-peers-$$"; then
 		BROKER_PID=$RABBIT_VM
-		RABBIT_VERSION=$(rabbitctl version 2>/dev/null || true)
 	else
 		AMQP_PEERS=()
 		AMQP_NOTE="the private rabbitmq-server did not start"
@@ -608,6 +504,7 @@ if ((${#AMQP_PEERS[@]} > 0)); then
 		"  noop: { plugin: noop.so, queue: bench.taskmill }
   journal: { plugin: journal.so, queue: bench.lat, config: { path: \"$DIR/lat-journal.txt\" } }"
 	start_daemon "$DIR/declare.yaml" "$DIR/declare.log" "$HTTP"
+	CONSUMER_PID=$DAEMON_PID
 	stop_consumer
 	for ((rep = 1; rep <= REPEAT; rep++)); do
 		for p in "${AMQP_PEERS[@]}"; do
@@ -625,6 +522,7 @@ if ((${#AMQP_PEERS[@]} > 0)); then
 			write_cfg "$DIR/lat-amqp.yaml" "$AMQP_URL" "$HTTP" \
 				"  journal: { plugin: journal.so, queue: bench.lat, prefetch: $PREFETCH, timeout: 0, config: { path: \"$DIR/lat-journal.txt\" } }"
 			start_daemon "$DIR/lat-amqp.yaml" "$DIR/lat-amqp.log" "$HTTP"
+			CONSUMER_PID=$DAEMON_PID
 			idle_mem amqp.taskmill
 			BENCH_PIDS="$CONSUMER_PID $RABBIT_VM" "$BB/pub_rate" amqp 127.0.0.1 "$AMQP_PORT" \
 				bench.lat "$LAT_RATE" "$LAT_SECONDS" "$DIR/lat-journal.txt" >"$R/amqp.taskmill.lat.json" ||
@@ -648,10 +546,6 @@ fi
 
 HEADER="consumer	msgs/s	ratio	idle RSS MiB	ratio	idle PSS MiB	ratio	p99 us	ratio	cpu s/M	settings"
 ROWS=()
-
-mib() {
-	awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'
-}
 
 # ratio A B: A / B to three significant digits (units from 100 on), "-"
 # when B is 0 or missing
@@ -725,21 +619,7 @@ fi
 	echo "p99: at $LAT_RATE msgs/s for $LAT_SECONDS s, publish->ack on Redis, publish->run on RabbitMQ; ratio: to taskmill on the same broker;"
 	echo "cpu s/M: CPU seconds per million messages of the consumer's processes"
 	echo
-	printf '%s\n' "$HEADER" "${ROWS[@]}" |
-		awk -F'\t' '
-		{ for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } n = NR; if (NF > nf) nf = NF }
-		END {
-			for (r = 1; r <= n; r++) {
-				line = ""
-				for (i = 1; i <= nf; i++) {
-					s = c[r, i]
-					if (i < nf) s = sprintf("%-" w[i] "s  ", s)
-					line = line s
-				}
-				print line
-				if (r == 1) { sep = ""; for (i = 1; i < nf; i++) { for (k = 0; k < w[i]; k++) sep = sep "-"; sep = sep "  " } print sep "--------" }
-			}
-		}'
+	print_table "$HEADER" "${ROWS[@]}"
 } | tee "$DIR/table.txt"
 mkdir -p "$(dirname "$OUT")"
 cp "$DIR/table.txt" "$OUT"

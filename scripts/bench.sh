@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The taskmill benchmark (DESIGN.md, Performance; issue 8). `make bench` runs
+# The taskmill benchmark (DESIGN.md, Performance; issues 8 and 19). `make
+# bench` runs
 #
 #   scripts/bench.sh BUILD_DIR
 #
@@ -15,11 +16,26 @@
 # the daemon with the noop task. bench/measure.c watches the broker and
 # times first delivery -> last ack; it also takes CPU (consumer, broker,
 # rest of the host) and RSS from /proc. Each configuration runs
-# BENCH_REPEAT times, interleaved; the best run is shown (load from elsewhere
-# only slows a run down), with every run's rate in its notes.
+# BENCH_REPEAT times, interleaved; the best run and the median run are
+# shown, with every run's rate in the notes, and the verdict is on the best
+# (load from elsewhere only slows a run down). The targets are issue 19's
+# (docs/performance.md, "Targets").
 #
 # Knobs (environment):
-#   BENCH_QUICK=1           ~2 minute smoke run: small N, one repeat
+#   BENCH_QUICK=1           smoke run (~2 minutes on 2 busy cores): small N,
+#                           one repeat; its figures mean nothing
+#   BENCH_PARTS             the parts to run, any of
+#                             redis    Redis throughput: ceiling loop, pools
+#                             hosts    language hosts next to the C noop
+#                             flat     flatness over a long stream
+#                             latency  publish->ack p99 at BENCH_LAT_RATE,
+#                                      both brokers, each of BENCH_LAT_POOLS
+#                             idle     idle RSS
+#                             scale    500 idle tasks, load spread over 100
+#                             amqp     RabbitMQ throughput (classic, quorum)
+#                             rows     the extra rows (scripts/bench/rows/)
+#                           (default all: "redis hosts flat latency idle
+#                           scale amqp rows"); e.g. BENCH_PARTS="redis amqp"
 #   BENCH_N                 Redis messages per run (1000000)
 #   BENCH_AMQP_N            RabbitMQ messages per run (300000)
 #   BENCH_REPEAT            runs per configuration (3)
@@ -32,6 +48,7 @@
 #                           reported next to classic (ratio, no target)
 #   BENCH_FLAT              stream sizes of the flatness runs ("100000 2000000")
 #   BENCH_LAT_RATE, BENCH_LAT_SECONDS   latency publisher (1000 /s, 5 s)
+#   BENCH_LAT_POOLS         daemon pools of the latency runs ("thread:4 fork:4")
 #   BENCH_SCALE_TASKS       noop tasks of the idle scale run (500)
 #   BENCH_SCALE_SPREAD      tasks the spread throughput run uses (100)
 #   BENCH_SCALE_N           messages of each scale throughput run (300000)
@@ -47,8 +64,9 @@
 #   BENCH_HOST_N            messages per host run (50000; quick 5000: then
 #                           the workers' start, e.g. Python's, weighs in)
 #   BENCH_EXEC_N            messages per exec run (2000; quick 300)
-#   BENCH_ROWS_ONLY=1       only the extra rows (scripts/bench/rows/, below),
-#                           with the private brokers, none of the built-in runs
+#   BENCH_ROWS_ONLY=1       the same as BENCH_PARTS=rows: only the extra rows
+#                           (scripts/bench/rows/, below), with the private
+#                           brokers, none of the built-in runs
 #   BENCH_ROW_FILES         the extra row files to source, by name without
 #                           .sh ("bodies sleep"; default: all of them)
 #   the extra rows' own knobs are at the top of their files
@@ -96,8 +114,25 @@ AMQP_PREFETCH=${BENCH_AMQP_PREFETCH:-1024}
 POOLS=${BENCH_POOLS:-"thread:4 thread:2 fork:4 fork:2"}
 AMQP_POOLS=${BENCH_AMQP_POOLS:-"thread:4 fork:4"}
 LAT_RATE=${BENCH_LAT_RATE:-1000}
+LAT_POOLS=${BENCH_LAT_POOLS:-"thread:4 fork:4"}
 AMQP_MODE=${BENCH_AMQP:-auto}
 OUT=${BENCH_OUT:-$BB/results.json}
+ALL_PARTS="redis hosts flat latency idle scale amqp rows"
+if [[ ${BENCH_ROWS_ONLY:-0} == 1 ]]; then
+	PARTS_LIST=rows
+else
+	read -r -a words <<<"${BENCH_PARTS:-$ALL_PARTS}"
+	PARTS_LIST="${words[*]}" # white space folded
+fi
+for p in $PARTS_LIST; do
+	[[ " $ALL_PARTS " == *" $p "* ]] ||
+		{ echo "bench: BENCH_PARTS: unknown part '$p' (parts: $ALL_PARTS)" >&2; exit 2; }
+done
+PARTS=" $PARTS_LIST "
+# part NAME: 0 when the part NAME runs
+part() {
+	[[ $PARTS == *" $1 "* ]]
+}
 # The ceiling keeps as many entries unacknowledged as the daemon may
 # (prefetch): two reads of prefetch/2 in flight.
 CEIL_DEPTH=2
@@ -108,8 +143,11 @@ R=$DIR/results # one JSON object per file
 mkdir -p "$R"
 REDIS_PID=
 RABBIT_PID=
-RABBIT_NODE=
 DAEMON_PID=
+AMQP=skip
+AMQP_NOTE="not in BENCH_PARTS"
+RABBIT_VERSION=
+BENCH_HOSTS_RUN=()
 T0=$SECONDS
 
 BENCH_LIB=$SRCDIR/scripts/bench
@@ -163,42 +201,45 @@ log "scratch dir $DIR; N=$N, AMQP N=$AMQP_N, $REPEAT run(s) per configuration"
 #   }
 #   BENCH_ROWS+=(bench_row_example)
 #
-# The functions run in that order after the built-in rows, before the table
-# is printed, while the private brokers still run: redis-server on
-# REDIS_PORT (REDIS_URL, REDIS_PID, rcli ARGS...), and RabbitMQ when AMQP is
-# not "skip" (AMQP_PORT, AMQP_URL, RABBIT_VM; AMQP_NOTE says why it is
-# skipped). At hand: write_cfg, start_daemon, stop_daemon (one daemon at a
-# time, DAEMON_PID), redis_run, best/median, free_port, jget, calc,
-# fmt_int, mib, verdict, log, the programs in $BB, the plugins in
-# $BUILD/plugins, scratch space in $DIR (removed at the end), QUICK=1 for
-# a smoke run. A function that fails fails the bench, as a failed run does;
-# a target it misses stays in the table as MISS with a note.
+# With "rows" in BENCH_PARTS, the functions run in that order after the
+# built-in rows, before the table is printed, while the private brokers
+# still run: redis-server on REDIS_PORT (REDIS_URL, REDIS_PID, rcli
+# ARGS...), and RabbitMQ when AMQP is not "skip" (AMQP_PORT, AMQP_URL,
+# RABBIT_VM; AMQP_NOTE says why it is skipped). At hand: write_cfg,
+# start_daemon, stop_daemon (one daemon at a time, DAEMON_PID), redis_run,
+# best/median (and med_of FILE: the median run's rate), rate_cell and
+# ratio_cell (best and median in one cell), at_least, free_port, jget,
+# calc, fmt_int, mib, verdict, log, proc_ticks, the programs in $BB, the
+# plugins in $BUILD/plugins, scratch space in $DIR (removed at the end),
+# QUICK=1 for a smoke run. A function that fails fails the bench, as a
+# failed run does; a target it misses stays in the table as MISS with a
+# note.
 BENCH_ROWS=()
-for f in "$BENCH_LIB"/rows/*.sh "$SRCDIR"/scripts/bench-rows/*.sh; do
-	[[ -f $f ]] || continue
-	if [[ -n ${BENCH_ROW_FILES:-} && " $BENCH_ROW_FILES " != *" $(basename "$f" .sh) "* ]]; then
-		continue
-	fi
-	# shellcheck source=/dev/null
-	. "$f"
-done
+if part rows; then
+	for f in "$BENCH_LIB"/rows/*.sh "$SRCDIR"/scripts/bench-rows/*.sh; do
+		[[ -f $f ]] || continue
+		if [[ -n ${BENCH_ROW_FILES:-} && " $BENCH_ROW_FILES " != *" $(basename "$f" .sh) "* ]]; then
+			continue
+		fi
+		# shellcheck source=/dev/null
+		. "$f"
+	done
+fi
 
 bench_redis_start
-if [[ ${BENCH_ROWS_ONLY:-0} == 1 ]]; then
+if part redis; then bench_redis_throughput; fi
+if part hosts; then bench_hosts; fi
+if part flat; then bench_redis_flatness; fi
+if part latency; then bench_redis_latency; fi
+if part idle; then bench_redis_idle; fi
+if part scale; then bench_scale; fi
+if part amqp || part latency || part rows; then
 	bench_amqp_probe
 	bench_amqp_start
-else
-	bench_redis_throughput
-	bench_hosts
-	bench_redis_flatness
-	bench_redis_latency
-	bench_redis_idle
-	bench_scale
-	bench_amqp_probe
-	bench_amqp_start
-	bench_amqp_runs
-	bench_report_rows
 fi
+if part amqp; then bench_amqp_runs; fi
+if part latency; then bench_amqp_latency; fi
+bench_report_rows
 for fn in "${BENCH_ROWS[@]}"; do
 	"$fn"
 done

@@ -25,15 +25,13 @@
  * end. host_busy_s and other_cpu_s as in measure.c. Then COMMAND gets
  * SIGTERM (SIGKILL after 20 s). One JSON object is printed on stdout; the
  * exit status is 0 when the run completed. */
-#include "../bench.h"
+#include "../child.h"
+#include "../proc.h"
 
-#include <dirent.h>
-#include <sys/wait.h>
 
 #include <hiredis/hiredis.h>
 
 #define PROG "peer_measure"
-#define MAX_PROCS 256
 #define MAX_KEYS 16
 
 struct opts {
@@ -47,59 +45,11 @@ struct opts {
     char **cmd;
 };
 
-/* tree_pids lists pid and its descendants (every thread's children). */
-static size_t tree_pids(pid_t pid, pid_t *out, size_t n, size_t cap)
-{
-    if (n >= cap)
-        return n;
-    out[n++] = pid;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return n;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char cpath[300];
-        snprintf(cpath, sizeof cpath, "/proc/%d/task/%s/children", (int)pid,
-                 e->d_name);
-        FILE *f = fopen(cpath, "re");
-        if (f == NULL)
-            continue;
-        int c;
-        while (fscanf(f, "%d", &c) == 1)
-            n = tree_pids((pid_t)c, out, n, cap);
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
-static long long status_kib(pid_t pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return 0;
-    long long v = 0;
-    size_t fl = strlen(field);
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, fl) == 0 && line[fl] == ':') {
-            v = strtoll(line + fl + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
 /* tree_ticks sums utime+stime over the tree; *hwm gets the sum of VmHWM. */
 static long long tree_ticks(pid_t pid, long long *hwm)
 {
-    pid_t pids[MAX_PROCS];
-    size_t n = tree_pids(pid, pids, 0, MAX_PROCS);
+    pid_t pids[BENCH_MAX_PROCS];
+    size_t n = bench_tree_pids(pid, pids, BENCH_MAX_PROCS);
     long long t = 0;
     if (hwm != NULL)
         *hwm = 0;
@@ -107,8 +57,11 @@ static long long tree_ticks(pid_t pid, long long *hwm)
         long long k = bench_proc_ticks(pids[i]);
         if (k > 0)
             t += k;
-        if (hwm != NULL)
-            *hwm += status_kib(pids[i], "VmHWM");
+        if (hwm != NULL) {
+            long long h = bench_status_kib(pids[i], "VmHWM");
+            if (h > 0)
+                *hwm += h;
+        }
     }
     return t;
 }
@@ -210,36 +163,9 @@ static pid_t spawn(const struct opts *o)
     pid_t pid = fork();
     if (pid < 0)
         bench_die(PROG, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        if (o->log != NULL) {
-            int fd = open(o->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-                close(fd);
-            }
-        }
-        execvp(o->cmd[0], o->cmd);
-        fprintf(stderr, "%s: exec %s: %s\n", PROG, o->cmd[0], strerror(errno));
-        _exit(127);
-    }
+    if (pid == 0)
+        bench_exec_logged(PROG, o->log, o->cmd);
     return pid;
-}
-
-/* stop sends SIGTERM, then SIGKILL after 20 s; returns a failure or NULL. */
-static const char *stop(pid_t pid, int *status)
-{
-    kill(pid, SIGTERM);
-    int64_t t0 = bench_mono_ns();
-    while (waitpid(pid, status, WNOHANG) != pid) {
-        if (bench_mono_ns() - t0 > 20000000000LL) {
-            kill(pid, SIGKILL);
-            waitpid(pid, status, 0);
-            return "the command ignored SIGTERM for 20 s";
-        }
-        bench_sleep_until(bench_mono_ns() + 5000000LL);
-    }
-    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -293,7 +219,7 @@ int main(int argc, char **argv)
         bench_sleep_until(now + o.poll_us * 1000LL);
     }
     if (!reaped) {
-        const char *f = stop(pid, &status);
+        const char *f = bench_stop_child(pid, &status);
         if (fail == NULL)
             fail = f;
     }

@@ -10,7 +10,7 @@ bench_amqp_probe() {
 	RABBIT_VERSION=""
 	if [[ $AMQP_MODE == no ]]; then
 		AMQP_NOTE="BENCH_AMQP=no"
-	elif [[ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] && ! command -v rabbitmq-server >/dev/null 2>&1; then
+	elif ! rabbit_installed; then
 		AMQP_NOTE="rabbitmq-server is not installed"
 	else
 		AMQP=ceiling
@@ -31,68 +31,14 @@ bench_amqp_probe() {
 	fi
 }
 
-# Erlang writes erl_crash.dump into its working directory (or here)
-export ERL_CRASH_DUMP="$DIR/erl_crash.dump"
-
-rabbitctl() {
-	env HOME="$DIR/rabbit" RABBITMQ_CONF_ENV_FILE="$DIR/rabbit/env.conf" \
-		"$RABBITCTL" -n "$RABBIT_NODE" -q "$@"
-}
-
-# start_rabbit: a private node on fresh free ports; 0 once it is up.
-start_rabbit() {
-	AMQP_PORT=$(free_port)
-	rm -rf "$DIR/rabbit"
-	mkdir -p "$DIR/rabbit/mnesia" "$DIR/rabbit/log"
-	: >"$DIR/rabbit/env.conf"
-	echo '[].' >"$DIR/rabbit/enabled_plugins"
-	(
-		cd "$DIR/rabbit" || exit
-		exec env HOME="$DIR/rabbit" RABBITMQ_NODE_PORT="$AMQP_PORT" \
-			RABBITMQ_DIST_PORT="$(free_port)" RABBITMQ_NODENAME="$RABBIT_NODE" \
-			RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-			RABBITMQ_MNESIA_BASE="$DIR/rabbit/mnesia" RABBITMQ_LOG_BASE="$DIR/rabbit/log" \
-			RABBITMQ_CONF_ENV_FILE="$DIR/rabbit/env.conf" \
-			RABBITMQ_CONFIG_FILE="$DIR/rabbit/rabbitmq" \
-			RABBITMQ_ENABLED_PLUGINS_FILE="$DIR/rabbit/enabled_plugins" \
-			RABBITMQ_PID_FILE="$DIR/rabbit/pid" \
-			"$RABBIT_SERVER"
-	) >>"$DIR/rabbit.log" 2>&1 &
-	RABBIT_PID=$!
-	local i
-	for ((i = 0; i < 120; i++)); do
-		# our node name: a broker of someone else on the port cannot answer
-		rabbitctl await_startup --timeout 60 >/dev/null 2>&1 && return 0
-		kill -0 "$RABBIT_PID" 2>/dev/null || break
-		sleep 0.5
-	done
-	[[ -s $DIR/rabbit/pid ]] && kill -KILL "$(cat "$DIR/rabbit/pid")" 2>/dev/null
-	kill -KILL "$RABBIT_PID" 2>/dev/null || true
-	wait "$RABBIT_PID" 2>/dev/null || true
-	RABBIT_PID=
-	return 1
-}
-
 # bench_amqp_start: the private node, when AMQP is not skip.
 bench_amqp_start() {
 	if [[ $AMQP != skip ]]; then
 		log "RabbitMQ: starting a private node"
-		RABBIT_SERVER=/usr/lib/rabbitmq/bin/rabbitmq-server
-		RABBITCTL=/usr/lib/rabbitmq/bin/rabbitmqctl
-		# /usr/sbin/ wrappers switch to the rabbitmq user, who cannot write here
-		[[ -x $RABBIT_SERVER ]] || RABBIT_SERVER=$(command -v rabbitmq-server)
-		[[ -x $RABBITCTL ]] || RABBITCTL=$(command -v rabbitmqctl)
-		RABBIT_NODE=taskmill-bench-$$@localhost
-		# a port taken between the check and the bind fails the start: retry
-		if start_rabbit || start_rabbit; then
-			# the broker's CPU is the Erlang VM's, whose pid is in the pid file
-			RABBIT_VM=$(cat "$DIR/rabbit/pid")
-			RABBIT_VERSION=$(rabbitctl version 2>/dev/null || true)
-		else
+		if ! rabbit_start "$DIR" "taskmill-bench-$$"; then
 			AMQP=skip
 			AMQP_NOTE="the private rabbitmq-server did not start (see rabbit.log)"
 			log "$AMQP_NOTE"
-			tail -n 5 "$DIR/rabbit.log" >&2 || true
 		fi
 	fi
 
@@ -146,59 +92,66 @@ amqp_quorum_run() {
 	log "$name: $(fmt_int "$(jget "$R/$name.json" rate)") msgs/s"
 }
 
-# bench_amqp_runs: throughput of each configuration, quorum, latency.
-bench_amqp_runs() {
-	AMQP_CONFIGS=()
-	if [[ $AMQP != skip ]]; then
-		AMQP_CONFIGS=(ceiling)
-		if [[ $AMQP == full ]]; then
-			read -r -a more <<<"$AMQP_POOLS"
-			AMQP_CONFIGS+=("${more[@]}")
-			# the daemon declares its queues (with its own arguments) first
-			HTTP=$(free_port)
-			write_cfg "$DIR/declare.yaml" "$AMQP_URL" thread 1 "$HTTP" \
-				"  noop: { plugin: noop.so, queue: bench.noop }
+# amqp_declare: the daemon declares its queues (with its own arguments)
+# before anything is loaded into them: bench.noop and bench.lat, and the
+# quorum queue bench.quorum. Once per bench.
+AMQP_DECLARED=0
+amqp_declare() {
+	local http
+	((AMQP_DECLARED == 0)) || return 0
+	AMQP_DECLARED=1
+	http=$(free_port)
+	write_cfg "$DIR/declare.yaml" "$AMQP_URL" thread 1 "$http" \
+		"  noop: { plugin: noop.so, queue: bench.noop }
   journal: { plugin: journal.so, queue: bench.lat, config: { path: \"$DIR/lat-journal.txt\" } }"
-		start_daemon "$DIR/declare.yaml" "$DIR/declare.log" "$HTTP"
-			stop_daemon
-		fi
-		if [[ $AMQP == full ]]; then
-			# the quorum queue, declared by a daemon that uses it
-			HTTP=$(free_port)
-			BROKER_EXTRA=", amqp: { queue_type: quorum }" write_cfg \
-				"$DIR/declare-quorum.yaml" "$AMQP_URL" thread 1 "$HTTP" \
-				"  noop: { plugin: noop.so, queue: bench.quorum }"
-			start_daemon "$DIR/declare-quorum.yaml" "$DIR/declare.log" "$HTTP"
-			stop_daemon
-		fi
-		for ((rep = 1; rep <= REPEAT; rep++)); do
-			for c in "${AMQP_CONFIGS[@]}"; do
-				amqp_run "amqp.${c/:/}.run$rep" "$c"
-			done
-			if [[ $AMQP == full ]]; then
-				amqp_quorum_run "amqp.quorum.thread4.run$rep"
-			fi
-		done
-		for c in "${AMQP_CONFIGS[@]}"; do
-			best "amqp.${c/:/}"
-		done
-		if [[ $AMQP == full ]]; then
-			best amqp.quorum.thread4
-		fi
-		if [[ $AMQP == full ]]; then
-			log "RabbitMQ: latency at $LAT_RATE msgs/s for $LAT_SECONDS s"
-			HTTP=$(free_port)
-			write_cfg "$DIR/lat-amqp.yaml" "$AMQP_URL" thread 4 "$HTTP" \
-				"  journal: { plugin: journal.so, queue: bench.lat, prefetch: $AMQP_PREFETCH, timeout: 0, config: { path: \"$DIR/lat-journal.txt\" } }"
-			start_daemon "$DIR/lat-amqp.yaml" "$DIR/lat-amqp.log" "$HTTP"
-			"$BB/pub_rate" rtt-amqp 127.0.0.1 "$AMQP_PORT" bench.lat 10000 >"$R/amqp.rtt.json"
-			BENCH_PIDS="$DAEMON_PID $RABBIT_VM" \
-				"$BB/pub_rate" amqp 127.0.0.1 "$AMQP_PORT" bench.lat "$LAT_RATE" "$LAT_SECONDS" \
-				"$DIR/lat-journal.txt" >"$R/amqp.lat.json" ||
-				{ echo "bench: latency run: $(cat "$R/amqp.lat.json")" >&2; exit 1; }
-			stop_daemon
-		else
-			"$BB/pub_rate" rtt-amqp 127.0.0.1 "$AMQP_PORT" bench.noop 10000 >"$R/amqp.rtt.json"
-		fi
+	start_daemon "$DIR/declare.yaml" "$DIR/declare.log" "$http"
+	stop_daemon
+	http=$(free_port)
+	BROKER_EXTRA=", amqp: { queue_type: quorum }" write_cfg \
+		"$DIR/declare-quorum.yaml" "$AMQP_URL" thread 1 "$http" \
+		"  noop: { plugin: noop.so, queue: bench.quorum }"
+	start_daemon "$DIR/declare-quorum.yaml" "$DIR/declare.log" "$http"
+	stop_daemon
+}
+
+# bench_amqp_runs: throughput of the ceiling loop and each of AMQP_POOLS,
+# and of a thread x4 daemon on a quorum queue; REPEAT interleaved rounds.
+bench_amqp_runs() {
+	local c rep more
+	AMQP_CONFIGS=()
+	[[ $AMQP != skip ]] || return 0
+	AMQP_CONFIGS=(ceiling)
+	if [[ $AMQP == full ]]; then
+		read -r -a more <<<"$AMQP_POOLS"
+		AMQP_CONFIGS+=("${more[@]}")
+		amqp_declare
 	fi
+	for ((rep = 1; rep <= REPEAT; rep++)); do
+		for c in "${AMQP_CONFIGS[@]}"; do
+			amqp_run "amqp.${c/:/}.run$rep" "$c"
+		done
+		if [[ $AMQP == full ]]; then
+			amqp_quorum_run "amqp.quorum.thread4.run$rep"
+		fi
+	done
+	for c in "${AMQP_CONFIGS[@]}"; do
+		best "amqp.${c/:/}"
+	done
+	if [[ $AMQP == full ]]; then
+		best amqp.quorum.thread4
+	fi
+}
+
+# bench_amqp_latency: publish -> run at LAT_RATE msgs/s for LAT_SECONDS
+# through a daemon of each of LAT_POOLS in turn, its journal task
+# appending each message to a file that pub_rate watches (into
+# $R/amqp.lat.KINDSIZE.json); the broker's round trip back to back
+# ($R/amqp.rtt.json). Only with the RabbitMQ adapter (AMQP full).
+bench_amqp_latency() {
+	[[ $AMQP == full ]] || return 0
+	amqp_declare
+	"$BB/pub_rate" rtt-amqp 127.0.0.1 "$AMQP_PORT" bench.lat 10000 >"$R/amqp.rtt.json"
+	latency_runs amqp "$AMQP_URL" "$RABBIT_VM" \
+		"  journal: { plugin: journal.so, queue: bench.lat, prefetch: $AMQP_PREFETCH, timeout: 0, config: { path: \"$DIR/lat-journal.txt\" } }" \
+		amqp 127.0.0.1 "$AMQP_PORT" bench.lat "$LAT_RATE" "$LAT_SECONDS" "$DIR/lat-journal.txt"
 }

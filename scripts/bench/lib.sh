@@ -1,63 +1,25 @@
 # shellcheck shell=bash
-# The helpers of scripts/bench.sh (sourced by it): logging, waiting,
-# free ports, JSON fields, the daemon's config and start, picking the best
-# or the median run. Uses the driver's DIR, R, TM, BUILD, the broker pids.
+# The helpers of scripts/bench.sh (sourced by it): the daemon's config,
+# start and stop, the cleanup at exit, picking the best or the median run;
+# the rest comes from util.sh. Uses the driver's DIR, R, TM, BUILD, the
+# broker pids.
 
-log() {
-	printf '[bench %3ds] %s\n' $((SECONDS - T0)) "$*" >&2
-}
-
-now_ms() {
-	local t=${EPOCHREALTIME/./}
-	echo $((t / 1000))
-}
-
-# wait_gone PID SECONDS: wait for a process to exit; 1 if it did not.
-wait_gone() {
-	local deadline=$(($(now_ms) + $2 * 1000))
-	while kill -0 "$1" 2>/dev/null; do
-		(($(now_ms) < deadline)) || return 1
-		sleep 0.05
-	done
-	wait "$1" 2>/dev/null || true
-}
+# log, now_ms, wait_gone, stop_pid, free_port, jget, calc, fmt_int, mib,
+# rcli, start_daemon, the private brokers, bench_cleanup, print_table
+# shellcheck source=scripts/bench/util.sh
+. "$BENCH_LIB/util.sh"
 
 stop_daemon() {
 	[[ -n $DAEMON_PID ]] || return 0
-	kill -TERM "$DAEMON_PID" 2>/dev/null || true
-	wait_gone "$DAEMON_PID" 20 || kill -KILL "$DAEMON_PID" 2>/dev/null || true
+	stop_pid "$DAEMON_PID" 20
 	DAEMON_PID=
 }
 
 cleanup() {
 	local rc=$?
 	stop_daemon
-	if [[ -n $REDIS_PID ]]; then
-		kill -TERM "$REDIS_PID" 2>/dev/null || true
-		wait_gone "$REDIS_PID" 10 || kill -KILL "$REDIS_PID" 2>/dev/null || true
-	fi
-	if [[ -n $RABBIT_PID ]]; then
-		rabbitctl shutdown >/dev/null 2>&1 || true
-		wait_gone "$RABBIT_PID" 20 || kill -KILL "$RABBIT_PID" 2>/dev/null || true
-	fi
-	if ((rc != 0)); then
-		local f
-		for f in "$DIR"/*.log; do
-			[[ -s $f ]] || continue
-			echo "--- $f (last 15 lines)" >&2
-			tail -n 15 "$f" >&2
-		done
-	fi
-	if [[ ${BENCH_KEEP:-0} == 1 ]]; then
-		echo "bench: scratch dir kept: $DIR" >&2
-	else
-		rm -rf "$DIR"
-	fi
-	exit "$rc"
+	bench_cleanup "$rc" "$DIR" "${BENCH_KEEP:-0}"
 }
-
-# free_port, jget, calc, fmt_int, rcli
-. "$BENCH_LIB/util.sh"
 
 # ---------------------------------------------------------------- daemon
 
@@ -75,20 +37,25 @@ $6
 YAML
 }
 
-# start_daemon CFG LOG HTTP_PORT: run the daemon and wait for /ping 200.
-start_daemon() {
-	"$TM" run -c "$1" 2>>"$2" &
-	DAEMON_PID=$!
-	local deadline=$(($(now_ms) + 30000)) code
-	while :; do
-		code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$3/ping" || true)
-		[[ $code == 200 ]] && return 0
-		if ! kill -0 "$DAEMON_PID" 2>/dev/null || (($(now_ms) > deadline)); then
-			echo "bench: the daemon did not become ready ($1); log:" >&2
-			tail -n 20 "$2" >&2
-			return 1
-		fi
-		sleep 0.05
+
+# latency_runs NAME URL BROKER_PID TASKS_YAML PUB_RATE_ARGS...: for each
+# of LAT_POOLS in turn, a daemon with TASKS_YAML on URL, and pub_rate
+# PUB_RATE_ARGS... publishing to it at LAT_RATE for LAT_SECONDS; each
+# result into $R/NAME.lat.KINDSIZE.json.
+latency_runs() {
+	local b=$1 url=$2 bpid=$3 tasks=$4 c kind size http f label=RabbitMQ
+	shift 4
+	[[ $b == redis ]] && label=Redis
+	for c in $LAT_POOLS; do
+		log "$label: latency at $LAT_RATE msgs/s for $LAT_SECONDS s, $c"
+		read -r kind size < <(pool_words "$c")
+		http=$(free_port)
+		write_cfg "$DIR/lat-$b-$kind$size.yaml" "$url" "$kind" "$size" "$http" "$tasks"
+		start_daemon "$DIR/lat-$b-$kind$size.yaml" "$DIR/lat-$b-$kind$size.log" "$http"
+		f=$R/$b.lat.$kind$size.json
+		BENCH_PIDS="$DAEMON_PID $bpid" "$BB/pub_rate" "$@" >"$f" ||
+			{ echo "bench: latency run ($b, $c): $(cat "$f")" >&2; exit 1; }
+		stop_daemon
 	done
 }
 
@@ -98,24 +65,18 @@ pool_words() {
 }
 
 # pick NAME_PREFIX best|median: copy the run with the highest (or the
-# median) rate to $R/NAME_PREFIX.json and list every run's rate in it. Load
+# median) rate to $R/NAME_PREFIX.json, with every run's rate ("runs") and
+# the median rate ("median_rate": of an even count, the lower middle). Load
 # from elsewhere on the host only ever slows a run down, so the best of a
 # few is the least disturbed one; flatness compares medians of two sides.
 pick() {
-	local prefix=$1 which=$2 f rates=() files=()
-	for f in "$R/$prefix".run*.json; do
-		files+=("$f")
-	done
-	local chosen
-	chosen=$(for f in "${files[@]}"; do echo "$(jget "$f" rate) $f"; done |
-		sort -n | awk -v which="$which" '{ a[NR] = $2 }
-			END { print which == "median" ? a[int((NR + 1) / 2)] : a[NR] }')
-	for f in "${files[@]}"; do
-		rates+=("$(jget "$f" rate)")
-	done
-	local list
-	list=$(IFS=,; echo "${rates[*]}")
-	sed "s/}\$/,\"runs\":[$list]}/" "$chosen" >"$R/$prefix.json"
+	local prefix=$1 which=$2 f sorted chosen med list
+	sorted=$(for f in "$R/$prefix".run*.json; do echo "$(jget "$f" rate) $f"; done | sort -n)
+	chosen=$(awk -v which="$which" '{ a[NR] = $2 }
+		END { print which == "median" ? a[int((NR + 1) / 2)] : a[NR] }' <<<"$sorted")
+	med=$(awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }' <<<"$sorted")
+	list=$(for f in "$R/$prefix".run*.json; do jget "$f" rate; done | paste -sd, -)
+	sed "s/}\$/,\"runs\":[$list],\"median_rate\":$med}/" "$chosen" >"$R/$prefix.json"
 }
 
 best() { pick "$1" best; }

@@ -6,16 +6,7 @@
 # bench_redis_start: the private redis-server on a free port (REDIS_PORT,
 # REDIS_PID, REDIS_URL).
 bench_redis_start() {
-	REDIS_PORT=$(free_port)
-	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$DIR" --save '' \
-		--appendonly no --daemonize no --logfile "$DIR/redis.log" &
-	REDIS_PID=$!
-	for ((i = 0; i < 100; i++)); do
-		[[ $(rcli ping 2>/dev/null) == PONG ]] && break
-		sleep 0.1
-	done
-	[[ $(rcli ping 2>/dev/null) == PONG ]] || { echo "bench: redis-server did not start" >&2; exit 1; }
-	REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+	redis_start "$DIR"
 	GROUP=taskmill
 }
 
@@ -107,18 +98,18 @@ bench_redis_flatness() {
 	done
 }
 
+# bench_redis_latency: publish -> ack at LAT_RATE msgs/s for LAT_SECONDS,
+# through a daemon of each of LAT_POOLS in turn (into
+# $R/redis.lat.KINDSIZE.json), and the broker's own round trip, back to
+# back on the idle broker ($R/redis.rtt.json; pub_rate also measures it in
+# the same window as the latencies).
 bench_redis_latency() {
-	# Latency: publish -> ack at a steady rate, and the broker's own round trip.
-	log "Redis: latency at $LAT_RATE msgs/s for $LAT_SECONDS s"
-	HTTP=$(free_port)
-	write_cfg "$DIR/lat-redis.yaml" "$REDIS_URL" thread 4 "$HTTP" \
-		"  noop: { plugin: noop.so, queue: bench.lat, group: $GROUP, prefetch: $PREFETCH, timeout: 0 }"
-	start_daemon "$DIR/lat-redis.yaml" "$DIR/lat-redis.log" "$HTTP"
 	"$BB/pub_rate" rtt-redis 127.0.0.1 "$REDIS_PORT" 10000 >"$R/redis.rtt.json"
-	BENCH_PIDS="$DAEMON_PID $REDIS_PID" \
-		"$BB/pub_rate" redis 127.0.0.1 "$REDIS_PORT" bench.lat "$LAT_RATE" "$LAT_SECONDS" \
-		>"$R/redis.lat.json" || { echo "bench: latency run: $(cat "$R/redis.lat.json")" >&2; exit 1; }
-	stop_daemon
+	rcli DEL bench.lat >/dev/null
+	latency_runs redis "$REDIS_URL" "$REDIS_PID" \
+		"  noop: { plugin: noop.so, queue: bench.lat, group: $GROUP, prefetch: $PREFETCH, timeout: 0 }" \
+		redis 127.0.0.1 "$REDIS_PORT" bench.lat "$LAT_RATE" "$LAT_SECONDS"
+	rcli DEL bench.lat >/dev/null
 }
 
 # Idle RSS: 4 workers, the five example tasks, 2 s after /ping turns 200.

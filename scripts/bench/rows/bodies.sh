@@ -40,7 +40,7 @@ body_run() {
 }
 
 bench_row_bodies() {
-	local spec bytes n pf stream last rep c label ceil mbs rate ratio ok v
+	local spec bytes n pf stream last rep c label cf f ceil mbs rate ratio cells v
 	for spec in "65536 $BODY64_N 256 64KiB" "1048576 $BODY1M_N 64 1MiB"; do
 		read -r bytes n pf label <<<"$spec"
 		stream=bench.body$label
@@ -56,26 +56,28 @@ bench_row_bodies() {
 			best "body$label.${c/:/}"
 		done
 		rcli DEL "$stream" >/dev/null
-		ceil=$(jget "$R/body$label.ceiling.json" rate)
+		cf=$R/body$label.ceiling.json
+		ceil=$(jget "$cf" rate)
 		mbs=$(calc "$ceil * $bytes / 1000000")
-		row "Redis $label bodies, ceiling loop" "$(printf %.0f "$mbs") MB/s" - - - - \
-			"$(run_cols "$R/body$label.ceiling.json"); $(fmt_int "$ceil") msgs/s"
+		row "Redis $label bodies, ceiling loop" \
+			"$(printf '%.0f MB/s (med %.0f)' "$mbs" "$(calc "$(med_of "$cf") * $bytes / 1000000")")" - - - - \
+			"$(run_cols "$cf"); $(fmt_int "$ceil") msgs/s"
 		for c in $BODY_POOLS; do
-			rate=$(jget "$R/body$label.${c/:/}.json" rate)
+			f=$R/body$label.${c/:/}.json
+			rate=$(jget "$f" rate)
 			ratio=$(calc "$rate / $ceil")
+			cells=("$(printf '%.0f MB/s (med %.0f)' "$(calc "$rate * $bytes / 1000000")" \
+				"$(calc "$(med_of "$f") * $bytes / 1000000")")" \
+				"$(printf %.0f "$mbs") MB/s" "$(ratio_cell "$f" "$cf")")
 			if [[ $label == 64KiB ]]; then
-				ok=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.8) ? 1 : 0 }')
-				v=$(verdict "$ok")
-				target_json "body64k.${c/:/}.ratio" "$(printf %.3f "$ratio")" ">= 0.8" "$v"
-				row "Redis $label bodies, taskmill ${c/:/ x}" \
-					"$(printf %.0f "$(calc "$rate * $bytes / 1000000")") MB/s" \
-					"$(printf %.0f "$mbs") MB/s" "$(printf %.2f "$ratio")" ">= 0.8" "$v" \
-					"$(run_cols "$R/body$label.${c/:/}.json"); $(fmt_int "$rate") msgs/s, prefetch $pf"
+				v=$(verdict "$(at_least "$ratio" 0.8)")
+				target_json "body64k.${c/:/}.ratio" "$(printf %.3f "$ratio")" ">= 0.8" "$v" \
+					"$(printf %.3f "$(calc "$(med_of "$f") / $(med_of "$cf")")")"
+				row "Redis $label bodies, taskmill ${c/:/ x}" "${cells[@]}" ">= 0.8" "$v" \
+					"$(run_cols "$f"); $(fmt_int "$rate") msgs/s, prefetch $pf"
 			else
-				row "Redis $label bodies, taskmill ${c/:/ x}" \
-					"$(printf %.0f "$(calc "$rate * $bytes / 1000000")") MB/s" \
-					"$(printf %.0f "$mbs") MB/s" "$(printf %.2f "$ratio")" - reported \
-					"$(run_cols "$R/body$label.${c/:/}.json"); $(fmt_int "$rate") msgs/s, prefetch $pf"
+				row "Redis $label bodies, taskmill ${c/:/ x}" "${cells[@]}" - reported \
+					"$(run_cols "$f"); $(fmt_int "$rate") msgs/s, prefetch $pf"
 			fi
 		done
 	done

@@ -11,7 +11,7 @@ SLEEP_S=${BENCH_SLEEP_S:-$((QUICK == 1 ? 2 : 5))}
 SLEEP_MS=10
 
 bench_row_sleep() {
-	local c kind size ideal n stream last rep http name rate ratio ok v
+	local c kind size ideal n stream last rep http name f ratio med cells v
 	for ((rep = 1; rep <= REPEAT; rep++)); do
 		for c in $SLEEP_POOLS; do
 			read -r kind size < <(pool_words "$c")
@@ -41,17 +41,16 @@ bench_row_sleep() {
 		read -r kind size < <(pool_words "$c")
 		best "sleep.$kind$size"
 		ideal=$((size * 1000 / SLEEP_MS))
-		rate=$(jget "$R/sleep.$kind$size.json" rate)
-		ratio=$(calc "$rate / $ideal")
+		f=$R/sleep.$kind$size.json
+		ratio=$(calc "$(jget "$f" rate) / $ideal")
+		med=$(calc "$(med_of "$f") / $ideal")
+		cells=("$(rate_cell "$f")" "$(fmt_int "$ideal")/s ideal" "$(printf '%.2f (med %.2f)' "$ratio" "$med")")
 		if [[ $kind == thread ]]; then
-			ok=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.9) ? 1 : 0 }')
-			v=$(verdict "$ok")
-			target_json "sleep10ms.$kind$size.ratio" "$(printf %.3f "$ratio")" ">= 0.9" "$v"
-			row "10 ms sleep tasks, $kind x$size" "$(fmt_int "$rate")/s" "$(fmt_int "$ideal")/s ideal" \
-				"$(printf %.2f "$ratio")" ">= 0.9" "$v" "$(run_cols "$R/sleep.$kind$size.json")"
+			v=$(verdict "$(at_least "$ratio" 0.9)")
+			target_json "sleep10ms.$kind$size.ratio" "$(printf %.3f "$ratio")" ">= 0.9" "$v" "$(printf %.3f "$med")"
+			row "10 ms sleep tasks, $kind x$size" "${cells[@]}" ">= 0.9" "$v" "$(run_cols "$f")"
 		else
-			row "10 ms sleep tasks, $kind x$size" "$(fmt_int "$rate")/s" "$(fmt_int "$ideal")/s ideal" \
-				"$(printf %.2f "$ratio")" - reported "$(run_cols "$R/sleep.$kind$size.json")"
+			row "10 ms sleep tasks, $kind x$size" "${cells[@]}" - reported "$(run_cols "$f")"
 		fi
 	done
 }
