@@ -11,8 +11,10 @@
 
 PSS_POOLS=${BENCH_PSS_POOLS:-"thread fork"}
 
-# pss_tree PID: the PSS in KiB of PID and its descendants, and how many
-# processes that is ("KIB N").
+# pss_tree PID: the PSS in KiB of PID and its descendants, its anonymous
+# and its file-backed part, and how many processes that is
+# ("KIB ANON_KIB FILE_KIB N"). The file part is mostly shared libraries:
+# their pages count in full when no other process on the host maps them.
 pss_tree() {
 	local todo=("$1") all=() p k
 	while ((${#todo[@]} > 0)); do
@@ -24,29 +26,32 @@ pss_tree() {
 			todo+=("$k")
 		done
 	done
-	local sum=0 v
+	local files=()
 	for p in "${all[@]}"; do
-		v=$(awk '/^Pss:/ { print $2 }' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)
-		sum=$((sum + ${v:-0}))
+		files+=("/proc/$p/smaps_rollup")
 	done
-	echo "$sum ${#all[@]}"
+	awk -v n="${#all[@]}" '
+		/^Pss:/ { t += $2 }
+		/^Pss_Anon:/ { a += $2 }
+		/^Pss_File:/ { f += $2 }
+		END { print t + 0, a + 0, f + 0, n }' "${files[@]}" 2>/dev/null
 }
 
 # pss_idle NAME KIND TASKS_YAML WAIT_S: start a daemon, wait, measure
 pss_idle() {
-	local name=$1 kind=$2 tasks=$3 wait_s=$4 http kib procs
+	local name=$1 kind=$2 tasks=$3 wait_s=$4 http kib anon file procs
 	http=$(free_port)
 	write_cfg "$DIR/$name.yaml" "$REDIS_URL" "$kind" 4 "$http" "$tasks"
 	start_daemon "$DIR/$name.yaml" "$DIR/$name.log" "$http"
 	sleep "$wait_s"
-	read -r kib procs < <(pss_tree "$DAEMON_PID")
-	echo "{\"pss_kib\":$kib,\"processes\":$procs}" >"$R/$name.json"
+	read -r kib anon file procs < <(pss_tree "$DAEMON_PID")
+	echo "{\"pss_kib\":$kib,\"anon_kib\":$anon,\"file_kib\":$file,\"processes\":$procs}" >"$R/$name.json"
 	stop_daemon
 	log "$name: PSS $(mib "$kib") MiB in $procs processes"
 }
 
 bench_row_pss() {
-	local kind f kib procs ok v limit what
+	local kind f kib procs ok v limit what anon file
 	for kind in $PSS_POOLS; do
 		pss_idle "pss.$kind.examples" "$kind" "$(
 			cat <<YAML
@@ -68,13 +73,15 @@ YAML
 			f=$R/pss.$kind.$what.json
 			kib=$(jget "$f" pss_kib)
 			procs=$(jget "$f" processes)
+			anon=$(jget "$f" anon_kib)
+			file=$(jget "$f" file_kib)
 			if [[ $what == examples ]]; then limit=3; else limit=8; fi
 			ok=$(awk -v k="$kib" -v l="$limit" 'BEGIN { print (k <= l * 1024) ? 1 : 0 }')
 			v=$(verdict "$ok")
 			target_json "idle_pss.$kind.$what" "$(mib "$kib")" "<= $limit" "$v"
 			if [[ $what == examples ]]; then what="5 example tasks"; else what="500 noop tasks"; fi
 			row "idle PSS, $kind x4, $what" "$(mib "$kib") MiB" - - "<= $limit MiB" "$v" - - - \
-				"smaps_rollup Pss of the daemon and its $((procs - 1)) descendant(s), idle"
+				"smaps_rollup Pss of the daemon and its $((procs - 1)) descendant(s), idle: anonymous $(mib "$anon") MiB, files (the binary, shared libraries) $(mib "$file") MiB"
 		done
 	done
 }
