@@ -46,6 +46,8 @@
  * their turn. */
 #define TM_REDIS_PROMOTE_BATCH 500
 #define TM_REDIS_PROMOTE_CALLS 20
+/* Tasks one script call looks at (3 keys each), all in one slot. */
+#define TM_REDIS_PROMOTE_CHUNK 256
 /* Command timeout of the promoter's connection; and its reconnect
  * backoff bounds after a failure. */
 #define TM_REDIS_PROMOTE_TIMEOUT_MS 5000
@@ -53,18 +55,22 @@
 #define TM_REDIS_PROMOTE_BACKOFF_MAX_MS 5000
 
 /*
- * promote_script moves up to ARGV[1] members of the scheduled set that
- * are due by the server's clock into the stream, each as an entry with
- * field body (the member's body, its text unchanged), scheduled_id (its
- * id) and reply_to, correlation_id, dedup_key when the member has them.
- * A member that cannot be moved goes to the dead-letter stream instead
- * (body = the member's text, task ARGV[2], error, attempts 0, failed_at,
- * origin_id = its id when readable). XADD comes before ZREM for each
- * member: a failing XADD (OOM, a key of the wrong type) stops the script
- * with the member still in the set, and the members before it are moved
- * completely. KEYS: scheduled set, stream, dead-letter stream. ARGV:
- * batch, task name. Returns {moved, dead-lettered, ms until the next
- * member is due or -1 when the set is empty, members left}.
+ * promote_script moves, for each of a chunk of tasks in turn, the members
+ * of its scheduled set that are due by the server's clock into its
+ * stream, at most ARGV[1] members in all: each as an entry with field
+ * body (the member's body, its text unchanged), scheduled_id (its id) and
+ * reply_to, correlation_id, dedup_key when the member has them. A member
+ * that cannot be moved goes to the task's dead-letter stream instead
+ * (body = the member's text, task = its name, error, attempts 0,
+ * failed_at, origin_id = its id when readable). XADD comes before ZREM
+ * for each member: a failing XADD (OOM, a key of the wrong type) stops
+ * the script with the member still in the set, and the members before it
+ * are moved completely. KEYS: scheduled set, stream, dead-letter stream,
+ * per task. ARGV: batch, then the task names. Returns, per task, {moved,
+ * dead-lettered, ms until its next member is due (-1: its set is empty;
+ * 0: more are due, or the batch ran out before its turn), members left
+ * (-1: not looked at)}. One call serves up to TM_REDIS_PROMOTE_CHUNK
+ * idle tasks: the promoter's cost to Redis grows with chunks, not tasks.
  */
 static const char promote_script[] =
     "local function ws(s, i)\n"
@@ -156,28 +162,41 @@ static const char promote_script[] =
     "end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now,\n"
-    "  'LIMIT', 0, tonumber(ARGV[1]))\n"
-    "local moved, dead = 0, 0\n"
-    "for _, m in ipairs(due) do\n"
-    "  local f, why, id = entry(m)\n"
-    "  if f then\n"
-    "    redis.call('XADD', KEYS[2], '*', unpack(f))\n"
-    "    moved = moved + 1\n"
-    "  else\n"
-    "    redis.call('XADD', KEYS[3], '*', 'body', m, 'task', ARGV[2],\n"
-    "      'error', why, 'attempts', '0', 'failed_at', tostring(now),\n"
-    "      'origin_id', id or '')\n"
-    "    dead = dead + 1\n"
+    "local budget = tonumber(ARGV[1])\n"
+    "local out = {}\n"
+    "for i = 1, #ARGV - 1 do\n"
+    "  local ks, kq, kd = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]\n"
+    "  local moved, dead, wait, left = 0, 0, 0, -1\n"
+    "  if budget > 0 then\n"
+    "    local due = redis.call('ZRANGEBYSCORE', ks, '-inf', now,\n"
+    "      'LIMIT', 0, budget)\n"
+    "    for _, m in ipairs(due) do\n"
+    "      local f, why, id = entry(m)\n"
+    "      if f then\n"
+    "        redis.call('XADD', kq, '*', unpack(f))\n"
+    "        moved = moved + 1\n"
+    "      else\n"
+    "        redis.call('XADD', kd, '*', 'body', m, 'task', ARGV[i + 1],\n"
+    "          'error', why, 'attempts', '0', 'failed_at', tostring(now),\n"
+    "          'origin_id', id or '')\n"
+    "        dead = dead + 1\n"
+    "      end\n"
+    "      redis.call('ZREM', ks, m)\n"
+    "    end\n"
+    "    budget = budget - moved - dead\n"
+    "    local nxt = redis.call('ZRANGE', ks, 0, 0, 'WITHSCORES')\n"
+    "    wait = -1\n"
+    "    if #nxt > 0 then\n"
+    "      wait = math.max(0, math.ceil(tonumber(nxt[2]) - now))\n"
+    "    end\n"
+    "    left = redis.call('ZCARD', ks)\n"
     "  end\n"
-    "  redis.call('ZREM', KEYS[1], m)\n"
+    "  out[#out + 1] = moved\n"
+    "  out[#out + 1] = dead\n"
+    "  out[#out + 1] = wait\n"
+    "  out[#out + 1] = left\n"
     "end\n"
-    "local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n"
-    "local wait = -1\n"
-    "if #nxt > 0 then\n"
-    "  wait = math.max(0, math.ceil(tonumber(nxt[2]) - now))\n"
-    "end\n"
-    "return {moved, dead, wait, redis.call('ZCARD', KEYS[1])}\n";
+    "return out\n";
 
 /* struct tm_redis_sched is the promoter of one adapter. Everything under
  * mu is shared with the threads that publish (poke) and destroy (stop);
@@ -186,6 +205,8 @@ struct tm_redis_sched {
     struct tm_redis *rb;
     char **keys;                  /* per task: "<queue>.scheduled" */
     atomic_llong *counts;         /* per task: members left, -1 unknown */
+    size_t *order;                /* the tasks by slot (lane_key) */
+    const char **argv;            /* promoter thread: one chunk's call */
     pthread_t thread;
     int started;                  /* thread runs (settle thread; destroy,
                                      after the settle thread ended) */
@@ -210,58 +231,80 @@ char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
     return tm_asprintf("%s.scheduled", t->queue);
 }
 
-/* promote_task runs promote_script for task i until its due members are
- * moved (or TM_REDIS_PROMOTE_CALLS calls were made). Returns the ms until
- * its next member is due (-1: none; 0: more are due now), or -2 when the
- * connection failed (reason in eb). */
-static int64_t promote_task(struct tm_redis_sched *s, size_t i, char *eb,
-                            size_t ebsize)
+/* promote_chunk runs promote_script for the n tasks s->order[from ..]
+ * (one slot) until their due members are moved (or
+ * TM_REDIS_PROMOTE_CALLS calls were made). Returns the ms until the next
+ * member of any of them is due (-1: none; 0: more are due now), or -2
+ * when the connection failed (reason in eb). */
+static int64_t promote_chunk(struct tm_redis_sched *s, size_t from,
+                             size_t n, char *eb, size_t ebsize)
 {
-    const struct tm_cfg_task *t = s->rb->tasks[i].cfg;
-    char batch[24];
+    const size_t *ti = &s->order[from];
+    char batch[24], nkeys[24];
     tm_snprintf(batch, sizeof batch, "%d", TM_REDIS_PROMOTE_BATCH);
-    const char *argv[] = {"EVAL",  promote_script,  "3",   s->keys[i],
-                          t->queue, t->dead_letter, batch, t->name};
-    long long moved = 0, dead_lettered = 0;
+    tm_snprintf(nkeys, sizeof nkeys, "%zu", 3 * n);
+    size_t argc = 0;
+    s->argv[argc++] = "EVAL";
+    s->argv[argc++] = promote_script;
+    s->argv[argc++] = nkeys;
+    for (size_t k = 0; k < n; k++) {
+        const struct tm_cfg_task *t = s->rb->tasks[ti[k]].cfg;
+        s->argv[argc++] = s->keys[ti[k]];
+        s->argv[argc++] = t->queue;
+        s->argv[argc++] = t->dead_letter;
+    }
+    s->argv[argc++] = batch;
+    for (size_t k = 0; k < n; k++)
+        s->argv[argc++] = s->rb->tasks[ti[k]].cfg->name;
     int64_t wait = 0;
     for (int call = 0; call < TM_REDIS_PROMOTE_CALLS && wait == 0; call++) {
         int dead = 0;
         redisReply *r = tm_redis_link_run(s->rb, &s->link,
-                                          s->rb->tasks[i].slot, 8, argv,
-                                          NULL, 0, 0, eb, ebsize, &dead);
+                                          s->rb->tasks[ti[0]].slot,
+                                          (int)argc, s->argv, NULL, 0, 0,
+                                          eb, ebsize, &dead);
         if (r == NULL) {
             if (dead)
                 return -2;
-            tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
-                         "promoting delayed messages of '%s': %s",
-                         s->keys[i], eb);
+            tm_log_write(TM_LOG_WARNING, SRC, NULL, NULL,
+                         "promoting delayed messages of '%s'%s: %s",
+                         s->keys[ti[0]], n > 1 ? " and others" : "", eb);
             return TM_REDIS_PROMOTE_MAX_SLEEP_MS; /* try again later */
         }
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
-            long long m = r->element[0]->integer;
-            long long d = r->element[1]->integer;
-            moved += m;
-            dead_lettered += d;
-            wait = r->element[2]->integer;
-            atomic_store(&s->counts[i], r->element[3]->integer);
-            /* wait 0: a full batch left due members for another call;
-             * after a partial one the next member is due later */
-            if (m + d < TM_REDIS_PROMOTE_BATCH && wait == 0)
-                wait = 1;
-        } else {
-            wait = TM_REDIS_PROMOTE_MAX_SLEEP_MS;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * n) {
+            freeReplyObject(r);
+            return TM_REDIS_PROMOTE_MAX_SLEEP_MS;
         }
+        long long all = 0;
+        wait = -1;
+        for (size_t k = 0; k < n; k++) {
+            const struct tm_cfg_task *t = s->rb->tasks[ti[k]].cfg;
+            long long m = r->element[4 * k]->integer;
+            long long d = r->element[4 * k + 1]->integer;
+            long long w = r->element[4 * k + 2]->integer;
+            long long left = r->element[4 * k + 3]->integer;
+            all += m + d;
+            if (left >= 0)
+                atomic_store(&s->counts[ti[k]], left);
+            if (w >= 0 && (wait < 0 || w < wait))
+                wait = w;
+            if (m > 0)
+                tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
+                             "%lld delayed message(s) due: moved to '%s'",
+                             m, t->queue);
+            if (d > 0)
+                tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
+                             "%lld member(s) of '%s' could not become "
+                             "messages; moved to '%s' with the reason", d,
+                             s->keys[ti[k]], t->dead_letter);
+        }
+        /* wait 0: a full batch left due members for another call; after
+         * a partial one every task was looked at, and what is due now
+         * came in since (its member is due this millisecond) */
+        if (all < TM_REDIS_PROMOTE_BATCH && wait == 0)
+            wait = 1;
         freeReplyObject(r);
     }
-    if (moved > 0)
-        tm_log_write(TM_LOG_DEBUG, SRC, t->name, NULL,
-                     "%lld delayed message(s) due: moved to '%s'", moved,
-                     t->queue);
-    if (dead_lettered > 0)
-        tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
-                     "%lld member(s) of '%s' could not become messages; "
-                     "moved to '%s' with the reason", dead_lettered,
-                     s->keys[i], t->dead_letter);
     return wait;
 }
 
@@ -272,8 +315,15 @@ static int64_t round_run(struct tm_redis_sched *s)
     char eb[256];
     int64_t sleep_ms = TM_REDIS_PROMOTE_MAX_SLEEP_MS;
     int failed = 0;
-    for (size_t i = 0; i < s->rb->ntasks; i++) {
-        int64_t w = promote_task(s, i, eb, sizeof eb);
+    for (size_t i = 0; i < s->rb->ntasks;) {
+        /* a chunk: the tasks that follow in the same slot */
+        size_t n = 1;
+        unsigned key = s->rb->tasks[s->order[i]].lane_key;
+        while (i + n < s->rb->ntasks && n < TM_REDIS_PROMOTE_CHUNK &&
+               s->rb->tasks[s->order[i + n]].lane_key == key)
+            n++;
+        int64_t w = promote_chunk(s, i, n, eb, sizeof eb);
+        i += n;
         if (w == -2) {
             /* the link closed the connection to that task's node; the
              * other tasks (other nodes in a cluster) go on */
@@ -337,9 +387,20 @@ struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb)
     tm_redis_link_init(&s->link, TM_REDIS_PROMOTE_TIMEOUT_MS);
     s->keys = tm_calloc(n, sizeof *s->keys);
     s->counts = tm_calloc(n, sizeof *s->counts);
+    s->order = tm_calloc(n, sizeof *s->order);
+    s->argv = tm_calloc(4 + 4 * TM_REDIS_PROMOTE_CHUNK, sizeof *s->argv);
     for (size_t i = 0; i < rb->ntasks; i++) {
         s->keys[i] = tm_redis_scheduled_key(rb->tasks[i].cfg);
         atomic_store(&s->counts[i], -1);
+        /* tasks by slot (insertion sort, stable, once): a chunk is a run
+         * of one slot's tasks */
+        size_t j = i;
+        while (j > 0 && rb->tasks[s->order[j - 1]].lane_key >
+                            rb->tasks[i].lane_key) {
+            s->order[j] = s->order[j - 1];
+            j--;
+        }
+        s->order[j] = i;
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -388,6 +449,8 @@ void tm_redis_sched_free(struct tm_redis_sched *s)
         tm_free(s->keys[i]);
     tm_free(s->keys);
     tm_free(s->counts);
+    tm_free(s->order);
+    tm_free(s->argv);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     tm_free(s);

@@ -60,5 +60,13 @@ note "anonymous memory $anon KiB"
 if ! ldd "$TM_BIN" | grep -E 'lib(a|t)san' >/dev/null; then
 	assert_le 6144 "$anon" "anonymous memory (KiB) of a daemon with $NTASKS tasks"
 fi
+# and the commands an idle daemon sends do not grow with tasks either:
+# pause reads, the delayed-message promoter and the depth reads take one
+# command per chunk of tasks (the promoter sent one per task, 1,000/s
+# for 500 tasks). Commands scripts run inside Redis show as "lua".
+cmds=$(timeout 3 redis-cli -h 127.0.0.1 -p "$PRIV_REDIS_PORT" MONITOR 2>/dev/null |
+	awk '/^[0-9.]+ \[[0-9]+ [0-9.]+:[0-9]+\]/ { n++ } END { print n + 0 }' || true)
+note "$cmds commands sent to Redis in 3 s by an idle daemon with $NTASKS tasks"
+assert_le 150 "$cmds" "commands in 3 s of an idle daemon with $NTASKS tasks"
 stop_daemon
 true
