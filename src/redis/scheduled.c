@@ -57,7 +57,9 @@
 /*
  * promote_script moves, for each of a chunk of tasks in turn, the members
  * of its scheduled set that are due by the server's clock into its
- * stream, at most ARGV[1] members in all: each as an entry with field
+ * stream, at most ARGV[1] members in all, starting with the ARGV[2]th
+ * task (calls take turns going first, so that one task's backlog cannot
+ * keep the others' due members waiting): each as an entry with field
  * body (the member's body, its text unchanged), scheduled_id (its id) and
  * reply_to, correlation_id, dedup_key when the member has them. A member
  * that cannot be moved goes to the task's dead-letter stream instead
@@ -66,7 +68,8 @@
  * for each member: a failing XADD (OOM, a key of the wrong type) stops
  * the script with the member still in the set, and the members before it
  * are moved completely. KEYS: scheduled set, stream, dead-letter stream,
- * per task. ARGV: batch, then the task names. Returns, per task, {moved,
+ * per task. ARGV: batch, first, then the task names. Returns, per task
+ * in KEYS order, {moved,
  * dead-lettered, ms until its next member is due (-1: its set is empty;
  * 0: more are due, or the batch ran out before its turn), members left
  * (-1: not looked at)}. One call serves up to TM_REDIS_PROMOTE_CHUNK
@@ -163,8 +166,10 @@ static const char promote_script[] =
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local budget = tonumber(ARGV[1])\n"
+    "local n = #ARGV - 2\n"
     "local out = {}\n"
-    "for i = 1, #ARGV - 1 do\n"
+    "for j = 0, n - 1 do\n"
+    "  local i = (tonumber(ARGV[2]) - 1 + j) % n + 1\n"
     "  local ks, kq, kd = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]\n"
     "  local moved, dead, wait, left = 0, 0, 0, -1\n"
     "  if budget > 0 then\n"
@@ -176,7 +181,7 @@ static const char promote_script[] =
     "        redis.call('XADD', kq, '*', unpack(f))\n"
     "        moved = moved + 1\n"
     "      else\n"
-    "        redis.call('XADD', kd, '*', 'body', m, 'task', ARGV[i + 1],\n"
+    "        redis.call('XADD', kd, '*', 'body', m, 'task', ARGV[i + 2],\n"
     "          'error', why, 'attempts', '0', 'failed_at', tostring(now),\n"
     "          'origin_id', id or '')\n"
     "        dead = dead + 1\n"
@@ -191,10 +196,10 @@ static const char promote_script[] =
     "    end\n"
     "    left = redis.call('ZCARD', ks)\n"
     "  end\n"
-    "  out[#out + 1] = moved\n"
-    "  out[#out + 1] = dead\n"
-    "  out[#out + 1] = wait\n"
-    "  out[#out + 1] = left\n"
+    "  out[4 * i - 3] = moved\n"
+    "  out[4 * i - 2] = dead\n"
+    "  out[4 * i - 1] = wait\n"
+    "  out[4 * i] = left\n"
     "end\n"
     "return out\n";
 
@@ -207,6 +212,7 @@ struct tm_redis_sched {
     atomic_llong *counts;         /* per task: members left, -1 unknown */
     size_t *order;                /* the tasks by slot (lane_key) */
     const char **argv;            /* promoter thread: one chunk's call */
+    size_t turn;                  /* promoter thread: calls made */
     pthread_t thread;
     int started;                  /* thread runs (settle thread; destroy,
                                      after the settle thread ended) */
@@ -240,7 +246,7 @@ static int64_t promote_chunk(struct tm_redis_sched *s, size_t from,
                              size_t n, char *eb, size_t ebsize)
 {
     const size_t *ti = &s->order[from];
-    char batch[24], nkeys[24];
+    char batch[24], nkeys[24], first[24];
     tm_snprintf(batch, sizeof batch, "%d", TM_REDIS_PROMOTE_BATCH);
     tm_snprintf(nkeys, sizeof nkeys, "%zu", 3 * n);
     size_t argc = 0;
@@ -254,11 +260,13 @@ static int64_t promote_chunk(struct tm_redis_sched *s, size_t from,
         s->argv[argc++] = t->dead_letter;
     }
     s->argv[argc++] = batch;
+    s->argv[argc++] = first;
     for (size_t k = 0; k < n; k++)
         s->argv[argc++] = s->rb->tasks[ti[k]].cfg->name;
     int64_t wait = 0;
     for (int call = 0; call < TM_REDIS_PROMOTE_CALLS && wait == 0; call++) {
         int dead = 0;
+        tm_snprintf(first, sizeof first, "%zu", 1 + s->turn++ % n);
         redisReply *r = tm_redis_link_run(s->rb, &s->link,
                                           s->rb->tasks[ti[0]].slot,
                                           (int)argc, s->argv, NULL, 0, 0,
@@ -388,7 +396,7 @@ struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb)
     s->keys = tm_calloc(n, sizeof *s->keys);
     s->counts = tm_calloc(n, sizeof *s->counts);
     s->order = tm_calloc(n, sizeof *s->order);
-    s->argv = tm_calloc(4 + 4 * TM_REDIS_PROMOTE_CHUNK, sizeof *s->argv);
+    s->argv = tm_calloc(5 + 4 * TM_REDIS_PROMOTE_CHUNK, sizeof *s->argv);
     for (size_t i = 0; i < rb->ntasks; i++) {
         s->keys[i] = tm_redis_scheduled_key(rb->tasks[i].cfg);
         atomic_store(&s->counts[i], -1);
