@@ -3,6 +3,7 @@
  * never stalls the HTTP thread: the request's connection is suspended
  * meanwhile, and resumed when the answer is ready or its deadline passed. */
 #include "http/api.h"
+#include "http/http_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -129,7 +130,7 @@ static cJSON *entry_json(const struct tm_dlq_entry *e)
 /* set_pause writes task t's pause state with b, tells d's own intake at
  * once (the other daemons read it within their poll period), and answers
  * the task's new state. t is a task of the configuration the job holds
- * (see api_use), which may have been replaced since. */
+ * (see api_pin), which may have been replaced since. */
 static void set_pause(struct tm_daemon *d, struct tm_broker *b,
                       const struct tm_cfg_task *t, int paused,
                       struct tm_api_req *out)
@@ -281,58 +282,34 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
 /*
  * The configuration a job runs on: its broker connection borrows it, and
  * the job's task is one of its tasks. run_job takes it under gen_lock
- * (read), marks it in use, releases gen_lock, and only then calls the
- * broker, so a reload (gen_lock for writing) never waits for a broker
- * call, however slow; HTTP readers do not either.
- *
- * What keeps that configuration alive in between is api_use: the daemon
- * calls tm_http_api_release() before it frees a replaced configuration,
- * which waits while in_use points to it (at most the broker's own
- * command timeouts). in_use is set while gen_lock is held and the
- * configuration is still d->cfg, so once a reload has published a new
- * one, the old one is never picked up again. A configuration is not
- * changed once published. One API worker per process (there is one HTTP
- * server), so one configuration in use at most.
+ * (read), pins it (api_pin, see struct tm_http_pin), releases gen_lock,
+ * and only then calls the broker, so a reload (gen_lock for writing)
+ * never waits for a broker call, however slow; HTTP readers do not
+ * either. The daemon calls tm_http_api_release() before it frees a
+ * replaced configuration, which thus waits for the job, at most the
+ * broker's own command timeouts. A configuration is not changed once
+ * published. One API worker per process (there is one HTTP server).
  */
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;              /* in_use cleared */
-    const struct tm_cfg *in_use;    /* read by the API worker */
-} api_use = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL};
+static struct tm_http_pin api_pin = TM_HTTP_PIN_INIT;
 
-/* hold_cfg returns d's current configuration, marked in use. */
+/* hold_cfg returns d's current configuration, pinned. */
 static const struct tm_cfg *hold_cfg(struct tm_daemon *d)
 {
     pthread_rwlock_rdlock(&d->gen_lock);
     const struct tm_cfg *cfg = d->cfg;
-    assert(cfg != NULL);
-    pthread_mutex_lock(&api_use.mu);
-    assert(api_use.in_use == NULL);
-    api_use.in_use = cfg;
-    pthread_mutex_unlock(&api_use.mu);
+    tm_http_pin_set(&api_pin, cfg);
     pthread_rwlock_unlock(&d->gen_lock);
     return cfg;
 }
 
-static void drop_cfg(void)
-{
-    pthread_mutex_lock(&api_use.mu);
-    api_use.in_use = NULL;
-    pthread_cond_broadcast(&api_use.cv);
-    pthread_mutex_unlock(&api_use.mu);
-}
-
 void tm_http_api_release(const struct tm_cfg *cfg)
 {
-    pthread_mutex_lock(&api_use.mu);
-    while (cfg != NULL && api_use.in_use == cfg)
-        pthread_cond_wait(&api_use.cv, &api_use.mu);
-    pthread_mutex_unlock(&api_use.mu);
+    tm_http_pin_wait(&api_pin, cfg);
 }
 
 /* run_job runs job on a broker connection of its own, made like the
  * CLI's, never the intake's, for the configuration current when it
- * starts (held, see api_use; gen_lock is not held). */
+ * starts (pinned, see api_pin; gen_lock is not held). */
 static void run_job(struct tm_daemon *d, const struct job *job,
                     struct tm_api_req *out)
 {
@@ -353,7 +330,7 @@ static void run_job(struct tm_daemon *d, const struct job *job,
 out:
     if (b != NULL)
         b->ops->destroy(b);
-    drop_cfg();
+    tm_http_pin_drop(&api_pin);
 }
 
 static void *worker_main(void *arg)
