@@ -153,9 +153,19 @@ $(BUILD)/plugins/python.so: $(wildcard plugins/python/*.h)
 $(BUILD)/plugins/python.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags python3-embed libcjson)
 $(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed libcjson) -ldl -Wl,-z,nodelete
 
+# Test plugins and test tools include headers of their own directory
+# (tests/plugins/*.h) and the daemon's (src/taskmill.h, src/*/*.h): the
+# compiler lists those it read in a dependency file next to the output
+# (-MMD; -MP adds a rule per header, so a removed header is no error), and
+# the files included below make a changed header rebuild them. Compiling
+# and linking in one step, the file and its target are named explicitly.
+# src/taskmill.h stays a prerequisite of its own: every test plugin
+# includes it, also one built before it had a dependency file.
+TEST_DEPFLAGS = -MMD -MP -MF $(basename $@).d -MT $@
+
 $(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
-	$(Q)$(CC) $(REAL_CFLAGS) -fPIC -shared -Isrc -o $@ $<
+	$(Q)$(CC) $(REAL_CFLAGS) $(TEST_DEPFLAGS) -fPIC -shared -Isrc -o $@ $<
 	@chmod go-w $@
 
 # Test tools (tests/tools/*.c: fault proxy, load clients): one binary
@@ -165,7 +175,9 @@ TEST_TOOLS = $(TEST_TOOL_SRCS:tests/tools/%.c=$(BUILD)/test-tools/%)
 
 $(BUILD)/test-tools/%: tests/tools/%.c | $(BUILD)/test-tools
 	@$(if $(Q),echo "  TOOL    $@")
-	$(Q)$(CC) $(REAL_CFLAGS) -o $@ $< $(REAL_LDFLAGS)
+	$(Q)$(CC) $(REAL_CFLAGS) $(TEST_DEPFLAGS) -o $@ $< $(REAL_LDFLAGS)
+
+-include $(TEST_PLUGIN_SOS:.so=.d) $(TEST_TOOLS:=.d)
 
 test-plugins: $(TEST_PLUGIN_SOS) $(TEST_TOOLS)
 

@@ -197,4 +197,10 @@ void tm_http_stop(struct tm_http *h);
  * replaced since; the refresher never picks b up again. */
 void tm_http_depth_release(const struct tm_broker *b);
 
+/* tm_http_api_release returns once the admin API worker no longer runs
+ * a job on cfg, which it does without gen_lock. Call it, without
+ * gen_lock, before freeing a configuration that was published in d->cfg
+ * and has been replaced since; the worker never picks cfg up again. */
+void tm_http_api_release(const struct tm_cfg *cfg);
+
 #endif /* TASKMILL_DAEMON_H */

@@ -28,8 +28,10 @@ static void free_retired(struct tm_daemon *d, struct tm_gen *old)
     pthread_mutex_unlock(&d->stop_mu);
     if (exiting)
         return;
-    /* the depth refresher reads the broker without gen_lock */
+    /* the depth refresher reads the broker, and the admin API worker
+     * uses the configuration, without gen_lock */
     tm_http_depth_release(old->broker);
+    tm_http_api_release(old->cfg);
     tm_gen_free(old);
     pthread_mutex_lock(&d->stop_mu);
     d->freeing--;

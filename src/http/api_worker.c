@@ -3,6 +3,7 @@
  * never stalls the HTTP thread: the request's connection is suspended
  * meanwhile, and resumed when the answer is ready or its deadline passed. */
 #include "http/api.h"
+#include "http/http_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -128,7 +129,8 @@ static cJSON *entry_json(const struct tm_dlq_entry *e)
 
 /* set_pause writes task t's pause state with b, tells d's own intake at
  * once (the other daemons read it within their poll period), and answers
- * the task's new state. gen_lock held (read). */
+ * the task's new state. t is a task of the configuration the job holds
+ * (see api_pin), which may have been replaced since. */
 static void set_pause(struct tm_daemon *d, struct tm_broker *b,
                       const struct tm_cfg_task *t, int paused,
                       struct tm_api_req *out)
@@ -142,11 +144,18 @@ static void set_pause(struct tm_daemon *d, struct tm_broker *b,
         tm_api_error(out, 502, "broker: %s", b->errstr);
         return;
     }
-    /* t is a task of d->cfg, whose index is that of d->broker's task */
-    size_t i = (size_t)(t - d->cfg->tasks);
-    assert(i < d->cfg->ntasks);
-    if (d->broker != NULL && d->broker->ops->pause_note != NULL)
+    /* the intake to tell is the one running now: the task of that name
+     * in the configuration published now, whose index is that of
+     * d->broker's task (a quick local call, made under gen_lock) */
+    pthread_rwlock_rdlock(&d->gen_lock);
+    const struct tm_cfg_task *now = tm_cfg_find_task(d->cfg, t->name);
+    if (now != NULL && d->broker != NULL &&
+        d->broker->ops->pause_note != NULL) {
+        size_t i = (size_t)(now - d->cfg->tasks);
+        assert(i < d->cfg->ntasks);
         d->broker->ops->pause_note(d->broker, i, paused);
+    }
+    pthread_rwlock_unlock(&d->gen_lock);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "name", t->name);
     cJSON_AddBoolToObject(j, "paused", paused);
@@ -271,25 +280,48 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
 }
 
 /*
- * run_job runs job on a broker connection of its own, made like the
- * CLI's, never the intake's. It holds gen_lock (read) throughout: the
- * broker borrows the configuration, which a reload frees only after
- * taking gen_lock for writing. A reload thus waits for the operation
- * under way, at most the broker's own command timeouts; HTTP readers do
- * not (the lock prefers readers).
+ * The configuration a job runs on: its broker connection borrows it, and
+ * the job's task is one of its tasks. run_job takes it under gen_lock
+ * (read), pins it (api_pin, see struct tm_http_pin), releases gen_lock,
+ * and only then calls the broker, so a reload (gen_lock for writing)
+ * never waits for a broker call, however slow; HTTP readers do not
+ * either. The daemon calls tm_http_api_release() before it frees a
+ * replaced configuration, which thus waits for the job, at most the
+ * broker's own command timeouts. A configuration is not changed once
+ * published. One API worker per process (there is one HTTP server).
  */
+static struct tm_http_pin api_pin = TM_HTTP_PIN_INIT;
+
+/* hold_cfg returns d's current configuration, pinned. */
+static const struct tm_cfg *hold_cfg(struct tm_daemon *d)
+{
+    pthread_rwlock_rdlock(&d->gen_lock);
+    const struct tm_cfg *cfg = d->cfg;
+    tm_http_pin_set(&api_pin, cfg);
+    pthread_rwlock_unlock(&d->gen_lock);
+    return cfg;
+}
+
+void tm_http_api_release(const struct tm_cfg *cfg)
+{
+    tm_http_pin_wait(&api_pin, cfg);
+}
+
+/* run_job runs job on a broker connection of its own, made like the
+ * CLI's, never the intake's, for the configuration current when it
+ * starts (pinned, see api_pin; gen_lock is not held). */
 static void run_job(struct tm_daemon *d, const struct job *job,
                     struct tm_api_req *out)
 {
     char err[512];
-    pthread_rwlock_rdlock(&d->gen_lock);
-    const struct tm_cfg_task *t = tm_cfg_find_task(d->cfg, job->task);
+    const struct tm_cfg *cfg = hold_cfg(d);
+    const struct tm_cfg_task *t = tm_cfg_find_task(cfg, job->task);
     struct tm_broker *b = NULL;
     if (t == NULL && job->op != TM_API_SCHEDULES) {
         tm_api_error(out, 404, "no task '%s'", job->task);
         goto out;
     }
-    b = tm_broker_new(d->cfg, err, sizeof err);
+    b = tm_broker_new(cfg, err, sizeof err);
     if (b == NULL) {
         tm_api_error(out, 500, "%s", err);
         goto out;
@@ -298,7 +330,7 @@ static void run_job(struct tm_daemon *d, const struct job *job,
 out:
     if (b != NULL)
         b->ops->destroy(b);
-    pthread_rwlock_unlock(&d->gen_lock);
+    tm_http_pin_drop(&api_pin);
 }
 
 static void *worker_main(void *arg)

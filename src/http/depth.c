@@ -46,21 +46,15 @@ struct tm_http_depth {
  * answer, and a reload must not wait for that. It takes gen_lock only to
  * pick the current broker up and to store what it read.
  *
- * What keeps that broker alive in between is depth_use: the daemon calls
- * tm_http_depth_release() before it destroys a replaced broker, which
- * waits while in_use points to it. in_use is set while gen_lock is held
- * and the broker is still d->broker, so once a reload has published a new
- * one, the old one is never picked up again. One refresher per process
- * (there is one HTTP server).
+ * What keeps that broker alive in between is depth_pin (see struct
+ * tm_http_pin): the daemon calls tm_http_depth_release() before it
+ * destroys a replaced broker. One refresher per process (there is one
+ * HTTP server).
  */
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;                  /* in_use cleared */
-    const struct tm_broker *in_use;     /* read by the refresher */
-} depth_use = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL};
+static struct tm_http_pin depth_pin = TM_HTTP_PIN_INIT;
 
-/* pick_broker returns d's current broker, marked in use, when it can be
- * read from (connected, with depth reads), else NULL. Also sets *ntasks. */
+/* pick_broker returns d's current broker, pinned, when it can be read
+ * from (connected, with depth reads), else NULL. Also sets *ntasks. */
 static struct tm_broker *pick_broker(struct tm_daemon *d, size_t *ntasks,
                                      int need_up)
 {
@@ -70,30 +64,15 @@ static struct tm_broker *pick_broker(struct tm_daemon *d, size_t *ntasks,
         (need_up && !atomic_load(&b->up)))
         b = NULL;
     *ntasks = d->ntasks;
-    if (b != NULL) {
-        pthread_mutex_lock(&depth_use.mu);
-        assert(depth_use.in_use == NULL);
-        depth_use.in_use = b;
-        pthread_mutex_unlock(&depth_use.mu);
-    }
+    if (b != NULL)
+        tm_http_pin_set(&depth_pin, b);
     pthread_rwlock_unlock(&d->gen_lock);
     return b;
 }
 
-static void drop_broker(void)
-{
-    pthread_mutex_lock(&depth_use.mu);
-    depth_use.in_use = NULL;
-    pthread_cond_broadcast(&depth_use.cv);
-    pthread_mutex_unlock(&depth_use.mu);
-}
-
 void tm_http_depth_release(const struct tm_broker *b)
 {
-    pthread_mutex_lock(&depth_use.mu);
-    while (b != NULL && depth_use.in_use == b)
-        pthread_cond_wait(&depth_use.cv, &depth_use.mu);
-    pthread_mutex_unlock(&depth_use.mu);
+    tm_http_pin_wait(&depth_pin, b);
 }
 
 /* refresh_depths reads every task's counts. Returns 0, 1 when the broker
@@ -125,7 +104,7 @@ static int refresh_depths(struct tm_http_depth *h)
             v->scheduled = -1;
         v->at_ms = tm_now_ms();
     }
-    /* stored while b is still in use: until then it cannot have been
+    /* stored while b is still pinned: until then it cannot have been
      * freed, so d->broker == b means its generation is still current */
     pthread_rwlock_rdlock(&d->gen_lock);
     if (d->broker == b) {
@@ -140,7 +119,7 @@ static int refresh_depths(struct tm_http_depth *h)
         }
     }
     pthread_rwlock_unlock(&d->gen_lock);
-    drop_broker();
+    tm_http_pin_drop(&depth_pin);
     return rc;
 }
 
@@ -173,7 +152,7 @@ static void *refresher_main(void *arg)
     if (b != NULL) {
         long long x;
         b->ops->depth(b, TM_BROKER_DEPTH_CLOSE, &x, &x, &x);
-        drop_broker();
+        tm_http_pin_drop(&depth_pin);
     }
     return NULL;
 }

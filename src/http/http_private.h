@@ -1,14 +1,43 @@
 /* http_private.h - what the HTTP files share: the endpoints, the queue
- * depth refresher and the connection table. Not installed. */
+ * depth refresher, the connection table and the pins of what threads use
+ * without gen_lock. Not installed. */
 #ifndef TASKMILL_HTTP_PRIVATE_H
 #define TASKMILL_HTTP_PRIVATE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <microhttpd.h>
 
 struct tm_daemon;
+
+/* ---- pin.c ---- */
+
+/*
+ * struct tm_http_pin: what one thread (the depth refresher, the admin API
+ * worker) uses without gen_lock: a broker or a configuration of a
+ * generation, which a reload may replace meanwhile. The thread sets it
+ * while gen_lock is held (read) and the object is still the daemon's
+ * current one, so once a reload has published a new one, the old one is
+ * never set again; it drops it when done. Before freeing a replaced
+ * object the daemon waits (tm_http_pin_wait) while it is set. One object
+ * at a time; in_use under mu.
+ */
+struct tm_http_pin {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* in_use dropped */
+    const void *in_use;
+};
+#define TM_HTTP_PIN_INIT \
+    {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL}
+
+/* tm_http_pin_set marks obj in use (none may be); gen_lock held. */
+void tm_http_pin_set(struct tm_http_pin *p, const void *obj);
+/* tm_http_pin_drop: the object set is no longer used. */
+void tm_http_pin_drop(struct tm_http_pin *p);
+/* tm_http_pin_wait returns once obj is not in use (at once when NULL). */
+void tm_http_pin_wait(struct tm_http_pin *p, const void *obj);
 
 /* ---- endpoints.c ---- */
 

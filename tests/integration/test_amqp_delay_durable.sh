@@ -3,19 +3,8 @@
 # message, and after both come back it runs once, no earlier than its
 # time.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
-CONF=$TEST_DIR/taskmill.yaml
-Q=$AQ.stamp
-OUT=$TEST_DIR/stamps
-: >"$OUT"
-write_amqp_config "$CONF" <<YAML
-tasks:
-  stamp:
-    plugin: $TM_BUILD/test-plugins/stamp.so
-    queue: $Q
-    config: { path: $OUT }
-YAML
-start_daemon "$CONF"
-wait_ping "" 60
+. "$TM_SRCDIR/tests/integration/lib_delay.sh"
+delay_start
 ready_count "$Q" >/dev/null # builds amqptool now, not while it waits
 t0=$(now_ms)
 emit_amqp "$CONF" stamp '{"n":"a"}' --delay 20s >/dev/null

@@ -6,27 +6,14 @@
 PY=/usr/bin/python3
 [[ -x $PY ]] && $PY -c 'import pika' 2>/dev/null ||
 	skip "python3-pika is not installed (scripts/install-deps.sh installs it)"
-Q=$AQ.stamp
-OUT=$TEST_DIR/stamps
+. "$TM_SRCDIR/tests/integration/lib_delay.sh"
 N=1000
-: >"$OUT"
 for w in 1 2; do
-	write_amqp_config "$TEST_DIR/w$w.yaml" http_port="$(free_port)" log_level=info <<YAML
-tasks:
-  stamp:
-    plugin: $TM_BUILD/test-plugins/stamp.so
-    queue: $Q
-    prefetch: 64
-    config: { path: $OUT }
-YAML
+	delay_config "$TEST_DIR/w$w.yaml" task='prefetch: 64' \
+		http_port="$(free_port)" log_level=info
 	eval "PORT$w=\$HTTP_PORT"
 done
-start_daemon "$TEST_DIR/w1.yaml"
-PID1=$DAEMON_PID
-start_daemon "$TEST_DIR/w2.yaml"
-PID2=$DAEMON_PID
-wait_ping "$PORT1" 60
-wait_ping "$PORT2" 60
+delay_start_two
 
 "$PY" - "$RABBIT_PORT" "$Q" "$N" <<'PYEOF' || fail "publishing with pika failed"
 import json, random, sys, time
@@ -46,22 +33,6 @@ for i in range(1, n + 1):
 conn.close()
 PYEOF
 note "$N messages published"
-wait_until "[[ \$(wc -l <'$OUT') -ge $N ]]" 120
-sleep 1 # anything run twice would show now
-assert_eq "$N" "$(wc -l <"$OUT")" "runs"
-uniq=$(sed -n 's/.*"i": \([0-9]*\),.*/\1/p' "$OUT" | sort -u | wc -l)
-assert_eq "$N" "$uniq" "distinct messages run"
-sed -n 's/^\([0-9]*\) .*"due": \([0-9]*\)}.*/\1 \2/p' "$OUT" |
-	awk '{print $1 - $2}' | sort -n >"$TEST_DIR/late"
-assert_eq "$N" "$(wc -l <"$TEST_DIR/late")" "lateness of every run"
-assert_ge 0 "$(head -n 1 "$TEST_DIR/late")" "no run before its time (least lateness, ms)"
-p50=$(sed -n "$((N / 2))p" "$TEST_DIR/late")
-p99=$(sed -n "$((N * 99 / 100))p" "$TEST_DIR/late")
-max=$(tail -n 1 "$TEST_DIR/late")
-echo "# lateness over $N delayed messages, 2 daemons: p50 $p50 ms, p99 $p99 ms, max $max ms" >&2
-for pid in "$PID1" "$PID2"; do
-	DAEMON_PID=$pid
-	rc=0
-	stop_daemon || rc=$?
-	assert_eq 0 "$rc" "daemon exit status"
-done
+delay_wait_runs "$N" 120
+delay_lateness "$N"
+delay_stop_two

@@ -4,24 +4,13 @@
 . "$TM_SRCDIR/tests/integration/lib_redis.sh"
 priv_redis_start
 REDIS_PORT=$PRIV_REDIS_PORT
-OUT=$TEST_DIR/stamps
-: >"$OUT"
+. "$TM_SRCDIR/tests/integration/lib_delay.sh"
 for w in 1 2; do
-	write_config "$TEST_DIR/w$w.yaml" instance=w$w http_port="$(free_port)" <<YAML
-tasks:
-  stamp:
-    plugin: $TM_BUILD/test-plugins/stamp.so
-    queue: q.durable
-    config: { path: $OUT }
-YAML
+	delay_config "$TEST_DIR/w$w.yaml" write=write_config queue=q.durable \
+		instance=w$w http_port="$(free_port)"
 	eval "PORT$w=\$HTTP_PORT"
 done
-start_daemon "$TEST_DIR/w1.yaml"
-PID1=$DAEMON_PID
-start_daemon "$TEST_DIR/w2.yaml"
-PID2=$DAEMON_PID
-wait_ping "$PORT1"
-wait_ping "$PORT2"
+delay_start_two
 
 tm emit -c "$TEST_DIR/w1.yaml" stamp '{"n":"a"}' --delay 6s
 assert_eq 0 "$TM_RC" "emit --delay 6s"
@@ -36,21 +25,10 @@ priv_redis_kill
 note "every daemon and redis-server killed with SIGKILL"
 priv_redis_start
 assert_eq 2 "$(rcall ZCARD q.durable.scheduled)" "members after the restart"
-start_daemon "$TEST_DIR/w1.yaml"
-PID1=$DAEMON_PID
-start_daemon "$TEST_DIR/w2.yaml"
-PID2=$DAEMON_PID
-wait_ping "$PORT1"
-wait_ping "$PORT2"
-wait_until "[[ \$(wc -l <'$OUT') -ge 2 ]]" 60
-sleep 1 # a second run would show now
+delay_start_two
+delay_wait_runs 2 60
 assert_eq 2 "$(wc -l <"$OUT")" "each delayed message ran once"
 ran_a=$(awk '/"a"/ {print $1; exit}' "$OUT")
 assert_ge "$due_a" "$ran_a" "not before its time"
 assert_eq 0 "$(rcall ZCARD q.durable.scheduled)" "nothing left waiting"
-for pid in "$PID1" "$PID2"; do
-	DAEMON_PID=$pid
-	rc=0
-	stop_daemon || rc=$?
-	assert_eq 0 "$rc" "daemon exit status"
-done
+delay_stop_two

@@ -9,49 +9,12 @@
  */
 #include <stdint.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <taskmill.h>
 
+#include "fake_reply.h"
 #include "fork/wire.h"
-
-/* reply_fd finds the worker's socket: the one connected, unnamed
- * AF_UNIX stream socket the process has (the broker's are TCP). */
-static int reply_fd(void)
-{
-    for (int fd = 3; fd < 1024; fd++) {
-        int v = 0;
-        socklen_t len = sizeof v;
-        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &len) != 0 ||
-            v != AF_UNIX)
-            continue;
-        len = sizeof v;
-        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &len) != 0 ||
-            v != SOCK_STREAM)
-            continue;
-        struct sockaddr_un a;
-        socklen_t alen = sizeof a;
-        if (getpeername(fd, (struct sockaddr *)&a, &alen) != 0 ||
-            alen > sizeof(sa_family_t))
-            continue;
-        return fd;
-    }
-    return -1;
-}
-
-static int mode_is(const char *body, const char *mode)
-{
-    char want[64];
-    size_t n = strlen(mode);
-    if (n + 12 > sizeof want)
-        return 0;
-    memcpy(want, "\"mode\":\"", 8);
-    memcpy(want + 8, mode, n);
-    memcpy(want + 8 + n, "\"", 2);
-    return strstr(body, want) != NULL;
-}
 
 static int cb_run(struct tm_call *call)
 {
@@ -61,18 +24,18 @@ static int cb_run(struct tm_call *call)
     const void *frame = &rs;
     size_t len = sizeof rs;
     static const char garbage[] = "HTTP/1.1 200 OK\r\n\r\nnot a frame at all";
-    if (mode_is(call->body, "outcome")) {
+    if (tm_fake_mode_is(call->body, "outcome")) {
         rs.outcome = 77;
-    } else if (mode_is(call->body, "huge")) {
+    } else if (tm_fake_mode_is(call->body, "huge")) {
         rs.outcome = 1;
         rs.error_len = UINT32_MAX;
-    } else if (mode_is(call->body, "garbage")) {
+    } else if (tm_fake_mode_is(call->body, "garbage")) {
         frame = garbage;
         len = sizeof garbage - 1;
     } else {
         return TM_TASK_OK;
     }
-    int fd = reply_fd();
+    int fd = tm_fake_reply_fd();
     if (fd < 0) {
         tm_error(call, "no reply socket found");
         return TM_TASK_REJECT;

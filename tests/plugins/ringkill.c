@@ -14,13 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <taskmill.h>
 
+#include "fake_reply.h"
 #include "fork/ring.h"
 #include "fork/wire.h"
 
@@ -46,25 +45,6 @@ static int ring_base(char **rw, const char **ro)
     if (f != NULL)
         fclose(f);
     return *rw != NULL && *ro != NULL ? 0 : -1;
-}
-
-/* reply_fd: the worker's socket (as in badreply.c). */
-static int reply_fd(void)
-{
-    for (int fd = 3; fd < 1024; fd++) {
-        int v = 0;
-        socklen_t len = sizeof v;
-        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &len) != 0 ||
-            v != AF_UNIX)
-            continue;
-        struct sockaddr_un a;
-        socklen_t alen = sizeof a;
-        if (getpeername(fd, (struct sockaddr *)&a, &alen) != 0 ||
-            alen > sizeof(sa_family_t))
-            continue;
-        return fd;
-    }
-    return -1;
 }
 
 /* reserve: tm_ring_reserve's logic (the daemon's own symbols are not
@@ -96,11 +76,12 @@ static int64_t mono_ns(void)
 
 static int cb_run(struct tm_call *call)
 {
-    const char *mode = strstr(call->body, "\"mode\":\"");
-    if (call->attempt > 1 || mode == NULL)
+    int unpublished = tm_fake_mode_is(call->body, "unpublished");
+    int torn = tm_fake_mode_is(call->body, "torn");
+    int bulk = tm_fake_mode_is(call->body, "bulkcut");
+    if (call->attempt > 1 || !(unpublished || torn || bulk))
         return tm_result(call, "{\"ok\":true}") == 0 ? TM_TASK_OK
                                                      : TM_TASK_ERROR;
-    mode += 8;
     char *rw;
     const char *ro;
     if (ring_base(&rw, &ro) != 0) {
@@ -118,7 +99,6 @@ static int cb_run(struct tm_call *call)
     struct tm_ring_ctl *ctl = (struct tm_ring_ctl *)rw;
     char *ans = rw + TM_RING_ANS_OFF;
     static const char result[] = "{\"ok\":\"written by a process about to die\"}";
-    int bulk = strncmp(mode, "bulkcut\"", 8) == 0;
     size_t rlen = bulk ? 100000 : sizeof result - 1;
     struct tm_fork_resp rs = {
         .magic = TM_FORK_MAGIC_RESP,
@@ -134,15 +114,16 @@ static int cb_run(struct tm_call *call)
     char *p = reserve(ans, &head, len,
                       bulk ? TM_RING_FRAME_BULK : TM_RING_FRAME);
     memcpy(p, &rs, sizeof rs);
-    if (strncmp(mode, "unpublished\"", 12) == 0) {
+    if (unpublished) {
         memcpy(p + sizeof rs, result, rlen);
-    } else if (strncmp(mode, "torn\"", 5) == 0) {
+    } else if (torn) {
         memset(p + sizeof rs, 0, rlen);
         memcpy(p + sizeof rs, result, rlen / 2);
         atomic_store(&ctl->ans_head, head);
-    } else if (bulk) {
+    } else {
+        /* bulkcut */
         atomic_store(&ctl->ans_head, head);
-        int fd = reply_fd();
+        int fd = tm_fake_reply_fd();
         struct tm_fork_note n = {.magic = TM_FORK_MAGIC_NOTE,
                                  .kind = TM_NOTE_BULK,
                                  .len = rlen};
@@ -156,9 +137,6 @@ static int cb_run(struct tm_call *call)
             return TM_TASK_REJECT;
         }
         free(half);
-    } else {
-        return tm_result(call, "{\"ok\":true}") == 0 ? TM_TASK_OK
-                                                     : TM_TASK_ERROR;
     }
     raise(SIGKILL);
     return TM_TASK_ERROR;
