@@ -575,10 +575,16 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
          * process */
         struct fp_tq *q = &fp->tq[m->task_index];
         q->failures = 0;
+        /* a run far longer than usual (the child was preempted, say)
+         * counts as four times the usual: one such moves little, a task
+         * that got slow is learnt in a few runs */
         int64_t run = rs.t_end_ns - rs.t_start_ns;
         if (run < 0)
             run = 0;
-        q->est_ns = (q->est_ns * 7 + run + FP_EST_COST_NS) / 8;
+        run += FP_EST_COST_NS;
+        if (run > 4 * q->est_ns)
+            run = 4 * q->est_ns;
+        q->est_ns = (q->est_ns * 7 + run) / 8;
         c->tasks_done++;
         c->last_end_ns = rs.t_end_ns;
         c->cur_start_ns = rs.t_end_ns;
