@@ -575,16 +575,13 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
          * process */
         struct fp_tq *q = &fp->tq[m->task_index];
         q->failures = 0;
-        /* a run far longer than usual (the child was preempted, say)
-         * counts as four times the usual: one such moves little, a task
-         * that got slow is learnt in a few runs */
+        /* one long run is enough to stop packing the task's messages
+         * (its next ones may be long too); the estimate comes down by an
+         * eighth of the way with each short run after it */
         int64_t run = rs.t_end_ns - rs.t_start_ns;
         if (run < 0)
             run = 0;
-        run += FP_EST_COST_NS;
-        if (run > 4 * q->est_ns)
-            run = 4 * q->est_ns;
-        q->est_ns = (q->est_ns * 7 + run) / 8;
+        q->est_ns = (q->est_ns * 7 + run + FP_EST_COST_NS) / 8;
         c->tasks_done++;
         c->last_end_ns = rs.t_end_ns;
         c->cur_start_ns = rs.t_end_ns;
@@ -599,20 +596,24 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
     return eof ? -1 : 0;
 }
 
-/* fits says whether c takes one more message of task t now: an idle
+/* fits says whether c takes one more message of task t at now: an idle
  * child always does; a busy one while the runs it has out are expected to
- * end within FP_FILL_NS, or, when the queue (left) holds two for every
- * child, one behind the one it runs, so that it never waits for work
- * between runs. Messages of slow tasks stay in the queue otherwise: a
- * stop leaves them to the broker, unstarted. */
+ * end within FP_FILL_NS and the one it runs started less than FP_FILL_NS
+ * ago (a run that takes longer than its task's usual, the estimate was
+ * wrong: what waits behind it in the ring waits for it, so no more goes
+ * there); or, when the queue (left) holds two for every child, one behind
+ * the one it runs, so that it never waits for work between runs.
+ * Messages of slow tasks stay in the queue otherwise: a stop leaves them
+ * to the broker, unstarted. */
 static int fits(const struct fpool *fp, const struct fp_child *c, size_t t,
-                size_t left)
+                size_t left, int64_t now)
 {
     if (c->nout >= FP_OUT_MAX)
         return 0;
     if (c->nout == 0)
         return 1;
-    if (c->out_est_ns + fp->tq[t].est_ns <= FP_FILL_NS)
+    if (c->out_est_ns + fp->tq[t].est_ns <= FP_FILL_NS &&
+        now - c->cur_start_ns <= FP_FILL_NS)
         return 1;
     return c->nout < 2 && left >= 2 * (size_t)fp->base.size;
 }
@@ -627,7 +628,15 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
     struct tm_pool *p = &fp->base;
     for (unsigned i = 0; i < p->size; i++) {
         struct fp_child *c = &fp->kids[i];
-        if (c->pid == 0 || c->killing || c->nout >= FP_OUT_MAX)
+        if (c->pid == 0 || c->killing)
+            continue;
+        /* the answers in its ring first: what it has out, and since when
+         * it runs the oldest (fits) */
+        if (c->nout > 0 && read_answers(fp, c, done, 0) != 0) {
+            reap(fp, c, done);
+            continue;
+        }
+        if (c->nout >= FP_OUT_MAX)
             continue;
         pthread_mutex_lock(&fp->mu);
         if (fp->qlen == 0 || fp->draining) {
@@ -649,7 +658,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         size_t k = 0;
         while (k < share) {
             size_t t = next_task(fp, now, next);
-            if (t == p->ntasks || !fits(fp, c, t, fp->qlen))
+            if (t == p->ntasks || !fits(fp, c, t, fp->qlen, now))
                 break;
             struct tm_msg *m = take_from(fp, t);
             if (c->out_tail != NULL)
