@@ -70,9 +70,10 @@ _Static_assert(FP_OUT_MAX <= TM_RING_ANSWERS_MAX &&
 #define FP_FILL_NS (200LL * 1000LL)
 #define FP_EST_INIT_NS (1000LL * 1000LL)
 #define FP_EST_COST_NS (2LL * 1000LL)
-/* While a child has messages out, the dispatcher looks at the rings at
- * least this often: a child tells of its answers when its ring is empty
- * (fork/child.c), so the answers before a long run are picked up here. */
+/* While a child has several messages out, the dispatcher looks at the
+ * rings at least this often: a child tells of its answers when its ring
+ * is empty (fork/child.c), so the answers before a long run are picked up
+ * here. */
 #define FP_LOOK_NS (10LL * 1000000LL)
 /* A child idle this long gives its rings' pages back. */
 #define FP_TRIM_IDLE_NS (1000LL * 1000000LL)
@@ -928,12 +929,17 @@ static void *dispatcher_main(void *arg)
         dispatch(fp, now, &next, &done);
         check_timers(fp, now, &next, &done);
         unsigned busy_now = 0;
-        for (unsigned i = 0; i < p->size; i++)
+        int stacked = 0;
+        for (unsigned i = 0; i < p->size; i++) {
             if (fp->kids[i].nout > 0)
                 busy_now++;
+            if (fp->kids[i].nout > 1)
+                stacked = 1;
+        }
         atomic_store_explicit(&fp->busy, busy_now, memory_order_relaxed);
-        /* answers not told of yet (fork/child.c) are looked for */
-        if (busy_now > 0 && now + FP_LOOK_NS < next)
+        /* answers not told of yet (fork/child.c: only a child with more
+         * than one request out may hold one back) are looked for */
+        if (stacked && now + FP_LOOK_NS < next)
             next = now + FP_LOOK_NS;
 
         size_t n = 0;
