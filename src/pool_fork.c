@@ -54,11 +54,27 @@
 #define FP_SLOTS_PER_WORKER 64
 /* Most messages sent to one child at once. */
 #define FP_BATCH_MAX 16
-/* A child has at most FP_BATCH_MAX / 2 + FP_BATCH_MAX messages out, which
- * its link and its answer ring must hold (fork/link.h, fork/ring.h). */
-_Static_assert(FP_BATCH_MAX / 2 + FP_BATCH_MAX <= TM_RING_ANSWERS_MAX &&
+/* Most messages out to one child at once, which its link and its answer
+ * ring must hold (fork/link.h, fork/ring.h). */
+#define FP_OUT_MAX (FP_BATCH_MAX / 2 + FP_BATCH_MAX)
+_Static_assert(FP_OUT_MAX <= TM_RING_ANSWERS_MAX &&
                    TM_RING_ANSWERS_MAX < TM_FORK_LINK_OUT,
                "the rings hold every message out to a child");
+/* Work is packed into as few children as keep up: a child gets more
+ * messages while the runs it has out are expected to take less than
+ * FP_FILL_NS together (a task's run time is learnt from its answers,
+ * FP_EST_INIT_NS before the first; FP_EST_COST_NS is what a run costs the
+ * child besides the task). Each child woken costs a context switch on
+ * both sides; a message waiting behind fast ones in a ring costs little.
+ * Slow tasks still get a child each. */
+#define FP_FILL_NS (200LL * 1000LL)
+#define FP_EST_INIT_NS (1000LL * 1000LL)
+#define FP_EST_COST_NS (2LL * 1000LL)
+/* While a child has several messages out, the dispatcher looks at the
+ * rings at least this often: a child tells of its answers when its ring
+ * is empty (fork/child.c), so the answers before a long run are picked up
+ * here. */
+#define FP_LOOK_NS (10LL * 1000000LL)
 /* A child idle this long gives its rings' pages back. */
 #define FP_TRIM_IDLE_NS (1000LL * 1000000LL)
 /* Time a child gets to exit after SIGTERM before SIGKILL. */
@@ -79,6 +95,7 @@ struct fp_tq {
     struct tm_msg *head, *tail; /* under mu */
     size_t len;                 /* under mu */
     int64_t hold_until_ns;      /* dispatcher only: damped until then */
+    int64_t est_ns;             /* dispatcher only: a run's usual cost */
     unsigned failures;          /* dispatcher only: crashes in a row */
 };
 
@@ -89,6 +106,7 @@ struct fp_child {
     struct tm_msg *out_head;    /* sent, not answered, in order */
     struct tm_msg *out_tail;
     size_t nout;
+    int64_t out_est_ns;         /* the expected cost of the runs out */
     /* sequence numbers: out_head's, and the next one to send; the i-th
      * unanswered message has seq_head + i, so seq_next - seq_head == nout.
      * They go on across restarts: a reply never matches another child's
@@ -131,6 +149,11 @@ struct fpool {
     int abandon;                /* drain deadline passed: kill and drop */
     int shutdown;               /* dispatcher exits */
     int wake_fd;                /* eventfd: the dispatcher has work */
+    /* under mu: the dispatcher sleeps in poll (submit writes wake_fd only
+     * then), and how many messages were pushed (the dispatcher does not
+     * sleep when some were pushed after it last looked at the queues) */
+    int sleeping;
+    uint64_t pushed;
     pthread_t thread;
     int thread_started;
     pid_t parent_pid;
@@ -159,6 +182,16 @@ static void wake(struct fpool *fp)
     uint64_t one = 1;
     if (write(fp->wake_fd, &one, sizeof one) < 0) {
         /* saturated: the dispatcher is awake anyway */
+    }
+}
+
+/* wake_sleeper wakes the dispatcher when it sleeps (mu held): awake, it
+ * sees what was pushed before it goes to sleep (pushed). */
+static void wake_sleeper(struct fpool *fp)
+{
+    if (fp->sleeping) {
+        fp->sleeping = 0;
+        wake(fp);
     }
 }
 
@@ -229,19 +262,25 @@ static int held(struct fpool *fp, size_t t, int64_t now, int64_t *next)
     return 0;
 }
 
-/* take_next takes the next message to run, serving the tasks in turn and
- * skipping held ones; NULL when none may run now. */
-static struct tm_msg *take_next(struct fpool *fp, int64_t now, int64_t *next)
+/* next_task says whose message runs next, serving the tasks in turn and
+ * skipping held ones: a task index, or ntasks when none may run now. */
+static size_t next_task(struct fpool *fp, int64_t now, int64_t *next)
 {
     size_t n = fp->base.ntasks;
     for (size_t i = 0; i < n; i++) {
         size_t t = (fp->rr + i) % n;
         if (fp->tq[t].len == 0 || held(fp, t, now, next))
             continue;
-        fp->rr = (t + 1) % n;
-        return tq_pop(fp, &fp->tq[t]);
+        return t;
     }
-    return NULL;
+    return n;
+}
+
+/* take_from takes the next message of task t (next_task's answer). */
+static struct tm_msg *take_from(struct fpool *fp, size_t t)
+{
+    fp->rr = (t + 1) % fp->base.ntasks;
+    return tq_pop(fp, &fp->tq[t]);
 }
 
 /* ---- the parent: completion and failure ------------------------------ */
@@ -256,6 +295,9 @@ static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
     if (c->out_head == NULL)
         c->out_tail = NULL;
     c->nout--;
+    c->out_est_ns -= fp->tq[m->task_index].est_ns;
+    if (c->nout == 0 || c->out_est_ns < 0)
+        c->out_est_ns = 0; /* estimates change while runs are out */
     if (c->link.base != NULL)
         tm_fork_link_answered(&c->link, c->seq_head);
     c->seq_head++;
@@ -532,7 +574,15 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
         list_add(done, m);
         /* the run ended: whatever it returned, it did not kill the
          * process */
-        fp->tq[m->task_index].failures = 0;
+        struct fp_tq *q = &fp->tq[m->task_index];
+        q->failures = 0;
+        /* one long run is enough to stop packing the task's messages
+         * (its next ones may be long too); the estimate comes down by an
+         * eighth of the way with each short run after it */
+        int64_t run = rs.t_end_ns - rs.t_start_ns;
+        if (run < 0)
+            run = 0;
+        q->est_ns = (q->est_ns * 7 + run + FP_EST_COST_NS) / 8;
         c->tasks_done++;
         c->last_end_ns = rs.t_end_ns;
         c->cur_start_ns = rs.t_end_ns;
@@ -547,30 +597,54 @@ static int read_answers(struct fpool *fp, struct fp_child *c,
     return eof ? -1 : 0;
 }
 
-/* dispatch hands queued messages to idle children; *next learns when a
- * held task may run again. */
+/* fits says whether c takes one more message of task t at now: an idle
+ * child always does; a busy one while the runs it has out are expected to
+ * end within FP_FILL_NS and the one it runs started less than FP_FILL_NS
+ * ago (a run that takes longer than its task's usual, the estimate was
+ * wrong: what waits behind it in the ring waits for it, so no more goes
+ * there); or, when the queue (left) holds two for every child, one behind
+ * the one it runs, so that it never waits for work between runs.
+ * Messages of slow tasks stay in the queue otherwise: a stop leaves them
+ * to the broker, unstarted. */
+static int fits(const struct fpool *fp, const struct fp_child *c, size_t t,
+                size_t left, int64_t now)
+{
+    if (c->nout >= FP_OUT_MAX)
+        return 0;
+    if (c->nout == 0)
+        return 1;
+    if (c->out_est_ns + fp->tq[t].est_ns <= FP_FILL_NS &&
+        now - c->cur_start_ns <= FP_FILL_NS)
+        return 1;
+    return c->nout < 2 && left >= 2 * (size_t)fp->base.size;
+}
+
+/* dispatch hands queued messages to children, filling the first ones as
+ * far as they keep up (fits) before it wakes the next: a burst of fast
+ * messages goes to one child in one wake-up, slow ones one per child.
+ * *next learns when a held task may run again. */
 static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
                      struct fp_list *done)
 {
     struct tm_pool *p = &fp->base;
     for (unsigned i = 0; i < p->size; i++) {
         struct fp_child *c = &fp->kids[i];
-        /* a child gets its next batch while it runs the second half of the
-         * current one, so it never waits for work between batches */
-        if (c->pid == 0 || c->killing || c->nout > FP_BATCH_MAX / 2)
+        if (c->pid == 0 || c->killing)
+            continue;
+        /* the answers in its ring first: what it has out, and since when
+         * it runs the oldest (fits) */
+        if (c->nout > 0 && read_answers(fp, c, done, 0) != 0) {
+            reap(fp, c, done);
+            continue;
+        }
+        if (c->nout >= FP_OUT_MAX)
             continue;
         pthread_mutex_lock(&fp->mu);
         if (fp->qlen == 0 || fp->draining) {
             pthread_mutex_unlock(&fp->mu);
             break;
         }
-        /* a fair share of the queue, as the thread pool takes; a child
-         * that is busy gets one only when there is plenty */
-        size_t share = fp->qlen / (p->size * 2);
-        if (share < 1)
-            share = c->nout == 0 ? 1 : 0;
-        if (share > FP_BATCH_MAX)
-            share = FP_BATCH_MAX;
+        size_t share = FP_BATCH_MAX;
         if (fp->max_tasks > 0) {
             size_t left = fp->max_tasks > c->tasks_done + c->nout
                               ? fp->max_tasks - c->tasks_done - c->nout
@@ -580,18 +654,21 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         }
         int was_idle = c->nout == 0;
         struct tm_msg *before = c->out_tail; /* the last one already out */
+        int64_t est_before = c->out_est_ns;
         struct tm_msg *first = NULL;
         size_t k = 0;
         while (k < share) {
-            struct tm_msg *m = take_next(fp, now, next);
-            if (m == NULL)
+            size_t t = next_task(fp, now, next);
+            if (t == p->ntasks || !fits(fp, c, t, fp->qlen, now))
                 break;
+            struct tm_msg *m = take_from(fp, t);
             if (c->out_tail != NULL)
                 c->out_tail->next = m;
             else
                 c->out_head = m;
             c->out_tail = m;
             c->nout++;
+            c->out_est_ns += fp->tq[t].est_ns;
             if (first == NULL)
                 first = m;
             k++;
@@ -605,10 +682,12 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         /* into the ring; what finds no room there goes back to its queue
          * (the ring fills up with large bodies) */
         struct tm_msg *prev = NULL, *m = first;
+        int64_t est_put = est_before;
         for (; m != NULL; prev = m, m = m->next) {
             if (tm_fork_link_put(&c->link, m, c->seq_next) != 0)
                 break;
             c->seq_next++;
+            est_put += fp->tq[m->task_index].est_ns;
         }
         if (m != NULL) {
             struct fp_list unsent = {0};
@@ -620,6 +699,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             else
                 c->out_head = NULL;
             c->out_tail = prev;
+            c->out_est_ns = est_put;
             for (struct tm_msg *n; m != NULL; m = n) {
                 n = m->next;
                 c->nout--;
@@ -629,6 +709,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             give_back(fp, &unsent, done);
         }
         assert(c->seq_next - c->seq_head == c->nout);
+        assert(c->nout <= FP_OUT_MAX);
         if (c->nout == 0)
             continue;
         c->ring_used = 1;
@@ -821,6 +902,7 @@ static void *dispatcher_main(void *arg)
 
         pthread_mutex_lock(&fp->mu);
         int shutdown = fp->shutdown, abandon = fp->abandon;
+        uint64_t pushed = fp->pushed; /* dispatch() below sees these */
         pthread_mutex_unlock(&fp->mu);
         if (shutdown)
             break;
@@ -847,10 +929,18 @@ static void *dispatcher_main(void *arg)
         dispatch(fp, now, &next, &done);
         check_timers(fp, now, &next, &done);
         unsigned busy_now = 0;
-        for (unsigned i = 0; i < p->size; i++)
+        int stacked = 0;
+        for (unsigned i = 0; i < p->size; i++) {
             if (fp->kids[i].nout > 0)
                 busy_now++;
+            if (fp->kids[i].nout > 1)
+                stacked = 1;
+        }
         atomic_store_explicit(&fp->busy, busy_now, memory_order_relaxed);
+        /* answers not told of yet (fork/child.c: only a child with more
+         * than one request out may hold one back) are looked for */
+        if (stacked && now + FP_LOOK_NS < next)
+            next = now + FP_LOOK_NS;
 
         size_t n = 0;
         int hurry = 0;
@@ -869,12 +959,24 @@ static void *dispatcher_main(void *arg)
             if (tm_fork_link_arm(&c->link))
                 hurry = 1;
         }
+        /* messages pushed since dispatch() looked: no sleep; pushed
+         * after this: submit wakes this thread */
+        pthread_mutex_lock(&fp->mu);
+        if (fp->pushed != pushed)
+            hurry = 1;
+        fp->sleeping = !hurry;
+        pthread_mutex_unlock(&fp->mu);
         int64_t wait_ms = (next - now) / 1000000LL + 1;
         if (wait_ms < 0 || hurry)
             wait_ms = 0;
         if (wait_ms > 1000)
             wait_ms = 1000;
         int rc = poll(pfd, n, (int)wait_ms);
+        if (!hurry) {
+            pthread_mutex_lock(&fp->mu);
+            fp->sleeping = 0;
+            pthread_mutex_unlock(&fp->mu);
+        }
         for (unsigned i = 0; i < p->size; i++)
             if (fp->kids[i].pid != 0)
                 tm_fork_link_disarm(&fp->kids[i].link);
@@ -956,6 +1058,8 @@ static struct tm_pool *fp_create(const struct tm_cfg *cfg,
     fp->cfg = cfg;
     fp->qcap = (size_t)cfg->pool_size * FP_SLOTS_PER_WORKER;
     fp->tq = tm_calloc(ntasks ? ntasks : 1, sizeof *fp->tq);
+    for (size_t t = 0; t < ntasks; t++)
+        fp->tq[t].est_ns = FP_EST_INIT_NS;
     fp->wake_fd = -1;
     pthread_mutex_init(&fp->mu, NULL);
     pthread_cond_init(&fp->not_full, NULL);
@@ -1028,7 +1132,7 @@ static size_t fp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
          * task's intake */
         while (fp->tq[m->task_index].len >= fp->qcap && !fp->draining) {
             if (unwoken > 0) {
-                wake(fp);
+                wake_sleeper(fp);
                 unwoken = 0;
             }
             pthread_cond_wait(&fp->not_full, &fp->mu);
@@ -1036,11 +1140,12 @@ static size_t fp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
         if (fp->draining)
             break;
         tq_push(fp, m);
+        fp->pushed++;
         done++;
         unwoken++;
     }
     if (unwoken > 0)
-        wake(fp);
+        wake_sleeper(fp);
     pthread_mutex_unlock(&fp->mu);
     return done;
 }

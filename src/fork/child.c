@@ -236,6 +236,13 @@ static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
             rc = -1;
         goto out;
     }
+    /* one wake-up per run of requests, not per answer: while the parent
+     * has more requests in the ring, the answer to the last of them tells
+     * of this one too (the parent also looks at the ring on its own, at
+     * least every few ms while requests are out: pool_fork.c) */
+    if (atomic_load_explicit(&cr->ctl->req_head, memory_order_acquire) !=
+        cr->req_tail)
+        goto out;
     /* pairs with the parent's store of parent_waiting, then load of
      * ans_head (sequentially consistent, as the store of ans_head above):
      * it sees this answer, or this sees that it sleeps */

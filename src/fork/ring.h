@@ -37,7 +37,10 @@
  * the memfd attached), WAKE (the peer may be asleep in poll/read: look at
  * the ring), and BULK (data too large for a ring). A side asleep says so
  * in its *_waiting word; the other side stores its head, then (sequential
- * consistency) loads that word and sends a WAKE only when it is set.
+ * consistency) loads that word and sends a WAKE only when it is set. A
+ * child with more requests in its ring sends none for an answer: the
+ * answer to the last of them wakes the parent for all (which also looks
+ * at the rings every few ms while requests are out).
  *
  * Nothing the child writes is trusted by the parent: heads and records are
  * copied out, then checked (tm_ring_peek, tm_fork_resp_check).
