@@ -240,7 +240,7 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	ops_reload_status ops_lifecycle sigterm http_endpoints http_burst \
 	redis_retry redis_retry_reload redis_restart amqp_ack amqp_retry_dlq \
 	amqp_sigterm fork_thread_parity fork_sigterm fork_zygote schedule_reload \
-	fork_ring_edges
+	fork_ring_edges fork_pack_slow
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \
