@@ -561,6 +561,18 @@ static int cap_marker(const struct tm_redis_cap *f, redisReader *rd,
     return cap_feed_out(rd, text, (size_t)tl);
 }
 
+/* line_end finds the '\n' ending the line at p (n bytes on), or NULL.
+ * Header lines are short ("$5\r\n"): a plain loop over the first bytes
+ * beats a call to memchr. */
+static const char *line_end(const char *p, size_t n)
+{
+    size_t k = n < 32 ? n : 32;
+    for (size_t i = 0; i < k; i++)
+        if (p[i] == '\n')
+            return p + i;
+    return n > k ? memchr(p + k, '\n', n - k) : NULL;
+}
+
 int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
                       const char *in, size_t n)
 {
@@ -604,7 +616,7 @@ int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
             continue;
         }
         /* a line starts at i */
-        const char *nl = memchr(in + i, '\n', n - i);
+        const char *nl = line_end(in + i, n - i);
         size_t len = nl != NULL ? (size_t)(nl - (in + i)) + 1 : n - i;
         if (len > sizeof f->line)
             return -1;
