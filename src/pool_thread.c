@@ -11,11 +11,15 @@
 #include "log.h"
 #include "util.h"
 
-/* Queue slots per worker: enough to keep workers fed between intake
- * batches; per-task prefetch bounds what is unacknowledged anyway. */
+/* Queue slots per worker at start: enough to keep workers fed between
+ * intake batches. The queue grows, up to TP_RING_MAX slots, when one
+ * read brings more (per-task prefetch bounds what is unacknowledged
+ * anyway): a submitter that waited for room would be woken once per
+ * chunk a worker takes. */
 #define TP_SLOTS_PER_WORKER 64
+#define TP_RING_MAX 65536
 /* Most messages a worker takes per lock acquisition. */
-#define TP_CHUNK_MAX 16
+#define TP_CHUNK_MAX 64
 
 struct tp_worker {
     struct tpool *pool;
@@ -90,11 +94,15 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&tp->mu);
 
         struct tm_msg *head = NULL, **tail = &head;
+        /* back to back: each run starts when the one before ended */
+        int64_t t = tm_now_ns();
         for (size_t i = 0; i < k; i++) {
             struct tm_msg *m = chunk[i];
             tm_crash_enter(m->task->cfg->name, m->id, m->id_len);
-            tm_exec_run(m, w->wdata[m->task_index]);
+            tm_exec_run_from(m, w->wdata[m->task_index], t);
             tm_crash_leave();
+            assert(m->t_end_ns >= t);
+            t = m->t_end_ns;
             m->next = NULL;
             *tail = m;
             tail = &m->next;
@@ -189,13 +197,31 @@ fail:
     return -1;
 }
 
+/* tp_grow doubles the queue (under tp->mu) when it is full and below
+ * TP_RING_MAX; 0 when it did. The messages keep their order, from slot
+ * 0 on. */
+static int tp_grow(struct tpool *tp)
+{
+    if (tp->count < tp->cap || tp->cap >= TP_RING_MAX)
+        return -1;
+    size_t cap = tp->cap * 2;
+    struct tm_msg **ring = tm_malloc(cap * sizeof *ring);
+    for (size_t i = 0; i < tp->count; i++)
+        ring[i] = tp->ring[(tp->head + i) % tp->cap];
+    tm_free(tp->ring);
+    tp->ring = ring;
+    tp->cap = cap;
+    tp->head = 0;
+    return 0;
+}
+
 static size_t tp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
 {
     struct tpool *tp = (struct tpool *)p;
     size_t done = 0;
     pthread_mutex_lock(&tp->mu);
     while (done < n) {
-        while (tp->count == tp->cap && !tp->draining)
+        while (tp->count == tp->cap && !tp->draining && tp_grow(tp) != 0)
             pthread_cond_wait(&tp->not_full, &tp->mu);
         if (tp->draining)
             break;
@@ -227,7 +253,7 @@ static void tp_submit_runs(struct tm_pool *p, struct tm_msg *const *runs,
     for (size_t r = 0; r < nruns; r++) {
         size_t done = 0;
         while (done < lens[r]) {
-            if (tp->count == tp->cap && !tp->draining) {
+            if (tp->count == tp->cap && !tp->draining && tp_grow(tp) != 0) {
                 pthread_cond_broadcast(&tp->not_empty);
                 added = 0;
                 while (tp->count == tp->cap && !tp->draining)
