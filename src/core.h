@@ -94,5 +94,9 @@ const struct tm_host *tm_exec_host(void);
  * m->error, m->result and the timings. Never fails.
  */
 void tm_exec_run(struct tm_msg *m, void *worker_data);
+/* tm_exec_run_from is tm_exec_run for a run that started at start_ns (a
+ * tm_now_ns reading): a worker running messages back to back starts
+ * each at the end of the one before, one clock reading per message. */
+void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns);
 
 #endif /* TASKMILL_CORE_H */

@@ -164,9 +164,14 @@ static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
 
 void tm_exec_run(struct tm_msg *m, void *worker_data)
 {
+    tm_exec_run_from(m, worker_data, tm_now_ns());
+}
+
+void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns)
+{
     struct tm_task *task = m->task;
     const struct tm_cfg_task *t = task->cfg;
-    m->t_start_ns = tm_now_ns();
+    m->t_start_ns = start_ns;
     if (validate_body(m, t) != 0) {
         m->outcome = TM_OUT_INVALID;
         m->t_end_ns = tm_now_ns();

@@ -4,6 +4,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core.h"
@@ -11,11 +12,23 @@
 #include "log.h"
 #include "util.h"
 
-/* Queue slots per worker: enough to keep workers fed between intake
- * batches; per-task prefetch bounds what is unacknowledged anyway. */
+/* Queue slots per worker at start: enough to keep workers fed between
+ * intake batches. The queue grows, up to TP_RING_MAX slots, when one
+ * read brings more (per-task prefetch bounds what is unacknowledged
+ * anyway): a submitter that waited for room would be woken once per
+ * chunk a worker takes. */
 #define TP_SLOTS_PER_WORKER 64
+#define TP_RING_MAX 65536
 /* Most messages a worker takes per lock acquisition. */
-#define TP_CHUNK_MAX 16
+#define TP_CHUNK_MAX 64
+/* A sleeping worker is woken for queued work of at least this much (ns,
+ * at the pool's recent time per run): for less, the wake-up costs more
+ * than the runs, which the workers awake take on their next loop. */
+#define TP_WAKE_WORK_NS 50000
+/* Queued messages no worker has taken from for this long are taken by a
+ * sleeping worker all the same: the awake ones are held up in slow runs
+ * (among fast ones, which set the pace). */
+#define TP_STALE_NS 1000000
 
 struct tp_worker {
     struct tpool *pool;
@@ -35,6 +48,11 @@ struct tpool {
     struct tm_msg **ring;
     size_t cap, head, count;
     unsigned running;         /* workers inside cb_run (under mu) */
+    unsigned sleeping;        /* workers waiting on not_empty (under mu) */
+    unsigned timed;           /* of them, waiting at most TP_STALE_NS */
+    int64_t taken_ns;         /* when a worker last took from the queue */
+    int64_t run_ns;           /* recent time per run, moving average
+                                 (under mu) */
     atomic_uint busy;         /* same, for lock-free readers */
     int draining;             /* no more submissions */
     int stop;                 /* workers exit when the queue is empty */
@@ -51,6 +69,50 @@ static void worker_fini(struct tp_worker *w)
     }
 }
 
+/* wake wakes, under tp->mu, sleeping workers for the queued messages:
+ * at most max, and only as many as the queued work is worth at the
+ * recent time per run (see TP_WAKE_WORK_NS). A worker that takes its
+ * share wakes the next one the same way, so a long queue of slow runs
+ * wakes them all, and a burst of fast ones only one or two. */
+static void wake(struct tpool *tp, unsigned max)
+{
+    if (tp->count == 0 || tp->sleeping == 0)
+        return;
+    /* the runs queued that one wake-up is worth */
+    size_t per_wake = tp->run_ns > 0
+                          ? (size_t)(TP_WAKE_WORK_NS / tp->run_ns)
+                          : SIZE_MAX;
+    size_t want = per_wake == 0 ? tp->count : tp->count / per_wake;
+    /* none awake to take them: one at least */
+    if (want == 0 && tp->sleeping == tp->base.size)
+        want = 1;
+    if (want > max)
+        want = max;
+    if (want == 0 && tp->timed == 0)
+        /* none worth waking: one looks again in TP_STALE_NS (take) */
+        pthread_cond_signal(&tp->not_empty);
+    else if (want >= tp->sleeping)
+        pthread_cond_broadcast(&tp->not_empty);
+    else
+        for (size_t i = 0; i < want; i++)
+            pthread_cond_signal(&tp->not_empty);
+}
+
+/* take says whether an awake worker (not counted in sleeping) with no
+ * chunk takes from the non-empty queue, under tp->mu: when no other is
+ * awake, when the queued work is worth a worker (wake), or when it has
+ * waited past TP_STALE_NS. Otherwise it waits, for TP_STALE_NS at most. */
+static int take(const struct tpool *tp)
+{
+    assert(tp->count > 0 && tp->sleeping < tp->base.size);
+    if (tp->sleeping + 1 == tp->base.size || tp->stop)
+        return 1;
+    if (tp->run_ns <= 0 ||
+        tp->count >= (size_t)(TP_WAKE_WORK_NS / tp->run_ns))
+        return 1;
+    return tm_now_ns() - tp->taken_ns >= TP_STALE_NS;
+}
+
 static void *worker_main(void *arg)
 {
     struct tp_worker *w = arg;
@@ -63,8 +125,24 @@ static void *worker_main(void *arg)
         struct tm_msg *chunk[TP_CHUNK_MAX];
         size_t k = 0;
         pthread_mutex_lock(&tp->mu);
-        while (tp->count == 0 && !tp->stop)
-            pthread_cond_wait(&tp->not_empty, &tp->mu);
+        /* back from a chunk (or new): what is queued is taken at once;
+         * woken, only what take() finds worth it */
+        for (int fresh = 1;; fresh = 0) {
+            if (tp->count > 0 && (fresh || take(tp)))
+                break;
+            if (tp->count == 0 && tp->stop)
+                break;
+            tp->sleeping++;
+            if (tp->count > 0) {
+                tp->timed++;
+                tm_cond_wait_ns(&tp->not_empty, &tp->mu,
+                                TP_STALE_NS - (tm_now_ns() - tp->taken_ns));
+                tp->timed--;
+            } else {
+                pthread_cond_wait(&tp->not_empty, &tp->mu);
+            }
+            tp->sleeping--;
+        }
         if (tp->count == 0 && tp->stop) {
             pthread_mutex_unlock(&tp->mu);
             break;
@@ -81,20 +159,24 @@ static void *worker_main(void *arg)
             tp->head = (tp->head + 1) % tp->cap;
             tp->count--;
         }
+        tp->taken_ns = tm_now_ns();
         tp->running++;
         w->in_call = 1;
         atomic_store_explicit(&tp->busy, tp->running, memory_order_relaxed);
         pthread_cond_signal(&tp->not_full);
-        if (tp->count > 0)
-            pthread_cond_signal(&tp->not_empty);
+        wake(tp, 1); /* the next worker, if what is left is worth it */
         pthread_mutex_unlock(&tp->mu);
 
         struct tm_msg *head = NULL, **tail = &head;
+        /* back to back: each run starts when the one before ended */
+        int64_t t0 = tm_now_ns(), t = t0;
         for (size_t i = 0; i < k; i++) {
             struct tm_msg *m = chunk[i];
             tm_crash_enter(m->task->cfg->name, m->id, m->id_len);
-            tm_exec_run(m, w->wdata[m->task_index]);
+            tm_exec_run_from(m, w->wdata[m->task_index], t);
             tm_crash_leave();
+            assert(m->t_end_ns >= t);
+            t = m->t_end_ns;
             m->next = NULL;
             *tail = m;
             tail = &m->next;
@@ -102,6 +184,10 @@ static void *worker_main(void *arg)
         p->done(p->done_ctx, head);
 
         pthread_mutex_lock(&tp->mu);
+        /* a moving average over chunks, each weighing 1/8 */
+        assert(k > 0);
+        int64_t per = (t - t0) / (int64_t)k;
+        tp->run_ns += (per - tp->run_ns) / 8;
         tp->running--;
         w->in_call = 0;
         atomic_store_explicit(&tp->busy, tp->running, memory_order_relaxed);
@@ -131,6 +217,9 @@ static struct tm_pool *tp_create(const struct tm_cfg *cfg,
     pthread_cond_init(&tp->not_full, NULL);
     pthread_cond_init(&tp->idle, NULL);
     tp->cap = (size_t)size * TP_SLOTS_PER_WORKER;
+    /* until runs are timed, each is taken as worth a wake-up */
+    tp->run_ns = TP_WAKE_WORK_NS;
+    tp->taken_ns = tm_now_ns();
     tp->ring = tm_calloc(tp->cap, sizeof *tp->ring);
     tp->workers = tm_calloc(size, sizeof *tp->workers);
     return &tp->base;
@@ -189,13 +278,31 @@ fail:
     return -1;
 }
 
+/* tp_grow doubles the queue (under tp->mu) when it is full and below
+ * TP_RING_MAX; 0 when it did. The messages keep their order, from slot
+ * 0 on. */
+static int tp_grow(struct tpool *tp)
+{
+    if (tp->count < tp->cap || tp->cap >= TP_RING_MAX)
+        return -1;
+    size_t cap = tp->cap * 2;
+    struct tm_msg **ring = tm_malloc(cap * sizeof *ring);
+    for (size_t i = 0; i < tp->count; i++)
+        ring[i] = tp->ring[(tp->head + i) % tp->cap];
+    tm_free(tp->ring);
+    tp->ring = ring;
+    tp->cap = cap;
+    tp->head = 0;
+    return 0;
+}
+
 static size_t tp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
 {
     struct tpool *tp = (struct tpool *)p;
     size_t done = 0;
     pthread_mutex_lock(&tp->mu);
     while (done < n) {
-        while (tp->count == tp->cap && !tp->draining)
+        while (tp->count == tp->cap && !tp->draining && tp_grow(tp) != 0)
             pthread_cond_wait(&tp->not_full, &tp->mu);
         if (tp->draining)
             break;
@@ -204,10 +311,8 @@ static size_t tp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
             tp->ring[(tp->head + tp->count) % tp->cap] = &msgs[done++];
             tp->count++;
         }
-        if (tp->count - before > 1)
-            pthread_cond_broadcast(&tp->not_empty);
-        else
-            pthread_cond_signal(&tp->not_empty);
+        if (tp->count > before)
+            wake(tp, tp->base.size);
     }
     pthread_mutex_unlock(&tp->mu);
     return done;
@@ -215,8 +320,7 @@ static size_t tp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
 
 /* tp_submit_runs is tp_submit for several runs under one lock. Workers
  * are woken when the queue fills up (they must empty it before more
- * fits) and once at the end, with a broadcast when more than one message
- * went in. */
+ * fits) and once at the end, as many as the work is worth (wake). */
 static void tp_submit_runs(struct tm_pool *p, struct tm_msg *const *runs,
                            const size_t *lens, size_t nruns,
                            size_t *accepted)
@@ -227,7 +331,7 @@ static void tp_submit_runs(struct tm_pool *p, struct tm_msg *const *runs,
     for (size_t r = 0; r < nruns; r++) {
         size_t done = 0;
         while (done < lens[r]) {
-            if (tp->count == tp->cap && !tp->draining) {
+            if (tp->count == tp->cap && !tp->draining && tp_grow(tp) != 0) {
                 pthread_cond_broadcast(&tp->not_empty);
                 added = 0;
                 while (tp->count == tp->cap && !tp->draining)
@@ -243,10 +347,8 @@ static void tp_submit_runs(struct tm_pool *p, struct tm_msg *const *runs,
         }
         accepted[r] = done;
     }
-    if (added > 1)
-        pthread_cond_broadcast(&tp->not_empty);
-    else if (added == 1)
-        pthread_cond_signal(&tp->not_empty);
+    if (added > 0)
+        wake(tp, tp->base.size);
     pthread_mutex_unlock(&tp->mu);
 }
 

@@ -2,6 +2,7 @@
 #include "redis/arena.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +24,10 @@
 /* The first block's bytes; each next one doubles, up to TM_ARENA_MAX. */
 #define TM_ARENA_FIRST (16 * 1024)
 #define TM_ARENA_MAX (1024 * 1024)
+/* Freed blocks each thread keeps for its next arenas, in bytes at most:
+ * a read's blocks come back as the next read's (fresh blocks from malloc
+ * are fresh pages often, each a page fault); see tm_rarena_trim. */
+#define TM_ARENA_CACHE (1024 * 1024)
 /* Under ASan, the poisoned gap left after each object: a read or write
  * past an object's end lands in it and is reported. */
 #define TM_ARENA_GAP (TM_ARENA_ASAN ? TM_ARENA_ALIGN : 0)
@@ -40,6 +45,100 @@ struct tm_rarena {
     struct block *cur;   /* the block allocated from, head of the list */
     size_t next_size;    /* the size of the next block grown */
 };
+
+/* struct cache is one thread's freed blocks, kept for reuse (through a
+ * thread key, whose destructor frees them when the thread ends). */
+struct cache {
+    struct block *head;
+    size_t bytes;
+};
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static int cache_ok; /* the key exists: caching is on */
+
+static void cache_free(void *v)
+{
+    struct cache *c = v;
+    while (c->head != NULL) {
+        struct block *b = c->head;
+        c->head = b->next;
+        ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
+        tm_free(b);
+    }
+    tm_free(c);
+}
+
+static void cache_key_make(void)
+{
+    cache_ok = pthread_key_create(&cache_key, cache_free) == 0;
+}
+
+/* my_cache is the calling thread's cache, made on first use; NULL when
+ * no thread key could be had (blocks then go straight to free). */
+static struct cache *my_cache(void)
+{
+    pthread_once(&cache_once, cache_key_make);
+    if (!cache_ok)
+        return NULL;
+    struct cache *c = pthread_getspecific(cache_key);
+    if (c == NULL) {
+        c = tm_calloc(1, sizeof *c);
+        if (pthread_setspecific(cache_key, c) != 0) {
+            tm_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+/* cache_take takes a cached block of at least size bytes, or NULL. */
+static struct block *cache_take(size_t size)
+{
+    struct cache *c = my_cache();
+    if (c == NULL)
+        return NULL;
+    for (struct block **pp = &c->head; *pp != NULL; pp = &(*pp)->next) {
+        struct block *b = *pp;
+        if (b->size >= size) {
+            *pp = b->next;
+            c->bytes -= b->size;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+/* block_free keeps b in the thread's cache while it has room, else
+ * frees it. A cached block is all poisoned under ASan, as when new. */
+static void block_free(struct block *b)
+{
+    struct cache *c = my_cache();
+    if (c == NULL || c->bytes + b->size > TM_ARENA_CACHE) {
+        ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
+        tm_free(b);
+        return;
+    }
+    ASAN_POISON_MEMORY_REGION(b->data, b->size);
+    b->next = c->head;
+    c->head = b;
+    c->bytes += b->size;
+}
+
+void tm_rarena_trim(void)
+{
+    pthread_once(&cache_once, cache_key_make);
+    struct cache *c = cache_ok ? pthread_getspecific(cache_key) : NULL;
+    if (c == NULL)
+        return;
+    while (c->head != NULL) {
+        struct block *b = c->head;
+        c->head = b->next;
+        ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
+        tm_free(b);
+    }
+    c->bytes = 0;
+}
 
 struct tm_rarena *tm_rarena_new(void)
 {
@@ -68,8 +167,7 @@ void tm_rarena_unref(struct tm_rarena *a)
     struct block *b = a->cur;
     while (b != NULL) {
         struct block *next = b->next;
-        ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
-        tm_free(b);
+        block_free(b);
         b = next;
     }
     tm_free(a);
@@ -82,10 +180,13 @@ static struct block *grow(struct tm_rarena *a, size_t need)
 {
     int own = need > a->next_size / 4;
     size_t size = own ? need : a->next_size;
-    struct block *b = tm_malloc(sizeof *b + size);
-    b->size = size;
+    struct block *b = cache_take(size);
+    if (b == NULL) {
+        b = tm_malloc(sizeof *b + size);
+        b->size = size;
+        ASAN_POISON_MEMORY_REGION(b->data, size);
+    }
     b->used = 0;
-    ASAN_POISON_MEMORY_REGION(b->data, size);
     if (own && a->cur != NULL) {
         b->next = a->cur->next;
         a->cur->next = b;
@@ -98,8 +199,8 @@ static struct block *grow(struct tm_rarena *a, size_t need)
     return b;
 }
 
-/* alloc returns n bytes, zeroed, aligned on TM_ARENA_ALIGN. */
-static void *alloc(struct tm_rarena *a, size_t n)
+/* alloc_raw returns n bytes, aligned on TM_ARENA_ALIGN, not zeroed. */
+static void *alloc_raw(struct tm_rarena *a, size_t n)
 {
     assert(atomic_load_explicit(&a->refs, memory_order_relaxed) > 0);
     size_t need = (n + TM_ARENA_GAP + TM_ARENA_ALIGN - 1) &
@@ -110,6 +211,13 @@ static void *alloc(struct tm_rarena *a, size_t n)
     void *p = b->data + b->used;
     b->used += need;
     ASAN_UNPOISON_MEMORY_REGION(p, n);
+    return p;
+}
+
+/* alloc returns n bytes, zeroed, aligned on TM_ARENA_ALIGN. */
+static void *alloc(struct tm_rarena *a, size_t n)
+{
+    void *p = alloc_raw(a, n);
     memset(p, 0, n);
     return p;
 }
@@ -135,7 +243,7 @@ static void *create_string(const redisReadTask *t, char *str, size_t len)
     assert(t->type == REDIS_REPLY_ERROR || t->type == REDIS_REPLY_STATUS ||
            t->type == REDIS_REPLY_STRING);
     redisReply *r = new_obj(t, t->type);
-    char *s = alloc(t->privdata, len + 1);
+    char *s = alloc_raw(t->privdata, len + 1); /* all written here */
     memcpy(s, str, len);
     s[len] = '\0';
     r->str = s;

@@ -590,6 +590,8 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l,
     }
     tm_rarena_reply_free(r, arena); /* nil: the block timed out */
     tm_rarena_unref(arena);
+    if (nb == 0)
+        tm_rarena_trim(); /* idle: the blocks kept for busy reads go */
     return (int)nb;
 }
 

@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -423,6 +424,18 @@ void tm_rconn_set_timeout(struct tm_rconn *c, int64_t timeout_ms)
     c->timeout_ms = timeout_ms;
 }
 
+/* out_room makes room for n more bytes on the output buffer. */
+static void out_room(struct tm_rconn *c, size_t n)
+{
+    if (c->outlen + n <= c->outcap)
+        return;
+    size_t cap = c->outcap ? c->outcap : 256;
+    while (cap < c->outlen + n)
+        cap *= 2;
+    c->out = tm_realloc(c->out, cap);
+    c->outcap = cap;
+}
+
 /* queue takes a formatted command (len bytes, or -1: formatting failed)
  * onto the output buffer and frees it. */
 static int queue(struct tm_rconn *c, char *cmd, long long len)
@@ -431,25 +444,55 @@ static int queue(struct tm_rconn *c, char *cmd, long long len)
         set_err(c, REDIS_ERR_OOM, "cannot format the command");
         return -1;
     }
-    if (c->outlen + (size_t)len > c->outcap) {
-        size_t cap = c->outcap ? c->outcap : 256;
-        while (cap < c->outlen + (size_t)len)
-            cap *= 2;
-        c->out = tm_realloc(c->out, cap);
-        c->outcap = cap;
-    }
+    out_room(c, (size_t)len);
     memcpy(c->out + c->outlen, cmd, (size_t)len);
     c->outlen += (size_t)len;
     redisFreeCommand(cmd);
     return 0;
 }
 
+/* put_head writes a RESP header (kind, then the decimal v, then CRLF) at
+ * p; returns its length (at most 23 bytes). */
+static size_t put_head(char *p, char kind, size_t v)
+{
+    char digits[20];
+    size_t nd = 0, k = 0;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    p[k++] = kind;
+    while (nd > 0)
+        p[k++] = digits[--nd];
+    p[k++] = '\r';
+    p[k++] = '\n';
+    return k;
+}
+
+/* tm_rconn_append_argv writes the command as RESP straight onto the
+ * output buffer: no formatted copy, no printf per argument (an XACK
+ * pipeline carries thousands). */
 int tm_rconn_append_argv(struct tm_rconn *c, int argc, const char **argv,
                          const size_t *lens)
 {
-    char *cmd = NULL;
-    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-    return queue(c, cmd, len);
+    assert(argc > 0);
+    size_t need = 24;
+    for (int i = 0; i < argc; i++)
+        need += 24 + 2 + (lens != NULL ? lens[i] : strlen(argv[i]));
+    out_room(c, need);
+    char *p = c->out + c->outlen;
+    p += put_head(p, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        size_t n = lens != NULL ? lens[i] : strlen(argv[i]);
+        p += put_head(p, '$', n);
+        memcpy(p, argv[i], n);
+        p += n;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    c->outlen = (size_t)(p - c->out);
+    assert(c->outlen <= c->outcap);
+    return 0;
 }
 
 int tm_rconn_append(struct tm_rconn *c, const char *fmt, ...)
@@ -469,61 +512,131 @@ static int cap_feed_out(redisReader *rd, const char *p, size_t n)
     return n > 0 && redisReaderFeed(rd, p, n) != REDIS_OK ? -1 : 0;
 }
 
-/* cap_line passes on one complete line (CRLF included), or for a bulk
- * header over the limit the marker in its place. */
-static int cap_line(struct tm_redis_cap *f, redisReader *rd)
+/* cap_header reads the line p[0 .. len) (a whole line, "\n" included) at
+ * a line start: for a bulk header of a payload up to the limit, or of a
+ * nil, or a malformed one (left for the reader to refuse), it sets
+ * f->pass and returns 0; for one over the limit it sets f->drop and
+ * returns the payload's length (> limit), which the marker names. Any
+ * other line returns 0 and leaves f as it is. */
+static long long cap_header(struct tm_redis_cap *f, const char *p, size_t len)
 {
-    if (f->line[0] != '$')
-        return cap_feed_out(rd, f->line, f->nline);
-    long long n = strtoll(f->line + 1, NULL, 10);
-    if (n < 0 || (unsigned long long)n <= f->limit) {
-        f->pass = n < 0 ? 0 : (size_t)n + 2;
-        return cap_feed_out(rd, f->line, f->nline);
+    if (p[0] != '$')
+        return 0;
+    unsigned long long n = 0;
+    size_t i = 1, digits = 0;
+    while (i < len && p[i] >= '0' && p[i] <= '9' && digits < 18) {
+        n = n * 10 + (unsigned long long)(p[i] - '0');
+        i++;
+        digits++;
     }
+    if (digits == 18 && i < len && p[i] >= '0' && p[i] <= '9') {
+        /* past any size a server sends: dropped for good (the read
+         * times out) rather than ever buffered */
+        f->drop = SIZE_MAX;
+        return LLONG_MAX;
+    }
+    /* "$-1", or no length the reader takes: no payload follows */
+    if (digits == 0 || i >= len || p[i] != '\r')
+        return 0;
+    if (n <= f->limit) {
+        f->pass = (size_t)n + 2;
+        return 0;
+    }
+    f->drop = (size_t)n + 2;
+    return (long long)n;
+}
+
+/* cap_marker passes on, in place of a bulk of n bytes, the marker and the
+ * reason. */
+static int cap_marker(const struct tm_redis_cap *f, redisReader *rd,
+                      long long n)
+{
     char text[128], head[32];
     int tl = tm_snprintf(text, sizeof text,
                          TM_REDIS_OVERSIZE "body of %lld bytes exceeds "
                          "max_payload of %zu\r\n", n, f->limit);
     int hl = tm_snprintf(head, sizeof head, "$%d\r\n", tl - 2);
-    f->drop = (size_t)n + 2;
     if (cap_feed_out(rd, head, (size_t)hl) != 0)
         return -1;
     return cap_feed_out(rd, text, (size_t)tl);
+}
+
+/* line_end finds the '\n' ending the line at p (n bytes on), or NULL.
+ * Header lines are short ("$5\r\n"): a plain loop over the first bytes
+ * beats a call to memchr. */
+static const char *line_end(const char *p, size_t n)
+{
+    size_t k = n < 32 ? n : 32;
+    for (size_t i = 0; i < k; i++)
+        if (p[i] == '\n')
+            return p + i;
+    return n > k ? memchr(p + k, '\n', n - k) : NULL;
 }
 
 int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
                       const char *in, size_t n)
 {
     size_t i = 0;
+    size_t run = 0; /* in[run .. i) passes as it is, not fed yet */
+    if (f->nline > 0) {
+        /* the line cut by the end of the last call, completed here: it
+         * is fed on its own (from f->line), then the rest in runs */
+        const char *nl = memchr(in, '\n', n);
+        size_t take = nl != NULL ? (size_t)(nl - in) + 1 : n;
+        if (f->nline + take > sizeof f->line)
+            return -1;
+        memcpy(f->line + f->nline, in, take);
+        f->nline += take;
+        if (nl == NULL)
+            return 0;
+        long long big = cap_header(f, f->line, f->nline);
+        int rc = big > 0 ? cap_marker(f, rd, big)
+                         : cap_feed_out(rd, f->line, f->nline);
+        f->nline = 0;
+        if (rc != 0)
+            return -1;
+        i = run = take;
+    }
+    /* Bytes that pass unchanged are fed in runs as long as the input
+     * allows: only an oversized bulk (its header, then its payload)
+     * breaks a run, and a line cut at the end is held back whole, since
+     * a bulk header may be one to replace. */
     while (i < n) {
         if (f->drop > 0) {
             size_t k = n - i < f->drop ? n - i : f->drop;
             f->drop -= k;
             i += k;
+            run = i;
             continue;
         }
         if (f->pass > 0) {
             size_t k = n - i < f->pass ? n - i : f->pass;
-            if (cap_feed_out(rd, in + i, k) != 0)
-                return -1;
             f->pass -= k;
             i += k;
             continue;
         }
-        const char *nl = memchr(in + i, '\n', n - i);
-        size_t take = nl != NULL ? (size_t)(nl - (in + i)) + 1 : n - i;
-        if (f->nline + take > sizeof f->line)
+        /* a line starts at i */
+        const char *nl = line_end(in + i, n - i);
+        size_t len = nl != NULL ? (size_t)(nl - (in + i)) + 1 : n - i;
+        if (len > sizeof f->line)
             return -1;
-        memcpy(f->line + f->nline, in + i, take);
-        f->nline += take;
-        i += take;
-        if (nl == NULL)
-            continue;
-        if (cap_line(f, rd) != 0)
-            return -1;
-        f->nline = 0;
+        if (nl == NULL) {
+            if (cap_feed_out(rd, in + run, i - run) != 0)
+                return -1;
+            memcpy(f->line, in + i, len);
+            f->nline = len;
+            return 0;
+        }
+        long long big = cap_header(f, in + i, len);
+        if (big > 0) {
+            if (cap_feed_out(rd, in + run, i - run) != 0 ||
+                cap_marker(f, rd, big) != 0)
+                return -1;
+            run = i + len;
+        }
+        i += len;
     }
-    return 0;
+    return cap_feed_out(rd, in + run, i - run);
 }
 
 void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "redis/arena.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
@@ -107,6 +108,8 @@ static void rb_destroy(struct tm_broker *b)
         tm_free(rb->tasks[i].rate_key);
         tm_free(rb->tasks[i].pause_key);
     }
+    /* the blocks of the arenas just freed, kept for reads to come */
+    tm_rarena_trim();
     tm_redis_link_close(rb, &rb->settle);
     pthread_mutex_destroy(&rb->topo_mu);
     pthread_mutex_destroy(&rb->refresh_mu);

@@ -152,18 +152,26 @@ static enum settle_class class_of(const struct tm_redis *rb,
 static size_t order_work(struct tm_redis *rb, struct tm_msg **msgs,
                          size_t n)
 {
-    size_t k = 0, acks = 0, work = 0;
-    for (int cl = 0; cl < CL_N; cl++) {
-        if (cl == CL_ACK)
-            acks = k;
-        if (cl == CL_NONE)
-            work = k;
-        for (size_t i = 0; i < n; i++)
-            if (class_of(rb, msgs[i]) == (enum settle_class)cl)
-                rb->order[k++] = msgs[i];
+    /* a counting sort on the class, looked up once per message (kept in
+     * rb->done meanwhile), stable within each class */
+    size_t at[CL_N + 1] = {0};
+    for (size_t i = 0; i < n; i++) {
+        enum settle_class cl = class_of(rb, msgs[i]);
+        rb->done[i] = (unsigned char)cl;
+        at[cl + 1]++;
     }
-    assert(k == n);
-    qsort(rb->order + acks, work - acks, sizeof *rb->order, cmp_task);
+    for (int cl = 0; cl < CL_N; cl++)
+        at[cl + 1] += at[cl];
+    size_t acks = at[CL_ACK], work = at[CL_NONE];
+    for (size_t i = 0; i < n; i++)
+        rb->order[at[rb->done[i]]++] = msgs[i];
+    assert(at[CL_N - 1] == n);
+    /* the acks by task: mostly of one task already, then left as is */
+    int sorted = 1;
+    for (size_t i = acks + 1; i < work && sorted; i++)
+        sorted = rb->order[i - 1]->task_index <= rb->order[i]->task_index;
+    if (!sorted)
+        qsort(rb->order + acks, work - acks, sizeof *rb->order, cmp_task);
     memcpy(msgs, rb->order, n * sizeof *msgs);
     return work;
 }

@@ -322,6 +322,63 @@ START_TEST(cap_refuses_overlong_lines)
     memset(line + 1, 'a', sizeof line - 1);
     ck_assert_int_eq(tm_redis_cap_feed(&f, rd, line, sizeof line), -1);
     redisReaderFree(rd);
+    /* the same line whole in one input, its end included */
+    tm_redis_cap_init(&f, 10);
+    rd = redisReaderCreate();
+    line[sizeof line - 1] = '\n';
+    ck_assert_int_eq(tm_redis_cap_feed(&f, rd, line, sizeof line), -1);
+    redisReaderFree(rd);
+}
+END_TEST
+
+/* Commands are written as hiredis formats them: empty, binary and long
+ * arguments, lengths given or taken by strlen, one after another. */
+START_TEST(argv_formats_as_hiredis)
+{
+    struct tm_rconn c;
+    memset(&c, 0, sizeof c);
+    char big[70000];
+    memset(big, 'b', sizeof big);
+    const char *argv[] = {"XACK", "s", "", "a\0b\r\n", big, "1-0"};
+    const size_t lens[] = {4, 1, 0, 5, sizeof big, 3};
+    size_t at = 0;
+    for (int round = 0; round < 3; round++) {
+        int argc = round == 2 ? 1 : 6;
+        const size_t *l = round == 1 ? NULL : lens;
+        const char *plain[] = {"XACK", "s", "", "x", "y", "1-0"};
+        const char **av = round == 1 ? plain : argv;
+        char *want = NULL;
+        int wl = redisFormatCommandArgv(&want, argc, av, l);
+        ck_assert_int_gt(wl, 0);
+        ck_assert_int_eq(tm_rconn_append_argv(&c, argc, av, l), 0);
+        ck_assert_uint_eq(c.outlen - at, (size_t)wl);
+        ck_assert_int_eq(memcmp(c.out + at, want, (size_t)wl), 0);
+        at = c.outlen;
+        redisFreeCommand(want);
+    }
+    tm_free(c.out);
+}
+END_TEST
+
+/* A bulk length past any real size is dropped, never buffered: nothing
+ * after its header reaches the reader. */
+START_TEST(cap_drops_absurd_lengths)
+{
+    static const char resp[] = "*1\r\n$1234567890123456789012\r\nxxxx";
+    struct tm_redis_cap f;
+    tm_redis_cap_init(&f, 10);
+    redisReader *rd = redisReaderCreate();
+    ck_assert_int_eq(tm_redis_cap_feed(&f, rd, resp, sizeof resp - 1), 0);
+    ck_assert(f.drop > 1000000);
+    void *v = NULL;
+    ck_assert_int_eq(redisReaderGetReply(rd, &v), REDIS_OK);
+    redisReply *r = v;
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->elements, 1);
+    ck_assert_int_eq(memcmp(r->element[0]->str, TM_REDIS_OVERSIZE,
+                            sizeof TM_REDIS_OVERSIZE - 1), 0);
+    freeReplyObject(r);
+    redisReaderFree(rd);
 }
 END_TEST
 
@@ -376,6 +433,8 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, claim_period_bounds);
     tcase_add_test(tc, cap_drops_oversized_bulks);
     tcase_add_test(tc, cap_refuses_overlong_lines);
+    tcase_add_test(tc, cap_drops_absurd_lengths);
+    tcase_add_test(tc, argv_formats_as_hiredis);
     tcase_add_test(tc, key_slots_follow_redis);
     tcase_add_test(tc, scheduled_key_derives_from_the_queue);
     tcase_add_test(tc, task_keys_share_a_slot);

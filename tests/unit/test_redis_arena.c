@@ -154,6 +154,38 @@ START_TEST(arena_survives_a_protocol_error)
 }
 END_TEST
 
+/* A freed arena's blocks are the next arena's (kept by the thread): the
+ * same reply lands at the same place, whole and right; after a trim
+ * they are gone. Under ASan a kept block is poisoned: a reply read after
+ * its arena went is reported. */
+START_TEST(arena_blocks_are_reused)
+{
+    static const size_t sizes[] = {10, 3000};
+    char *resp;
+    size_t len = xread_reply(&resp, 200, sizes, 2);
+    redisReply *want = parse(resp, len, 1 << 22, NULL, NULL);
+    tm_rarena_trim();
+    struct tm_rarena *a = tm_rarena_new();
+    redisReply *first = parse(resp, len, 4096, &tm_rarena_fns, a);
+    ck_assert(same(want, first));
+    tm_rarena_unref(a);
+#if defined(__SANITIZE_ADDRESS__)
+    ck_assert(__asan_address_is_poisoned(first));
+#endif
+    for (int round = 0; round < 3; round++) {
+        a = tm_rarena_new();
+        redisReply *again = parse(resp, len, 4096, &tm_rarena_fns, a);
+        ck_assert_ptr_eq(again, first);
+        ck_assert(same(want, again));
+        tm_rarena_unref(a);
+    }
+    tm_rarena_trim();
+    tm_rarena_trim();
+    freeReplyObject(want);
+    tm_free(resp);
+}
+END_TEST
+
 #if defined(__SANITIZE_ADDRESS__)
 /* Under ASan, the bytes past each object and the room not yet used are
  * poisoned: an overrun of a reply string is reported, not silent. */
@@ -185,6 +217,7 @@ static Suite *arena_suite(void)
     tcase_add_test(tc, arena_builds_what_hiredis_builds);
     tcase_add_test(tc, arena_lives_until_the_last_reference);
     tcase_add_test(tc, arena_survives_a_protocol_error);
+    tcase_add_test(tc, arena_blocks_are_reused);
 #if defined(__SANITIZE_ADDRESS__)
     tcase_add_test(tc, arena_poisons_around_objects);
 #endif
