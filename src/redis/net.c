@@ -1,6 +1,8 @@
 /* net.c - one connection to a Redis server: a non-blocking socket with
- * deadlines, optional TLS (OpenSSL), RESP through hiredis's reader and
- * formatter, and the reply filter that caps bulk strings. */
+ * deadlines, optional TLS (OpenSSL), replies through hiredis's reader,
+ * commands in RESP (hiredis's formatter for format strings; argv
+ * commands written here, see tm_rconn_append_argv), and the reply filter
+ * that caps bulk strings. */
 #include "redis/net.h"
 
 #include <arpa/inet.h>
@@ -470,8 +472,13 @@ static size_t put_head(char *p, char kind, size_t v)
 }
 
 /* tm_rconn_append_argv writes the command as RESP straight onto the
- * output buffer: no formatted copy, no printf per argument (an XACK
- * pipeline carries thousands). */
+ * output buffer. Written here rather than with hiredis's
+ * redisFormatCommandArgv, which returns each command as a malloc'd copy
+ * built with one snprintf per argument: the hot path's XACK pipelines
+ * carry thousands of ids, and that copy and formatting were among the
+ * daemon's top costs (sdscatlen, vfprintf). The format is RESP's array
+ * of bulk strings only; test_redis.c checks it byte for byte against
+ * hiredis's formatter. */
 int tm_rconn_append_argv(struct tm_rconn *c, int argc, const char **argv,
                          const size_t *lens)
 {
