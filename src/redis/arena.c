@@ -24,7 +24,7 @@
 /* The first block's bytes; each next one doubles, up to TM_ARENA_MAX. */
 #define TM_ARENA_FIRST (16 * 1024)
 #define TM_ARENA_MAX (1024 * 1024)
-/* Freed blocks each thread keeps for its next arenas, in bytes at most:
+/* Freed blocks the process keeps for its next arenas, in bytes at most:
  * a read's blocks come back as the next read's (fresh blocks from malloc
  * are fresh pages often, each a page fault); see tm_rarena_trim. */
 #define TM_ARENA_CACHE (1024 * 1024)
@@ -46,98 +46,68 @@ struct tm_rarena {
     size_t next_size;    /* the size of the next block grown */
 };
 
-/* struct cache is one thread's freed blocks, kept for reuse (through a
- * thread key, whose destructor frees them when the thread ends). */
-struct cache {
+/* The freed blocks kept for reuse: one list for the process, because
+ * the thread that frees an arena (the settle thread, with the last batch
+ * of a read) is not the one that builds the next (a lane). A lock per
+ * block taken or given back: a few per read, never per message. The
+ * list holds at most TM_ARENA_CACHE bytes, so it fills up within the
+ * first reads and then stays that size: no growth over a long run. */
+static struct {
+    pthread_mutex_t mu;
     struct block *head;
     size_t bytes;
-};
-
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-static int cache_ok; /* the key exists: caching is on */
-
-static void cache_free(void *v)
-{
-    struct cache *c = v;
-    while (c->head != NULL) {
-        struct block *b = c->head;
-        c->head = b->next;
-        ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
-        tm_free(b);
-    }
-    tm_free(c);
-}
-
-static void cache_key_make(void)
-{
-    cache_ok = pthread_key_create(&cache_key, cache_free) == 0;
-}
-
-/* my_cache is the calling thread's cache, made on first use; NULL when
- * no thread key could be had (blocks then go straight to free). */
-static struct cache *my_cache(void)
-{
-    pthread_once(&cache_once, cache_key_make);
-    if (!cache_ok)
-        return NULL;
-    struct cache *c = pthread_getspecific(cache_key);
-    if (c == NULL) {
-        c = tm_calloc(1, sizeof *c);
-        if (pthread_setspecific(cache_key, c) != 0) {
-            tm_free(c);
-            return NULL;
-        }
-    }
-    return c;
-}
+} cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
 
 /* cache_take takes a cached block of at least size bytes, or NULL. */
 static struct block *cache_take(size_t size)
 {
-    struct cache *c = my_cache();
-    if (c == NULL)
-        return NULL;
-    for (struct block **pp = &c->head; *pp != NULL; pp = &(*pp)->next) {
+    struct block *found = NULL;
+    pthread_mutex_lock(&cache.mu);
+    for (struct block **pp = &cache.head; *pp != NULL; pp = &(*pp)->next) {
         struct block *b = *pp;
         if (b->size >= size) {
             *pp = b->next;
-            c->bytes -= b->size;
-            return b;
+            cache.bytes -= b->size;
+            found = b;
+            break;
         }
     }
-    return NULL;
+    pthread_mutex_unlock(&cache.mu);
+    return found;
 }
 
-/* block_free keeps b in the thread's cache while it has room, else
- * frees it. A cached block is all poisoned under ASan, as when new. */
+/* block_free keeps b in the cache while it has room, else frees it. A
+ * cached block is all poisoned under ASan, as when new. */
 static void block_free(struct block *b)
 {
-    struct cache *c = my_cache();
-    if (c == NULL || c->bytes + b->size > TM_ARENA_CACHE) {
+    ASAN_POISON_MEMORY_REGION(b->data, b->size);
+    pthread_mutex_lock(&cache.mu);
+    int keep = cache.bytes + b->size <= TM_ARENA_CACHE;
+    if (keep) {
+        b->next = cache.head;
+        cache.head = b;
+        cache.bytes += b->size;
+    }
+    pthread_mutex_unlock(&cache.mu);
+    if (!keep) {
         ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
         tm_free(b);
-        return;
     }
-    ASAN_POISON_MEMORY_REGION(b->data, b->size);
-    b->next = c->head;
-    c->head = b;
-    c->bytes += b->size;
 }
 
 void tm_rarena_trim(void)
 {
-    pthread_once(&cache_once, cache_key_make);
-    struct cache *c = cache_ok ? pthread_getspecific(cache_key) : NULL;
-    if (c == NULL)
-        return;
-    while (c->head != NULL) {
-        struct block *b = c->head;
-        c->head = b->next;
+    pthread_mutex_lock(&cache.mu);
+    struct block *b = cache.head;
+    cache.head = NULL;
+    cache.bytes = 0;
+    pthread_mutex_unlock(&cache.mu);
+    while (b != NULL) {
+        struct block *next = b->next;
         ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
         tm_free(b);
+        b = next;
     }
-    c->bytes = 0;
 }
 
 struct tm_rarena *tm_rarena_new(void)

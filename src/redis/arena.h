@@ -26,10 +26,10 @@ void tm_rarena_ref(struct tm_rarena *a);
 /* tm_rarena_unref drops one reference; the last frees every block.
  * NULL is ignored. */
 void tm_rarena_unref(struct tm_rarena *a);
-/* tm_rarena_trim frees the blocks the calling thread keeps for its next
- * arenas (a freed arena's blocks are kept, up to 1 MiB a thread, and
- * given to the next ones: no fresh pages per read). For a thread gone
- * idle; a thread's blocks are freed at its end anyway. */
+/* tm_rarena_trim frees the blocks the process keeps for its next arenas
+ * (a freed arena's blocks are kept, up to 1 MiB, and given to the next
+ * ones: no fresh pages per read). For a lane gone idle, and an adapter
+ * at its end. */
 void tm_rarena_trim(void);
 /* tm_rarena_fns are the reader's object functions that build in the
  * arena set as the reader's privdata; their freeObject does nothing. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <check.h>
+#include <pthread.h>
 
 #include "util.h"
 
@@ -186,6 +187,65 @@ START_TEST(arena_blocks_are_reused)
 }
 END_TEST
 
+/* An arena freed on another thread (the settle thread drops a read's
+ * last batch) gives its blocks to the next arena built on this one (a
+ * lane): the thread that frees keeps none of its own. The freeing thread
+ * stays alive until the check, so a block kept for it alone would not
+ * come back through free and malloc either. */
+struct unref_job {
+    struct tm_rarena *a;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int freed, release;
+};
+
+static void *unref_elsewhere(void *arg)
+{
+    struct unref_job *j = arg;
+    tm_rarena_unref(j->a);
+    pthread_mutex_lock(&j->mu);
+    j->freed = 1;
+    pthread_cond_broadcast(&j->cv);
+    while (!j->release)
+        pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+START_TEST(arena_blocks_come_back_across_threads)
+{
+    static const size_t sizes[] = {10, 3000};
+    char *resp;
+    size_t len = xread_reply(&resp, 200, sizes, 2);
+    redisReply *want = parse(resp, len, 1 << 22, NULL, NULL);
+    tm_rarena_trim();
+    struct unref_job j = {.a = tm_rarena_new(),
+                          .mu = PTHREAD_MUTEX_INITIALIZER,
+                          .cv = PTHREAD_COND_INITIALIZER};
+    redisReply *first = parse(resp, len, 4096, &tm_rarena_fns, j.a);
+    ck_assert(same(want, first));
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, unref_elsewhere, &j), 0);
+    pthread_mutex_lock(&j.mu);
+    while (!j.freed)
+        pthread_cond_wait(&j.cv, &j.mu);
+    pthread_mutex_unlock(&j.mu);
+    struct tm_rarena *a = tm_rarena_new();
+    redisReply *again = parse(resp, len, 4096, &tm_rarena_fns, a);
+    ck_assert_ptr_eq(again, first);
+    ck_assert(same(want, again));
+    tm_rarena_unref(a);
+    pthread_mutex_lock(&j.mu);
+    j.release = 1;
+    pthread_cond_broadcast(&j.cv);
+    pthread_mutex_unlock(&j.mu);
+    pthread_join(t, NULL);
+    tm_rarena_trim();
+    freeReplyObject(want);
+    tm_free(resp);
+}
+END_TEST
+
 #if defined(__SANITIZE_ADDRESS__)
 /* Under ASan, the bytes past each object and the room not yet used are
  * poisoned: an overrun of a reply string is reported, not silent. */
@@ -218,6 +278,7 @@ static Suite *arena_suite(void)
     tcase_add_test(tc, arena_lives_until_the_last_reference);
     tcase_add_test(tc, arena_survives_a_protocol_error);
     tcase_add_test(tc, arena_blocks_are_reused);
+    tcase_add_test(tc, arena_blocks_come_back_across_threads);
 #if defined(__SANITIZE_ADDRESS__)
     tcase_add_test(tc, arena_poisons_around_objects);
 #endif
