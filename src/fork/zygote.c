@@ -3,6 +3,7 @@
 #include "fork/zygote_proto.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -325,6 +326,10 @@ void tm_zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
         _exit(1);
     struct zy_gen first = {.id = 1, .tasks = tasks, .ntasks = ntasks};
     z_add(&first);
+    /* the heap is the daemon's at the fork: what its start-up freed (the
+     * YAML document, the config's scratch) goes back, so that neither
+     * this process nor every worker forked from it keeps those pages */
+    malloc_trim(0);
 
     static struct zy_req rq;
     for (;;) {
