@@ -1,7 +1,10 @@
 /* pool_fork.c - the pre-forked process pool, parent side: crashing task
  * code costs an attempt of its own task, never the daemon nor the other
- * tasks. The child side is fork/child.c, the frames fork/wire.c. */
-#include "pool.h"
+ * tasks: its queues, the dispatcher, timers, starting children and the
+ * pool interface. Answers and deaths are fork/reap.c (the two share
+ * fork/pool_private.h); the child side is fork/child.c, the frames
+ * fork/wire.c. */
+#include "fork/pool_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -50,148 +53,13 @@
  * the other tasks lose nothing but the fork.
  */
 
-/* Queue slots per worker, per task: as in the thread pool. */
-#define FP_SLOTS_PER_WORKER 64
-/* Most messages sent to one child at once. */
-#define FP_BATCH_MAX 16
-/* Most messages out to one child at once, which its link and its answer
- * ring must hold (fork/link.h, fork/ring.h). */
-#define FP_OUT_MAX (FP_BATCH_MAX / 2 + FP_BATCH_MAX)
-_Static_assert(FP_OUT_MAX <= TM_RING_ANSWERS_MAX &&
-                   TM_RING_ANSWERS_MAX < TM_FORK_LINK_OUT,
-               "the rings hold every message out to a child");
-/* Work is packed into as few children as keep up: a child gets more
- * messages while the runs it has out are expected to take less than
- * FP_FILL_NS together (a task's run time is learnt from its answers,
- * FP_EST_INIT_NS before the first; FP_EST_COST_NS is what a run costs the
- * child besides the task). Each child woken costs a context switch on
- * both sides; a message waiting behind fast ones in a ring costs little.
- * Slow tasks still get a child each. */
-#define FP_FILL_NS (200LL * 1000LL)
-#define FP_EST_INIT_NS (1000LL * 1000LL)
-#define FP_EST_COST_NS (2LL * 1000LL)
-/* While a child has several messages out, the dispatcher looks at the
- * rings at least this often: a child tells of its answers when its ring
- * is empty (fork/child.c), so the answers before a long run are picked up
- * here. */
-#define FP_LOOK_NS (10LL * 1000000LL)
-/* A child idle this long gives its rings' pages back. */
-#define FP_TRIM_IDLE_NS (1000LL * 1000000LL)
-/* Time a child gets to exit after SIGTERM before SIGKILL. */
-#define FP_KILL_GRACE_NS (1000LL * 1000000LL)
-/* A child that dies young while idle (no message charged: a worker init
- * that fails, a broken environment) is restarted after a delay doubling
- * from FP_RESTART_MIN to FP_RESTART_MAX. */
-#define FP_YOUNG_NS (1000LL * 1000000LL)
-#define FP_RESTART_MIN_NS (100LL * 1000000LL)
-#define FP_RESTART_MAX_NS (5000LL * 1000000LL)
-/* A task whose runs crash or time out n >= 2 times in a row is held back
- * FP_HOLD_MIN * 2^(n-2), at most FP_HOLD_MAX. */
-#define FP_HOLD_MIN_NS (50LL * 1000000LL)
-#define FP_HOLD_MAX_NS (2000LL * 1000000LL)
-
-/* struct fp_tq is one task's queue of messages not sent to a child. */
-struct fp_tq {
-    struct tm_msg *head, *tail; /* under mu */
-    size_t len;                 /* under mu */
-    int64_t hold_until_ns;      /* dispatcher only: damped until then */
-    int64_t est_ns;             /* dispatcher only: a run's usual cost */
-    unsigned failures;          /* dispatcher only: crashes in a row */
-};
-
-struct fp_child {
-    unsigned index;
-    pid_t pid;                  /* 0: not running */
-    int fd;                     /* parent's end, non-blocking */
-    struct tm_msg *out_head;    /* sent, not answered, in order */
-    struct tm_msg *out_tail;
-    size_t nout;
-    int64_t out_est_ns;         /* the expected cost of the runs out */
-    /* sequence numbers: out_head's, and the next one to send; the i-th
-     * unanswered message has seq_head + i, so seq_next - seq_head == nout.
-     * They go on across restarts: a reply never matches another child's
-     * request. */
-    uint64_t seq_head, seq_next;
-    int64_t cur_start_ns;       /* the running message started (about) */
-    int64_t last_end_ns;        /* no run of this child started earlier */
-    unsigned tasks_done;        /* since the child started */
-    /* the shared rings and the socket's buffers; the socket only wakes
-     * the other side, carries bodies and results too large for a ring,
-     * and tells of the child's death (EOF) */
-    struct tm_fork_link link;
-    int64_t idle_since_ns;      /* nout fell to 0 then */
-    int ring_used;              /* rings written since the last trim */
-    int killing;                /* 1: SIGTERM sent; 2: SIGKILL sent */
-    int timed_out;              /* killed for the limit of message kill_seq */
-    uint64_t kill_seq;
-    const char *corrupt;        /* killed for a malformed reply: why */
-    int64_t kill_at_ns;         /* SIGKILL after this */
-    int64_t born_ns;
-    int64_t respawn_at_ns;      /* 0: no restart pending */
-    unsigned young_deaths;
-    int zygote;                 /* forked by the zygote, which reaps it */
-};
-
-struct fpool {
-    struct tm_pool base;
-    unsigned max_tasks;         /* max_tasks_per_child; 0 = never */
-    pthread_mutex_t mu;
-    pthread_cond_t not_full;    /* submitters */
-    pthread_cond_t idle;        /* drain */
-    struct fp_tq *tq;           /* per task */
-    size_t qlen;                /* queued in every tq (mu) */
-    size_t qcap;                /* per task */
-    size_t rr;                  /* dispatcher: the task served next */
-    size_t outstanding;         /* sent to children, not answered (mu) */
-    size_t popped;              /* dispatcher only */
-    atomic_uint busy;
-    int draining;
-    int abandon;                /* drain deadline passed: kill and drop */
-    int shutdown;               /* dispatcher exits */
-    int wake_fd;                /* eventfd: the dispatcher has work */
-    /* under mu: the dispatcher sleeps in poll (submit writes wake_fd only
-     * then), and how many messages were pushed (the dispatcher does not
-     * sleep when some were pushed after it last looked at the queues) */
-    int sleeping;
-    uint64_t pushed;
-    pthread_t thread;
-    int thread_started;
-    pid_t parent_pid;
-    struct fp_child *kids;
-    const struct tm_cfg *cfg;   /* borrowed; outlives the pool */
-    unsigned zgen;              /* generation in the zygote; 0: none */
-    unsigned zattached;         /* the same, as attached (to detach) */
-};
-
-struct fp_list {
-    struct tm_msg *head, *tail;
-};
-
-static void list_add(struct fp_list *l, struct tm_msg *m)
-{
-    m->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = m;
-    else
-        l->head = m;
-    l->tail = m;
-}
-
-static void wake(struct fpool *fp)
-{
-    uint64_t one = 1;
-    if (write(fp->wake_fd, &one, sizeof one) < 0) {
-        /* saturated: the dispatcher is awake anyway */
-    }
-}
-
 /* wake_sleeper wakes the dispatcher when it sleeps (mu held): awake, it
  * sees what was pushed before it goes to sleep (pushed). */
 static void wake_sleeper(struct fpool *fp)
 {
     if (fp->sleeping) {
         fp->sleeping = 0;
-        wake(fp);
+        fp_wake(fp);
     }
 }
 
@@ -283,35 +151,13 @@ static struct tm_msg *take_from(struct fpool *fp, size_t t)
     return tq_pop(fp, &fp->tq[t]);
 }
 
-/* ---- the parent: completion and failure ------------------------------ */
+/* ---- the parent: completion and failure (fork/reap.c) --------------- */
 
-/* out_pop takes the oldest unanswered message of c. */
-static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
-{
-    struct tm_msg *m = c->out_head;
-    if (m == NULL)
-        return NULL;
-    c->out_head = m->next;
-    if (c->out_head == NULL)
-        c->out_tail = NULL;
-    c->nout--;
-    c->out_est_ns -= fp->tq[m->task_index].est_ns;
-    if (c->nout == 0 || c->out_est_ns < 0)
-        c->out_est_ns = 0; /* estimates change while runs are out */
-    if (c->link.base != NULL)
-        tm_fork_link_answered(&c->link, c->seq_head);
-    c->seq_head++;
-    assert(c->seq_next - c->seq_head == c->nout);
-    m->next = NULL;
-    fp->popped++;
-    return m;
-}
-
-/* give_back returns never-started messages (in order): to the front of
+/* tm_fp_give_back returns never-started messages (in order): to the front of
  * their task's queue, or unsettled (outcome none) when the pool is
  * draining. */
-static void give_back(struct fpool *fp, struct fp_list *unsent,
-                      struct fp_list *done)
+void tm_fp_give_back(struct fpool *fp, struct fp_list *unsent,
+                     struct fp_list *done)
 {
     if (unsent->head == NULL)
         return;
@@ -321,7 +167,7 @@ static void give_back(struct fpool *fp, struct fp_list *unsent,
         for (struct tm_msg *m = unsent->head, *n; m != NULL; m = n) {
             n = m->next;
             m->outcome = TM_OUT_NONE;
-            list_add(done, m);
+            fp_list_add(done, m);
         }
     } else {
         /* last first, so that each queue keeps the original order */
@@ -336,265 +182,9 @@ static void give_back(struct fpool *fp, struct fp_list *unsent,
             tq_push_front(fp, m);
         }
         pthread_mutex_unlock(&fp->mu);
-        wake(fp);
+        fp_wake(fp);
     }
     unsent->head = unsent->tail = NULL;
-}
-
-static const char *sig_name(int sig, char *buf, size_t size)
-{
-    const char *n = sigabbrev_np(sig);
-    if (n != NULL)
-        tm_snprintf(buf, size, "SIG%s", n);
-    else
-        tm_snprintf(buf, size, "signal %d", sig);
-    return buf;
-}
-
-/* wait_child waits for c's process to end, killing it at until
- * (monotonic ns) if it has not; returns its wait status. */
-static int wait_child(const struct fp_child *c, int64_t until)
-{
-    int status = 0;
-    if (c->zygote) {
-        if (tm_zygote_wait(c->pid, until, &status) == 0)
-            return status;
-        kill(c->pid, SIGKILL);
-        if (tm_zygote_wait(c->pid, tm_now_ns() + FP_KILL_GRACE_NS,
-                           &status) != 0)
-            status = SIGKILL; /* as WIFSIGNALED/WTERMSIG read it */
-        return status;
-    }
-    for (;;) {
-        pid_t r = waitpid(c->pid, &status, WNOHANG);
-        if (r == c->pid || (r < 0 && errno != EINTR))
-            return status;
-        if (tm_now_ns() >= until) {
-            kill(c->pid, SIGKILL);
-            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-            }
-            return status;
-        }
-        tm_sleep_ms(2);
-    }
-}
-
-/* damp notes that task t's run crashed or timed out: from the second in a
- * row on, its queue is held back. Returns the hold in ns (0: none). */
-static int64_t damp(struct fpool *fp, size_t t, int64_t now)
-{
-    struct fp_tq *q = &fp->tq[t];
-    q->failures++;
-    if (q->failures < 2)
-        return 0;
-    int64_t hold = FP_HOLD_MIN_NS;
-    for (unsigned i = 2; i < q->failures && hold < FP_HOLD_MAX_NS; i++)
-        hold *= 2;
-    if (hold > FP_HOLD_MAX_NS)
-        hold = FP_HOLD_MAX_NS;
-    q->hold_until_ns = now + hold;
-    return hold;
-}
-
-/* reap waits for c's process after its socket closed or it was killed,
- * charges the running message, requeues the rest and schedules the
- * restart: at once when a message was charged (its task is damped
- * instead), after a growing delay when the child keeps dying idle. */
-static void reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
-{
-    int status = wait_child(c, tm_now_ns() + FP_KILL_GRACE_NS);
-
-    char why[96], sb[32];
-    if (WIFSIGNALED(status))
-        tm_snprintf(why, sizeof why, "killed by %s",
-                    sig_name(WTERMSIG(status), sb, sizeof sb));
-    else if (WIFEXITED(status))
-        tm_snprintf(why, sizeof why, "exited with status %d",
-                    WEXITSTATUS(status));
-    else
-        tm_snprintf(why, sizeof why, "ended");
-
-    int recycled = c->nout == 0 && fp->max_tasks > 0 &&
-                   c->tasks_done >= fp->max_tasks && WIFEXITED(status) &&
-                   WEXITSTATUS(status) == 0;
-    struct fp_list unsent = {0};
-    uint64_t running_seq = c->seq_head;
-    struct tm_msg *running = out_pop(fp, c);
-    if (running != NULL && !fp->abandon && c->timed_out &&
-        running_seq != c->kill_seq) {
-        /* the message that ran past its limit answered before the kill
-         * landed: this one only just started and is not to blame */
-        tm_log_write(TM_LOG_INFO, SRC, running->task->cfg->name,
-                     running->id, "worker %u was killed for an earlier "
-                     "message's limit; this one goes back to the queue",
-                     c->index);
-        running->t_start_ns = 0;
-        list_add(&unsent, running);
-        running = NULL;
-    }
-    int64_t now = tm_now_ns();
-    int64_t hold = 0;
-    if (running != NULL) {
-        running->t_end_ns = now;
-        if (running->t_start_ns == 0)
-            running->t_start_ns = c->cur_start_ns;
-        if (fp->abandon) {
-            running->outcome = TM_OUT_NONE;
-        } else if (c->timed_out) {
-            running->outcome = TM_OUT_TIMEOUT;
-            tm_msg_set_error(running, "ran past the limit of %2$lld ms: "
-                             "the worker process was killed after %1$lld ms",
-                             (long long)((running->t_end_ns -
-                                          running->t_start_ns) / 1000000),
-                             (long long)running->task->cfg->timeout_ms);
-        } else if (c->corrupt != NULL) {
-            running->outcome = TM_OUT_CRASHED;
-            tm_msg_set_error(running, "the worker process sent a malformed "
-                             "reply (%s) while running the task and was "
-                             "killed", c->corrupt);
-        } else {
-            running->outcome = TM_OUT_CRASHED;
-            tm_msg_set_error(running, "the worker process %s while running "
-                             "the task", why);
-        }
-        if (running->outcome != TM_OUT_NONE)
-            hold = damp(fp, running->task_index, now);
-        list_add(done, running);
-    }
-    struct tm_msg *m;
-    while ((m = out_pop(fp, c)) != NULL) {
-        m->t_start_ns = 0;
-        if (fp->abandon) {
-            m->outcome = TM_OUT_NONE;
-            list_add(done, m);
-        } else {
-            list_add(&unsent, m);
-        }
-    }
-    give_back(fp, &unsent, done);
-    /* nothing of the child is left to read */
-    tm_fork_link_close(&c->link);
-    close(c->fd);
-    c->fd = -1;
-    pid_t pid = c->pid;
-    c->pid = 0;
-    if (fp->shutdown || fp->abandon)
-        return;
-    atomic_fetch_add(&fp->base.restarts, 1);
-
-    if (recycled) {
-        tm_log_debug(SRC, "worker %u recycled after %u tasks", c->index,
-                     c->tasks_done);
-        c->young_deaths = 0;
-        c->respawn_at_ns = now;
-        return;
-    }
-    if (running != NULL) {
-        /* the task is to blame, not the process: a fresh child at once */
-        c->young_deaths = 0;
-        c->respawn_at_ns = now;
-        if (hold > 0)
-            tm_log_write(TM_LOG_WARNING, SRC, running->task->cfg->name,
-                         running->id, "worker %u (pid %d) %s; restarting "
-                         "it; the task is held back %lld ms (its runs keep "
-                         "failing)", c->index, (int)pid,
-                         c->corrupt != NULL ? "sent a malformed reply" : why,
-                         (long long)(hold / 1000000));
-        else
-            tm_log_write(TM_LOG_WARNING, SRC, running->task->cfg->name,
-                         running->id, "worker %u (pid %d) %s; restarting it",
-                         c->index, (int)pid,
-                         c->corrupt != NULL ? "sent a malformed reply" : why);
-        return;
-    }
-    if (c->timed_out) {
-        /* killed for a limit, after the message at fault had answered */
-        c->young_deaths = 0;
-        c->respawn_at_ns = now;
-        tm_log_info(SRC, "worker %u (pid %d) %s after a run past its "
-                    "limit; restarting it", c->index, (int)pid, why);
-        return;
-    }
-    if (now - c->born_ns < FP_YOUNG_NS)
-        c->young_deaths++;
-    else
-        c->young_deaths = 0;
-    int64_t delay = 0;
-    if (c->young_deaths > 1) {
-        delay = FP_RESTART_MIN_NS;
-        for (unsigned i = 2; i < c->young_deaths && delay < FP_RESTART_MAX_NS;
-             i++)
-            delay *= 2;
-        if (delay > FP_RESTART_MAX_NS)
-            delay = FP_RESTART_MAX_NS;
-    }
-    c->respawn_at_ns = now + delay;
-    tm_log_warn(SRC, "worker %u (pid %d) %s while idle; restarting it in "
-                "%lld ms", c->index, (int)pid,
-                c->corrupt != NULL ? c->corrupt : why,
-                (long long)(delay / 1000000));
-}
-
-/* read_answers takes c's answers from its ring (and, with sock, first
- * reads its socket: wake-ups, bulk data, EOF) and checks each against the
- * message it must answer; finished messages go to done. Returns -1 when
- * the child's socket closed, or after a malformed answer (c->corrupt says
- * why; the child is killed, the message it ran is charged with a crash). */
-static int read_answers(struct fpool *fp, struct fp_child *c,
-                        struct fp_list *done, int sock)
-{
-    /* answers published before the end still count */
-    int eof = sock ? tm_fork_link_read(&c->link, c->fd) : 0;
-    const char *why = NULL;
-    enum tm_fork_check rc;
-    for (;;) {
-        struct tm_fork_expect ex = {0};
-        if (c->out_head != NULL) {
-            ex.seq = c->seq_head;
-            ex.task_index = (uint32_t)c->out_head->task_index;
-            ex.not_before_ns = c->last_end_ns;
-            /* ex.not_after_ns: set by tm_fork_link_answer */
-        }
-        struct tm_fork_resp rs;
-        const char *data = NULL;
-        rc = tm_fork_link_answer(&c->link, c->out_head != NULL ? &ex : NULL,
-                                 &rs, &data, &why);
-        if (rc != TM_FORK_FRAME)
-            break;
-        struct tm_msg *m = out_pop(fp, c);
-        m->outcome = (enum tm_outcome)rs.outcome;
-        m->t_start_ns = rs.t_start_ns;
-        m->t_end_ns = rs.t_end_ns;
-        if (rs.error_len > 0)
-            m->error = tm_strndup(data, rs.error_len);
-        if (rs.result_len > 0) {
-            m->result = tm_strndup(data + rs.error_len, rs.result_len);
-            m->result_len = rs.result_len;
-        }
-        list_add(done, m);
-        /* the run ended: whatever it returned, it did not kill the
-         * process */
-        struct fp_tq *q = &fp->tq[m->task_index];
-        q->failures = 0;
-        /* one long run is enough to stop packing the task's messages
-         * (its next ones may be long too); the estimate comes down by an
-         * eighth of the way with each short run after it */
-        int64_t run = rs.t_end_ns - rs.t_start_ns;
-        if (run < 0)
-            run = 0;
-        q->est_ns = (q->est_ns * 7 + run + FP_EST_COST_NS) / 8;
-        c->tasks_done++;
-        c->last_end_ns = rs.t_end_ns;
-        c->cur_start_ns = rs.t_end_ns;
-        if (c->nout == 0)
-            c->idle_since_ns = tm_now_ns();
-    }
-    if (rc == TM_FORK_CORRUPT) {
-        c->corrupt = why;
-        kill(c->pid, SIGKILL);
-        return -1;
-    }
-    return eof ? -1 : 0;
 }
 
 /* fits says whether c takes one more message of task t at now: an idle
@@ -633,8 +223,8 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             continue;
         /* the answers in its ring first: what it has out, and since when
          * it runs the oldest (fits) */
-        if (c->nout > 0 && read_answers(fp, c, done, 0) != 0) {
-            reap(fp, c, done);
+        if (c->nout > 0 && tm_fp_read_answers(fp, c, done, 0) != 0) {
+            tm_fp_reap(fp, c, done);
             continue;
         }
         if (c->nout >= FP_OUT_MAX)
@@ -704,9 +294,9 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
                 n = m->next;
                 c->nout--;
                 fp->popped++;
-                list_add(&unsent, m);
+                fp_list_add(&unsent, m);
             }
-            give_back(fp, &unsent, done);
+            tm_fp_give_back(fp, &unsent, done);
         }
         assert(c->seq_next - c->seq_head == c->nout);
         assert(c->nout <= FP_OUT_MAX);
@@ -753,8 +343,8 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
                 *next = deadline;
             continue;
         }
-        if (read_answers(fp, c, done, 1) != 0) {
-            reap(fp, c, done);
+        if (tm_fp_read_answers(fp, c, done, 1) != 0) {
+            tm_fp_reap(fp, c, done);
             continue;
         }
         if (c->out_head == NULL)
@@ -852,7 +442,7 @@ static int spawn(struct fpool *fp, struct fp_child *c)
                    tm_strerror(errno, eb, sizeof eb));
         kill(pid, SIGKILL);
         c->pid = pid;
-        wait_child(c, tm_now_ns() + FP_KILL_GRACE_NS);
+        tm_fp_wait_child(c, tm_now_ns() + FP_KILL_GRACE_NS);
         c->pid = 0;
         close(fd);
         c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
@@ -911,7 +501,7 @@ static void *dispatcher_main(void *arg)
                 struct fp_child *c = &fp->kids[i];
                 if (c->pid != 0 && c->nout > 0) {
                     kill(c->pid, SIGKILL);
-                    reap(fp, c, &done);
+                    tm_fp_reap(fp, c, &done);
                 }
             }
         }
@@ -996,9 +586,9 @@ static void *dispatcher_main(void *arg)
                 continue; /* reaped by check_timers' read meanwhile */
             if (ev & POLLOUT && tm_fork_link_flush(&c->link, c->fd) != 0)
                 ev |= POLLHUP;
-            if (read_answers(fp, c, &done,
+            if (tm_fp_read_answers(fp, c, &done,
                              (ev & (POLLIN | POLLHUP | POLLERR)) != 0) != 0)
-                reap(fp, c, &done);
+                tm_fp_reap(fp, c, &done);
         }
         trim_idle(fp, tm_now_ns());
         unsigned busy = 0;
@@ -1030,7 +620,7 @@ static void *dispatcher_main(void *arg)
         struct fp_child *c = &fp->kids[i];
         if (c->pid == 0)
             continue;
-        wait_child(c, until);
+        tm_fp_wait_child(c, until);
         tm_fork_link_close(&c->link);
         close(c->fd);
         c->fd = -1;
@@ -1110,7 +700,7 @@ fail:
     for (unsigned i = 0; i < p->size; i++) {
         struct fp_child *c = &fp->kids[i];
         if (c->pid != 0) {
-            wait_child(c, tm_now_ns());
+            tm_fp_wait_child(c, tm_now_ns());
             tm_fork_link_close(&c->link);
             close(c->fd);
             c->pid = 0;
@@ -1161,7 +751,7 @@ static int fp_drain(struct tm_pool *p, int64_t deadline_ns)
         struct tm_msg *m;
         while ((m = tq_pop(fp, &fp->tq[t])) != NULL) {
             m->outcome = TM_OUT_NONE;
-            list_add(&back, m);
+            fp_list_add(&back, m);
         }
     }
     assert(fp->qlen == 0);
@@ -1183,7 +773,7 @@ static int fp_drain(struct tm_pool *p, int64_t deadline_ns)
     if (rc != 0) {
         /* the dispatcher kills busy children and hands their messages
          * back unsettled; wait for that so none is left behind */
-        wake(fp);
+        fp_wake(fp);
         pthread_mutex_lock(&fp->mu);
         while (fp->outstanding > 0) {
             tm_cond_wait_ns(&fp->idle, &fp->mu, 100000000LL);
@@ -1209,7 +799,7 @@ static void fp_destroy(struct tm_pool *p)
     fp->draining = 1;
     pthread_mutex_unlock(&fp->mu);
     if (fp->thread_started) {
-        wake(fp);
+        fp_wake(fp);
         pthread_join(fp->thread, NULL);
     }
     for (unsigned i = 0; i < p->size; i++)
