@@ -171,6 +171,12 @@ int tm_fork_link_pending(const struct tm_fork_link *l)
     return l->w.off < l->w.len;
 }
 
+int tm_fork_link_answers_waiting(const struct tm_fork_link *l)
+{
+    return atomic_load_explicit(&l->ctl->ans_head, memory_order_acquire) !=
+           l->ans_tail;
+}
+
 int tm_fork_link_read(struct tm_fork_link *l, int sock)
 {
     struct tm_fork_buf *b = &l->r;

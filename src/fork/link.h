@@ -75,6 +75,12 @@ int tm_fork_link_flush(struct tm_fork_link *l, int sock);
 /* tm_fork_link_pending says whether output waits for the socket. */
 int tm_fork_link_pending(const struct tm_fork_link *l);
 
+/* tm_fork_link_answers_waiting says whether the child has published an
+ * answer the parent has not taken yet (an acquire load: what the child
+ * did before publishing it, such as writing on its socket, is visible
+ * after a 1). */
+int tm_fork_link_answers_waiting(const struct tm_fork_link *l);
+
 /* tm_fork_link_read reads what sock has (non-blocking). Returns 1 when
  * the child closed its end (or the socket failed), else 0. */
 int tm_fork_link_read(struct tm_fork_link *l, int sock);

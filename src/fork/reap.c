@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 
 #include "fork/zygote.h"
@@ -241,8 +242,19 @@ void tm_fp_reap(struct fpool *fp, struct fp_child *c, struct fp_list *done)
 int tm_fp_read_answers(struct fpool *fp, struct fp_child *c,
                        struct fp_list *done, int sock)
 {
+    /* Bytes that task code wrote on its worker's socket before its
+     * answer was published are in the socket once that answer is seen:
+     * whenever an answer waits, what the socket holds is read first, so
+     * that such bytes are charged to the message that wrote them (the
+     * oldest one out), not to one after it. One ioctl per look, not per
+     * answer. */
+    int readsock = sock;
+    if (!readsock && tm_fork_link_answers_waiting(&c->link)) {
+        int avail = 0;
+        readsock = ioctl(c->fd, FIONREAD, &avail) != 0 || avail > 0;
+    }
     /* answers published before the end still count */
-    int eof = sock ? tm_fork_link_read(&c->link, c->fd) : 0;
+    int eof = readsock ? tm_fork_link_read(&c->link, c->fd) : 0;
     const char *why = NULL;
     enum tm_fork_check rc;
     for (;;) {
