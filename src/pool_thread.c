@@ -55,6 +55,9 @@ struct tpool {
                                  (under mu) */
     atomic_uint busy;         /* same, for lock-free readers */
     int draining;             /* no more submissions */
+    atomic_int dropping;      /* set with draining: a worker hands back
+                                 the messages of its chunk not started
+                                 yet, as the drain does with the queue */
     int stop;                 /* workers exit when the queue is empty */
     struct tp_worker *workers;
 };
@@ -172,6 +175,15 @@ static void *worker_main(void *arg)
         int64_t t0 = tm_now_ns(), t = t0;
         for (size_t i = 0; i < k; i++) {
             struct tm_msg *m = chunk[i];
+            if (i > 0 && atomic_load_explicit(&tp->dropping,
+                                              memory_order_relaxed)) {
+                /* a stop: never started, back unsettled (tp_drain) */
+                m->outcome = TM_OUT_NONE;
+                m->next = NULL;
+                *tail = m;
+                tail = &m->next;
+                continue;
+            }
             tm_crash_enter(m->task->cfg->name, m->id, m->id_len);
             tm_exec_run_from(m, w->wdata[m->task_index], t);
             tm_crash_leave();
@@ -358,8 +370,10 @@ static int tp_drain(struct tm_pool *p, int64_t deadline_ns)
     struct tm_msg *head = NULL, **tail = &head;
     pthread_mutex_lock(&tp->mu);
     tp->draining = 1;
+    atomic_store_explicit(&tp->dropping, 1, memory_order_relaxed);
     pthread_cond_broadcast(&tp->not_full);
-    /* never-started messages go back unsettled */
+    /* never-started messages go back unsettled, the queue's here and the
+     * rest of each worker's chunk by that worker */
     while (tp->count > 0) {
         struct tm_msg *m = tp->ring[tp->head];
         tp->head = (tp->head + 1) % tp->cap;
