@@ -107,12 +107,21 @@ port_is_free() {
 # free_port: print a random free loopback port in 20000-31999, below the
 # kernel's ephemeral range (32768-60999) so no outgoing connection holds it;
 # in this lane's slice of it (TM_PORT_LO, TM_PORT_SPAN, set by run.sh) so
-# that tests running at the same time in other lanes do not pick it too.
+# that tests running at the same time in other lanes do not pick it too;
+# never one it printed before in this test (listed in TEST_DIR/.ports): a
+# test that writes several configurations before it starts their daemons
+# would otherwise give two of them the same port, which is free until the
+# first daemon binds it.
 free_port() {
 	local p i lo=${TM_PORT_LO:-20000} span=${TM_PORT_SPAN:-12000}
+	local given=${TEST_DIR:-/nonexistent}/.ports
 	for ((i = 0; i < 100; i++)); do
 		p=$((lo + (RANDOM * 32768 + RANDOM) % span))
+		if [[ -f $given ]] && grep -qx "$p" "$given"; then
+			continue
+		fi
 		if port_is_free "$p"; then
+			[[ -d ${TEST_DIR:-} ]] && echo "$p" >>"$given"
 			echo "$p"
 			return 0
 		fi

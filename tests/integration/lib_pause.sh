@@ -73,6 +73,7 @@ pause_start_all() {
 		PIDS[i]=$DAEMON_PID
 	done
 	for ((i = 1; i <= PAUSE_N; i++)); do
+		DAEMON_PID=${PIDS[i]}
 		wait_ping "${PORTS[i]}" "$1"
 	done
 }
