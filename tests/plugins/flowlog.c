@@ -1,5 +1,5 @@
-/* flowlog.c - test plugin for flow control: each run sleeps the config's
- * "ms" (default 0) and appends one line "<id> <attempt> <start_us>
+/* flowlog.c - test plugin for flow control: each run sleeps the body's
+ * "ms", else the config's (default 0), and appends one line "<id> <attempt> <start_us>
  * <end_us> <task>" (wall clock, microseconds) to the config's "path", in
  * one write(2): the plugin's own journal of when each run started and
  * ended, across threads and forked workers. */
@@ -71,8 +71,12 @@ static int cb_run(struct tm_call *call)
 {
     struct flowlog *f = call->task_data;
     int64_t start = wall_us();
-    struct timespec ts = {.tv_sec = (time_t)(f->ms / 1000),
-                          .tv_nsec = (long)(f->ms % 1000) * 1000000L};
+    int64_t ms = f->ms;
+    if (tm_json_get_int_range(call->host, call->body, "ms", 0, 60000, &ms) !=
+        TM_JSON_OK)
+        ms = f->ms;
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+                          .tv_nsec = (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
     int64_t end = wall_us();
@@ -91,7 +95,7 @@ static int cb_run(struct tm_call *call)
 TM_TASK_DECLARE(
     .name = "test-flowlog",
     .version = "0.0.1",
-    .description = "Sleeps config 'ms', then journals the run's start and "
+    .description = "Sleeps body or config 'ms', then journals the run's start and "
                    "end times.",
     .cb_init = cb_init,
     .cb_fini = cb_fini,
