@@ -1,0 +1,66 @@
+# Thread pool chunks under sudden slowness: a worker takes queued messages
+# in chunks (up to 64 under one lock), and a task whose runs turn slow
+# while a worker holds a chunk must not keep the rest of that chunk
+# waiting behind it while the other workers sit idle. The pool learns
+# that the task is fast (WARM runs of 0 ms), then a burst lands in one
+# read: SLOW runs of MS ms first, then FAST runs of 0 ms, so that the
+# first worker's chunk (an eighth of the queue with 4 workers) holds
+# exactly the slow ones. The worker hands back the unstarted rest of its
+# chunk once a run has taken long, and the idle workers take it: from the
+# plugin's own journal of start and end times, POOL slow runs were in
+# progress at once (1 before: the whole chunk ran on one worker, one run
+# after the other). The time is reported only.
+POOL=4
+WARM=200
+SLOW=16
+FAST=$((SLOW * POOL * 2 - SLOW))
+MS=300
+CONF=$TEST_DIR/taskmill.yaml
+JOURNAL=$TEST_DIR/runs.txt
+
+# slow_at_once JOURNAL: the most runs of 100 ms or more in progress at
+# once (an end and a start at the same microsecond do not overlap).
+slow_at_once() {
+	awk '$4 - $3 >= 100000 { print $3, 1; print $4, 0 }' "$1" |
+		sort -k1,1n -k2,2n | awk '
+			{ if ($2 == 1) { n++; if (n > best) best = n } else n-- }
+			END { print best + 0 }'
+}
+
+write_config "$CONF" pool_size=$POOL <<YAML
+tasks:
+  turn:
+    plugin: $TM_BUILD/test-plugins/flowlog.so
+    queue: q.turn
+    prefetch: 256
+    config: { path: $JOURNAL }
+YAML
+
+start_daemon "$CONF"
+wait_ping
+
+# the pool learns that the task's runs are short
+xadd_bulk q.turn "$WARM" '{"ms":0,"n":%d}'
+wait_metric taskmill_tasks_total 'task="turn",outcome="success"' "$WARM" 60
+
+# the burst waits in the stream, unread, then comes in one read
+tm pause -c "$CONF" turn
+assert_eq 0 "$TM_RC" "taskmill pause exit status"
+wait_metric taskmill_task_paused 'task="turn"' 1 30
+xadd_bulk q.turn "$SLOW" "{\"ms\":$MS,\"n\":%d}"
+xadd_bulk q.turn "$FAST" '{"ms":0,"n":%d}'
+t0=$(now_ms)
+tm resume -c "$CONF" turn
+assert_eq 0 "$TM_RC" "taskmill resume exit status"
+total=$((WARM + SLOW + FAST))
+wait_metric taskmill_tasks_total 'task="turn",outcome="success"' "$total" 120
+took=$(($(now_ms) - t0))
+
+assert_eq "$total" "$(wc -l <"$JOURNAL")" "runs journaled"
+most=$(slow_at_once "$JOURNAL")
+note "$SLOW runs of $MS ms among $FAST fast ones on $POOL workers took $took ms, at most $most slow runs at once"
+assert_eq "$POOL" "$most" "slow runs in progress at once"
+assert_eq 0 "$(xpending q.turn)" "entries left pending"
+assert_eq 0 "$(metric taskmill_retries_total)" "retries"
+
+stop_daemon 15
