@@ -10,6 +10,10 @@
 # plugin's own journal of start and end times, POOL slow runs were in
 # progress at once (1 before: the whole chunk ran on one worker, one run
 # after the other). The time is reported only.
+# Then the order: one worker, a chunk whose first run is slow; what it
+# hands back goes to the head of the queue, in order, so the runs follow
+# the stream's order (handed back behind the queue, the rest of the
+# chunk would run after the messages queued behind it).
 POOL=4
 WARM=200
 SLOW=16
@@ -63,4 +67,27 @@ assert_eq "$POOL" "$most" "slow runs in progress at once"
 assert_eq 0 "$(xpending q.turn)" "entries left pending"
 assert_eq 0 "$(metric taskmill_retries_total)" "retries"
 
+stop_daemon 15
+
+JOURNAL=$TEST_DIR/order.txt
+CONF=$TEST_DIR/order.yaml
+HTTP_PORT=
+N=32
+write_config "$CONF" pool_size=1 <<YAML
+tasks:
+  turn:
+    plugin: $TM_BUILD/test-plugins/flowlog.so
+    queue: q.order
+    prefetch: 64
+    config: { path: $JOURNAL }
+YAML
+# a chunk of N/2 (half the queue with one worker): 2 runs of 50 ms first
+xadd_bulk q.order 2 '{"ms":50,"n":%d}'
+xadd_bulk q.order $((N - 2)) '{"ms":0,"n":%d}'
+start_daemon "$CONF"
+wait_ping
+wait_metric taskmill_tasks_total 'task="turn",outcome="success"' "$N" 60
+ran=$(awk '{ print $1 }' "$JOURNAL")
+assert_eq "$N" "$(wc -l <"$JOURNAL")" "runs journaled (one worker)"
+assert_eq "$(xids q.order)" "$ran" "ids in the order they ran (one worker)"
 stop_daemon 15
