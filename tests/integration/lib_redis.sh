@@ -192,3 +192,15 @@ assert_journal_only() {
 journal_count_covered() {
 	comm -12 <(sort -u "$1") <(journal_ids "$2" | sort -u) | wc -l
 }
+
+# runs_at_once JOURNAL [AWK_CONDITION]: the most runs in progress at once
+# among the lines of a flowlog journal ("<id> <attempt> <start_us>
+# <end_us> <task>") that match AWK_CONDITION (default: every line), e.g.
+# '$5 == "capped"'; an end and a start at the same microsecond do not
+# overlap.
+runs_at_once() {
+	awk "${2:-1} { print \$3, 1; print \$4, 0 }" "$1" |
+		sort -k1,1n -k2,2n | awk '
+			{ if ($2 == 1) { n++; if (n > best) best = n } else n-- }
+			END { print best + 0 }'
+}

@@ -9,15 +9,6 @@
 SLOW=10
 FAST=40
 
-# most_at_once JOURNAL TASK: the most runs of TASK in progress at once
-# (an end and a start at the same microsecond do not overlap).
-most_at_once() {
-	awk -v task="$2" '$5 == task { print $3, 1; print $4, 0 }' "$1" |
-		sort -k1,1n -k2,2n | awk '
-			{ if ($2 == 1) { n++; if (n > best) best = n } else n-- }
-			END { print best + 0 }'
-}
-
 # overlapping JOURNAL: the most runs of both tasks at once while a run of
 # "capped" was in progress.
 overlapping() {
@@ -55,8 +46,8 @@ YAML
 	wait_metric taskmill_tasks_total 'task="free",outcome="success"' "$FAST" 120
 	assert_eq $((SLOW + FAST)) "$(wc -l <"$JOURNAL")" "runs journaled ($kind)"
 	assert_eq "" "$(awk '$2 != 1' "$JOURNAL" | head -n 3)" "runs past their first attempt ($kind)"
-	capped=$(most_at_once "$JOURNAL" capped)
-	free=$(most_at_once "$JOURNAL" free)
+	capped=$(runs_at_once "$JOURNAL" '$5 == "capped"')
+	free=$(runs_at_once "$JOURNAL" '$5 == "free"')
 	both=$(overlapping "$JOURNAL")
 	note "$kind: capped $capped at once, free $free at once, $both at once beside capped runs"
 	assert_eq 2 "$capped" "most capped runs at once ($kind)"

@@ -14,6 +14,8 @@
 # hands back goes to the head of the queue, in order, so the runs follow
 # the stream's order (handed back behind the queue, the rest of the
 # chunk would run after the messages queued behind it).
+. "$TM_SRCDIR/tests/integration/lib_redis.sh"
+
 POOL=4
 WARM=200
 SLOW=16
@@ -21,15 +23,6 @@ FAST=$((SLOW * POOL * 2 - SLOW))
 MS=300
 CONF=$TEST_DIR/taskmill.yaml
 JOURNAL=$TEST_DIR/runs.txt
-
-# slow_at_once JOURNAL: the most runs of 100 ms or more in progress at
-# once (an end and a start at the same microsecond do not overlap).
-slow_at_once() {
-	awk '$4 - $3 >= 100000 { print $3, 1; print $4, 0 }' "$1" |
-		sort -k1,1n -k2,2n | awk '
-			{ if ($2 == 1) { n++; if (n > best) best = n } else n-- }
-			END { print best + 0 }'
-}
 
 write_config "$CONF" pool_size=$POOL <<YAML
 tasks:
@@ -61,7 +54,8 @@ wait_metric taskmill_tasks_total 'task="turn",outcome="success"' "$total" 120
 took=$(($(now_ms) - t0))
 
 assert_eq "$total" "$(wc -l <"$JOURNAL")" "runs journaled"
-most=$(slow_at_once "$JOURNAL")
+# the slow runs: 100 ms or more
+most=$(runs_at_once "$JOURNAL" '$4 - $3 >= 100000')
 note "$SLOW runs of $MS ms among $FAST fast ones on $POOL workers took $took ms, at most $most slow runs at once"
 assert_eq "$POOL" "$most" "slow runs in progress at once"
 assert_eq 0 "$(xpending q.turn)" "entries left pending"
