@@ -264,6 +264,7 @@ while :; do
 	# read after pending: with nothing pending, nothing new can come
 	held=$(in_flight)
 	((got == N && dl >= F && pending == 0 && held == 0)) && break
+	((pending > 0 || held == 0)) || note "calm: nothing pending, $held held in the daemons"
 	(($(now_ms) < settle_deadline)) || break
 	sleep 1
 done
