@@ -46,7 +46,9 @@ YAML
 	wait_metric taskmill_tasks_total 'task="free",outcome="success"' "$FAST" 120
 	assert_eq $((SLOW + FAST)) "$(wc -l <"$JOURNAL")" "runs journaled ($kind)"
 	assert_eq "" "$(awk '$2 != 1' "$JOURNAL" | head -n 3)" "runs past their first attempt ($kind)"
+	# shellcheck disable=SC2016
 	capped=$(runs_at_once "$JOURNAL" '$5 == "capped"')
+	# shellcheck disable=SC2016
 	free=$(runs_at_once "$JOURNAL" '$5 == "free"')
 	both=$(overlapping "$JOURNAL")
 	note "$kind: capped $capped at once, free $free at once, $both at once beside capped runs"
