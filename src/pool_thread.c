@@ -158,7 +158,8 @@ static int tp_grow(struct tpool *tp, size_t n)
  * the worker keeps its chunk: the pool is draining (tp_drain has taken
  * the queue already; the worker hands the rest back unsettled, see
  * dropping, which is set with draining), or the queue is full at
- * TP_RING_MAX (every message queued waits for a worker anyway). */
+ * TP_RING_MAX (every message queued waits for a worker anyway; the
+ * worker asks again after its next run). */
 static int give_back(struct tpool *tp, struct tm_msg *const *rest, size_t n,
                      int64_t ns, size_t ran)
 {
@@ -171,6 +172,7 @@ static int give_back(struct tpool *tp, struct tm_msg *const *rest, size_t n,
             goto out;
     /* the ring holds [head, head + count): the n slots before head are
      * free since count + n <= cap */
+    assert(tp->count + n <= tp->cap);
     tp->head = (tp->head + tp->cap - n) % tp->cap;
     for (size_t i = 0; i < n; i++)
         tp->ring[(tp->head + i) % tp->cap] = rest[i];
