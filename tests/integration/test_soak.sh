@@ -14,8 +14,7 @@
 # crash and sanitizer lines in the logs). The daemons are stopped once
 # nothing is pending and neither holds a message.
 #
-# Kept out of the default run (the name does not match test_*.sh) until the
-# fixes for these faults are in. Run it with
+# `make check` runs it with 20,000 messages; alone:
 #   TM_BUILD=$PWD/build TM_TEST_TIMEOUT=300 \
 #       tests/integration/run.sh soak
 # (about 60-90 s on 2 cores), or `make check-soak` for the full size.
