@@ -198,6 +198,11 @@ struct tm_redis {
                                      upkeep; and the CLI's commands */
     struct tm_redis_task *tasks;
     size_t ntasks;
+    size_t *by_key;               /* the task indexes by lane_key, stable
+                                     (one slot's tasks next to each other,
+                                     in config order): set once by
+                                     tm_redis_lanes_init; polling lanes
+                                     and the promoter read in this order */
     struct tm_redis_lane *lanes;
     size_t nlanes;
     pthread_mutex_t wake_mu;      /* guards wake */
