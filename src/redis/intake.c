@@ -208,6 +208,7 @@ static struct tm_batch *entries_batch(struct tm_redis_task *rt,
     if (arena != NULL)
         tm_rarena_ref(arena);
     h->batch = b;
+    h->seq = rt->reads++;
     b->owner = h;
     b->release = cb_release_reply;
     size_t k = 0;

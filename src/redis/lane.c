@@ -55,25 +55,37 @@ static struct tm_redis_lane *lane_for(struct tm_redis *rb,
     return polling;
 }
 
-/* sort_by_key orders a polling lane's tasks by lane key (a slot), so
- * that the tasks of one slot are next to each other (insertion sort:
- * stable, once at start). */
-static void sort_by_key(const struct tm_redis *rb, struct tm_redis_lane *l)
+/* order_by_key fills rb->by_key: every task index, by lane key (a
+ * slot in a cluster), stable (insertion sort, once at start). */
+static void order_by_key(struct tm_redis *rb)
 {
-    for (size_t i = 1; i < l->ntasks; i++) {
-        size_t t = l->tasks[i], j = i;
+    rb->by_key = tm_calloc(rb->ntasks ? rb->ntasks : 1, sizeof *rb->by_key);
+    for (size_t i = 0; i < rb->ntasks; i++) {
+        size_t j = i;
         while (j > 0 &&
-               rb->tasks[l->tasks[j - 1]].lane_key > rb->tasks[t].lane_key) {
-            l->tasks[j] = l->tasks[j - 1];
+               rb->tasks[rb->by_key[j - 1]].lane_key > rb->tasks[i].lane_key) {
+            rb->by_key[j] = rb->by_key[j - 1];
             j--;
         }
-        l->tasks[j] = t;
+        rb->by_key[j] = i;
     }
+}
+
+/* sort_by_key orders a polling lane's tasks as rb->by_key has them, so
+ * that the tasks of one slot are next to each other. */
+static void sort_by_key(const struct tm_redis *rb, struct tm_redis_lane *l)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < rb->ntasks; k++)
+        if (rb->tasks[rb->by_key[k]].lane == l)
+            l->tasks[n++] = rb->by_key[k];
+    assert(n == l->ntasks);
 }
 
 void tm_redis_lanes_init(struct tm_redis *rb)
 {
     /* at most one lane per task; the array never moves once filled */
+    order_by_key(rb);
     rb->lanes = tm_calloc(rb->ntasks ? rb->ntasks : 1, sizeof *rb->lanes);
     rb->nlanes = 0;
     for (size_t i = 0; i < rb->ntasks; i++) {
@@ -137,6 +149,8 @@ void tm_redis_lanes_free(struct tm_redis *rb)
     }
     tm_free(rb->lanes);
     rb->lanes = NULL;
+    tm_free(rb->by_key);
+    rb->by_key = NULL;
     rb->nlanes = 0;
 }
 

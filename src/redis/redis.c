@@ -117,6 +117,7 @@ static void rb_destroy(struct tm_broker *b)
     tm_free(rb->argv);
     tm_free(rb->argvlen);
     tm_free(rb->order);
+    tm_free(rb->keys);
     tm_free(rb->spans);
     tm_free(rb->done);
     tm_free(rb->redo);

@@ -62,10 +62,31 @@ struct tm_redis_held {
     redisReply *reply;
     struct tm_rarena *arena;   /* reply's arena (a reference), or NULL */
     struct tm_batch *batch;
+    uint32_t seq;              /* the task's reads before this one: a
+                                  task's new entries are read in id order,
+                                  so (seq, place) orders its acks by id */
     /* settled[i]: msgs[i] was settled in Redis (acked, dead-lettered or
      * scheduled for a retry); written and read by the settle thread only */
     unsigned char settled[];
 };
+
+/* struct tm_redis_ack_key is an ack's place in command order (settle.c,
+ * ack_key): by task, then by id. */
+struct tm_redis_ack_key {
+    uint64_t key;
+    struct tm_msg *m;
+};
+
+/* tm_redis_sort_keys sorts v[0 .. n) by key, stable, through tmp[0 ..
+ * n). Strictly descending runs are turned around first (a worker's chunk
+ * comes newest first). Linear when v is then in order (the acks of one
+ * chunk) or is a few runs that join up in order once placed by their
+ * first keys (the chunks of one read that several workers finished out
+ * of turn); else a natural merge sort, n log r for r ascending runs.
+ * Returns v or tmp, whichever holds the sorted keys. */
+struct tm_redis_ack_key *tm_redis_sort_keys(struct tm_redis_ack_key *v,
+                                            struct tm_redis_ack_key *tmp,
+                                            size_t n);
 
 struct tm_redis_lane;
 
@@ -112,6 +133,7 @@ struct tm_redis_task {
     unsigned group_gen;        /* lane->link.gen when its group was made
                                   sure of; another value: not yet */
     int history_done;          /* own pending entries read again */
+    uint32_t reads;            /* intake: batches made (held->seq) */
     char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
     int was_up;
     _Atomic(struct tm_msg *) garbage; /* settled batches, to free here */
@@ -198,6 +220,11 @@ struct tm_redis {
                                      upkeep; and the CLI's commands */
     struct tm_redis_task *tasks;
     size_t ntasks;
+    size_t *by_key;               /* the task indexes by lane_key, stable
+                                     (one slot's tasks next to each other,
+                                     in config order): set once by
+                                     tm_redis_lanes_init; polling lanes
+                                     and the promoter read in this order */
     struct tm_redis_lane *lanes;
     size_t nlanes;
     pthread_mutex_t wake_mu;      /* guards wake */
@@ -221,6 +248,8 @@ struct tm_redis {
     size_t *argvlen;
     size_t argcap;
     struct tm_msg **order;      /* settle: messages in command order */
+    struct tm_redis_ack_key *keys; /* settle: acks by id, and the merge's
+                                      room (2 * scratchcap) */
     struct tm_redis_span *spans; /* settle: the messages of each command */
     unsigned char *done;        /* settle: settled, by position */
     size_t scratchcap;

@@ -210,7 +210,6 @@ struct tm_redis_sched {
     struct tm_redis *rb;
     char **keys;                  /* per task: "<queue>.scheduled" */
     atomic_llong *counts;         /* per task: members left, -1 unknown */
-    size_t *order;                /* the tasks by slot (lane_key) */
     const char **argv;            /* promoter thread: one chunk's call */
     size_t turn;                  /* promoter thread: calls made */
     pthread_t thread;
@@ -237,7 +236,7 @@ char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
     return tm_asprintf("%s.scheduled", t->queue);
 }
 
-/* promote_chunk runs promote_script for the n tasks s->order[from ..]
+/* promote_chunk runs promote_script for the n tasks rb->by_key[from ..]
  * (one slot) until their due members are moved (or
  * TM_REDIS_PROMOTE_CALLS calls were made). Returns the ms until the next
  * member of any of them is due (-1: none; 0: more are due now), or -2
@@ -245,7 +244,7 @@ char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
 static int64_t promote_chunk(struct tm_redis_sched *s, size_t from,
                              size_t n, char *eb, size_t ebsize)
 {
-    const size_t *ti = &s->order[from];
+    const size_t *ti = &s->rb->by_key[from];
     char batch[24], nkeys[24], first[24];
     tm_snprintf(batch, sizeof batch, "%d", TM_REDIS_PROMOTE_BATCH);
     tm_snprintf(nkeys, sizeof nkeys, "%zu", 3 * n);
@@ -326,9 +325,9 @@ static int64_t round_run(struct tm_redis_sched *s)
     for (size_t i = 0; i < s->rb->ntasks;) {
         /* a chunk: the tasks that follow in the same slot */
         size_t n = 1;
-        unsigned key = s->rb->tasks[s->order[i]].lane_key;
+        unsigned key = s->rb->tasks[s->rb->by_key[i]].lane_key;
         while (i + n < s->rb->ntasks && n < TM_REDIS_PROMOTE_CHUNK &&
-               s->rb->tasks[s->order[i + n]].lane_key == key)
+               s->rb->tasks[s->rb->by_key[i + n]].lane_key == key)
             n++;
         int64_t w = promote_chunk(s, i, n, eb, sizeof eb);
         i += n;
@@ -395,20 +394,10 @@ struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb)
     tm_redis_link_init(&s->link, TM_REDIS_PROMOTE_TIMEOUT_MS);
     s->keys = tm_calloc(n, sizeof *s->keys);
     s->counts = tm_calloc(n, sizeof *s->counts);
-    s->order = tm_calloc(n, sizeof *s->order);
     s->argv = tm_calloc(5 + 4 * TM_REDIS_PROMOTE_CHUNK, sizeof *s->argv);
     for (size_t i = 0; i < rb->ntasks; i++) {
         s->keys[i] = tm_redis_scheduled_key(rb->tasks[i].cfg);
         atomic_store(&s->counts[i], -1);
-        /* tasks by slot (insertion sort, stable, once): a chunk is a run
-         * of one slot's tasks */
-        size_t j = i;
-        while (j > 0 && rb->tasks[s->order[j - 1]].lane_key >
-                            rb->tasks[i].lane_key) {
-            s->order[j] = s->order[j - 1];
-            j--;
-        }
-        s->order[j] = i;
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -457,7 +446,6 @@ void tm_redis_sched_free(struct tm_redis_sched *s)
         tm_free(s->keys[i]);
     tm_free(s->keys);
     tm_free(s->counts);
-    tm_free(s->order);
     tm_free(s->argv);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

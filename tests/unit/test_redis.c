@@ -424,6 +424,90 @@ START_TEST(redirects_are_read)
 }
 END_TEST
 
+/* check_sorted sorts keys[0 .. n) with tm_redis_sort_keys and checks the
+ * result against the keys in order, each key's tag (m) following it:
+ * equal keys keep their order (stable). */
+static void check_sorted(const uint64_t *keys, size_t n)
+{
+    struct tm_redis_ack_key *v = tm_calloc(n + 1, sizeof *v);
+    struct tm_redis_ack_key *tmp = tm_calloc(n + 1, sizeof *tmp);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (struct tm_redis_ack_key){keys[i], (struct tm_msg *)(i + 1)};
+    struct tm_redis_ack_key *got = tm_redis_sort_keys(v, tmp, n);
+    ck_assert(got == v || got == tmp);
+    for (size_t i = 1; i < n; i++) {
+        ck_assert_msg(got[i - 1].key <= got[i].key, "not sorted at %zu of %zu",
+                      i, n);
+        if (got[i - 1].key == got[i].key)
+            ck_assert_uint_lt((size_t)got[i - 1].m, (size_t)got[i].m);
+    }
+    /* a permutation: every tag once */
+    unsigned char *seen = tm_calloc(n + 1, 1);
+    for (size_t i = 0; i < n; i++) {
+        size_t tag = (size_t)got[i].m;
+        ck_assert(tag >= 1 && tag <= n && !seen[tag]);
+        ck_assert_uint_eq(got[i].key, keys[tag - 1]);
+        seen[tag] = 1;
+    }
+    tm_free(seen);
+    tm_free(v);
+    tm_free(tmp);
+}
+
+/* Acks are put in id order for XACK: in order already, runs that join
+ * up once placed (chunks of workers finished out of turn, each in order
+ * or newest first), runs that overlap, more runs than are placed, equal
+ * keys, random keys, nothing and one. */
+START_TEST(acks_sort_by_key)
+{
+    uint64_t k[1000] = {0};
+    check_sorted(k, 0);
+    k[0] = 7;
+    check_sorted(k, 1);
+    for (size_t i = 0; i < 1000; i++)
+        k[i] = i;
+    check_sorted(k, 1000);
+    for (size_t i = 0; i < 1000; i++)
+        k[i] = 1000 - i;
+    check_sorted(k, 1000);
+    for (size_t i = 0; i < 1000; i++)
+        k[i] = i % 3;
+    check_sorted(k, 1000);
+    /* two runs that overlap: evens, then odds */
+    for (size_t i = 0; i < 1000; i++)
+        k[i] = i < 500 ? 2 * i : 2 * (i - 500) + 1;
+    check_sorted(k, 1000);
+    /* chunks of 64 of four workers, finished out of turn */
+    for (size_t r = 1; r < 9; r++) {
+        for (size_t i = 0; i < 1000; i++) {
+            size_t chunk = i / 64, at = i % 64;
+            size_t moved = (chunk * r * 7) % 16; /* a chunk's new place */
+            k[i] = (uint64_t)(moved * 64 + at);
+        }
+        check_sorted(k, 1000);
+        check_sorted(k, 65 + r * 97);
+        /* the same, each chunk newest first (the settle thread's list) */
+        for (size_t i = 0; i < 1000; i++) {
+            size_t chunk = i / 64, at = 63 - i % 64;
+            size_t moved = (chunk * r * 7) % 16;
+            k[i] = (uint64_t)(moved * 64 + at);
+        }
+        check_sorted(k, 1000);
+        check_sorted(k, 65 + r * 97);
+    }
+    /* descending runs next to equal keys: 3 2 2 1 1 0, twice */
+    static const uint64_t eq[] = {3, 2, 2, 1, 1, 0, 3, 2, 2, 1, 1, 0};
+    check_sorted(eq, sizeof eq / sizeof eq[0]);
+    srand(19);
+    for (int round = 0; round < 50; round++) {
+        size_t n = (size_t)(rand() % 1000);
+        for (size_t i = 0; i < n; i++)
+            k[i] = (uint64_t)(rand() % 50) << 40 | (uint64_t)(rand() % 5);
+        check_sorted(k, n);
+    }
+}
+END_TEST
+
 static Suite *redis_suite(void)
 {
     Suite *s = suite_create("redis");
@@ -441,6 +525,7 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, redirects_are_read);
     tcase_add_test(tc, schedule_key_shares_the_slot);
     tcase_add_test(tc, answer_in_the_script_or_before_it);
+    tcase_add_test(tc, acks_sort_by_key);
     suite_add_tcase(s, tc);
     return s;
 }

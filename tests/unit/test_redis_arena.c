@@ -155,17 +155,28 @@ START_TEST(arena_survives_a_protocol_error)
 }
 END_TEST
 
-/* A freed arena's blocks are the next arena's (kept by the thread): the
+/* setup_reply writes the 200-entry reply the block-reuse tests parse
+ * into *resp (length *len), its tree as hiredis builds it into *want,
+ * and empties the process's block cache so that the first arena takes
+ * fresh blocks. */
+static void setup_reply(char **resp, size_t *len, redisReply **want)
+{
+    static const size_t sizes[] = {10, 3000};
+    *len = xread_reply(resp, 200, sizes, 2);
+    *want = parse(*resp, *len, 1 << 22, NULL, NULL);
+    tm_rarena_trim();
+}
+
+/* A freed arena's blocks are the next arena's (kept by the process): the
  * same reply lands at the same place, whole and right; after a trim
  * they are gone. Under ASan a kept block is poisoned: a reply read after
  * its arena went is reported. */
 START_TEST(arena_blocks_are_reused)
 {
-    static const size_t sizes[] = {10, 3000};
     char *resp;
-    size_t len = xread_reply(&resp, 200, sizes, 2);
-    redisReply *want = parse(resp, len, 1 << 22, NULL, NULL);
-    tm_rarena_trim();
+    size_t len;
+    redisReply *want;
+    setup_reply(&resp, &len, &want);
     struct tm_rarena *a = tm_rarena_new();
     redisReply *first = parse(resp, len, 4096, &tm_rarena_fns, a);
     ck_assert(same(want, first));
@@ -214,11 +225,10 @@ static void *unref_elsewhere(void *arg)
 
 START_TEST(arena_blocks_come_back_across_threads)
 {
-    static const size_t sizes[] = {10, 3000};
     char *resp;
-    size_t len = xread_reply(&resp, 200, sizes, 2);
-    redisReply *want = parse(resp, len, 1 << 22, NULL, NULL);
-    tm_rarena_trim();
+    size_t len;
+    redisReply *want;
+    setup_reply(&resp, &len, &want);
     struct unref_job j = {.a = tm_rarena_new(),
                           .mu = PTHREAD_MUTEX_INITIALIZER,
                           .cv = PTHREAD_COND_INITIALIZER};
