@@ -313,6 +313,9 @@ void tm_amqp_tick(struct tm_broker *b)
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         pthread_mutex_lock(&at->io_mu);
+        /* held acks due while neither settle() nor intake came by */
+        if (tm_amqp_acks_flush(at, /* force = */ 0, tm_now_ms()) != 0)
+            tm_amqp_conn_lost(at, "ack");
         tm_amqp_serve(at, "upkeep");
         int ready = at->nready > 0;
         pthread_mutex_unlock(&at->io_mu);
