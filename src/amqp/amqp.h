@@ -254,6 +254,7 @@ struct tm_amqp_task {
     int was_up;                   /* its loss is worth a warning */
     int counted_down;             /* counted in ab->ndown */
     int stopped;                  /* consumer cancelled after wake() */
+    int polling;                  /* intake waits in poll (without io_mu) */
     unsigned seen_wake;           /* intake: wake_seq last noticed */
     char consumer_tag[TM_AMQP_SHORTSTR_MAX + 1];
     char salt[17];                /* for ids assigned on this connection */
@@ -378,7 +379,7 @@ int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm);
 int tm_amqp_serve(struct tm_amqp_task *at, const char *what);
 void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
                          size_t na, const uint64_t *nacks, size_t nn,
-                         int *err);
+                         int now_all, int *err);
 int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now);
 int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now);
 int tm_amqp_stop_consuming(struct tm_amqp_task *at);

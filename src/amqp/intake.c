@@ -336,7 +336,7 @@ static int delivery_done(struct tm_amqp_task *at)
         err = reject_oversized(at, d) != 0;
     } else if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
-        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, 0, &err);
     } else if (tm_amqp_park_due(d, tm_wall_ms(), &(int64_t){0})) {
         /* x-not-before ahead: the settle thread parks it (delay.c) */
         d->body[d->body_len] = '\0';
@@ -600,11 +600,16 @@ int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now)
  * tm_amqp_settle_tags acknowledges acks and gives back nacks (requeue) on the
  * consume channel. Nacks go out at once, one by one; acks are held back
  * until they are due (tm_amqp_acks_flush), so that one basic.ack with
- * multiple=1 covers many. *err is set on a connection error.
+ * multiple=1 covers many, unless now_all: the acks of messages whose
+ * copy (retry, dead letter, delay, reply) was confirmed go out at once
+ * with every one held, so that the window in which a crash would leave
+ * both the copy and the original stays as short as it can be. A hold
+ * that starts while the intake thread waits in poll wakes it up, to
+ * wait no longer than the hold. *err is set on a connection error.
  */
 void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
                         size_t na, const uint64_t *nacks, size_t nn,
-                        int *err)
+                        int now_all, int *err)
 {
     struct tm_amqp_acks *k = &at->acks;
     amqp_connection_state_t c = at->conn;
@@ -627,12 +632,15 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
             k->capheld = (k->nheld + na) * 2;
             k->held = tm_realloc(k->held, k->capheld * sizeof *k->held);
         }
-        if (k->nheld == 0)
+        int starts = k->nheld == 0;
+        if (starts)
             k->held_since = now;
         memcpy(k->held + k->nheld, acks, na * sizeof *acks);
         k->nheld += na;
+        if (starts && !now_all && at->polling)
+            tm_amqp_signal_intake(at);
     }
-    if (tm_amqp_acks_flush(at, /* force = */ 0, now) != 0)
+    if (tm_amqp_acks_flush(at, now_all, now) != 0)
         *err = 1;
 }
 
@@ -658,7 +666,7 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
     int err = 0;
     struct tm_amqp_delivery *d;
     while (!err && (d = ready_pop(at)) != NULL) {
-        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, 0, &err);
         tm_amqp_delivery_free(d);
     }
     return err ? -1 : 0;
@@ -801,6 +809,7 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
             {.fd = amqp_get_sockfd(at->conn), .events = POLLIN},
             {.fd = at->efd, .events = POLLIN},
         };
+        at->polling = 1;
         pthread_mutex_unlock(&at->io_mu);
         if (poll(p, 2, wait) > 0 &&
             (p[1].revents & POLLIN)) {
@@ -810,6 +819,7 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
             }
         }
         pthread_mutex_lock(&at->io_mu);
+        at->polling = 0;
     }
     size_t k = at->nready < max ? at->nready : max;
     struct tm_batch *batch = tm_batch_new(k);
