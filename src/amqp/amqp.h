@@ -167,10 +167,12 @@ struct tm_amqp_acks {
      * one basic.ack with multiple=1 for those under the floor and one
      * each for the rest, once TM_AMQP_ACK_HOLD_MS passed since held_since
      * (monotonic ms, when the first of them was decided), or once a
-     * quarter of the prefetch window waits (tm_amqp_acks_flush) */
+     * quarter of the prefetch window waits (tm_amqp_acks_flush); only
+     * while the stream is busy (ack_due, tm_amqp_settle_tags) */
     uint64_t *held;
     size_t nheld, capheld;
     int64_t held_since;
+    int64_t settled_ms; /* monotonic ms of the last settlement */
 };
 
 /* How long a decided ack may wait for others to go out with it. A few

@@ -541,14 +541,21 @@ static int reject_oversized(struct tm_amqp_task *at,
 }
 
 /* ack_due says whether the acks held back go out now: forced, held for
- * TM_AMQP_ACK_HOLD_MS, or a quarter of the prefetch window (at least
- * one: a window under 8 holds nothing back) waiting on them. */
+ * TM_AMQP_ACK_HOLD_MS, a quarter of the prefetch window (at least one: a
+ * window under 8 holds nothing back) waiting on them, or fewer than a
+ * quarter of the window's deliveries still unsettled. Holding pays only
+ * while the stream is busy, with more settlements about to come that go
+ * out with the held ones: under a light load (a message now and then, or
+ * the end of a burst) an ack goes out as it is decided. */
 static int ack_due(const struct tm_amqp_task *at, int force, int64_t now)
 {
     const struct tm_amqp_acks *k = &at->acks;
     size_t quarter = at->cfg->prefetch / 4 > 0 ? at->cfg->prefetch / 4 : 1;
+    /* every tag up to dlv_tag was delivered; floor + n of them settled */
+    assert(k->floor + k->n <= at->dlv_tag);
+    uint64_t unsettled = at->dlv_tag - k->floor - k->n;
     return k->nheld > 0 &&
-           (force || k->nheld >= quarter ||
+           (force || k->nheld >= quarter || unsettled < quarter ||
             now - k->held_since >= TM_AMQP_ACK_HOLD_MS);
 }
 
@@ -627,6 +634,12 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
     floor_add(k, acks, na);
     floor_add(k, nacks, nn);
     int64_t now = tm_now_ms();
+    /* settlements further apart than a hold: nothing would go out with
+     * these acks, so they go now (slow runs with a large prefetch keep
+     * many deliveries unsettled, and would otherwise wait for the next
+     * settlement or the upkeep tick) */
+    int sparse = now - k->settled_ms >= TM_AMQP_ACK_HOLD_MS;
+    k->settled_ms = now;
     if (na > 0) {
         if (k->nheld + na > k->capheld) {
             k->capheld = (k->nheld + na) * 2;
@@ -637,10 +650,10 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
             k->held_since = now;
         memcpy(k->held + k->nheld, acks, na * sizeof *acks);
         k->nheld += na;
-        if (starts && !now_all && at->polling)
+        if (starts && !now_all && !sparse && at->polling)
             tm_amqp_signal_intake(at);
     }
-    if (tm_amqp_acks_flush(at, now_all, now) != 0)
+    if (tm_amqp_acks_flush(at, now_all || sparse, now) != 0)
         *err = 1;
 }
 
