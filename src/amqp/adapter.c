@@ -91,11 +91,18 @@ static void ab_destroy(struct tm_broker *b)
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         pthread_mutex_lock(&at->io_mu);
+        /* the acks held back go out before the connection closes:
+         * otherwise RabbitMQ would deliver those messages again */
+        if (tm_amqp_acks_flush(at, /* force = */ 1, tm_now_ms()) != 0)
+            tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name, NULL,
+                         "%s; RabbitMQ delivers again what was not "
+                         "acknowledged", at->errstr);
         if (at->conn != NULL)
             tm_amqp_close(at->conn);
         at->conn = NULL;
         tm_amqp_conn_reset(at);
         tm_free(at->acks.above);
+        tm_free(at->acks.held);
         tm_free(at->tags);
         tm_free(at->ntags);
         pthread_mutex_unlock(&at->io_mu);

@@ -87,8 +87,11 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     at->partial = NULL;
     at->dlv_state = 0;
     at->dlv_tag = 0;
+    /* acks held back died with the connection too: those messages are
+     * redelivered (at least once) */
     at->acks.floor = 0;
     at->acks.n = 0;
+    at->acks.nheld = 0;
     at->stopped = 0;
 }
 
@@ -333,7 +336,7 @@ static int delivery_done(struct tm_amqp_task *at)
         err = reject_oversized(at, d) != 0;
     } else if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
-        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, 0, &err);
     } else if (tm_amqp_park_due(d, tm_wall_ms(), &(int64_t){0})) {
         /* x-not-before ahead: the settle thread parks it (delay.c) */
         d->body[d->body_len] = '\0';
@@ -437,6 +440,13 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
     return 0;
 }
 
+/* nothing_buffered says whether rabbitmq-c holds no byte and no frame
+ * of c that was read from the socket already. */
+static int nothing_buffered(amqp_connection_state_t c)
+{
+    return amqp_data_in_buffer(c) == 0 && amqp_frames_enqueued(c) == 0;
+}
+
 /*
  * pump reads every frame available now without blocking, and handles
  * each: deliveries go to the ready list. It also lets rabbitmq-c send a
@@ -448,6 +458,11 @@ static int pump(struct tm_amqp_task *at)
 {
     amqp_connection_state_t c = at->conn;
     for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
+        /* what was read is decoded: with deliveries to hand over, they
+         * go now rather than after one more read that would most often
+         * find the socket empty (a failed read and a poll) */
+        if (i > 0 && at->nready > 0 && nothing_buffered(c))
+            break;
         amqp_frame_t f;
         struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
         int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
@@ -525,15 +540,83 @@ static int reject_oversized(struct tm_amqp_task *at,
     return 0;
 }
 
+/* ack_due says whether the acks held back go out now: forced, held for
+ * TM_AMQP_ACK_HOLD_MS, a quarter of the prefetch window (at least one: a
+ * window under 8 holds nothing back) waiting on them, or fewer than a
+ * quarter of the window's deliveries still unsettled. Holding pays only
+ * while the stream is busy, with more settlements about to come that go
+ * out with the held ones: under a light load (a message now and then, or
+ * the end of a burst) an ack goes out as it is decided. */
+static int ack_due(const struct tm_amqp_task *at, int force, int64_t now)
+{
+    const struct tm_amqp_acks *k = &at->acks;
+    size_t quarter = at->cfg->prefetch / 4 > 0 ? at->cfg->prefetch / 4 : 1;
+    /* every tag up to dlv_tag was delivered; floor + n of them settled */
+    assert(k->floor + k->n <= at->dlv_tag);
+    uint64_t unsettled = at->dlv_tag - k->floor - k->n;
+    return k->nheld > 0 &&
+           (force || k->nheld >= quarter || unsettled < quarter ||
+            now - k->held_since >= TM_AMQP_ACK_HOLD_MS);
+}
+
+/*
+ * tm_amqp_acks_flush sends the acks held back when they are due (or
+ * force): the largest held tag under the floor with multiple=1, which
+ * acknowledges every tag up to it still unacknowledged (all of them are
+ * settled: nacks and rejects went out as they were decided), then each
+ * held tag above the floor on its own. Returns -1 when the connection
+ * failed (at->errstr). io_mu held.
+ */
+int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
+{
+    struct tm_amqp_acks *k = &at->acks;
+    amqp_connection_state_t c = at->conn;
+    if (c == NULL || !ack_due(at, force, now))
+        return 0;
+    uint64_t multi = 0;
+    for (size_t i = 0; i < k->nheld; i++)
+        if (k->held[i] <= k->floor && k->held[i] > multi)
+            multi = k->held[i];
+    int rc = AMQP_STATUS_OK;
+    if (multi > 0)
+        rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi, /* multiple = */ 1);
+    for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++)
+        if (k->held[i] > k->floor)
+            rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, k->held[i], 0);
+    k->nheld = 0;
+    if (rc != AMQP_STATUS_OK) {
+        tm_snprintf(at->errstr, sizeof at->errstr, "basic.ack: %s",
+                    amqp_error_string2(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* tm_amqp_acks_wait_ms is how long the acks held back may still wait
+ * (-1: none held), for a thread that would block meanwhile. io_mu held. */
+int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now)
+{
+    const struct tm_amqp_acks *k = &at->acks;
+    if (at->conn == NULL || k->nheld == 0)
+        return -1;
+    int64_t left = k->held_since + TM_AMQP_ACK_HOLD_MS - now;
+    return left > 0 ? left : 0;
+}
+
 /*
  * tm_amqp_settle_tags acknowledges acks and gives back nacks (requeue) on the
- * consume channel. Nacks go first; then one basic.ack with multiple=1
- * covers every ack up to the settled floor (all lower tags are settled),
- * and acks above it go one by one. *err is set on a connection error.
+ * consume channel. Nacks go out at once, one by one; acks are held back
+ * until they are due (tm_amqp_acks_flush), so that one basic.ack with
+ * multiple=1 covers many, unless now_all: the acks of messages whose
+ * copy (retry, dead letter, delay, reply) was confirmed go out at once
+ * with every one held, so that the window in which a crash would leave
+ * both the copy and the original stays as short as it can be. A hold
+ * that starts while the intake thread waits in poll wakes it up, to
+ * wait no longer than the hold. *err is set on a connection error.
  */
 void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
                         size_t na, const uint64_t *nacks, size_t nn,
-                        int *err)
+                        int now_all, int *err)
 {
     struct tm_amqp_acks *k = &at->acks;
     amqp_connection_state_t c = at->conn;
@@ -550,22 +633,28 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
     }
     floor_add(k, acks, na);
     floor_add(k, nacks, nn);
-    /* the largest new ack under the floor acknowledges all below it */
-    uint64_t multi = 0;
-    for (size_t i = 0; i < na; i++)
-        if (acks[i] <= k->floor && acks[i] > multi)
-            multi = acks[i];
-    int rc = AMQP_STATUS_OK;
-    if (multi > 0)
-        rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi, /* multiple = */ 1);
-    for (size_t i = 0; i < na && rc == AMQP_STATUS_OK; i++)
-        if (acks[i] > k->floor)
-            rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, acks[i], 0);
-    if (rc != AMQP_STATUS_OK) {
-        tm_snprintf(at->errstr, sizeof at->errstr, "basic.ack: %s",
-                    amqp_error_string2(rc));
-        *err = 1;
+    int64_t now = tm_now_ms();
+    /* settlements further apart than a hold: nothing would go out with
+     * these acks, so they go now (slow runs with a large prefetch keep
+     * many deliveries unsettled, and would otherwise wait for the next
+     * settlement or the upkeep tick) */
+    int sparse = now - k->settled_ms >= TM_AMQP_ACK_HOLD_MS;
+    k->settled_ms = now;
+    if (na > 0) {
+        if (k->nheld + na > k->capheld) {
+            k->capheld = (k->nheld + na) * 2;
+            k->held = tm_realloc(k->held, k->capheld * sizeof *k->held);
+        }
+        int starts = k->nheld == 0;
+        if (starts)
+            k->held_since = now;
+        memcpy(k->held + k->nheld, acks, na * sizeof *acks);
+        k->nheld += na;
+        if (starts && !now_all && !sparse && at->polling)
+            tm_amqp_signal_intake(at);
     }
+    if (tm_amqp_acks_flush(at, now_all || sparse, now) != 0)
+        *err = 1;
 }
 
 /* tm_amqp_stop_consuming cancels the task's consumer (wake()) without waiting
@@ -590,7 +679,7 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
     int err = 0;
     struct tm_amqp_delivery *d;
     while (!err && (d = ready_pop(at)) != NULL) {
-        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, &err);
+        tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, 0, &err);
         tm_amqp_delivery_free(d);
     }
     return err ? -1 : 0;
@@ -694,28 +783,48 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
         goto out;
     }
     int64_t deadline = tm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    /* with nothing read already, poll comes first: the socket is read
+     * once it holds something (rather than a failed read, a poll in
+     * rabbitmq-c, then this poll); every wake-up of poll reads */
+    int served = 0, skip = at->conn != NULL && at->nready == 0 &&
+                           nothing_buffered(at->conn);
     for (;;) {
         if (at->conn == NULL) {
             n = -1; /* lost by the settle thread meanwhile */
             goto out;
         }
-        if (tm_amqp_serve(at, "consume") != 0) {
-            n = -1;
-            goto out;
+        if (!skip) {
+            if (tm_amqp_serve(at, "consume") != 0) {
+                n = -1;
+                goto out;
+            }
+            served = 1;
         }
+        skip = 0;
         if (at->nready > 0 && max > 0)
             break;
         if (woken(at))
             goto out;
-        int64_t left = deadline - tm_now_ms();
-        if (left <= 0)
+        int64_t now = tm_now_ms(), left = deadline - now;
+        if (left <= 0 && served)
             goto out;
+        /* acks held back go out when due, even while nothing arrives */
+        if (tm_amqp_acks_flush(at, /* force = */ 0, now) != 0) {
+            tm_amqp_conn_lost(at, "ack");
+            n = -1;
+            goto out;
+        }
+        int64_t hold = tm_amqp_acks_wait_ms(at, now);
+        int wait = (int)(left <= 0 ? 0 : left < INT_MAX ? left : INT_MAX);
+        if (hold >= 0 && hold < wait)
+            wait = (int)hold;
         struct pollfd p[2] = {
             {.fd = amqp_get_sockfd(at->conn), .events = POLLIN},
             {.fd = at->efd, .events = POLLIN},
         };
+        at->polling = 1;
         pthread_mutex_unlock(&at->io_mu);
-        if (poll(p, 2, (int)(left < INT_MAX ? left : INT_MAX)) > 0 &&
+        if (poll(p, 2, wait) > 0 &&
             (p[1].revents & POLLIN)) {
             uint64_t cnt;
             if (read(at->efd, &cnt, sizeof cnt) < 0) {
@@ -723,6 +832,7 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
             }
         }
         pthread_mutex_lock(&at->io_mu);
+        at->polling = 0;
     }
     size_t k = at->nready < max ? at->nready : max;
     struct tm_batch *batch = tm_batch_new(k);

@@ -215,6 +215,7 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
         assert(ti < ab->ntasks);
         struct tm_amqp_task *at = &ab->tasks[ti];
         size_t na = 0, nn = 0, stale = 0, mine = hi - lo;
+        int copies = 0;
         pthread_mutex_lock(&at->io_mu);
         if (mine > at->tagcap) {
             at->tagcap = mine * 2;
@@ -228,11 +229,13 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
                 stale++;
             else if (r->requeue)
                 at->ntags[nn++] = r->tag;
-            else
+            else {
                 at->tags[na++] = r->tag;
+                copies |= r->d != NULL; /* its copy is confirmed */
+            }
         }
         int err = 0;
-        tm_amqp_settle_tags(at, at->tags, na, at->ntags, nn, &err);
+        tm_amqp_settle_tags(at, at->tags, na, at->ntags, nn, copies, &err);
         if (err)
             tm_amqp_conn_lost(at, "settle");
         int ready = at->nready > 0;
@@ -313,6 +316,9 @@ void tm_amqp_tick(struct tm_broker *b)
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         pthread_mutex_lock(&at->io_mu);
+        /* held acks due while neither settle() nor intake came by */
+        if (tm_amqp_acks_flush(at, /* force = */ 0, tm_now_ms()) != 0)
+            tm_amqp_conn_lost(at, "ack");
         tm_amqp_serve(at, "upkeep");
         int ready = at->nready > 0;
         pthread_mutex_unlock(&at->io_mu);
