@@ -75,12 +75,7 @@ static void tq_push(struct fpool *fp, struct tm_msg *m)
 {
     assert(m->task_index < fp->base.ntasks);
     struct fp_tq *q = &fp->tq[m->task_index];
-    m->next = NULL;
-    if (q->tail != NULL)
-        q->tail->next = m;
-    else
-        q->head = m;
-    q->tail = m;
+    fp_list_add(&q->q, m);
     q->len++;
     fp->qlen++;
 }
@@ -88,25 +83,18 @@ static void tq_push(struct fpool *fp, struct tm_msg *m)
 static void tq_push_front(struct fpool *fp, struct tm_msg *m)
 {
     struct fp_tq *q = &fp->tq[m->task_index];
-    m->next = q->head;
-    q->head = m;
-    if (q->tail == NULL)
-        q->tail = m;
+    fp_list_push_front(&q->q, m);
     q->len++;
     fp->qlen++;
 }
 
 static struct tm_msg *tq_pop(struct fpool *fp, struct fp_tq *q)
 {
-    struct tm_msg *m = q->head;
+    struct tm_msg *m = fp_list_pop(&q->q);
     if (m == NULL)
         return NULL;
-    q->head = m->next;
-    if (q->head == NULL)
-        q->tail = NULL;
     q->len--;
     fp->qlen--;
-    m->next = NULL;
     return m;
 }
 
@@ -243,7 +231,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
                 share = left;
         }
         int was_idle = c->nout == 0;
-        struct tm_msg *before = c->out_tail; /* the last one already out */
+        struct tm_msg *before = c->out.tail; /* the last one already out */
         int64_t est_before = c->out_est_ns;
         struct tm_msg *first = NULL;
         size_t k = 0;
@@ -252,11 +240,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             if (t == p->ntasks || !fits(fp, c, t, fp->qlen, now))
                 break;
             struct tm_msg *m = take_from(fp, t);
-            if (c->out_tail != NULL)
-                c->out_tail->next = m;
-            else
-                c->out_head = m;
-            c->out_tail = m;
+            fp_list_add(&c->out, m);
             c->nout++;
             c->out_est_ns += fp->tq[t].est_ns;
             if (first == NULL)
@@ -287,8 +271,8 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             if (prev != NULL)
                 prev->next = NULL;
             else
-                c->out_head = NULL;
-            c->out_tail = prev;
+                c->out.head = NULL;
+            c->out.tail = prev;
             c->out_est_ns = est_put;
             for (struct tm_msg *n; m != NULL; m = n) {
                 n = m->next;
@@ -332,9 +316,9 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
             }
             continue;
         }
-        if (c->out_head == NULL)
+        if (c->out.head == NULL)
             continue;
-        int64_t limit = c->out_head->task->cfg->timeout_ms;
+        int64_t limit = c->out.head->task->cfg->timeout_ms;
         if (limit <= 0)
             continue;
         int64_t deadline = c->cur_start_ns + limit * 1000000LL;
@@ -347,17 +331,17 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
             tm_fp_reap(fp, c, done);
             continue;
         }
-        if (c->out_head == NULL)
+        if (c->out.head == NULL)
             continue;
-        limit = c->out_head->task->cfg->timeout_ms;
+        limit = c->out.head->task->cfg->timeout_ms;
         deadline = c->cur_start_ns + limit * 1000000LL;
         if (limit <= 0 || now < deadline) {
             if (limit > 0 && deadline < *next)
                 *next = deadline;
             continue;
         }
-        tm_log_write(TM_LOG_WARNING, SRC, c->out_head->task->cfg->name,
-                     c->out_head->id, "worker %u ran past the %lld ms "
+        tm_log_write(TM_LOG_WARNING, SRC, c->out.head->task->cfg->name,
+                     c->out.head->id, "worker %u ran past the %lld ms "
                      "limit; killing it", i, (long long)limit);
         /* the message at fault; the kill may land after it answered */
         c->timed_out = 1;

@@ -21,12 +21,9 @@
 /* out_pop takes the oldest unanswered message of c. */
 static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
 {
-    struct tm_msg *m = c->out_head;
+    struct tm_msg *m = fp_list_pop(&c->out);
     if (m == NULL)
         return NULL;
-    c->out_head = m->next;
-    if (c->out_head == NULL)
-        c->out_tail = NULL;
     c->nout--;
     c->out_est_ns -= fp->tq[m->task_index].est_ns;
     if (c->nout == 0 || c->out_est_ns < 0)
@@ -35,7 +32,6 @@ static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
         tm_fork_link_answered(&c->link, c->seq_head);
     c->seq_head++;
     assert(c->seq_next - c->seq_head == c->nout);
-    m->next = NULL;
     fp->popped++;
     return m;
 }
@@ -259,15 +255,15 @@ int tm_fp_read_answers(struct fpool *fp, struct fp_child *c,
     enum tm_fork_check rc;
     for (;;) {
         struct tm_fork_expect ex = {0};
-        if (c->out_head != NULL) {
+        if (c->out.head != NULL) {
             ex.seq = c->seq_head;
-            ex.task_index = (uint32_t)c->out_head->task_index;
+            ex.task_index = (uint32_t)c->out.head->task_index;
             ex.not_before_ns = c->last_end_ns;
             /* ex.not_after_ns: set by tm_fork_link_answer */
         }
         struct tm_fork_resp rs;
         const char *data = NULL;
-        rc = tm_fork_link_answer(&c->link, c->out_head != NULL ? &ex : NULL,
+        rc = tm_fork_link_answer(&c->link, c->out.head != NULL ? &ex : NULL,
                                  &rs, &data, &why);
         if (rc != TM_FORK_FRAME)
             break;
