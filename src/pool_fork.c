@@ -230,6 +230,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             if (share > left)
                 share = left;
         }
+        int low = 0; /* a queue taken from is down to its low mark */
         int was_idle = c->nout == 0;
         struct tm_msg *before = c->out.tail; /* the last one already out */
         int64_t est_before = c->out_est_ns;
@@ -240,6 +241,8 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             if (t == p->ntasks || !fits(fp, c, t, fp->qlen, now))
                 break;
             struct tm_msg *m = take_from(fp, t);
+            if (fp->tq[t].len <= fp->qcap / 2)
+                low = 1;
             fp_list_add(&c->out, m);
             c->nout++;
             c->out_est_ns += fp->tq[t].est_ns;
@@ -248,7 +251,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             k++;
         }
         fp->outstanding += k;
-        if (k > 0)
+        if (low && fp->full_waiters > 0)
             pthread_cond_broadcast(&fp->not_full);
         pthread_mutex_unlock(&fp->mu);
         if (k == 0)
@@ -703,13 +706,21 @@ static size_t fp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
         struct tm_msg *m = &msgs[done];
         assert(m->task_index < p->ntasks);
         /* backpressure per task: a task held back never blocks another
-         * task's intake */
-        while (fp->tq[m->task_index].len >= fp->qcap && !fp->draining) {
+         * task's intake. A full queue takes more once it is down to half
+         * (dispatch() wakes the waiters then): the queue never holds more
+         * than qcap, and the dispatcher, which has half a queue left to
+         * hand out, does not wake this thread for every few messages it
+         * takes */
+        if (fp->tq[m->task_index].len >= fp->qcap && !fp->draining) {
             if (unwoken > 0) {
                 wake_sleeper(fp);
                 unwoken = 0;
             }
-            pthread_cond_wait(&fp->not_full, &fp->mu);
+            fp->full_waiters++;
+            while (fp->tq[m->task_index].len > fp->qcap / 2 &&
+                   !fp->draining)
+                pthread_cond_wait(&fp->not_full, &fp->mu);
+            fp->full_waiters--;
         }
         if (fp->draining)
             break;

@@ -145,6 +145,10 @@ struct fpool {
     struct fp_tq *tq;           /* per task */
     size_t qlen;                /* queued in every tq (mu) */
     size_t qcap;                /* per task */
+    /* submitters waiting on not_full (mu); each waits until its task's
+     * queue is down to qcap / 2, so that a full queue costs one wake-up
+     * per half a queue of messages, not one per dispatch */
+    unsigned full_waiters;
     size_t rr;                  /* dispatcher: the task served next */
     size_t outstanding;         /* sent to children, not answered (mu) */
     size_t popped;              /* dispatcher only */
