@@ -290,7 +290,9 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         if (c->nout == 0)
             continue;
         c->ring_used = 1;
-        tm_fork_link_publish(&c->link);
+        /* the child tells of its answers when it has run about half of
+         * what is out, so that the ring is refilled before it runs dry */
+        tm_fork_link_publish(&c->link, c->seq_head + (c->nout - 1) / 2);
         if (was_idle)
             c->cur_start_ns = tm_now_ns();
         if (tm_fork_link_flush(&c->link, c->fd) != 0) {

@@ -131,8 +131,14 @@ static void put_wake(struct tm_fork_buf *b)
     tm_fork_buf_put(b, &n, sizeof n);
 }
 
-void tm_fork_link_publish(struct tm_fork_link *l)
+void tm_fork_link_publish(struct tm_fork_link *l, uint64_t low_seq)
 {
+    /* a hint only (the answer that empties the ring wakes the parent
+     * anyway): stored before the head, and read by the child after its
+     * answers */
+    uint64_t low = l->req_end[low_seq % TM_FORK_LINK_OUT];
+    assert(low > l->req_free && low <= l->req_head);
+    atomic_store_explicit(&l->ctl->req_low, low, memory_order_relaxed);
     /* pairs with the child's store of child_waiting, then load of
      * req_head, all sequentially consistent: one of the two sees the
      * other's store */

@@ -61,8 +61,10 @@ int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
                      uint64_t seq);
 
 /* tm_fork_link_publish makes the requests put so far visible, and queues
- * a WAKE when the child sleeps. */
-void tm_fork_link_publish(struct tm_fork_link *l);
+ * a WAKE when the child sleeps. low_seq is the request whose answer is to
+ * wake the parent should it sleep then (fork/ring.h, req_low): one put
+ * and not yet answered. */
+void tm_fork_link_publish(struct tm_fork_link *l, uint64_t low_seq);
 
 /* tm_fork_link_answered frees the ring room of request seq, answered
  * (requests are answered in order). */
