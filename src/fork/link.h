@@ -12,7 +12,7 @@ struct tm_msg;
 
 /* Requests out to one child at once, at most (a power of two, above any
  * batch the pool sends: see TM_RING_ANSWERS_MAX). */
-#define TM_FORK_LINK_OUT 32u
+#define TM_FORK_LINK_OUT 128u
 
 /*
  * struct tm_fork_link is what the parent holds for one child: the shared

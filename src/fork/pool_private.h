@@ -20,7 +20,7 @@
 /* Queue slots per worker, per task: as in the thread pool. */
 #define FP_SLOTS_PER_WORKER 64
 /* Most messages sent to one child at once. */
-#define FP_BATCH_MAX 16
+#define FP_BATCH_MAX 64
 /* Most messages out to one child at once, which its link and its answer
  * ring must hold (fork/link.h, fork/ring.h). */
 #define FP_OUT_MAX (FP_BATCH_MAX / 2 + FP_BATCH_MAX)

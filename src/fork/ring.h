@@ -53,7 +53,7 @@
  */
 
 #define TM_RING_PAGE 4096u
-#define TM_RING_ANS_CAP (64u * 1024u)
+#define TM_RING_ANS_CAP (256u * 1024u)
 #define TM_RING_REQ_CAP (1024u * 1024u)
 #define TM_RING_ANS_OFF TM_RING_PAGE
 #define TM_RING_REQ_OFF (TM_RING_ANS_OFF + TM_RING_ANS_CAP)
@@ -61,9 +61,9 @@
 /* Largest answer kept in the answer ring (record payload); larger ones
  * go on the socket. At most TM_RING_ANSWERS_MAX answers are unread at
  * once (the parent never has more requests out to one child), so the
- * answer ring can never be full: 31 * 2 KiB + one SKIP < 64 KiB. */
-#define TM_RING_INLINE_MAX (TM_RING_ANS_CAP / 32u - 8u)
-#define TM_RING_ANSWERS_MAX 31u
+ * answer ring can never be full: 127 * 2 KiB + one SKIP < 256 KiB. */
+#define TM_RING_INLINE_MAX (TM_RING_ANS_CAP / 128u - 8u)
+#define TM_RING_ANSWERS_MAX 127u
 
 #define TM_RING_MAGIC 0x544d5247u /* "TMRG" */
 
