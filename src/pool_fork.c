@@ -575,6 +575,8 @@ static void *dispatcher_main(void *arg)
                 continue; /* reaped by check_timers' read meanwhile */
             if (ev & POLLOUT && tm_fork_link_flush(&c->link, c->fd) != 0)
                 ev |= POLLHUP;
+            if (rc >= 0 && (ev & (POLLIN | POLLHUP | POLLERR)) == 0)
+                tm_fork_link_sock_quiet(&c->link);
             if (tm_fp_read_answers(fp, c, &done,
                              (ev & (POLLIN | POLLHUP | POLLERR)) != 0) != 0)
                 tm_fp_reap(fp, c, &done);

@@ -35,6 +35,12 @@ struct tm_fork_link {
     uint64_t req_end[TM_FORK_LINK_OUT]; /* of request seq at [seq % OUT] */
     uint64_t ans_tail;
     uint64_t ans_seen;          /* the answer head last looked at */
+    /* answers up to this head are taken without a look at the socket:
+     * whatever the child wrote on it before publishing them was read, or
+     * the socket was found empty after they were published (UINT64_MAX
+     * once it closed); ans_tail <= sock_clear */
+    uint64_t sock_clear;
+    uint64_t armed_head;        /* the answer head tm_fork_link_arm saw */
     struct tm_fork_buf w;       /* notes (and bulk bodies) to the child */
     struct tm_fork_buf r;       /* what came on the socket, not yet used */
     struct tm_fork_buf frame;   /* a private copy of the answer checked */
@@ -87,6 +93,20 @@ int tm_fork_link_answers_waiting(const struct tm_fork_link *l);
  * the child closed its end (or the socket failed), else 0. */
 int tm_fork_link_read(struct tm_fork_link *l, int sock);
 
+/* tm_fork_link_sock_unread says whether answers the child published may
+ * have bytes before them on the socket that were not read yet (the
+ * caller then reads it or finds it empty: tm_fork_link_sock_checked). */
+int tm_fork_link_sock_unread(const struct tm_fork_link *l);
+
+/* tm_fork_link_sock_checked: sock was found empty (FIONREAD) after head,
+ * an answer head loaded (acquire) before the look, was published. */
+void tm_fork_link_sock_checked(struct tm_fork_link *l, uint64_t head);
+
+/* tm_fork_link_sock_quiet: a poll that began after tm_fork_link_arm found
+ * nothing to read on the socket, so nothing came before the answers that
+ * arm saw. */
+void tm_fork_link_sock_quiet(struct tm_fork_link *l);
+
 /*
  * tm_fork_link_answer takes the next answer, checked against ex
  * (tm_fork_resp_check): TM_FORK_FRAME with the header in *rs and the error
@@ -95,6 +115,9 @@ int tm_fork_link_read(struct tm_fork_link *l, int sock);
  * reason in *why. With ex NULL (no request is out) any answer is corrupt.
  * ex->not_after_ns is ignored: the bound is the clock once the answer is
  * seen (an answer can be published after the caller looked at the clock).
+ * Answers past sock_clear wait (TM_FORK_MORE) until the socket is read:
+ * bytes task code wrote on it before such an answer belong to the message
+ * before it, not to the next one.
  */
 enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
                                        const struct tm_fork_expect *ex,

@@ -240,14 +240,20 @@ int tm_fp_read_answers(struct fpool *fp, struct fp_child *c,
 {
     /* Bytes that task code wrote on its worker's socket before its
      * answer was published are in the socket once that answer is seen:
-     * whenever an answer waits, what the socket holds is read first, so
-     * that such bytes are charged to the message that wrote them (the
-     * oldest one out), not to one after it. One ioctl per look, not per
-     * answer. */
+     * an answer is taken only once the socket was read, or found empty,
+     * after it was published (fork/link.h, sock_clear), so that such
+     * bytes are charged to the message that wrote them (the oldest one
+     * out), not to one after it. One ioctl per look at most, none when a
+     * poll or a read since covers the answers waiting. */
     int readsock = sock;
-    if (!readsock && tm_fork_link_answers_waiting(&c->link)) {
+    if (!readsock && tm_fork_link_answers_waiting(&c->link) &&
+        tm_fork_link_sock_unread(&c->link)) {
+        uint64_t head = atomic_load_explicit(&c->link.ctl->ans_head,
+                                             memory_order_acquire);
         int avail = 0;
         readsock = ioctl(c->fd, FIONREAD, &avail) != 0 || avail > 0;
+        if (!readsock)
+            tm_fork_link_sock_checked(&c->link, head);
     }
     /* answers published before the end still count */
     int eof = readsock ? tm_fork_link_read(&c->link, c->fd) : 0;
