@@ -253,6 +253,7 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         fp->outstanding += k;
         if (low && fp->full_waiters > 0)
             pthread_cond_broadcast(&fp->not_full);
+        int more_queued = fp->qlen > 0;
         pthread_mutex_unlock(&fp->mu);
         if (k == 0)
             continue;
@@ -290,9 +291,14 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         if (c->nout == 0)
             continue;
         c->ring_used = 1;
-        /* the child tells of its answers when it has run about half of
-         * what is out, so that the ring is refilled before it runs dry */
-        tm_fork_link_publish(&c->link, c->seq_head + (c->nout - 1) / 2);
+        /* while messages wait in the queues, the child tells of its
+         * answers when it has run about half of what is out, so that its
+         * ring is refilled before it runs dry; else when it has run all
+         * (a wake-up halfway would find nothing to hand it; what is
+         * pushed meanwhile wakes this thread anyway) */
+        tm_fork_link_publish(&c->link, more_queued
+                                           ? c->seq_head + (c->nout - 1) / 2
+                                           : c->seq_next - 1);
         if (was_idle)
             c->cur_start_ns = tm_now_ns();
         if (tm_fork_link_flush(&c->link, c->fd) != 0) {
