@@ -41,6 +41,8 @@ struct tm_fork_link {
      * once it closed); ans_tail <= sock_clear */
     uint64_t sock_clear;
     uint64_t armed_head;        /* the answer head tm_fork_link_arm saw */
+    int64_t clock_ns;           /* a clock reading taken after an answer
+                                 * head was read (tm_fork_link_answer) */
     struct tm_fork_buf w;       /* notes (and bulk bodies) to the child */
     struct tm_fork_buf r;       /* what came on the socket, not yet used */
     struct tm_fork_buf frame;   /* a private copy of the answer checked */
