@@ -75,12 +75,7 @@ static void tq_push(struct fpool *fp, struct tm_msg *m)
 {
     assert(m->task_index < fp->base.ntasks);
     struct fp_tq *q = &fp->tq[m->task_index];
-    m->next = NULL;
-    if (q->tail != NULL)
-        q->tail->next = m;
-    else
-        q->head = m;
-    q->tail = m;
+    fp_list_add(&q->q, m);
     q->len++;
     fp->qlen++;
 }
@@ -88,25 +83,18 @@ static void tq_push(struct fpool *fp, struct tm_msg *m)
 static void tq_push_front(struct fpool *fp, struct tm_msg *m)
 {
     struct fp_tq *q = &fp->tq[m->task_index];
-    m->next = q->head;
-    q->head = m;
-    if (q->tail == NULL)
-        q->tail = m;
+    fp_list_push_front(&q->q, m);
     q->len++;
     fp->qlen++;
 }
 
 static struct tm_msg *tq_pop(struct fpool *fp, struct fp_tq *q)
 {
-    struct tm_msg *m = q->head;
+    struct tm_msg *m = fp_list_pop(&q->q);
     if (m == NULL)
         return NULL;
-    q->head = m->next;
-    if (q->head == NULL)
-        q->tail = NULL;
     q->len--;
     fp->qlen--;
-    m->next = NULL;
     return m;
 }
 
@@ -242,8 +230,9 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             if (share > left)
                 share = left;
         }
+        int low = 0; /* a queue taken from is down to its low mark */
         int was_idle = c->nout == 0;
-        struct tm_msg *before = c->out_tail; /* the last one already out */
+        struct tm_msg *before = c->out.tail; /* the last one already out */
         int64_t est_before = c->out_est_ns;
         struct tm_msg *first = NULL;
         size_t k = 0;
@@ -252,11 +241,9 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             if (t == p->ntasks || !fits(fp, c, t, fp->qlen, now))
                 break;
             struct tm_msg *m = take_from(fp, t);
-            if (c->out_tail != NULL)
-                c->out_tail->next = m;
-            else
-                c->out_head = m;
-            c->out_tail = m;
+            if (fp->tq[t].len <= fp->qcap / 2)
+                low = 1;
+            fp_list_add(&c->out, m);
             c->nout++;
             c->out_est_ns += fp->tq[t].est_ns;
             if (first == NULL)
@@ -264,8 +251,9 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             k++;
         }
         fp->outstanding += k;
-        if (k > 0)
+        if (low && fp->full_waiters > 0)
             pthread_cond_broadcast(&fp->not_full);
+        int more_queued = fp->qlen > 0;
         pthread_mutex_unlock(&fp->mu);
         if (k == 0)
             continue;
@@ -287,8 +275,8 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
             if (prev != NULL)
                 prev->next = NULL;
             else
-                c->out_head = NULL;
-            c->out_tail = prev;
+                c->out.head = NULL;
+            c->out.tail = prev;
             c->out_est_ns = est_put;
             for (struct tm_msg *n; m != NULL; m = n) {
                 n = m->next;
@@ -303,7 +291,14 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         if (c->nout == 0)
             continue;
         c->ring_used = 1;
-        tm_fork_link_publish(&c->link);
+        /* while messages wait in the queues, the child tells of its
+         * answers when it has run about half of what is out, so that its
+         * ring is refilled before it runs dry; else when it has run all
+         * (a wake-up halfway would find nothing to hand it; what is
+         * pushed meanwhile wakes this thread anyway) */
+        tm_fork_link_publish(&c->link, more_queued
+                                           ? c->seq_head + (c->nout - 1) / 2
+                                           : c->seq_next - 1);
         if (was_idle)
             c->cur_start_ns = tm_now_ns();
         if (tm_fork_link_flush(&c->link, c->fd) != 0) {
@@ -332,9 +327,9 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
             }
             continue;
         }
-        if (c->out_head == NULL)
+        if (c->out.head == NULL)
             continue;
-        int64_t limit = c->out_head->task->cfg->timeout_ms;
+        int64_t limit = c->out.head->task->cfg->timeout_ms;
         if (limit <= 0)
             continue;
         int64_t deadline = c->cur_start_ns + limit * 1000000LL;
@@ -347,17 +342,17 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
             tm_fp_reap(fp, c, done);
             continue;
         }
-        if (c->out_head == NULL)
+        if (c->out.head == NULL)
             continue;
-        limit = c->out_head->task->cfg->timeout_ms;
+        limit = c->out.head->task->cfg->timeout_ms;
         deadline = c->cur_start_ns + limit * 1000000LL;
         if (limit <= 0 || now < deadline) {
             if (limit > 0 && deadline < *next)
                 *next = deadline;
             continue;
         }
-        tm_log_write(TM_LOG_WARNING, SRC, c->out_head->task->cfg->name,
-                     c->out_head->id, "worker %u ran past the %lld ms "
+        tm_log_write(TM_LOG_WARNING, SRC, c->out.head->task->cfg->name,
+                     c->out.head->id, "worker %u ran past the %lld ms "
                      "limit; killing it", i, (long long)limit);
         /* the message at fault; the kill may land after it answered */
         c->timed_out = 1;
@@ -586,6 +581,8 @@ static void *dispatcher_main(void *arg)
                 continue; /* reaped by check_timers' read meanwhile */
             if (ev & POLLOUT && tm_fork_link_flush(&c->link, c->fd) != 0)
                 ev |= POLLHUP;
+            if (rc >= 0 && (ev & (POLLIN | POLLHUP | POLLERR)) == 0)
+                tm_fork_link_sock_quiet(&c->link);
             if (tm_fp_read_answers(fp, c, &done,
                              (ev & (POLLIN | POLLHUP | POLLERR)) != 0) != 0)
                 tm_fp_reap(fp, c, &done);
@@ -719,13 +716,21 @@ static size_t fp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
         struct tm_msg *m = &msgs[done];
         assert(m->task_index < p->ntasks);
         /* backpressure per task: a task held back never blocks another
-         * task's intake */
-        while (fp->tq[m->task_index].len >= fp->qcap && !fp->draining) {
+         * task's intake. A full queue takes more once it is down to half
+         * (dispatch() wakes the waiters then): the queue never holds more
+         * than qcap, and the dispatcher, which has half a queue left to
+         * hand out, does not wake this thread for every few messages it
+         * takes */
+        if (fp->tq[m->task_index].len >= fp->qcap && !fp->draining) {
             if (unwoken > 0) {
                 wake_sleeper(fp);
                 unwoken = 0;
             }
-            pthread_cond_wait(&fp->not_full, &fp->mu);
+            fp->full_waiters++;
+            while (fp->tq[m->task_index].len > fp->qcap / 2 &&
+                   !fp->draining)
+                pthread_cond_wait(&fp->not_full, &fp->mu);
+            fp->full_waiters--;
         }
         if (fp->draining)
             break;

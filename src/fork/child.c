@@ -135,6 +135,7 @@ struct child_ring {
     const char *req;            /* read-only */
     uint64_t req_tail;          /* the next request */
     uint64_t ans_head;          /* as published */
+    uint64_t low_told;          /* the parent's low mark last told of */
 };
 
 /* map_rings maps the memfd the parent sent. Returns 0 or -1. */
@@ -157,6 +158,7 @@ static int map_rings(int memfd, struct child_ring *cr)
     /* a fresh ring: the parent may have published requests already */
     cr->req_tail = 0;
     cr->ans_head = 0;
+    cr->low_told = 0;
     return 0;
 }
 
@@ -236,17 +238,27 @@ static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
             rc = -1;
         goto out;
     }
-    /* one wake-up per run of requests, not per answer: while the parent
-     * has more requests in the ring, the answer to the last of them tells
-     * of this one too (the parent also looks at the ring on its own, at
-     * least every few ms while requests are out: pool_fork.c) */
+    /* a few wake-ups per run of requests, not one per answer: while the
+     * parent has more requests in the ring, only the first answer past
+     * its low mark tells (so that it refills the ring while this process
+     * runs the rest); the answer to the last request tells of all (the
+     * parent also looks at the ring on its own, at least every few ms
+     * while requests are out: pool_fork.c) */
+    uint64_t low = atomic_load_explicit(&cr->ctl->req_low,
+                                        memory_order_relaxed);
+    int past_low = low > cr->low_told && cr->req_tail >= low;
     if (atomic_load_explicit(&cr->ctl->req_head, memory_order_acquire) !=
-        cr->req_tail)
+            cr->req_tail &&
+        !past_low)
         goto out;
+    if (past_low)
+        cr->low_told = low;
     /* pairs with the parent's store of parent_waiting, then load of
      * ans_head (sequentially consistent, as the store of ans_head above):
-     * it sees this answer, or this sees that it sleeps */
-    if (atomic_load_explicit(&cr->ctl->parent_waiting, memory_order_seq_cst))
+     * it sees this answer, or this sees that it sleeps; taken, so that
+     * one sleep of the parent gets one WAKE */
+    if (atomic_exchange_explicit(&cr->ctl->parent_waiting, 0,
+                                 memory_order_seq_cst))
         rc = send_note(fd, TM_NOTE_WAKE, 0);
 out:
     return rc;

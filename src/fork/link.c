@@ -33,6 +33,8 @@ int tm_fork_link_open(struct tm_fork_link *l, int sock)
     l->req = (char *)base + TM_RING_REQ_OFF;
     l->req_head = l->req_free = 0;
     l->ans_tail = l->ans_seen = 0;
+    l->sock_clear = l->armed_head = 0;
+    l->clock_ns = 0;
     l->w.len = l->w.off = 0;
     l->r.len = l->r.off = 0;
     rc = 0;
@@ -131,8 +133,14 @@ static void put_wake(struct tm_fork_buf *b)
     tm_fork_buf_put(b, &n, sizeof n);
 }
 
-void tm_fork_link_publish(struct tm_fork_link *l)
+void tm_fork_link_publish(struct tm_fork_link *l, uint64_t low_seq)
 {
+    /* a hint only (the answer that empties the ring wakes the parent
+     * anyway): stored before the head, and read by the child after its
+     * answers */
+    uint64_t low = l->req_end[low_seq % TM_FORK_LINK_OUT];
+    assert(low > l->req_free && low <= l->req_head);
+    atomic_store_explicit(&l->ctl->req_low, low, memory_order_relaxed);
     /* pairs with the child's store of child_waiting, then load of
      * req_head, all sequentially consistent: one of the two sees the
      * other's store */
@@ -177,9 +185,35 @@ int tm_fork_link_answers_waiting(const struct tm_fork_link *l)
            l->ans_tail;
 }
 
+static void sock_clear_to(struct tm_fork_link *l, uint64_t head)
+{
+    if (head > l->sock_clear)
+        l->sock_clear = head;
+}
+
+int tm_fork_link_sock_unread(const struct tm_fork_link *l)
+{
+    return atomic_load_explicit(&l->ctl->ans_head, memory_order_acquire) >
+           l->sock_clear;
+}
+
+void tm_fork_link_sock_checked(struct tm_fork_link *l, uint64_t head)
+{
+    sock_clear_to(l, head);
+}
+
+void tm_fork_link_sock_quiet(struct tm_fork_link *l)
+{
+    sock_clear_to(l, l->armed_head);
+}
+
 int tm_fork_link_read(struct tm_fork_link *l, int sock)
 {
     struct tm_fork_buf *b = &l->r;
+    /* what the child wrote before publishing the answers up to head is
+     * on the socket before this read */
+    uint64_t head = atomic_load_explicit(&l->ctl->ans_head,
+                                         memory_order_acquire);
     if (b->off > 0) {
         memmove(b->p, b->p + b->off, b->len - b->off);
         b->len -= b->off;
@@ -190,14 +224,26 @@ int tm_fork_link_read(struct tm_fork_link *l, int sock)
             b->cap = b->cap ? b->cap * 2 : 65536;
             b->p = tm_realloc(b->p, b->cap);
         }
-        ssize_t n = read(sock, b->p + b->len, b->cap - b->len);
+        size_t room = b->cap - b->len;
+        ssize_t n = read(sock, b->p + b->len, room);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            sock_clear_to(l, head);
             return 0;
-        if (n <= 0)
-            return 1; /* what came before the end still counts */
+        }
+        if (n <= 0) {
+            /* what came before the end still counts, and nothing comes
+             * after it */
+            l->sock_clear = UINT64_MAX;
+            return 1;
+        }
         b->len += (size_t)n;
+        if ((size_t)n < room) {
+            /* a short read of a stream socket: it held no more */
+            sock_clear_to(l, head);
+            return 0;
+        }
     }
 }
 
@@ -244,14 +290,22 @@ enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
     /* read once: the child may change it at any time */
     uint64_t head = atomic_load_explicit(&l->ctl->ans_head,
                                          memory_order_acquire);
+    /* the rest after a look at the socket (seen: the parent does not
+     * sleep on them, fork/link.c tm_fork_link_arm) */
+    int capped = head > l->sock_clear;
+    if (capped)
+        head = l->sock_clear;
     l->ans_seen = head;
-    /* "now", for the check that the run ended by now, is taken after the
-     * head was read: an answer published after an earlier clock reading
-     * may end after it, and is no less sound for that */
+    /* "now", for the check that the run ended by now: the clock reading
+     * of an earlier answer first (a run that ended before it surely
+     * ended by now), and, should the check fail, one taken after the
+     * head was read (an answer published after the earlier reading may
+     * end after it, and is no less sound for that): about one reading
+     * per look, not one per answer */
     struct tm_fork_expect seen;
     if (ex != NULL) {
         seen = *ex;
-        seen.not_after_ns = tm_now_ns();
+        seen.not_after_ns = l->clock_ns;
         ex = &seen;
     }
     struct tm_ring_rec rec;
@@ -264,8 +318,9 @@ enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
     }
     if (got == 0) {
         /* a child publishes its answer before it writes the answer's
-         * bulk data: data with no answer is no reply */
-        if (note > 0) {
+         * bulk data: data with no answer is no reply (unless its answer
+         * is one past sock_clear, taken after the next look) */
+        if (note > 0 && !capped) {
             *why = "data on its socket for no answer";
             rc = TM_FORK_CORRUPT;
         }
@@ -295,6 +350,11 @@ enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
     /* the private copy is what is checked and used */
     size_t flen = 0;
     rc = tm_fork_resp_check(f->p, f->len, ex, rs, &flen, why);
+    if (rc == TM_FORK_CORRUPT && ex != NULL) {
+        l->clock_ns = tm_now_ns();
+        seen.not_after_ns = l->clock_ns;
+        rc = tm_fork_resp_check(f->p, f->len, ex, rs, &flen, why);
+    }
     if (rc != TM_FORK_CORRUPT && (rc != TM_FORK_FRAME || flen != f->len)) {
         *why = "an answer whose lengths do not add up";
         rc = TM_FORK_CORRUPT;
@@ -314,8 +374,9 @@ int tm_fork_link_arm(struct tm_fork_link *l)
     /* pairs with the child's store of ans_head, then load of
      * parent_waiting, all sequentially consistent */
     atomic_store_explicit(&l->ctl->parent_waiting, 1, memory_order_seq_cst);
-    return atomic_load_explicit(&l->ctl->ans_head, memory_order_seq_cst) !=
-           l->ans_seen;
+    l->armed_head = atomic_load_explicit(&l->ctl->ans_head,
+                                         memory_order_seq_cst);
+    return l->armed_head != l->ans_seen;
 }
 
 void tm_fork_link_disarm(struct tm_fork_link *l)

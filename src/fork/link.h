@@ -12,7 +12,7 @@ struct tm_msg;
 
 /* Requests out to one child at once, at most (a power of two, above any
  * batch the pool sends: see TM_RING_ANSWERS_MAX). */
-#define TM_FORK_LINK_OUT 32u
+#define TM_FORK_LINK_OUT 128u
 
 /*
  * struct tm_fork_link is what the parent holds for one child: the shared
@@ -35,6 +35,14 @@ struct tm_fork_link {
     uint64_t req_end[TM_FORK_LINK_OUT]; /* of request seq at [seq % OUT] */
     uint64_t ans_tail;
     uint64_t ans_seen;          /* the answer head last looked at */
+    /* answers up to this head are taken without a look at the socket:
+     * whatever the child wrote on it before publishing them was read, or
+     * the socket was found empty after they were published (UINT64_MAX
+     * once it closed); ans_tail <= sock_clear */
+    uint64_t sock_clear;
+    uint64_t armed_head;        /* the answer head tm_fork_link_arm saw */
+    int64_t clock_ns;           /* a clock reading taken after an answer
+                                 * head was read (tm_fork_link_answer) */
     struct tm_fork_buf w;       /* notes (and bulk bodies) to the child */
     struct tm_fork_buf r;       /* what came on the socket, not yet used */
     struct tm_fork_buf frame;   /* a private copy of the answer checked */
@@ -61,8 +69,10 @@ int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
                      uint64_t seq);
 
 /* tm_fork_link_publish makes the requests put so far visible, and queues
- * a WAKE when the child sleeps. */
-void tm_fork_link_publish(struct tm_fork_link *l);
+ * a WAKE when the child sleeps. low_seq is the request whose answer is to
+ * wake the parent should it sleep then (fork/ring.h, req_low): one put
+ * and not yet answered. */
+void tm_fork_link_publish(struct tm_fork_link *l, uint64_t low_seq);
 
 /* tm_fork_link_answered frees the ring room of request seq, answered
  * (requests are answered in order). */
@@ -85,6 +95,20 @@ int tm_fork_link_answers_waiting(const struct tm_fork_link *l);
  * the child closed its end (or the socket failed), else 0. */
 int tm_fork_link_read(struct tm_fork_link *l, int sock);
 
+/* tm_fork_link_sock_unread says whether answers the child published may
+ * have bytes before them on the socket that were not read yet (the
+ * caller then reads it or finds it empty: tm_fork_link_sock_checked). */
+int tm_fork_link_sock_unread(const struct tm_fork_link *l);
+
+/* tm_fork_link_sock_checked: sock was found empty (FIONREAD) after head,
+ * an answer head loaded (acquire) before the look, was published. */
+void tm_fork_link_sock_checked(struct tm_fork_link *l, uint64_t head);
+
+/* tm_fork_link_sock_quiet: a poll that began after tm_fork_link_arm found
+ * nothing to read on the socket, so nothing came before the answers that
+ * arm saw. */
+void tm_fork_link_sock_quiet(struct tm_fork_link *l);
+
 /*
  * tm_fork_link_answer takes the next answer, checked against ex
  * (tm_fork_resp_check): TM_FORK_FRAME with the header in *rs and the error
@@ -93,6 +117,9 @@ int tm_fork_link_read(struct tm_fork_link *l, int sock);
  * reason in *why. With ex NULL (no request is out) any answer is corrupt.
  * ex->not_after_ns is ignored: the bound is the clock once the answer is
  * seen (an answer can be published after the caller looked at the clock).
+ * Answers past sock_clear wait (TM_FORK_MORE) until the socket is read:
+ * bytes task code wrote on it before such an answer belong to the message
+ * before it, not to the next one.
  */
 enum tm_fork_check tm_fork_link_answer(struct tm_fork_link *l,
                                        const struct tm_fork_expect *ex,

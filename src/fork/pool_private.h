@@ -20,7 +20,7 @@
 /* Queue slots per worker, per task: as in the thread pool. */
 #define FP_SLOTS_PER_WORKER 64
 /* Most messages sent to one child at once. */
-#define FP_BATCH_MAX 16
+#define FP_BATCH_MAX 64
 /* Most messages out to one child at once, which its link and its answer
  * ring must hold (fork/link.h, fork/ring.h). */
 #define FP_OUT_MAX (FP_BATCH_MAX / 2 + FP_BATCH_MAX)
@@ -57,9 +57,47 @@ _Static_assert(FP_OUT_MAX <= TM_RING_ANSWERS_MAX &&
 #define FP_HOLD_MIN_NS (50LL * 1000000LL)
 #define FP_HOLD_MAX_NS (2000LL * 1000000LL)
 
+/* struct fp_list is a list of messages linked by next, in order. */
+struct fp_list {
+    struct tm_msg *head, *tail;
+};
+
+/* fp_list_add appends m to l. */
+static inline void fp_list_add(struct fp_list *l, struct tm_msg *m)
+{
+    m->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = m;
+    else
+        l->head = m;
+    l->tail = m;
+}
+
+/* fp_list_push_front puts m before the first message of l. */
+static inline void fp_list_push_front(struct fp_list *l, struct tm_msg *m)
+{
+    m->next = l->head;
+    l->head = m;
+    if (l->tail == NULL)
+        l->tail = m;
+}
+
+/* fp_list_pop takes the first message of l (NULL when empty). */
+static inline struct tm_msg *fp_list_pop(struct fp_list *l)
+{
+    struct tm_msg *m = l->head;
+    if (m == NULL)
+        return NULL;
+    l->head = m->next;
+    if (l->head == NULL)
+        l->tail = NULL;
+    m->next = NULL;
+    return m;
+}
+
 /* struct fp_tq is one task's queue of messages not sent to a child. */
 struct fp_tq {
-    struct tm_msg *head, *tail; /* under mu */
+    struct fp_list q;           /* under mu */
     size_t len;                 /* under mu */
     int64_t hold_until_ns;      /* dispatcher only: damped until then */
     int64_t est_ns;             /* dispatcher only: a run's usual cost */
@@ -70,11 +108,10 @@ struct fp_child {
     unsigned index;
     pid_t pid;                  /* 0: not running */
     int fd;                     /* parent's end, non-blocking */
-    struct tm_msg *out_head;    /* sent, not answered, in order */
-    struct tm_msg *out_tail;
+    struct fp_list out;         /* sent, not answered, in order */
     size_t nout;
     int64_t out_est_ns;         /* the expected cost of the runs out */
-    /* sequence numbers: out_head's, and the next one to send; the i-th
+    /* sequence numbers: out.head's, and the next one to send; the i-th
      * unanswered message has seq_head + i, so seq_next - seq_head == nout.
      * They go on across restarts: a reply never matches another child's
      * request. */
@@ -108,6 +145,10 @@ struct fpool {
     struct fp_tq *tq;           /* per task */
     size_t qlen;                /* queued in every tq (mu) */
     size_t qcap;                /* per task */
+    /* submitters waiting on not_full (mu); each waits until its task's
+     * queue is down to qcap / 2, so that a full queue costs one wake-up
+     * per half a queue of messages, not one per dispatch */
+    unsigned full_waiters;
     size_t rr;                  /* dispatcher: the task served next */
     size_t outstanding;         /* sent to children, not answered (mu) */
     size_t popped;              /* dispatcher only */
@@ -129,21 +170,6 @@ struct fpool {
     unsigned zgen;              /* generation in the zygote; 0: none */
     unsigned zattached;         /* the same, as attached (to detach) */
 };
-
-struct fp_list {
-    struct tm_msg *head, *tail;
-};
-
-/* fp_list_add appends m to l. */
-static inline void fp_list_add(struct fp_list *l, struct tm_msg *m)
-{
-    m->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = m;
-    else
-        l->head = m;
-    l->tail = m;
-}
 
 /* fp_wake wakes the dispatcher (its eventfd). */
 static inline void fp_wake(struct fpool *fp)

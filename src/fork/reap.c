@@ -21,12 +21,9 @@
 /* out_pop takes the oldest unanswered message of c. */
 static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
 {
-    struct tm_msg *m = c->out_head;
+    struct tm_msg *m = fp_list_pop(&c->out);
     if (m == NULL)
         return NULL;
-    c->out_head = m->next;
-    if (c->out_head == NULL)
-        c->out_tail = NULL;
     c->nout--;
     c->out_est_ns -= fp->tq[m->task_index].est_ns;
     if (c->nout == 0 || c->out_est_ns < 0)
@@ -35,7 +32,6 @@ static struct tm_msg *out_pop(struct fpool *fp, struct fp_child *c)
         tm_fork_link_answered(&c->link, c->seq_head);
     c->seq_head++;
     assert(c->seq_next - c->seq_head == c->nout);
-    m->next = NULL;
     fp->popped++;
     return m;
 }
@@ -244,14 +240,20 @@ int tm_fp_read_answers(struct fpool *fp, struct fp_child *c,
 {
     /* Bytes that task code wrote on its worker's socket before its
      * answer was published are in the socket once that answer is seen:
-     * whenever an answer waits, what the socket holds is read first, so
-     * that such bytes are charged to the message that wrote them (the
-     * oldest one out), not to one after it. One ioctl per look, not per
-     * answer. */
+     * an answer is taken only once the socket was read, or found empty,
+     * after it was published (fork/link.h, sock_clear), so that such
+     * bytes are charged to the message that wrote them (the oldest one
+     * out), not to one after it. One ioctl per look at most, none when a
+     * poll or a read since covers the answers waiting. */
     int readsock = sock;
-    if (!readsock && tm_fork_link_answers_waiting(&c->link)) {
+    if (!readsock && tm_fork_link_answers_waiting(&c->link) &&
+        tm_fork_link_sock_unread(&c->link)) {
+        uint64_t head = atomic_load_explicit(&c->link.ctl->ans_head,
+                                             memory_order_acquire);
         int avail = 0;
         readsock = ioctl(c->fd, FIONREAD, &avail) != 0 || avail > 0;
+        if (!readsock)
+            tm_fork_link_sock_checked(&c->link, head);
     }
     /* answers published before the end still count */
     int eof = readsock ? tm_fork_link_read(&c->link, c->fd) : 0;
@@ -259,15 +261,15 @@ int tm_fp_read_answers(struct fpool *fp, struct fp_child *c,
     enum tm_fork_check rc;
     for (;;) {
         struct tm_fork_expect ex = {0};
-        if (c->out_head != NULL) {
+        if (c->out.head != NULL) {
             ex.seq = c->seq_head;
-            ex.task_index = (uint32_t)c->out_head->task_index;
+            ex.task_index = (uint32_t)c->out.head->task_index;
             ex.not_before_ns = c->last_end_ns;
             /* ex.not_after_ns: set by tm_fork_link_answer */
         }
         struct tm_fork_resp rs;
         const char *data = NULL;
-        rc = tm_fork_link_answer(&c->link, c->out_head != NULL ? &ex : NULL,
+        rc = tm_fork_link_answer(&c->link, c->out.head != NULL ? &ex : NULL,
                                  &rs, &data, &why);
         if (rc != TM_FORK_FRAME)
             break;

@@ -38,16 +38,22 @@
  * the ring), and BULK (data too large for a ring). A side asleep says so
  * in its *_waiting word; the other side stores its head, then (sequential
  * consistency) loads that word and sends a WAKE only when it is set. A
- * child with more requests in its ring sends none for an answer: the
- * answer to the last of them wakes the parent for all (which also looks
- * at the rings every few ms while requests are out).
+ * child with more requests in its ring sends none for an answer, but for
+ * two: the one that empties its ring, and the first one that reaches
+ * req_low (a request ring position the parent sets when it adds
+ * requests, about halfway through those out), so that a parent asleep
+ * refills the ring while the child runs the rest instead of after it
+ * went to sleep too. The parent takes the answers before them then (it
+ * also looks at the rings every few ms while requests are out). The
+ * child clears parent_waiting as it sends a WAKE: one per sleep of the
+ * parent.
  *
  * Nothing the child writes is trusted by the parent: heads and records are
  * copied out, then checked (tm_ring_peek, tm_fork_resp_check).
  */
 
 #define TM_RING_PAGE 4096u
-#define TM_RING_ANS_CAP (64u * 1024u)
+#define TM_RING_ANS_CAP (256u * 1024u)
 #define TM_RING_REQ_CAP (1024u * 1024u)
 #define TM_RING_ANS_OFF TM_RING_PAGE
 #define TM_RING_REQ_OFF (TM_RING_ANS_OFF + TM_RING_ANS_CAP)
@@ -55,9 +61,9 @@
 /* Largest answer kept in the answer ring (record payload); larger ones
  * go on the socket. At most TM_RING_ANSWERS_MAX answers are unread at
  * once (the parent never has more requests out to one child), so the
- * answer ring can never be full: 31 * 2 KiB + one SKIP < 64 KiB. */
-#define TM_RING_INLINE_MAX (TM_RING_ANS_CAP / 32u - 8u)
-#define TM_RING_ANSWERS_MAX 31u
+ * answer ring can never be full: 127 * 2 KiB + one SKIP < 256 KiB. */
+#define TM_RING_INLINE_MAX (TM_RING_ANS_CAP / 128u - 8u)
+#define TM_RING_ANSWERS_MAX 127u
 
 #define TM_RING_MAGIC 0x544d5247u /* "TMRG" */
 
@@ -69,7 +75,8 @@ struct tm_ring_ctl {
     _Alignas(64) _Atomic uint32_t child_waiting; /* child writes */
     _Alignas(64) _Atomic uint64_t ans_head;     /* child writes */
     _Alignas(64) _Atomic uint64_t ans_tail;     /* parent writes */
-    _Alignas(64) _Atomic uint32_t parent_waiting; /* parent writes */
+    _Alignas(64) _Atomic uint32_t parent_waiting; /* parent sets, child clears */
+    _Alignas(64) _Atomic uint64_t req_low;      /* parent writes */
 };
 _Static_assert(sizeof(struct tm_ring_ctl) <= TM_RING_PAGE,
                "the control words fit the control page");

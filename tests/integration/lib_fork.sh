@@ -27,6 +27,22 @@ set_pool_option() {
 		fail "set_pool_option: could not set pool.$key in $file"
 }
 
+# fork_sleep_daemon CONF POOL [PREFETCH]: write CONF for a fork pool of POOL
+# workers and one task, sleep (sleep.so on q.sleep, with PREFETCH when
+# given), start the daemon on it and wait until it answers /ping and has its
+# POOL worker processes.
+fork_sleep_daemon() {
+	local conf=$1 pool=$2 prefetch=${3:-} extra=
+	[[ -z $prefetch ]] || extra=", prefetch: $prefetch"
+	write_config "$conf" pool_kind=fork pool_size="$pool" <<YAML
+tasks:
+  sleep: { plugin: sleep.so, queue: q.sleep$extra }
+YAML
+	start_daemon "$conf"
+	wait_ping
+	wait_children "$pool"
+}
+
 # ---------------------------------------------------------------- processes
 
 # proc_field PID N: field N (1-based, as in proc(5)) of /proc/PID/stat;

@@ -8,14 +8,7 @@ MS=3000
 SOON_MS=700
 CONF=$TEST_DIR/taskmill.yaml
 
-write_config "$CONF" pool_kind=fork pool_size=$POOL <<YAML
-tasks:
-  sleep: { plugin: sleep.so, queue: q.sleep }
-YAML
-
-start_daemon "$CONF"
-wait_ping
-wait_children "$POOL"
+fork_sleep_daemon "$CONF" "$POOL"
 assert_eq 0 "$(metric taskmill_pool_busy)" "taskmill_pool_busy while idle"
 assert_eq "$POOL" "$(metric taskmill_pool_size)" "taskmill_pool_size"
 

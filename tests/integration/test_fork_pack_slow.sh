@@ -11,14 +11,7 @@ SLOW=8
 MS=1500
 CONF=$TEST_DIR/taskmill.yaml
 
-write_config "$CONF" pool_kind=fork pool_size=$POOL <<YAML
-tasks:
-  sleep: { plugin: sleep.so, queue: q.sleep, prefetch: 64 }
-YAML
-
-start_daemon "$CONF"
-wait_ping
-wait_children "$POOL"
+fork_sleep_daemon "$CONF" "$POOL" 64
 
 # the pool learns that the task's runs are short
 xadd_bulk q.sleep "$FAST" '{"ms":0,"n":%d}'
