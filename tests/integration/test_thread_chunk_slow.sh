@@ -24,14 +24,20 @@ MS=300
 CONF=$TEST_DIR/taskmill.yaml
 JOURNAL=$TEST_DIR/runs.txt
 
-write_config "$CONF" pool_size=$POOL <<YAML
+# turn_config FILE POOL QUEUE PREFETCH: the task "turn" on flowlog.so,
+# journaling to $JOURNAL
+turn_config() {
+	write_config "$1" pool_size="$2" <<YAML
 tasks:
   turn:
     plugin: $TM_BUILD/test-plugins/flowlog.so
-    queue: q.turn
-    prefetch: 256
+    queue: $3
+    prefetch: $4
     config: { path: $JOURNAL }
 YAML
+}
+
+turn_config "$CONF" "$POOL" q.turn 256
 
 start_daemon "$CONF"
 wait_ping
@@ -68,14 +74,7 @@ JOURNAL=$TEST_DIR/order.txt
 CONF=$TEST_DIR/order.yaml
 HTTP_PORT=
 N=32
-write_config "$CONF" pool_size=1 <<YAML
-tasks:
-  turn:
-    plugin: $TM_BUILD/test-plugins/flowlog.so
-    queue: q.order
-    prefetch: 64
-    config: { path: $JOURNAL }
-YAML
+turn_config "$CONF" 1 q.order 64
 # a chunk of N/2 (half the queue with one worker): 2 runs of 50 ms first
 xadd_bulk q.order 2 '{"ms":50,"n":%d}'
 xadd_bulk q.order $((N - 2)) '{"ms":0,"n":%d}'
