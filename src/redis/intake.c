@@ -52,9 +52,15 @@ static const char peek_script[] =
 /* reclaim_script takes entries idle past ARGV[7] ms on any consumer,
  * scanning the group's pending list from ARGV[6] ("-" or "(id"), and
  * skips entries waiting in the retry set: they are nobody's to run until
- * they are due. XCLAIM checks the idle time again, so an entry whose
- * owner refreshed it meanwhile is left alone. Returns {cursor, out}. */
+ * they are due. It skips this consumer's entries named in ARGV[8 ..]
+ * too: those this process holds (reading, running or settling them), in
+ * case its keep-alive refresh came late; the consumer's other entries
+ * (left by an earlier run of it or handed back unstarted at a reload)
+ * are taken. XCLAIM checks the idle time again, so an entry whose owner
+ * refreshed it meanwhile is left alone. Returns {cursor, out}. */
 static const char reclaim_script[] = TM_REDIS_LUA_TAKE
+    "local held = {}\n"
+    "for i = 8, #ARGV do held[ARGV[i]] = true end\n"
     "local p = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE',\n"
     "  tonumber(ARGV[7]), ARGV[6], '+', count)\n"
     "local cursor = '-'\n"
@@ -62,7 +68,8 @@ static const char reclaim_script[] = TM_REDIS_LUA_TAKE
     "local last = nil\n"
     "for _, e in ipairs(p) do\n"
     "  if full() then cursor = '(' .. last break end\n"
-    "  if not redis.call('ZSCORE', KEYS[2], e[1]) then\n"
+    "  if not redis.call('ZSCORE', KEYS[2], e[1]) and\n"
+    "     not (e[2] == ARGV[2] and held[e[1]]) then\n"
     "    claim(e[1], tonumber(ARGV[7]))\n"
     "  end\n"
     "  last = e[1]\n"
@@ -288,12 +295,14 @@ static redisReply *intake_command(struct tm_redis_task *rt, int argc,
 }
 
 /* take runs one take script (see TM_REDIS_LUA_TAKE) for at most max
- * entries, arg being its ARGV[6] and arg2 (or NULL) its ARGV[7]. The
- * script's first answer goes to aux (size auxsize). Returns the count of
- * the batch set in *out, or -1 (connection lost or read refused). */
+ * entries, arg being its ARGV[6], arg2 (or NULL) its ARGV[7], and the
+ * nextra strings extra[] (with arg2 only) its ARGV[8 ..]. The script's
+ * first answer goes to aux (size auxsize). Returns the count of the
+ * batch set in *out, or -1 (connection lost or read refused). */
 static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
                 const char *script, const char *what, size_t max,
-                const char *arg, const char *arg2, char *aux,
+                const char *arg, const char *arg2,
+                char (*extra)[TM_REDIS_ID_MAX], size_t nextra, char *aux,
                 size_t auxsize, struct tm_batch **out)
 {
     const struct tm_cfg_task *t = rt->cfg;
@@ -301,12 +310,23 @@ static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
     tm_snprintf(maxp, sizeof maxp, "%zu", t->max_payload);
     tm_snprintf(budget, sizeof budget, "%d", TM_REDIS_READ_BYTES);
     tm_snprintf(count, sizeof count, "%zu", max);
-    const char *argv[] = {"EVAL", script, "2", t->queue, rt->retry_key,
-                          t->group, rb->consumer, maxp, budget, count,
-                          arg, arg2};
-    int argc = arg2 != NULL ? 12 : 11;
+    const char *fixed[] = {"EVAL", script, "2", t->queue, rt->retry_key,
+                           t->group, rb->consumer, maxp, budget, count,
+                           arg, arg2};
+    size_t nfixed = sizeof fixed / sizeof fixed[0];
+    assert(arg2 != NULL || nextra == 0);
+    const char **argv = fixed;
+    if (nextra > 0) {
+        argv = tm_malloc((nfixed + nextra) * sizeof *argv);
+        memcpy(argv, fixed, sizeof fixed);
+        for (size_t i = 0; i < nextra; i++)
+            argv[nfixed + i] = extra[i];
+    }
+    int argc = arg2 != NULL ? (int)(nfixed + nextra) : (int)nfixed - 1;
     int dead = 0;
     redisReply *r = intake_command(rt, argc, argv, NULL, 0, &dead);
+    if (argv != fixed)
+        tm_free(argv);
     if (r == NULL && dead) {
         intake_failed(rb, rt, what);
         return -1;
@@ -349,7 +369,7 @@ static int due_retries(struct tm_redis *rb, struct tm_redis_task *rt,
     atomic_store(&rt->retry_hint_ms, LLONG_MAX);
     char wait[32];
     int n = take(rb, rt, ti, tm_redis_due_script, "retry claim", max, "",
-                 NULL, wait, sizeof wait, out);
+                 NULL, NULL, 0, wait, sizeof wait, out);
     if (n < 0) {
         atomic_store(&rt->retry_hint_ms, now); /* look again after it */
         return -1;
@@ -381,8 +401,11 @@ static int reclaim(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
     if (rt->claim_cursor[0] == '\0')
         tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "-");
     char cursor[TM_REDIS_ID_MAX + 1];
+    size_t nheld = tm_redis_held_ids(rt, /* settled_too = */ 1,
+                                     &rt->own_ids, &rt->own_idcap);
     int n = take(rb, rt, ti, reclaim_script, "reclaim", max,
-                 rt->claim_cursor, idle, cursor, sizeof cursor, out);
+                 rt->claim_cursor, idle, rt->own_ids, nheld, cursor,
+                 sizeof cursor, out);
     if (n < 0)
         return -1;
     tm_snprintf(rt->claim_cursor, sizeof rt->claim_cursor, "%s",
@@ -408,7 +431,7 @@ static int read_history(struct tm_redis *rb, struct tm_redis_task *rt,
     char cursor[TM_REDIS_ID_MAX + 1];
     const char *from = rt->history_from[0] ? rt->history_from : "-";
     int n = take(rb, rt, ti, history_script, "history read", max, from,
-                 NULL, cursor, sizeof cursor, out);
+                 NULL, NULL, 0, cursor, sizeof cursor, out);
     if (n < 0)
         return -1;
     if (cursor[0] == '\0')

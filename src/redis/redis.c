@@ -107,6 +107,7 @@ static void rb_destroy(struct tm_broker *b)
         tm_free(rb->tasks[i].retry_key);
         tm_free(rb->tasks[i].rate_key);
         tm_free(rb->tasks[i].pause_key);
+        tm_free(rb->tasks[i].own_ids);
     }
     /* the blocks of the arenas just freed, kept for reads to come */
     tm_rarena_trim();

@@ -146,6 +146,8 @@ struct tm_redis_task {
     int64_t next_tick_ms;      /* settle thread: next upkeep round */
     unsigned tick_rounds;
     char claim_cursor[TM_REDIS_ID_MAX + 1]; /* reclaim scan position */
+    char (*own_ids)[TM_REDIS_ID_MAX]; /* intake: held ids, for reclaim */
+    size_t own_idcap;
     pthread_mutex_t held_mu;   /* guards held */
     struct tm_redis_held *held; /* batches this process holds */
     char *pause_key;           /* "<queue>.paused.<group>" (pause.c) */
@@ -595,6 +597,12 @@ void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
 /* ---- upkeep.c ---- */
 
 int64_t tm_redis_claim_period(const struct tm_cfg_task *t);
+/* tm_redis_held_ids copies the ids of the messages of task rt that this
+ * process holds (read and not yet settled; settled_too: not yet released
+ * either, their XACK may not have run yet) into *ids, grown as needed
+ * (*cap entries); returns their count. Any thread (takes held_mu). */
+size_t tm_redis_held_ids(struct tm_redis_task *rt, int settled_too,
+                         char (**ids)[TM_REDIS_ID_MAX], size_t *cap);
 void tm_redis_tick(struct tm_broker *b);
 int64_t tm_redis_tick_ms(struct tm_broker *b);
 

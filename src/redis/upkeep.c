@@ -43,23 +43,21 @@ static const char refresh_script[] =
 /* Ids per refresh script call. */
 #define TM_REDIS_REFRESH_CHUNK 256
 
-/* held_ids copies the ids of the task's held, unsettled messages into
- * rb's refresh scratch; returns their count. */
-static size_t held_ids(struct tm_redis *rb, struct tm_redis_task *rt)
+size_t tm_redis_held_ids(struct tm_redis_task *rt, int settled_too,
+                         char (**ids)[TM_REDIS_ID_MAX], size_t *cap)
 {
     size_t n = 0;
     pthread_mutex_lock(&rt->held_mu);
     for (const struct tm_redis_held *h = rt->held; h != NULL; h = h->next) {
         const struct tm_batch *b = h->batch;
         for (size_t i = 0; i < b->n; i++) {
-            if (h->settled[i])
+            if (h->settled[i] && !settled_too)
                 continue;
-            if (n == rb->idcap) {
-                rb->idcap = rb->idcap ? rb->idcap * 2 : 64;
-                rb->ids = tm_realloc(rb->ids, rb->idcap * sizeof *rb->ids);
+            if (n == *cap) {
+                *cap = *cap ? *cap * 2 : 64;
+                *ids = tm_realloc(*ids, *cap * sizeof **ids);
             }
-            tm_snprintf(rb->ids[n], sizeof rb->ids[n], "%s",
-                        b->msgs[i].id);
+            tm_snprintf((*ids)[n], sizeof (*ids)[n], "%s", b->msgs[i].id);
             n++;
         }
     }
@@ -76,7 +74,7 @@ static int refresh_held(struct tm_redis *rb, struct tm_redis_task *rt,
                         char *eb, size_t ebsize)
 {
     const struct tm_cfg_task *t = rt->cfg;
-    size_t n = held_ids(rb, rt);
+    size_t n = tm_redis_held_ids(rt, 0, &rb->ids, &rb->idcap);
     char idle[24];
     tm_snprintf(idle, sizeof idle, "%lld", (long long)(t->claim_idle_ms / 2));
     const char *argv[7 + TM_REDIS_REFRESH_CHUNK];
