@@ -80,10 +80,9 @@ struct tm_redis_ack_key {
 /* tm_redis_sort_keys sorts v[0 .. n) by key, stable, through tmp[0 ..
  * n). Strictly descending runs are turned around first (a worker's chunk
  * comes newest first). Linear when v is then in order (the acks of one
- * chunk) or is a few runs that join up in order once placed by their
- * first keys (the chunks of one read that several workers finished out
- * of turn); else a natural merge sort, n log r for r ascending runs.
- * Returns v or tmp, whichever holds the sorted keys. */
+ * chunk); else a natural merge sort, n log r for r ascending runs (the
+ * chunks of a read that several workers finished out of turn: a few
+ * passes). Returns v or tmp, whichever holds the sorted keys. */
 struct tm_redis_ack_key *tm_redis_sort_keys(struct tm_redis_ack_key *v,
                                             struct tm_redis_ack_key *tmp,
                                             size_t n);

@@ -175,49 +175,6 @@ static size_t merge_runs(const struct tm_redis_ack_key *src,
     return runs;
 }
 
-/* The runs join_runs places by their first keys, at most. */
-#define TM_ACK_RUNS 64
-
-/* join_runs puts the ascending runs of v[0 .. n) into tmp, ordered by
- * their first keys, when they then join up in order: the usual case,
- * where the runs are the chunks of one read that the workers finished
- * out of turn (disjoint ranges of ids), in O(n + r^2) for r runs. 0 (tmp
- * left undefined) when there are more than TM_ACK_RUNS runs, or when
- * they overlap. */
-static int join_runs(const struct tm_redis_ack_key *v,
-                     struct tm_redis_ack_key *tmp, size_t n)
-{
-    size_t start[TM_ACK_RUNS + 1], r = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i == 0 || v[i - 1].key > v[i].key) {
-            if (r == TM_ACK_RUNS)
-                return 0;
-            start[r++] = i;
-        }
-    }
-    start[r] = n;
-    /* the runs by first key (insertion sort, stable), as indexes */
-    size_t order[TM_ACK_RUNS];
-    for (size_t a = 0; a < r; a++) {
-        size_t j = a;
-        while (j > 0 && v[start[order[j - 1]]].key > v[start[a]].key) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = a;
-    }
-    size_t o = 0;
-    for (size_t a = 0; a < r; a++) {
-        size_t from = start[order[a]], to = start[order[a] + 1];
-        if (o > 0 && tmp[o - 1].key > v[from].key)
-            return 0; /* overlaps the run before it */
-        memcpy(&tmp[o], &v[from], (to - from) * sizeof *v);
-        o += to - from;
-    }
-    assert(o == n);
-    return 1;
-}
-
 /* in_order says whether v[0 .. n) is sorted by key. */
 static int in_order(const struct tm_redis_ack_key *v, size_t n)
 {
@@ -255,8 +212,6 @@ struct tm_redis_ack_key *tm_redis_sort_keys(struct tm_redis_ack_key *v,
     turn_descending(v, n);
     if (in_order(v, n))
         return v;
-    if (join_runs(v, tmp, n))
-        return tmp;
     /* each pass halves the runs; the pass that found two or fewer left
      * one, in tmp */
     while (merge_runs(v, tmp, n) > 2) {
