@@ -267,6 +267,25 @@ int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
 
 void tm_redis_wc_lost(struct tm_redis *rb, const char *what, const char *why)
 {
+    /* A server that restarted closed every connection of the daemon. The
+     * intake finds that first, mostly (its blocking read ends), and marks
+     * the broker down until it has reconnected; the settle link finds it
+     * on its next use, later. So a link that worked and found its peer
+     * gone reconnects at once, and the broker is marked down only when
+     * that fails: otherwise /ping would turn 503 again for a moment after
+     * it came back, and one outage would count twice. A link that timed
+     * out (a hung or cut-off server) is marked down at once: a reconnect
+     * would wait as long again. The commands that failed stay unsettled
+     * and are sent again in the next round. */
+    char eb[256];
+    if (!rb->cluster && rb->wc_was_up &&
+        rb->settle.dropped_err == REDIS_ERR_EOF) {
+        rb->settle.dropped_err = 0;
+        if (tm_redis_link_get(rb, &rb->settle, 0, eb, sizeof eb) != NULL) {
+            tm_log_info(SRC, "%s: %s; reconnected", what, why);
+            return;
+        }
+    }
     if (rb->wc_was_up)
         tm_log_warn(SRC, "%s: %s; reconnecting", what, why);
     rb->wc_was_up = 0;

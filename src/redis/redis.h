@@ -117,6 +117,8 @@ struct tm_rlink {
     long long client_id[TM_REDIS_MAX_NODES]; /* CLIENT ID, 0: not asked */
     unsigned gen;              /* counts the link's connects */
     int64_t timeout_ms;        /* commands' timeout */
+    int dropped_err;           /* the REDIS_ERR_* of the connection
+                                  dropped last (0: it had none) */
 };
 
 struct tm_redis_task {

@@ -233,6 +233,7 @@ void tm_redis_link_drop(struct tm_redis *rb, struct tm_rlink *lk, size_t ni)
 {
     if (ni >= TM_REDIS_MAX_NODES || lk->c[ni] == NULL)
         return;
+    lk->dropped_err = lk->c[ni]->err;
     tm_rconn_close(lk->c[ni]);
     lk->c[ni] = NULL;
     lk->client_id[ni] = 0;
