@@ -486,6 +486,13 @@ while ((${#tests[@]} || busy)); do
 		name=$(basename "$t" .sh)
 		name=${name#test_}
 		dir=$SCRATCH/$name
+		# a test named more than once (to repeat it) gets a directory per
+		# run: runs in other lanes would share its files and ports
+		rep=1
+		while [[ -e $dir ]]; do
+			rep=$((rep + 1))
+			dir=$SCRATCH/$name.$rep
+		done
 		mkdir -p "$dir"
 		if [[ $(redis-cli -h 127.0.0.1 -p "${LANE_REDIS_PORT[lane]}" FLUSHALL 2>&1) != OK ]]; then
 			echo "not ok - $name # FLUSHALL failed"
