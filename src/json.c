@@ -6,6 +6,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 struct jscan {
     const unsigned char *p;
     const unsigned char *end;
@@ -29,8 +33,6 @@ static int is_digit(unsigned char c)
     return c >= '0' && c <= '9';
 }
 
-/* string: at '"'; returns 0 and moves past the closing quote, or -1 with
- * j->p on the offending byte (or at the end when the text ends early) */
 /* plain8 says whether none of the eight bytes of w ends a string run:
  * no '"', no '\\', nothing below 0x20 (SWAR: a byte b is flagged by
  * (b - k) & ~b & 0x80 when it is below k <= 0x80; exact for "any"). */
@@ -43,19 +45,58 @@ static int plain8(uint64_t w)
     return (hit & high) == 0;
 }
 
+#if defined(__SSE2__)
+/* stops16 flags (one bit per byte, in movemask order) the bytes of the 16
+ * at p that end a string run: '"', '\\', and those below 0x20 (the
+ * unsigned minimum with 0x1F is the byte itself). */
+static unsigned stops16(const unsigned char *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i q = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i b = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    __m128i c = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(q, b), c));
+}
+#endif
+
+/* plain_run returns how many bytes from p (before end) are plain string
+ * bytes: none of '"', '\\' or below 0x20. Large bodies are mostly long
+ * strings: they are passed 64, 16 or 8 bytes at a time. */
+static size_t plain_run(const unsigned char *p, const unsigned char *end)
+{
+    const unsigned char *s = p;
+#if defined(__SSE2__)
+    while (end - p >= 64 && (stops16(p) | stops16(p + 16) |
+                             stops16(p + 32) | stops16(p + 48)) == 0)
+        p += 64;
+    while (end - p >= 16) {
+        unsigned m = stops16(p);
+        if (m != 0)
+            return (size_t)(p - s) + (size_t)__builtin_ctz(m);
+        p += 16;
+    }
+#endif
+    uint64_t w;
+    while (end - p >= (ptrdiff_t)sizeof w) {
+        memcpy(&w, p, sizeof w);
+        if (!plain8(w))
+            break;
+        p += sizeof w;
+    }
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20)
+        p++;
+    return (size_t)(p - s);
+}
+
+/* string: at '"'; returns 0 and moves past the closing quote, or -1 with
+ * j->p on the offending byte (or at the end when the text ends early) */
 static int scan_string(struct jscan *j)
 {
     j->p++;
     while (j->p < j->end) {
-        /* eight plain bytes at a time (large bodies are long strings) */
-        uint64_t w;
-        if (j->end - j->p >= (ptrdiff_t)sizeof w) {
-            memcpy(&w, j->p, sizeof w);
-            if (plain8(w)) {
-                j->p += sizeof w;
-                continue;
-            }
-        }
+        j->p += plain_run(j->p, j->end);
+        if (j->p >= j->end)
+            break;
         unsigned char c = *j->p;
         if (c == '"') {
             j->p++;
@@ -63,10 +104,7 @@ static int scan_string(struct jscan *j)
         }
         if (c < 0x20)
             return -1;
-        if (c != '\\') {
-            j->p++;
-            continue;
-        }
+        assert(c == '\\');
         if (j->end - j->p < 2) {
             j->p = j->end;
             return -1;

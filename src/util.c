@@ -10,6 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 static void oom(size_t size)
 {
     char line[96];
@@ -192,20 +196,49 @@ void tm_sleep_ms(int64_t ms)
     }
 }
 
+/* ascii_run returns how many of the n bytes at s are ASCII: 64, 16 or 8
+ * at a time (large bodies are mostly ASCII). */
+static size_t ascii_run(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+#if defined(__SSE2__)
+    while (n - i >= 64) {
+        const __m128i *v = (const __m128i *)(const void *)(s + i);
+        __m128i o = _mm_or_si128(
+            _mm_or_si128(_mm_loadu_si128(v), _mm_loadu_si128(v + 1)),
+            _mm_or_si128(_mm_loadu_si128(v + 2), _mm_loadu_si128(v + 3)));
+        if (_mm_movemask_epi8(o) != 0)
+            break;
+        i += 64;
+    }
+    while (n - i >= 16) {
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_loadu_si128((const __m128i *)(const void *)(s + i)));
+        if (m != 0)
+            return i + (size_t)__builtin_ctz(m);
+        i += 16;
+    }
+#endif
+    uint64_t w;
+    while (n - i >= sizeof w) {
+        memcpy(&w, s + i, sizeof w);
+        if ((w & 0x8080808080808080ull) != 0)
+            break;
+        i += sizeof w;
+    }
+    while (i < n && s[i] < 0x80)
+        i++;
+    return i;
+}
+
 int tm_utf8_valid(const char *str, size_t len)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < len) {
-        /* eight ASCII bytes at a time (large bodies are mostly ASCII) */
-        uint64_t w;
-        if (len - i >= sizeof w) {
-            memcpy(&w, s + i, sizeof w);
-            if ((w & 0x8080808080808080ull) == 0) {
-                i += sizeof w;
-                continue;
-            }
-        }
+        i += ascii_run(s + i, len - i);
+        if (i >= len)
+            break;
         unsigned c = s[i];
         if (c < 0x80) {
             i++;

@@ -117,20 +117,28 @@ START_TEST(long_strings_are_checked_at_every_byte)
         {"\x7f", TM_JSON_OBJECT},
         {"\xc3\xa9", TM_JSON_OBJECT},
     };
-    char buf[128];
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        for (size_t k = 0; k < 40; k++) {
-            size_t n = 6, il = strlen(cases[c].ins);
-            memcpy(buf, "{\"s\":\"", 6);
-            memset(buf + n, 'a', k);
-            n += k;
-            memcpy(buf + n, cases[c].ins, il);
-            n += il;
-            memset(buf + n, 'b', 40 - k);
-            n += 40 - k;
-            memcpy(buf + n, "\"}", 3);
-            ck_assert_msg(chk(buf) == cases[c].want, "case %zu at %zu: %s",
-                          c, k, buf);
+    /* strings of 40 to 200 bytes: across the 64-, 16- and eight-byte
+     * steps */
+    static const size_t lens[] = {40, 63, 64, 65, 130, 200};
+    char buf[256];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t len = lens[li];
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            for (size_t k = 0; k <= len; k++) {
+                size_t n = 6, il = strlen(cases[c].ins);
+                memcpy(buf, "{\"s\":\"", 6);
+                memset(buf + n, 'a', k);
+                n += k;
+                memcpy(buf + n, cases[c].ins, il);
+                n += il;
+                memset(buf + n, 'b', len - k);
+                n += len - k;
+                memcpy(buf + n, "\"}", 3);
+                ck_assert_msg(chk(buf) == cases[c].want,
+                              "case %zu at %zu of %zu: %s", c, k, len, buf);
+                if (cases[c].ins[0] < 0x20 && cases[c].ins[0] > 0)
+                    ck_assert_uint_eq(off(buf), 6 + k);
+            }
         }
     }
 }
