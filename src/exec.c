@@ -139,7 +139,12 @@ static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
                          "of %zu", m->body_len, t->max_payload);
         return -1;
     }
-    if (memchr(m->body, '\0', m->body_len) != NULL) {
+    /* a valid JSON object holds no NUL byte (not even in a string): the
+     * body is scanned for one only when it is not, for the reason */
+    size_t bad_at = 0;
+    enum tm_json_check jc = tm_json_check_at(m->body, m->body_len, &bad_at);
+    if (jc != TM_JSON_OBJECT &&
+        memchr(m->body, '\0', m->body_len) != NULL) {
         tm_msg_set_error(m, "body contains a NUL byte");
         return -1;
     }
@@ -147,8 +152,7 @@ static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
         tm_msg_set_error(m, "body is not valid UTF-8");
         return -1;
     }
-    size_t bad_at = 0;
-    switch (tm_json_check_at(m->body, m->body_len, &bad_at)) {
+    switch (jc) {
     case TM_JSON_OBJECT:
         break;
     case TM_JSON_OTHER:
