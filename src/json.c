@@ -10,9 +10,12 @@
 #include <emmintrin.h>
 #endif
 
+#include "util.h"
+
 struct jscan {
     const unsigned char *p;
     const unsigned char *end;
+    int utf8; /* strings must be valid UTF-8 too */
 };
 
 static void skip_ws(struct jscan *j)
@@ -47,43 +50,51 @@ static int plain8(uint64_t w)
 
 #if defined(__SSE2__)
 /* stops16 flags (one bit per byte, in movemask order) the bytes of the 16
- * at p that end a string run: '"', '\\', and those below 0x20 (the
- * unsigned minimum with 0x1F is the byte itself). */
-static unsigned stops16(const unsigned char *p)
+ * at p that end a string run: '"', '\\', those below 0x20 (the unsigned
+ * minimum with 0x1F is the byte itself), and with hi those over 0x7F
+ * (their top bit is their flag). */
+static unsigned stops16(const unsigned char *p, __m128i hi)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
     __m128i q = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
     __m128i b = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
     __m128i c = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
-    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(q, b), c));
+    __m128i h = _mm_and_si128(v, hi);
+    return (unsigned)_mm_movemask_epi8(
+        _mm_or_si128(_mm_or_si128(q, b), _mm_or_si128(c, h)));
 }
 #endif
 
 /* plain_run returns how many bytes from p (before end) are plain string
- * bytes: none of '"', '\\' or below 0x20. Large bodies are mostly long
- * strings: they are passed 64, 16 or 8 bytes at a time. */
-static size_t plain_run(const unsigned char *p, const unsigned char *end)
+ * bytes: none of '"', '\\' or below 0x20, and with utf8 none over 0x7F
+ * either. Large bodies are mostly long strings: they are passed 64, 16 or
+ * 8 bytes at a time. */
+static size_t plain_run(const unsigned char *p, const unsigned char *end,
+                        int utf8)
 {
     const unsigned char *s = p;
 #if defined(__SSE2__)
-    while (end - p >= 64 && (stops16(p) | stops16(p + 16) |
-                             stops16(p + 32) | stops16(p + 48)) == 0)
+    __m128i hi = _mm_set1_epi8(utf8 ? (char)0x80 : 0);
+    while (end - p >= 64 && (stops16(p, hi) | stops16(p + 16, hi) |
+                             stops16(p + 32, hi) | stops16(p + 48, hi)) == 0)
         p += 64;
     while (end - p >= 16) {
-        unsigned m = stops16(p);
+        unsigned m = stops16(p, hi);
         if (m != 0)
             return (size_t)(p - s) + (size_t)__builtin_ctz(m);
         p += 16;
     }
 #endif
+    const uint64_t high = utf8 ? 0x8080808080808080ull : 0;
     uint64_t w;
     while (end - p >= (ptrdiff_t)sizeof w) {
         memcpy(&w, p, sizeof w);
-        if (!plain8(w))
+        if (!plain8(w) || (w & high) != 0)
             break;
         p += sizeof w;
     }
-    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20)
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 &&
+           (*p < 0x80 || !utf8))
         p++;
     return (size_t)(p - s);
 }
@@ -94,10 +105,20 @@ static int scan_string(struct jscan *j)
 {
     j->p++;
     while (j->p < j->end) {
-        j->p += plain_run(j->p, j->end);
+        j->p += plain_run(j->p, j->end, j->utf8);
         if (j->p >= j->end)
             break;
         unsigned char c = *j->p;
+        if (c >= 0x80) {
+            /* only with utf8: one character, checked */
+            assert(j->utf8);
+            size_t k = tm_utf8_seq((const char *)j->p,
+                                   (size_t)(j->end - j->p));
+            if (k == 0)
+                return -1;
+            j->p += k;
+            continue;
+        }
         if (c == '"') {
             j->p++;
             return 0;
@@ -262,18 +283,20 @@ static int scan_value(struct jscan *j, unsigned char *first)
 size_t tm_json_scan(const char *s, size_t len)
 {
     struct jscan j = {(const unsigned char *)s,
-                      (const unsigned char *)s + len};
+                      (const unsigned char *)s + len, 0};
     unsigned char first;
     if (scan_value(&j, &first) != 0)
         return 0;
     return (size_t)(j.p - (const unsigned char *)s);
 }
 
-enum tm_json_check tm_json_check_at(const char *s, size_t len,
-                                    size_t *bad_at)
+/* check_at is tm_json_check_at, with strings checked as UTF-8 when utf8
+ * is set. */
+static enum tm_json_check check_at(const char *s, size_t len,
+                                   size_t *bad_at, int utf8)
 {
     struct jscan j = {(const unsigned char *)s,
-                      (const unsigned char *)s + len};
+                      (const unsigned char *)s + len, utf8};
     unsigned char first;
     enum tm_json_check rc = TM_JSON_INVALID;
     if (scan_value(&j, &first) != 0)
@@ -291,6 +314,17 @@ out:
                       ? (size_t)(j.p - (const unsigned char *)s)
                       : 0;
     return rc;
+}
+
+enum tm_json_check tm_json_check_at(const char *s, size_t len,
+                                    size_t *bad_at)
+{
+    return check_at(s, len, bad_at, 0);
+}
+
+enum tm_json_check tm_json_check_utf8(const char *s, size_t len)
+{
+    return check_at(s, len, NULL, 1);
 }
 
 enum tm_json_check tm_json_check(const char *s, size_t len)

@@ -1,6 +1,7 @@
 /* util.c - allocation wrappers, clocks and small string helpers. */
 #include "util.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +232,39 @@ static size_t ascii_run(const unsigned char *s, size_t n)
     return i;
 }
 
+size_t tm_utf8_seq(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    assert(n > 0 && s[0] >= 0x80);
+    unsigned c = s[0];
+    size_t need;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n <= need)
+        return 0;
+    unsigned cp = c & (0x3Fu >> need);
+    for (size_t k = 1; k <= need; k++) {
+        unsigned cc = s[k];
+        if ((cc & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return need + 1;
+}
+
 int tm_utf8_valid(const char *str, size_t len)
 {
     const unsigned char *s = (const unsigned char *)str;
@@ -239,37 +273,10 @@ int tm_utf8_valid(const char *str, size_t len)
         i += ascii_run(s + i, len - i);
         if (i >= len)
             break;
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need;
-        unsigned min;
-        if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-            min = 0x80;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            min = 0x800;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            min = 0x10000;
-        } else {
+        size_t k = tm_utf8_seq(str + i, len - i);
+        if (k == 0)
             return 0;
-        }
-        if (len - i <= need)
-            return 0;
-        unsigned cp = c & (0x3Fu >> need);
-        for (size_t k = 1; k <= need; k++) {
-            unsigned cc = s[i + k];
-            if ((cc & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += need + 1;
+        i += k;
     }
     return 1;
 }
