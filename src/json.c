@@ -49,37 +49,39 @@ static int plain8(uint64_t w)
 }
 
 #if defined(__SSE2__)
-/* stops16 flags (one bit per byte, in movemask order) the bytes of the 16
- * at p that end a string run: '"', '\\', those below 0x20 (the unsigned
- * minimum with 0x1F is the byte itself), and with hi those over 0x7F
- * (their top bit is their flag). */
-static unsigned stops16(const unsigned char *p, __m128i hi)
+/* flags16 flags (0xFF) the bytes of the 16 at p that end a plain string
+ * run: '"', '\\', and those below 0x20 (the unsigned minimum with 0x1F is
+ * the byte itself); with utf8 also those over 0x7F, which with the ones
+ * below 0x20 are the bytes below 0x20 as signed. */
+static inline __attribute__((always_inline)) __m128i
+flags16(const unsigned char *p, int utf8)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
     __m128i q = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
     __m128i b = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
-    __m128i c = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
-    __m128i h = _mm_and_si128(v, hi);
-    return (unsigned)_mm_movemask_epi8(
-        _mm_or_si128(_mm_or_si128(q, b), _mm_or_si128(c, h)));
+    __m128i c = utf8 ? _mm_cmplt_epi8(v, _mm_set1_epi8(0x20))
+                     : _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)),
+                                      v);
+    return _mm_or_si128(_mm_or_si128(q, b), c);
 }
 #endif
 
-/* plain_run returns how many bytes from p (before end) are plain string
- * bytes: none of '"', '\\' or below 0x20, and with utf8 none over 0x7F
- * either. Large bodies are mostly long strings: they are passed 64, 16 or
- * 8 bytes at a time. */
-static size_t plain_run(const unsigned char *p, const unsigned char *end,
-                        int utf8)
+/* run_of is plain_run for a utf8 known where it is inlined. */
+static inline __attribute__((always_inline)) size_t
+run_of(const unsigned char *p, const unsigned char *end, int utf8)
 {
     const unsigned char *s = p;
 #if defined(__SSE2__)
-    __m128i hi = _mm_set1_epi8(utf8 ? (char)0x80 : 0);
-    while (end - p >= 64 && (stops16(p, hi) | stops16(p + 16, hi) |
-                             stops16(p + 32, hi) | stops16(p + 48, hi)) == 0)
+    while (end - p >= 64) {
+        __m128i f = _mm_or_si128(
+            _mm_or_si128(flags16(p, utf8), flags16(p + 16, utf8)),
+            _mm_or_si128(flags16(p + 32, utf8), flags16(p + 48, utf8)));
+        if (_mm_movemask_epi8(f) != 0)
+            break;
         p += 64;
+    }
     while (end - p >= 16) {
-        unsigned m = stops16(p, hi);
+        unsigned m = (unsigned)_mm_movemask_epi8(flags16(p, utf8));
         if (m != 0)
             return (size_t)(p - s) + (size_t)__builtin_ctz(m);
         p += 16;
@@ -97,6 +99,16 @@ static size_t plain_run(const unsigned char *p, const unsigned char *end,
            (*p < 0x80 || !utf8))
         p++;
     return (size_t)(p - s);
+}
+
+/* plain_run returns how many bytes from p (before end) are plain string
+ * bytes: none of '"', '\\' or below 0x20, and with utf8 none over 0x7F
+ * either. Large bodies are mostly long strings: they are passed 64, 16 or
+ * 8 bytes at a time. */
+static size_t plain_run(const unsigned char *p, const unsigned char *end,
+                        int utf8)
+{
+    return utf8 ? run_of(p, end, 1) : run_of(p, end, 0);
 }
 
 /* string: at '"'; returns 0 and moves past the closing quote, or -1 with
