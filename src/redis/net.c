@@ -31,9 +31,11 @@
 
 /* Bytes read from the socket at a time. */
 #define TM_RCONN_CHUNK 16384
-/* Bytes read past the end of a string read into its place (see
+/* Bytes read past the end of a large string read into its place (see
  * get_reply): enough for the next entry's id, field and header lines,
- * few of a next large payload, which then goes to its place too. */
+ * few of a next large payload, which then goes to its place too. Past
+ * a string shorter than TM_RCONN_CHUNK, a whole chunk is read: the next
+ * entries are likely as small, and one read takes several of them. */
 #define TM_RCONN_TAIL 1024
 
 static void set_err(struct tm_rconn *c, int err, const char *fmt, ...)
@@ -773,7 +775,8 @@ void tm_redis_cap_init_in(struct tm_redis_cap *f, size_t limit,
  * replies on return: the reader parses one reply per call, so nothing
  * of a later reply is built meanwhile. While the filter fills a string
  * of a (see struct tm_redis_cap), the socket is read straight into the
- * string's place, and only TM_RCONN_TAIL bytes past it into buf. */
+ * string's place, and only TM_RCONN_TAIL bytes past a large one into
+ * buf. */
 static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
                      struct tm_rarena *a, redisReply **out)
 {
@@ -802,10 +805,11 @@ static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
             break;
         char *at = NULL;
         size_t room = f != NULL ? tm_redis_cap_room(f, &at) : 0;
-        ssize_t n = room > 0
-                        ? read_into(c, at, room, buf, TM_RCONN_TAIL,
-                                    deadline)
-                        : read_some(c, buf, TM_RCONN_CHUNK, deadline);
+        size_t tail = room > 0 && f->str_len >= TM_RCONN_CHUNK
+                          ? TM_RCONN_TAIL
+                          : TM_RCONN_CHUNK;
+        ssize_t n = room > 0 ? read_into(c, at, room, buf, tail, deadline)
+                             : read_some(c, buf, TM_RCONN_CHUNK, deadline);
         if (n < 0)
             goto out;
         if (room > 0) {
