@@ -139,16 +139,23 @@ static int validate_body(struct tm_msg *m, const struct tm_cfg_task *t)
                          "of %zu", m->body_len, t->max_payload);
         return -1;
     }
-    if (memchr(m->body, '\0', m->body_len) != NULL) {
-        tm_msg_set_error(m, "body contains a NUL byte");
-        return -1;
-    }
-    if (!tm_utf8_valid(m->body, m->body_len)) {
-        tm_msg_set_error(m, "body is not valid UTF-8");
-        return -1;
-    }
+    /* One pass checks a body that is a JSON object in valid UTF-8 (which
+     * holds no NUL byte, not even in a string). Any other is looked at
+     * again, for the reason: a NUL byte, then bad UTF-8, then JSON. */
     size_t bad_at = 0;
-    switch (tm_json_check_at(m->body, m->body_len, &bad_at)) {
+    enum tm_json_check jc = tm_json_check_utf8(m->body, m->body_len);
+    if (jc != TM_JSON_OBJECT) {
+        if (memchr(m->body, '\0', m->body_len) != NULL) {
+            tm_msg_set_error(m, "body contains a NUL byte");
+            return -1;
+        }
+        if (!tm_utf8_valid(m->body, m->body_len)) {
+            tm_msg_set_error(m, "body is not valid UTF-8");
+            return -1;
+        }
+        jc = tm_json_check_at(m->body, m->body_len, &bad_at);
+    }
+    switch (jc) {
     case TM_JSON_OBJECT:
         break;
     case TM_JSON_OTHER:

@@ -6,9 +6,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "util.h"
+
 struct jscan {
     const unsigned char *p;
     const unsigned char *end;
+    int utf8; /* strings must be valid UTF-8 too */
 };
 
 static void skip_ws(struct jscan *j)
@@ -29,8 +36,6 @@ static int is_digit(unsigned char c)
     return c >= '0' && c <= '9';
 }
 
-/* string: at '"'; returns 0 and moves past the closing quote, or -1 with
- * j->p on the offending byte (or at the end when the text ends early) */
 /* plain8 says whether none of the eight bytes of w ends a string run:
  * no '"', no '\\', nothing below 0x20 (SWAR: a byte b is flagged by
  * (b - k) & ~b & 0x80 when it is below k <= 0x80; exact for "any"). */
@@ -43,30 +48,96 @@ static int plain8(uint64_t w)
     return (hit & high) == 0;
 }
 
+#if defined(__SSE2__)
+/* flags16 flags (0xFF) the bytes of the 16 at p that end a plain string
+ * run: '"', '\\', and those below 0x20 (the unsigned minimum with 0x1F is
+ * the byte itself); with utf8 also those over 0x7F, which with the ones
+ * below 0x20 are the bytes below 0x20 as signed. */
+static inline __attribute__((always_inline)) __m128i
+flags16(const unsigned char *p, int utf8)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i q = _mm_cmpeq_epi8(v, _mm_set1_epi8('"'));
+    __m128i b = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    __m128i c = utf8 ? _mm_cmplt_epi8(v, _mm_set1_epi8(0x20))
+                     : _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)),
+                                      v);
+    return _mm_or_si128(_mm_or_si128(q, b), c);
+}
+#endif
+
+/* run_of is plain_run for a utf8 known where it is inlined. */
+static inline __attribute__((always_inline)) size_t
+run_of(const unsigned char *p, const unsigned char *end, int utf8)
+{
+    const unsigned char *s = p;
+#if defined(__SSE2__)
+    while (end - p >= 64) {
+        __m128i f = _mm_or_si128(
+            _mm_or_si128(flags16(p, utf8), flags16(p + 16, utf8)),
+            _mm_or_si128(flags16(p + 32, utf8), flags16(p + 48, utf8)));
+        if (_mm_movemask_epi8(f) != 0)
+            break;
+        p += 64;
+    }
+    while (end - p >= 16) {
+        unsigned m = (unsigned)_mm_movemask_epi8(flags16(p, utf8));
+        if (m != 0)
+            return (size_t)(p - s) + (size_t)__builtin_ctz(m);
+        p += 16;
+    }
+#endif
+    const uint64_t high = utf8 ? 0x8080808080808080ull : 0;
+    uint64_t w;
+    while (end - p >= (ptrdiff_t)sizeof w) {
+        memcpy(&w, p, sizeof w);
+        if (!plain8(w) || (w & high) != 0)
+            break;
+        p += sizeof w;
+    }
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 &&
+           (*p < 0x80 || !utf8))
+        p++;
+    return (size_t)(p - s);
+}
+
+/* plain_run returns how many bytes from p (before end) are plain string
+ * bytes: none of '"', '\\' or below 0x20, and with utf8 none over 0x7F
+ * either. Large bodies are mostly long strings: they are passed 64, 16 or
+ * 8 bytes at a time. */
+static size_t plain_run(const unsigned char *p, const unsigned char *end,
+                        int utf8)
+{
+    return utf8 ? run_of(p, end, 1) : run_of(p, end, 0);
+}
+
+/* string: at '"'; returns 0 and moves past the closing quote, or -1 with
+ * j->p on the offending byte (or at the end when the text ends early) */
 static int scan_string(struct jscan *j)
 {
     j->p++;
     while (j->p < j->end) {
-        /* eight plain bytes at a time (large bodies are long strings) */
-        uint64_t w;
-        if (j->end - j->p >= (ptrdiff_t)sizeof w) {
-            memcpy(&w, j->p, sizeof w);
-            if (plain8(w)) {
-                j->p += sizeof w;
-                continue;
-            }
-        }
+        j->p += plain_run(j->p, j->end, j->utf8);
+        if (j->p >= j->end)
+            break;
         unsigned char c = *j->p;
+        if (c >= 0x80) {
+            /* only with utf8: one character, checked */
+            assert(j->utf8);
+            size_t k = tm_utf8_seq((const char *)j->p,
+                                   (size_t)(j->end - j->p));
+            if (k == 0)
+                return -1;
+            j->p += k;
+            continue;
+        }
         if (c == '"') {
             j->p++;
             return 0;
         }
         if (c < 0x20)
             return -1;
-        if (c != '\\') {
-            j->p++;
-            continue;
-        }
+        assert(c == '\\');
         if (j->end - j->p < 2) {
             j->p = j->end;
             return -1;
@@ -224,18 +295,20 @@ static int scan_value(struct jscan *j, unsigned char *first)
 size_t tm_json_scan(const char *s, size_t len)
 {
     struct jscan j = {(const unsigned char *)s,
-                      (const unsigned char *)s + len};
+                      (const unsigned char *)s + len, 0};
     unsigned char first;
     if (scan_value(&j, &first) != 0)
         return 0;
     return (size_t)(j.p - (const unsigned char *)s);
 }
 
-enum tm_json_check tm_json_check_at(const char *s, size_t len,
-                                    size_t *bad_at)
+/* check_at is tm_json_check_at, with strings checked as UTF-8 when utf8
+ * is set. */
+static enum tm_json_check check_at(const char *s, size_t len,
+                                   size_t *bad_at, int utf8)
 {
     struct jscan j = {(const unsigned char *)s,
-                      (const unsigned char *)s + len};
+                      (const unsigned char *)s + len, utf8};
     unsigned char first;
     enum tm_json_check rc = TM_JSON_INVALID;
     if (scan_value(&j, &first) != 0)
@@ -253,6 +326,17 @@ out:
                       ? (size_t)(j.p - (const unsigned char *)s)
                       : 0;
     return rc;
+}
+
+enum tm_json_check tm_json_check_at(const char *s, size_t len,
+                                    size_t *bad_at)
+{
+    return check_at(s, len, bad_at, 0);
+}
+
+enum tm_json_check tm_json_check_utf8(const char *s, size_t len)
+{
+    return check_at(s, len, NULL, 1);
 }
 
 enum tm_json_check tm_json_check(const char *s, size_t len)

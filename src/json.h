@@ -40,4 +40,13 @@ size_t tm_json_scan(const char *s, size_t len);
 enum tm_json_check tm_json_check_at(const char *s, size_t len,
                                     size_t *bad_at);
 
+/*
+ * tm_json_check_utf8 is tm_json_check that also requires the strings to be
+ * valid UTF-8 (as tm_utf8_valid has it; all else in JSON text is ASCII):
+ * TM_JSON_OBJECT or TM_JSON_OTHER says that s[0..len) is valid UTF-8 and
+ * valid JSON, in one pass. Invalid text is TM_JSON_INVALID whatever the
+ * fault (tm_utf8_valid and tm_json_check_at tell which).
+ */
+enum tm_json_check tm_json_check_utf8(const char *s, size_t len);
+
 #endif /* TASKMILL_JSON_H */

@@ -1,6 +1,7 @@
 /* util.c - allocation wrappers, clocks and small string helpers. */
 #include "util.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,10 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 static void oom(size_t size)
 {
@@ -192,51 +197,86 @@ void tm_sleep_ms(int64_t ms)
     }
 }
 
+/* ascii_run returns how many of the n bytes at s are ASCII: 64, 16 or 8
+ * at a time (large bodies are mostly ASCII). */
+static size_t ascii_run(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+#if defined(__SSE2__)
+    while (n - i >= 64) {
+        const __m128i *v = (const __m128i *)(const void *)(s + i);
+        __m128i o = _mm_or_si128(
+            _mm_or_si128(_mm_loadu_si128(v), _mm_loadu_si128(v + 1)),
+            _mm_or_si128(_mm_loadu_si128(v + 2), _mm_loadu_si128(v + 3)));
+        if (_mm_movemask_epi8(o) != 0)
+            break;
+        i += 64;
+    }
+    while (n - i >= 16) {
+        unsigned m = (unsigned)_mm_movemask_epi8(
+            _mm_loadu_si128((const __m128i *)(const void *)(s + i)));
+        if (m != 0)
+            return i + (size_t)__builtin_ctz(m);
+        i += 16;
+    }
+#endif
+    uint64_t w;
+    while (n - i >= sizeof w) {
+        memcpy(&w, s + i, sizeof w);
+        if ((w & 0x8080808080808080ull) != 0)
+            break;
+        i += sizeof w;
+    }
+    while (i < n && s[i] < 0x80)
+        i++;
+    return i;
+}
+
+size_t tm_utf8_seq(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    assert(n > 0 && s[0] >= 0x80);
+    unsigned c = s[0];
+    size_t need;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n <= need)
+        return 0;
+    unsigned cp = c & (0x3Fu >> need);
+    for (size_t k = 1; k <= need; k++) {
+        unsigned cc = s[k];
+        if ((cc & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return need + 1;
+}
+
 int tm_utf8_valid(const char *str, size_t len)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < len) {
-        /* eight ASCII bytes at a time (large bodies are mostly ASCII) */
-        uint64_t w;
-        if (len - i >= sizeof w) {
-            memcpy(&w, s + i, sizeof w);
-            if ((w & 0x8080808080808080ull) == 0) {
-                i += sizeof w;
-                continue;
-            }
-        }
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need;
-        unsigned min;
-        if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-            min = 0x80;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            min = 0x800;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            min = 0x10000;
-        } else {
+        i += ascii_run(s + i, len - i);
+        if (i >= len)
+            break;
+        size_t k = tm_utf8_seq(str + i, len - i);
+        if (k == 0)
             return 0;
-        }
-        if (len - i <= need)
-            return 0;
-        unsigned cp = c & (0x3Fu >> need);
-        for (size_t k = 1; k <= need; k++) {
-            unsigned cc = s[i + k];
-            if ((cc & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += need + 1;
+        i += k;
     }
     return 1;
 }

@@ -65,6 +65,9 @@ void tm_sleep_ms(int64_t ms);
 /* tm_utf8_valid returns 1 when s[0..len) is valid UTF-8 (no overlongs, no
  * surrogates), else 0. */
 int tm_utf8_valid(const char *s, size_t len);
+/* tm_utf8_seq returns the length (2 to 4) of the valid UTF-8 sequence
+ * that starts s[0 .. n) (n > 0, s[0] not ASCII), or 0 when none does. */
+size_t tm_utf8_seq(const char *s, size_t n);
 
 /* tm_rand64 returns a fast thread-local pseudo-random number (jitter). */
 uint64_t tm_rand64(void);

@@ -26,8 +26,14 @@
 #define TM_ARENA_MAX (1024 * 1024)
 /* Freed blocks the process keeps for its next arenas, in bytes at most:
  * a read's blocks come back as the next read's (fresh blocks from malloc
- * are fresh pages often, each a page fault); see tm_rarena_trim. */
-#define TM_ARENA_CACHE (1024 * 1024)
+ * are fresh pages often, each a page fault); see tm_rarena_trim. Room
+ * for a read of large bodies (COUNT entries of 64 KiB and more), whose
+ * blocks would otherwise go back to the system and come again faulted
+ * at every read. */
+#define TM_ARENA_CACHE (32 * 1024 * 1024)
+/* The cache's lists, by size class: class k holds blocks of 2^k to
+ * 2^(k+1) - 1 bytes. */
+#define TM_ARENA_CLASSES 48
 /* Under ASan, the poisoned gap left after each object: a read or write
  * past an object's end lands in it and is reported. */
 #define TM_ARENA_GAP (TM_ARENA_ASAN ? TM_ARENA_ALIGN : 0)
@@ -40,38 +46,66 @@ struct block {
     _Alignas(TM_ARENA_ALIGN) unsigned char data[];
 };
 
+/* struct queued is a string built outside the reader (see
+ * tm_rarena_queue_string), waiting for its place in the tree. */
+struct queued {
+    struct queued *next;
+    char *str;
+    size_t len;
+};
+
 struct tm_rarena {
     atomic_uint refs;
     struct block *cur;   /* the block allocated from, head of the list */
     size_t next_size;    /* the size of the next block grown */
+    struct queued *qhead, *qtail; /* strings to come, in stream order */
 };
 
-/* The freed blocks kept for reuse: one list for the process, because
+/* The freed blocks kept for reuse: one cache for the process, because
  * the thread that frees an arena (the settle thread, with the last batch
  * of a read) is not the one that builds the next (a lane). A lock per
  * block taken or given back: a few per read, never per message. The
- * list holds at most TM_ARENA_CACHE bytes, so it fills up within the
- * first reads and then stays that size: no growth over a long run. */
+ * cache holds at most TM_ARENA_CACHE bytes, so it fills up within the
+ * first reads and then stays that size: no growth over a long run. A
+ * block is found in its size class, or any larger one, without a walk
+ * over the blocks of other sizes. */
 static struct {
     pthread_mutex_t mu;
-    struct block *head;
+    struct block *head[TM_ARENA_CLASSES];
     size_t bytes;
-} cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+} cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* cache_take takes a cached block of at least size bytes, or NULL. */
+/* class_of is the size class of a block of size bytes (size > 0). */
+static unsigned class_of(size_t size)
+{
+    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+    return k < TM_ARENA_CLASSES ? k : TM_ARENA_CLASSES - 1;
+}
+
+/* cache_take takes a cached block of at least size bytes, or NULL: one
+ * of its class that is large enough, else the first of a larger class
+ * (all large enough). */
 static struct block *cache_take(size_t size)
 {
     struct block *found = NULL;
+    unsigned k = class_of(size);
     pthread_mutex_lock(&cache.mu);
-    for (struct block **pp = &cache.head; *pp != NULL; pp = &(*pp)->next) {
-        struct block *b = *pp;
-        if (b->size >= size) {
-            *pp = b->next;
-            cache.bytes -= b->size;
-            found = b;
+    for (struct block **pp = &cache.head[k]; *pp != NULL;
+         pp = &(*pp)->next) {
+        if ((*pp)->size >= size) {
+            found = *pp;
+            *pp = found->next;
             break;
         }
     }
+    for (unsigned j = k + 1; found == NULL && j < TM_ARENA_CLASSES; j++) {
+        if (cache.head[j] != NULL) {
+            found = cache.head[j];
+            cache.head[j] = found->next;
+        }
+    }
+    if (found != NULL)
+        cache.bytes -= found->size;
     pthread_mutex_unlock(&cache.mu);
     return found;
 }
@@ -81,11 +115,12 @@ static struct block *cache_take(size_t size)
 static void block_free(struct block *b)
 {
     ASAN_POISON_MEMORY_REGION(b->data, b->size);
+    unsigned k = class_of(b->size);
     pthread_mutex_lock(&cache.mu);
     int keep = cache.bytes + b->size <= TM_ARENA_CACHE;
     if (keep) {
-        b->next = cache.head;
-        cache.head = b;
+        b->next = cache.head[k];
+        cache.head[k] = b;
         cache.bytes += b->size;
     }
     pthread_mutex_unlock(&cache.mu);
@@ -97,16 +132,20 @@ static void block_free(struct block *b)
 
 void tm_rarena_trim(void)
 {
+    struct block *heads[TM_ARENA_CLASSES];
     pthread_mutex_lock(&cache.mu);
-    struct block *b = cache.head;
-    cache.head = NULL;
+    memcpy(heads, cache.head, sizeof heads);
+    memset(cache.head, 0, sizeof cache.head);
     cache.bytes = 0;
     pthread_mutex_unlock(&cache.mu);
-    while (b != NULL) {
-        struct block *next = b->next;
-        ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
-        tm_free(b);
-        b = next;
+    for (unsigned k = 0; k < TM_ARENA_CLASSES; k++) {
+        struct block *b = heads[k];
+        while (b != NULL) {
+            struct block *next = b->next;
+            ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
+            tm_free(b);
+            b = next;
+        }
     }
 }
 
@@ -156,6 +195,10 @@ static struct block *grow(struct tm_rarena *a, size_t need)
         b->size = size;
         ASAN_POISON_MEMORY_REGION(b->data, size);
     }
+    /* a cached block much larger than the object asked for becomes the
+     * current block, its room used by the next objects */
+    if (own && b->size - need >= a->next_size)
+        own = 0;
     b->used = 0;
     if (own && a->cur != NULL) {
         b->next = a->cur->next;
@@ -212,8 +255,19 @@ static void *create_string(const redisReadTask *t, char *str, size_t len)
 {
     assert(t->type == REDIS_REPLY_ERROR || t->type == REDIS_REPLY_STATUS ||
            t->type == REDIS_REPLY_STRING);
+    struct tm_rarena *a = t->privdata;
     redisReply *r = new_obj(t, t->type);
-    char *s = alloc_raw(t->privdata, len + 1); /* all written here */
+    if (t->type == REDIS_REPLY_STRING && len == 0 && a->qhead != NULL) {
+        /* the empty bulk stands for the first string queued */
+        struct queued *q = a->qhead;
+        a->qhead = q->next;
+        if (a->qhead == NULL)
+            a->qtail = NULL;
+        r->str = q->str;
+        r->len = q->len;
+        return r;
+    }
+    char *s = alloc_raw(a, len + 1); /* all written here */
     memcpy(s, str, len);
     s[len] = '\0';
     r->str = s;
@@ -264,4 +318,34 @@ void tm_rarena_reply_free(redisReply *r, struct tm_rarena *a)
 {
     if (a == NULL && r != NULL)
         freeReplyObject(r);
+}
+
+char *tm_rarena_string(struct tm_rarena *a, size_t len)
+{
+    char *s = alloc_raw(a, len + 1);
+    s[len] = '\0';
+    return s;
+}
+
+void tm_rarena_queue_string(struct tm_rarena *a, char *s, size_t len)
+{
+    struct queued *q = alloc_raw(a, sizeof *q);
+    q->next = NULL;
+    q->str = s;
+    q->len = len;
+    if (a->qtail != NULL)
+        a->qtail->next = q;
+    else
+        a->qhead = q;
+    a->qtail = q;
+}
+
+int tm_rarena_queued(const struct tm_rarena *a)
+{
+    return a->qhead != NULL;
+}
+
+void tm_rarena_unqueue(struct tm_rarena *a)
+{
+    a->qhead = a->qtail = NULL;
 }

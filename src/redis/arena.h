@@ -34,6 +34,22 @@ void tm_rarena_trim(void);
 /* tm_rarena_fns are the reader's object functions that build in the
  * arena set as the reader's privdata; their freeObject does nothing. */
 extern redisReplyObjectFunctions tm_rarena_fns;
+/* tm_rarena_string returns room for a string of len bytes in a, its NUL
+ * at s[len] already written: for a string read from the socket straight
+ * into its place rather than through the reader's buffer. */
+char *tm_rarena_string(struct tm_rarena *a, size_t len);
+/* tm_rarena_queue_string queues s (len bytes, from tm_rarena_string):
+ * the next bulk string of length 0 that the reader builds in a is s
+ * instead. A string read past the reader is thus put in its place in the
+ * tree by an empty bulk fed to the reader in its place: a reader fed so
+ * must get every genuine empty bulk that way too, queued as a string of
+ * length 0, so that the empty bulks and the queue keep in step. */
+void tm_rarena_queue_string(struct tm_rarena *a, char *s, size_t len);
+/* tm_rarena_queued says whether strings are queued and not yet placed. */
+int tm_rarena_queued(const struct tm_rarena *a);
+/* tm_rarena_unqueue forgets the queued strings (a reply left half read:
+ * their bytes stay in the arena until it goes). */
+void tm_rarena_unqueue(struct tm_rarena *a);
 /* tm_rarena_reply_free frees r when a is NULL (a malloc'd tree), and
  * leaves it to the arena otherwise. */
 void tm_rarena_reply_free(redisReply *r, struct tm_rarena *a);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -30,6 +31,12 @@
 
 /* Bytes read from the socket at a time. */
 #define TM_RCONN_CHUNK 16384
+/* Bytes read past the end of a large string read into its place (see
+ * get_reply): enough for the next entry's id, field and header lines,
+ * few of a next large payload, which then goes to its place too. Past
+ * a string shorter than TM_RCONN_CHUNK, a whole chunk is read: the next
+ * entries are likely as small, and one read takes several of them. */
+#define TM_RCONN_TAIL 1024
 
 static void set_err(struct tm_rconn *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -126,6 +133,34 @@ static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
             continue;
         }
         ssize_t n = read(c->fd, buf, size);
+        if (n > 0)
+            return n;
+        if (n == 0) {
+            set_err(c, REDIS_ERR_EOF, "Server closed the connection");
+            return -1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            set_errno(c, "read", errno);
+            return -1;
+        }
+        if (wait_fd(c, POLLIN, deadline, "read") != 0)
+            return -1;
+    }
+}
+
+/* read_into reads at least one byte before the deadline: the first size
+ * into at, then what else came (up to bsize) into buf. One system call
+ * for both on a plain socket; TLS reads only into at. */
+static ssize_t read_into(struct tm_rconn *c, char *at, size_t size,
+                         char *buf, size_t bsize, int64_t deadline)
+{
+    if (c->ssl != NULL)
+        return read_some(c, at, size > INT_MAX ? INT_MAX : size, deadline);
+    struct iovec iov[2] = {{at, size}, {buf, bsize}};
+    for (;;) {
+        ssize_t n = readv(c->fd, iov, 2);
         if (n > 0)
             return n;
         if (n == 0) {
@@ -580,6 +615,69 @@ static const char *line_end(const char *p, size_t n)
     return n > k ? memchr(p + k, '\n', n - k) : NULL;
 }
 
+/* cap_takes says whether the bulk whose header was just read (f->pass
+ * set by cap_header) is taken out of the stream into the arena. */
+static int cap_takes(const struct tm_redis_cap *f)
+{
+    return f->arena != NULL && f->pass > 0 &&
+           (f->pass == 2 || f->pass - 2 >= TM_REDIS_CAP_DIRECT);
+}
+
+/* cap_take starts filling a string of the arena with the payload of the
+ * bulk whose header was just read, instead of passing it on. */
+static int cap_take(struct tm_redis_cap *f)
+{
+    assert(f->str == NULL && f->pass >= 2);
+    f->str_len = f->pass - 2;
+    f->str_have = 0;
+    f->str = tm_rarena_string(f->arena, f->str_len);
+    f->crlf = 2;
+    f->pass = 0;
+    return 0;
+}
+
+/* cap_string takes bytes of the string being filled from in[0 .. n) (its
+ * payload, then its CRLF); once whole, the string is queued and an empty
+ * bulk fed in its place. Returns the bytes taken, or -1 when the payload
+ * is not followed by CRLF (or the reader refuses the empty bulk). */
+static ssize_t cap_string(struct tm_redis_cap *f, redisReader *rd,
+                          const char *in, size_t n)
+{
+    size_t i = 0;
+    if (f->str_have < f->str_len) {
+        i = f->str_len - f->str_have < n ? f->str_len - f->str_have : n;
+        memcpy(f->str + f->str_have, in, i);
+        f->str_have += i;
+    }
+    while (i < n && f->crlf > 0) {
+        if (in[i] != "\r\n"[2 - f->crlf])
+            return -1;
+        f->crlf--;
+        i++;
+    }
+    if (f->str_have == f->str_len && f->crlf == 0) {
+        tm_rarena_queue_string(f->arena, f->str, f->str_len);
+        f->str = NULL;
+        if (cap_feed_out(rd, "$0\r\n\r\n", 6) != 0)
+            return -1;
+    }
+    return (ssize_t)i;
+}
+
+size_t tm_redis_cap_room(const struct tm_redis_cap *f, char **at)
+{
+    if (f->str == NULL)
+        return 0;
+    *at = f->str + f->str_have;
+    return f->str_len - f->str_have;
+}
+
+void tm_redis_cap_filled(struct tm_redis_cap *f, size_t n)
+{
+    assert(f->str != NULL && n <= f->str_len - f->str_have);
+    f->str_have += n;
+}
+
 int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
                       const char *in, size_t n)
 {
@@ -597,22 +695,31 @@ int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
         if (nl == NULL)
             return 0;
         long long big = cap_header(f, f->line, f->nline);
-        int rc = big > 0 ? cap_marker(f, rd, big)
-                         : cap_feed_out(rd, f->line, f->nline);
+        int rc = big > 0       ? cap_marker(f, rd, big)
+                 : cap_takes(f) ? cap_take(f)
+                                : cap_feed_out(rd, f->line, f->nline);
         f->nline = 0;
         if (rc != 0)
             return -1;
         i = run = take;
     }
     /* Bytes that pass unchanged are fed in runs as long as the input
-     * allows: only an oversized bulk (its header, then its payload)
-     * breaks a run, and a line cut at the end is held back whole, since
-     * a bulk header may be one to replace. */
+     * allows: only an oversized bulk (its header, then its payload) or
+     * one taken into the arena breaks a run, and a line cut at the end
+     * is held back whole, since a bulk header may be one to replace. */
     while (i < n) {
         if (f->drop > 0) {
             size_t k = n - i < f->drop ? n - i : f->drop;
             f->drop -= k;
             i += k;
+            run = i;
+            continue;
+        }
+        if (f->str != NULL) {
+            ssize_t k = cap_string(f, rd, in + i, n - i);
+            if (k < 0)
+                return -1;
+            i += (size_t)k;
             run = i;
             continue;
         }
@@ -635,9 +742,9 @@ int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
             return 0;
         }
         long long big = cap_header(f, in + i, len);
-        if (big > 0) {
+        if (big > 0 || cap_takes(f)) {
             if (cap_feed_out(rd, in + run, i - run) != 0 ||
-                cap_marker(f, rd, big) != 0)
+                (big > 0 ? cap_marker(f, rd, big) : cap_take(f)) != 0)
                 return -1;
             run = i + len;
         }
@@ -652,13 +759,24 @@ void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit)
     f->limit = limit;
 }
 
+void tm_redis_cap_init_in(struct tm_redis_cap *f, size_t limit,
+                          struct tm_rarena *a)
+{
+    assert(a != NULL);
+    tm_redis_cap_init(f, limit);
+    f->arena = a;
+}
+
 /* get_reply reads one reply, through the filter f when it is not NULL:
  * then it reads on until the filter is done with the bulk it drops (the
  * reader has the reply as soon as it has the reason in that bulk's
  * place, while the rest of its bytes are still coming). With an arena
  * a, the reply is built in a, and the reader is back to malloc'd
  * replies on return: the reader parses one reply per call, so nothing
- * of a later reply is built meanwhile. */
+ * of a later reply is built meanwhile. While the filter fills a string
+ * of a (see struct tm_redis_cap), the socket is read straight into the
+ * string's place, and only TM_RCONN_TAIL bytes past a large one into
+ * buf. */
 static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
                      struct tm_rarena *a, redisReply **out)
 {
@@ -685,23 +803,40 @@ static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
         }
         if (r != NULL && (f == NULL || f->drop == 0))
             break;
-        ssize_t n = read_some(c, buf, TM_RCONN_CHUNK, deadline);
+        char *at = NULL;
+        size_t room = f != NULL ? tm_redis_cap_room(f, &at) : 0;
+        size_t tail = room > 0 && f->str_len >= TM_RCONN_CHUNK
+                          ? TM_RCONN_TAIL
+                          : TM_RCONN_CHUNK;
+        ssize_t n = room > 0 ? read_into(c, at, room, buf, tail, deadline)
+                             : read_some(c, buf, TM_RCONN_CHUNK, deadline);
         if (n < 0)
             goto out;
-        if (f == NULL) {
+        if (room > 0) {
+            /* the string's payload went to its place, the rest to buf */
+            size_t k = (size_t)n < room ? (size_t)n : room;
+            tm_redis_cap_filled(f, k);
+            n -= (ssize_t)k;
+        }
+        if (n == 0) {
+            continue;
+        } else if (f == NULL) {
             if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
                 set_err(c, REDIS_ERR_OOM, "out of memory");
                 goto out;
             }
         } else if (tm_redis_cap_feed(f, c->reader, buf, (size_t)n) != 0) {
             set_err(c, REDIS_ERR_PROTOCOL,
-                    "reply line over %d bytes, or out of memory",
-                    TM_REDIS_CAP_LINE_MAX);
+                    "reply line over %d bytes, bulk string not ended by "
+                    "CRLF, or out of memory", TM_REDIS_CAP_LINE_MAX);
             goto out;
         }
     }
-    /* through the filter, a reply ends where it is back at a line start */
-    assert(f == NULL || (f->pass == 0 && f->drop == 0 && f->nline == 0));
+    /* through the filter, a reply ends where it is back at a line start,
+     * every string it took out of the stream placed in the reply */
+    assert(f == NULL || (f->pass == 0 && f->drop == 0 && f->nline == 0 &&
+                         f->str == NULL));
+    assert(a == NULL || !tm_rarena_queued(a));
     *out = r;
     r = NULL;
     rc = 0;
@@ -712,6 +847,7 @@ out:
         c->reader->reply = NULL;
         c->reader->fn = fn;
         c->reader->privdata = NULL;
+        tm_rarena_unqueue(a);
     }
     tm_rarena_reply_free(r, a);
     tm_free(buf);
@@ -729,8 +865,11 @@ static int get_reply_capped(struct tm_rconn *c, size_t limit,
     /* the filter starts at a reply boundary: nothing read ahead */
     if (c->reader->pos < c->reader->len)
         return get_reply(c, NULL, a, out);
-    struct tm_redis_cap *f = tm_calloc(1, sizeof *f);
-    tm_redis_cap_init(f, limit);
+    struct tm_redis_cap *f = tm_malloc(sizeof *f);
+    if (a != NULL)
+        tm_redis_cap_init_in(f, limit, a);
+    else
+        tm_redis_cap_init(f, limit);
     int rc = get_reply(c, f, a, out);
     tm_free(f);
     return rc;

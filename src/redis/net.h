@@ -30,20 +30,56 @@
  * line: so the filter needs no nesting, only whether it is in a line, in
  * a payload to pass on (pass) or in one to drop (drop).
  */
+struct tm_rarena;
+
+/* Bulk strings of at least this many bytes (within the limit) are built
+ * by a filter with an arena straight in the arena (see struct
+ * tm_redis_cap). */
+#define TM_REDIS_CAP_DIRECT 4096
+
+/*
+ * With an arena (tm_redis_cap_init_in; the reader builds in it, see
+ * tm_rarena_fns), the filter also takes the payload of every bulk string
+ * of TM_REDIS_CAP_DIRECT bytes up to limit, and of every empty one, out
+ * of the stream: the payload is written into a string of the arena (str,
+ * by the filter or read there from the socket, see tm_redis_cap_room),
+ * checked to end with CRLF, queued with tm_rarena_queue_string, and the
+ * reader gets an empty bulk in its place. Large bodies are thus copied
+ * once from the socket into the reply, not through the reader's buffer
+ * and again into the reply.
+ */
 struct tm_redis_cap {
     size_t limit;
     size_t pass, drop;     /* payload bytes (CRLF included) left */
     size_t nline;          /* bytes of the line being read */
+    struct tm_rarena *arena;  /* NULL: every bulk goes to the reader */
+    char *str;             /* the string being filled, NULL: none */
+    size_t str_len, str_have; /* its payload's length, bytes written */
+    unsigned crlf;         /* bytes of the CRLF after it still to come */
     char line[TM_REDIS_CAP_LINE_MAX];
 };
 
 /* tm_redis_cap_init starts a filter at a reply boundary. */
 void tm_redis_cap_init(struct tm_redis_cap *f, size_t limit);
+/* tm_redis_cap_init_in starts a filter that builds large strings in a
+ * (not NULL). */
+void tm_redis_cap_init_in(struct tm_redis_cap *f, size_t limit,
+                          struct tm_rarena *a);
 /* tm_redis_cap_feed runs n bytes read from the socket through the filter
- * into the reader rd. -1 on a line over TM_REDIS_CAP_LINE_MAX or when the
- * reader refuses the bytes. */
+ * into the reader rd. -1 on a line over TM_REDIS_CAP_LINE_MAX, a string
+ * taken out of the stream not followed by CRLF, or when the reader
+ * refuses the bytes. */
 int tm_redis_cap_feed(struct tm_redis_cap *f, redisReader *rd,
                       const char *in, size_t n);
+/* tm_redis_cap_room returns how many payload bytes of the string being
+ * filled are still to come, and sets *at to where they go: the caller
+ * may read them from the socket there, and then says how many it read
+ * with tm_redis_cap_filled (the bytes after them go to
+ * tm_redis_cap_feed). 0 when no string is being filled. */
+size_t tm_redis_cap_room(const struct tm_redis_cap *f, char **at);
+/* tm_redis_cap_filled counts n bytes (at most the room) written at the
+ * place tm_redis_cap_room gave. */
+void tm_redis_cap_filled(struct tm_redis_cap *f, size_t n);
 
 /* TM_REDIS_OVERSIZE starts the text that tm_rconn_get_reply_capped puts
  * in place of a bulk string over its limit; the reason follows it ("body
@@ -104,7 +140,6 @@ int tm_rconn_get_reply(struct tm_rconn *c, redisReply **out);
  * bounded by the count of entries asked for times limit. */
 int tm_rconn_get_reply_capped(struct tm_rconn *c, size_t limit,
                               redisReply **out);
-struct tm_rarena;
 /* tm_rconn_get_reply_in is tm_rconn_get_reply_capped (limit 0: no cap)
  * building the reply in the arena a (NULL: malloc'd as usual). A reply
  * built in a is freed with a, never with freeReplyObject (see

@@ -1,6 +1,6 @@
 # Redis over TLS (rediss://, broker.tls): a redis-server with a TLS port
 # only and a CA and certificates made here. A config with ca_file
-# processes messages; a wrong CA or a wrong name is refused with a clear
+# processes messages, a large body too; a wrong CA or a wrong name is refused with a clear
 # error (emit exits 1, the daemon answers /ping 503 and keeps retrying);
 # a server that requires client certificates accepts cert_file/key_file
 # and refuses a client without one; verify: false connects with a
@@ -56,10 +56,14 @@ conf noverify "rediss://localhost:$P/0" "{ ca_file: $T/other.pem, verify: false 
 # 1. ca_file: messages are processed, through the CLI and the daemon
 emit "$TEST_DIR/ca.yaml" add '{"a":1,"b":2}' >/dev/null
 emit "$TEST_DIR/by-ip.yaml" add '{"a":2,"b":3}' >/dev/null
-assert_eq 2 "$(tls_cli XLEN q.tls)" "entries written over TLS"
+# a body of 70 kB, whose payload the daemon reads from the TLS session
+# into its place in the reply rather than through the reader's buffer
+pad=$(head -c 70000 /dev/zero | tr '\0' x)
+emit "$TEST_DIR/ca.yaml" add "{\"a\":3,\"b\":4,\"pad\":\"$pad\"}" >/dev/null
+assert_eq 3 "$(tls_cli XLEN q.tls)" "entries written over TLS"
 start_daemon "$TEST_DIR/ca.yaml"
 wait_ping
-wait_metric taskmill_tasks_total 'task="add",outcome="success"' 2 20
+wait_metric taskmill_tasks_total 'task="add",outcome="success"' 3 20
 stop_daemon
 
 # 2. a wrong CA, a wrong name: a clear error, /ping 503, retried

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "util.h"
 
 static enum tm_json_check chk(const char *s)
 {
@@ -117,22 +118,83 @@ START_TEST(long_strings_are_checked_at_every_byte)
         {"\x7f", TM_JSON_OBJECT},
         {"\xc3\xa9", TM_JSON_OBJECT},
     };
-    char buf[128];
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        for (size_t k = 0; k < 40; k++) {
-            size_t n = 6, il = strlen(cases[c].ins);
-            memcpy(buf, "{\"s\":\"", 6);
-            memset(buf + n, 'a', k);
-            n += k;
-            memcpy(buf + n, cases[c].ins, il);
-            n += il;
-            memset(buf + n, 'b', 40 - k);
-            n += 40 - k;
-            memcpy(buf + n, "\"}", 3);
-            ck_assert_msg(chk(buf) == cases[c].want, "case %zu at %zu: %s",
-                          c, k, buf);
+    /* strings of 40 to 200 bytes: across the 64-, 16- and eight-byte
+     * steps */
+    static const size_t lens[] = {40, 63, 64, 65, 130, 200};
+    char buf[256];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t len = lens[li];
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            for (size_t k = 0; k <= len; k++) {
+                size_t n = 6, il = strlen(cases[c].ins);
+                memcpy(buf, "{\"s\":\"", 6);
+                memset(buf + n, 'a', k);
+                n += k;
+                memcpy(buf + n, cases[c].ins, il);
+                n += il;
+                memset(buf + n, 'b', len - k);
+                n += len - k;
+                memcpy(buf + n, "\"}", 3);
+                ck_assert_msg(chk(buf) == cases[c].want,
+                              "case %zu at %zu of %zu: %s", c, k, len, buf);
+                if (cases[c].ins[0] < 0x20 && cases[c].ins[0] > 0)
+                    ck_assert_uint_eq(off(buf), 6 + k);
+            }
         }
     }
+}
+END_TEST
+
+/* tm_json_check_utf8 says what tm_utf8_valid and tm_json_check say
+ * together, for bytes of every kind at every offset of strings across
+ * the 64-, 16- and eight-byte steps, and outside strings. */
+START_TEST(utf8_check_agrees_with_the_two_checks)
+{
+    static const char *ins[] = {
+        "\"", "\\q", "\\n", "\x01", " ", "\x7f",
+        "\xc3\xa9",          /* e acute */
+        "\xf0\x9f\x98\x80",  /* an emoji */
+        "\xe2\x82\xac",      /* the euro sign */
+        "\xff", "\x80",       /* never valid; a continuation alone */
+        "\xc3",              /* cut before the next byte */
+        "\xc0\xaf",          /* overlong */
+        "\xed\xa0\x80",      /* a surrogate */
+        "\xf4\x90\x80\x80",  /* past U+10FFFF */
+        "\xe2\x82",          /* cut */
+    };
+    static const size_t lens[] = {0, 7, 40, 63, 64, 65, 130, 200};
+    char buf[300];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t len = lens[li];
+        for (size_t c = 0; c < sizeof ins / sizeof ins[0]; c++) {
+            for (size_t k = 0; k <= len; k++) {
+                size_t n = 6, il = strlen(ins[c]);
+                memcpy(buf, "{\"s\":\"", 6);
+                memset(buf + n, 'a', k);
+                n += k;
+                memcpy(buf + n, ins[c], il);
+                n += il;
+                memset(buf + n, 'b', len - k);
+                n += len - k;
+                memcpy(buf + n, "\"}", 3);
+                n += 2;
+                enum tm_json_check want = tm_utf8_valid(buf, n)
+                                              ? tm_json_check(buf, n)
+                                              : TM_JSON_INVALID;
+                ck_assert_msg(tm_json_check_utf8(buf, n) == want,
+                              "case %zu at %zu of %zu", c, k, len);
+            }
+        }
+    }
+    /* outside strings: not JSON, whatever the bytes */
+    ck_assert_int_eq(tm_json_check_utf8("{}\xc3\xa9", 4), TM_JSON_INVALID);
+    ck_assert_int_eq(tm_json_check_utf8("[1,\xc3\xa9]", 6),
+                     TM_JSON_INVALID);
+    ck_assert_int_eq(tm_json_check_utf8("\"\xc3\xa9\"", 4), TM_JSON_OTHER);
+    ck_assert_int_eq(tm_json_check_utf8("{\"\xc3\xa9\":1}", 8),
+                     TM_JSON_OBJECT);
+    ck_assert_int_eq(tm_json_check_utf8("{\"\xc3\":1}", 7),
+                     TM_JSON_INVALID);
 }
 END_TEST
 
@@ -146,6 +208,7 @@ int main(void)
     tcase_add_test(tc, depth_is_bounded);
     tcase_add_test(tc, reports_the_offending_byte);
     tcase_add_test(tc, long_strings_are_checked_at_every_byte);
+    tcase_add_test(tc, utf8_check_agrees_with_the_two_checks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -164,17 +164,27 @@ START_TEST(utf8_validation)
     ck_assert_int_eq(tm_utf8_valid("\xc3", 1), 0);             /* truncated */
     ck_assert_int_eq(tm_utf8_valid("\xff", 1), 0);
     ck_assert_int_eq(tm_utf8_valid("\xe2\x82", 2), 0);
-    /* at every offset of a longer text, across eight-byte steps */
-    char buf[64];
-    for (size_t k = 0; k < 40; k++) {
-        memset(buf, 'a', sizeof buf);
-        buf[k] = (char)0xff;
-        ck_assert_int_eq(tm_utf8_valid(buf, 48), 0);
-        memcpy(buf + k, "\xc3\xa9", 2);
-        ck_assert_int_eq(tm_utf8_valid(buf, 48), 1);
-        memset(buf, 'a', sizeof buf);
-        buf[k] = (char)0xc3; /* truncated at the end of the text */
-        ck_assert_int_eq(tm_utf8_valid(buf, k + 1), 0);
+    /* at every offset of longer texts, across the 64-, 16- and
+     * eight-byte steps of the ASCII runs */
+    static const size_t lens[] = {48, 64, 79, 200};
+    char buf[256];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        for (size_t k = 0; k + 1 < n; k++) {
+            memset(buf, 'a', sizeof buf);
+            buf[k] = (char)0xff;
+            ck_assert_msg(tm_utf8_valid(buf, n) == 0, "0xff at %zu", k);
+            buf[k] = (char)0x80; /* a continuation byte alone */
+            ck_assert_msg(tm_utf8_valid(buf, n) == 0, "0x80 at %zu", k);
+            memcpy(buf + k, "\xc3\xa9", 2);
+            ck_assert_msg(tm_utf8_valid(buf, n) == 1, "e-acute at %zu", k);
+            memset(buf, 'a', sizeof buf);
+            buf[k] = (char)0xc3; /* truncated at the end of the text */
+            ck_assert_msg(tm_utf8_valid(buf, k + 1) == 0, "cut at %zu", k);
+            buf[n] = (char)0xff; /* past the end: not looked at */
+            ck_assert_msg(tm_utf8_valid(buf + k + 1, n - k - 1) == 1,
+                          "tail from %zu", k + 1);
+        }
     }
 }
 END_TEST

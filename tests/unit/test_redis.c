@@ -1,5 +1,6 @@
 /* test_redis.c - unit tests for the Redis adapter's pure parts
  * (src/redis/). */
+#include "redis/arena.h"
 #include "redis/redis.h"
 #include "redis/slot.h"
 
@@ -234,9 +235,15 @@ START_TEST(claim_period_bounds)
 }
 END_TEST
 
+/* body_byte is byte j of entry i's body in resp_entries. */
+static char body_byte(size_t i, size_t j)
+{
+    return (char)('a' + (i * 7 + j) % 26);
+}
+
 /* resp_entries builds the RESP2 reply of XREADGROUP for entries whose
- * bodies have the given sizes (bytes 'x'), with a nil and an integer
- * after them; returns its length. */
+ * bodies have the given sizes (bytes body_byte), with a nil and an
+ * integer after them; returns its length. */
 static size_t resp_entries(char **out, const size_t *sizes, size_t n)
 {
     size_t cap = 1024;
@@ -249,7 +256,8 @@ static size_t resp_entries(char **out, const size_t *sizes, size_t n)
         len += (size_t)tm_snprintf(p + len, cap - len,
                                    "*2\r\n$3\r\n%zu-0\r\n*2\r\n$4\r\n"
                                    "body\r\n$%zu\r\n", i % 10, sizes[i]);
-        memset(p + len, 'x', sizes[i]);
+        for (size_t j = 0; j < sizes[i]; j++)
+            p[len + j] = body_byte(i, j);
         len += sizes[i];
         memcpy(p + len, "\r\n", 2);
         len += 2;
@@ -308,6 +316,149 @@ START_TEST(cap_drops_oversized_bulks)
         redisReaderFree(rd);
     }
     tm_free(resp);
+}
+END_TEST
+
+/* feed_socket runs resp[0 .. len) through f into rd as get_reply does,
+ * in reads of at most chunk bytes, the first one cut at split (0: not
+ * cut): with direct, a read goes first into the room of the string being
+ * filled (tm_redis_cap_room), the rest through the filter. */
+static int feed_socket(struct tm_redis_cap *f, redisReader *rd,
+                       const char *resp, size_t len, size_t chunk,
+                       size_t split, int direct)
+{
+    size_t i = 0;
+    while (i < len) {
+        size_t k = len - i < chunk ? len - i : chunk;
+        if (split > i && split < i + k)
+            k = split - i;
+        char *at = NULL;
+        size_t room = direct ? tm_redis_cap_room(f, &at) : 0;
+        size_t d = room < k ? room : k;
+        if (d > 0) {
+            memcpy(at, resp + i, d);
+            tm_redis_cap_filled(f, d);
+        }
+        if (k > d && tm_redis_cap_feed(f, rd, resp + i + d, k - d) != 0)
+            return -1;
+        i += k;
+    }
+    return 0;
+}
+
+/* check_entries checks the reply of resp_entries read through a filter
+ * of the given limit: every body whole, byte for byte, or the marker. */
+static void check_entries(const redisReply *r, const size_t *sizes,
+                          size_t n, size_t limit)
+{
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_uint_eq(r->elements, 3);
+    ck_assert_uint_eq(r->element[0]->elements, n);
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = r->element[0]->element[i];
+        ck_assert_uint_eq(e->element[0]->len, 3);
+        ck_assert_str_eq(e->element[1]->element[0]->str, "body");
+        const redisReply *body = e->element[1]->element[1];
+        ck_assert_int_eq(body->type, REDIS_REPLY_STRING);
+        if (sizes[i] <= limit) {
+            ck_assert_uint_eq(body->len, sizes[i]);
+            ck_assert_int_eq(body->str[sizes[i]], '\0');
+            for (size_t j = 0; j < sizes[i]; j++)
+                if (body->str[j] != body_byte(i, j))
+                    ck_abort_msg("entry %zu byte %zu", i, j);
+            continue;
+        }
+        char want[128];
+        tm_snprintf(want, sizeof want,
+                    TM_REDIS_OVERSIZE "body of %zu bytes exceeds "
+                    "max_payload of %zu", sizes[i], limit);
+        ck_assert_str_eq(body->str, want);
+    }
+    ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_NIL);
+    ck_assert_int_eq(r->element[2]->integer, 42);
+}
+
+/* read_in_arena reads resp through a filter with an arena, as feed_socket
+ * feeds it, and checks the reply. */
+static void read_in_arena(const char *resp, size_t len, const size_t *sizes,
+                          size_t n, size_t limit, size_t chunk, size_t split,
+                          int direct)
+{
+    struct tm_rarena *a = tm_rarena_new();
+    struct tm_redis_cap f;
+    tm_redis_cap_init_in(&f, limit, a);
+    redisReader *rd = redisReaderCreate();
+    rd->fn = &tm_rarena_fns;
+    rd->privdata = a;
+    ck_assert_int_eq(feed_socket(&f, rd, resp, len, chunk, split, direct),
+                     0);
+    ck_assert(f.pass == 0 && f.drop == 0 && f.nline == 0 && f.str == NULL);
+    void *v = NULL;
+    ck_assert_int_eq(redisReaderGetReply(rd, &v), REDIS_OK);
+    check_entries(v, sizes, n, limit);
+    ck_assert(!tm_rarena_queued(a));
+    v = NULL;
+    ck_assert_int_eq(redisReaderGetReply(rd, &v), REDIS_OK);
+    ck_assert_ptr_null(v);
+    redisReaderFree(rd);
+    tm_rarena_unref(a);
+}
+
+/* With an arena, bulks of TM_REDIS_CAP_DIRECT bytes up to the limit, and
+ * empty ones, are taken out of the stream into the arena and put in
+ * their place, byte for byte, whether the filter copies them or they are
+ * read into their place; the rest is as without. Sizes around the
+ * direct size, and around the limit (limit - 1 and limit taken, limit + 1
+ * dropped), in reads of every size below, and in two reads cut at every
+ * byte. */
+START_TEST(cap_takes_large_bulks_into_the_arena)
+{
+    static const size_t sizes[] = {5000, 10, 4095, 0, 4096, 4097, 9999,
+                                   10000, 10001, 100000, 0, 7};
+    static const size_t chunks[] = {1, 2, 3, 7, 100, 4096, 16384, 1 << 20};
+    const size_t limit = 10000, n = sizeof sizes / sizeof sizes[0];
+    char *resp;
+    size_t len = resp_entries(&resp, sizes, n);
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++)
+        for (int direct = 0; direct < 2; direct++)
+            read_in_arena(resp, len, sizes, n, limit, chunks[c], 0, direct);
+    tm_free(resp);
+    /* every cut of a short reply: a taken, a passed and a dropped bulk,
+     * an empty one, and bodies at the limit +- 1 */
+    static const size_t small[] = {4096, 3, 0, 4097, 4095};
+    const size_t ns = sizeof small / sizeof small[0];
+    len = resp_entries(&resp, small, ns);
+    for (size_t cut = 1; cut < len; cut++)
+        for (int direct = 0; direct < 2; direct++)
+            read_in_arena(resp, len, small, ns, 4096, 1 << 20, cut, direct);
+    tm_free(resp);
+}
+END_TEST
+
+/* A bulk taken into the arena must end with CRLF, as the reader has it
+ * of any bulk: anything else is a protocol error, fed at once or read in
+ * place. */
+START_TEST(cap_taken_bulk_needs_crlf)
+{
+    char resp[5000];
+    int hl = tm_snprintf(resp, sizeof resp, "*1\r\n$4096\r\n");
+    memset(resp + hl, 'y', 4096);
+    memcpy(resp + hl + 4096, "\rX", 2);
+    size_t len = (size_t)hl + 4098;
+    for (int direct = 0; direct < 2; direct++) {
+        struct tm_rarena *a = tm_rarena_new();
+        struct tm_redis_cap f;
+        tm_redis_cap_init_in(&f, 8192, a);
+        redisReader *rd = redisReaderCreate();
+        rd->fn = &tm_rarena_fns;
+        rd->privdata = a;
+        ck_assert_int_eq(feed_socket(&f, rd, resp, len, 1000, 0, direct),
+                         -1);
+        rd->reply = NULL; /* a half-built reply is the arena's */
+        redisReaderFree(rd);
+        tm_rarena_unref(a);
+    }
 }
 END_TEST
 
@@ -527,6 +678,12 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, answer_in_the_script_or_before_it);
     tcase_add_test(tc, acks_sort_by_key);
     suite_add_tcase(s, tc);
+    /* thousands of reads of a reply, cut at every byte: slow under ASan */
+    TCase *ta = tcase_create("cap_arena");
+    tcase_set_timeout(ta, 120);
+    tcase_add_test(ta, cap_takes_large_bulks_into_the_arena);
+    tcase_add_test(ta, cap_taken_bulk_needs_crlf);
+    suite_add_tcase(s, ta);
     return s;
 }
 
