@@ -273,6 +273,9 @@ struct tm_amqp_task {
     /* deliveries whose x-not-before lies ahead, for the settle thread
      * to park in the delay queues (delay.c) */
     struct tm_amqp_delivery *park, *park_tail;
+    /* park is not empty; written under io_mu, read without it by the
+     * settle thread, which takes io_mu only when there is a park to take */
+    atomic_int parked;
     uint64_t *tags, *ntags;       /* settle scratch: acks, nacks */
     size_t tagcap;
     char errstr[512];

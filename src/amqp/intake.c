@@ -83,6 +83,7 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
         tm_amqp_delivery_free(d);
     }
     at->park_tail = NULL;
+    atomic_store_explicit(&at->parked, 0, memory_order_relaxed);
     tm_amqp_delivery_free(at->partial);
     at->partial = NULL;
     at->dlv_state = 0;
@@ -346,6 +347,7 @@ static int delivery_done(struct tm_amqp_task *at)
         else
             at->park = d;
         at->park_tail = d;
+        atomic_store_explicit(&at->parked, 1, memory_order_relaxed);
         d = NULL;
     } else {
         d->body[d->body_len] = '\0';
@@ -639,22 +641,26 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
      * many deliveries unsettled, and would otherwise wait for the next
      * settlement or the upkeep tick) */
     int sparse = now - k->settled_ms >= TM_AMQP_ACK_HOLD_MS;
+    int starts = 0;
     k->settled_ms = now;
     if (na > 0) {
         if (k->nheld + na > k->capheld) {
             k->capheld = (k->nheld + na) * 2;
             k->held = tm_realloc(k->held, k->capheld * sizeof *k->held);
         }
-        int starts = k->nheld == 0;
+        starts = k->nheld == 0;
         if (starts)
             k->held_since = now;
         memcpy(k->held + k->nheld, acks, na * sizeof *acks);
         k->nheld += na;
-        if (starts && !now_all && !sparse && at->polling)
-            tm_amqp_signal_intake(at);
     }
     if (tm_amqp_acks_flush(at, now_all || sparse, now) != 0)
         *err = 1;
+    /* only a hold that outlives this call needs the intake thread's
+     * shorter poll: acks that went out at once (the common case while
+     * the daemon keeps up, with few deliveries unsettled) wake nobody */
+    if (starts && k->nheld > 0 && at->polling)
+        tm_amqp_signal_intake(at);
 }
 
 /* tm_amqp_stop_consuming cancels the task's consumer (wake()) without waiting
