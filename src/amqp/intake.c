@@ -324,6 +324,15 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
     return d;
 }
 
+/* parks says whether d's x-not-before lies ahead; the clock is read only
+ * for a delivery with headers (one without has no x-not-before). */
+static int parks(const struct tm_amqp_delivery *d)
+{
+    int64_t left;
+    return d->headers.num_entries > 0 &&
+           tm_amqp_park_due(d, tm_wall_ms(), &left);
+}
+
 /* delivery_done takes the delivery whose body is complete: to the ready
  * list, or back to RabbitMQ after wake(), or to the dead-letter queue
  * when it is oversized. Returns -1 when the connection failed. */
@@ -338,7 +347,7 @@ static int delivery_done(struct tm_amqp_task *at)
     } else if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
         tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, 0, &err);
-    } else if (tm_amqp_park_due(d, tm_wall_ms(), &(int64_t){0})) {
+    } else if (parks(d)) {
         /* x-not-before ahead: the settle thread parks it (delay.c) */
         d->body[d->body_len] = '\0';
         d->next = NULL;
