@@ -551,6 +551,12 @@ static int reject_oversized(struct tm_amqp_task *at,
     return 0;
 }
 
+/* ack_quarter is a quarter of the task's prefetch window, at least one. */
+static size_t ack_quarter(const struct tm_amqp_task *at)
+{
+    return at->cfg->prefetch / 4 > 0 ? at->cfg->prefetch / 4 : 1;
+}
+
 /* ack_due says whether the acks held back go out now: forced, held for
  * TM_AMQP_ACK_HOLD_MS, a quarter of the prefetch window (at least one: a
  * window under 8 holds nothing back) waiting on them, or fewer than a
@@ -561,7 +567,7 @@ static int reject_oversized(struct tm_amqp_task *at,
 static int ack_due(const struct tm_amqp_task *at, int force, int64_t now)
 {
     const struct tm_amqp_acks *k = &at->acks;
-    size_t quarter = at->cfg->prefetch / 4 > 0 ? at->cfg->prefetch / 4 : 1;
+    size_t quarter = ack_quarter(at);
     /* every tag up to dlv_tag was delivered; floor + n of them settled */
     assert(k->floor + k->n <= at->dlv_tag);
     uint64_t unsettled = at->dlv_tag - k->floor - k->n;
@@ -585,16 +591,35 @@ int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
     if (c == NULL || !ack_due(at, force, now))
         return 0;
     uint64_t multi = 0;
-    for (size_t i = 0; i < k->nheld; i++)
-        if (k->held[i] <= k->floor && k->held[i] > multi)
+    size_t nabove = 0;
+    for (size_t i = 0; i < k->nheld; i++) {
+        if (k->held[i] > k->floor)
+            nabove++;
+        else if (k->held[i] > multi)
             multi = k->held[i];
+    }
+    /* A tag above the floor (settled out of turn: a delivery before it is
+     * still unsettled) would go on its own, a write each. Unless forced,
+     * it waits on while its hold lasts (TM_AMQP_ACK_HOLD_MS since
+     * held_since) and fewer than a quarter of the window wait so: the
+     * floor most often rises past it meanwhile, and a later multiple=1
+     * covers it. A tag that the floor passed is never acked twice: it is
+     * under the next multi (the largest held tag under the floor). */
+    int keep = !force && now - k->held_since < TM_AMQP_ACK_HOLD_MS &&
+               nabove < ack_quarter(at);
     int rc = AMQP_STATUS_OK;
     if (multi > 0)
         rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi, /* multiple = */ 1);
-    for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++)
-        if (k->held[i] > k->floor)
+    size_t kept = 0;
+    for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++) {
+        if (k->held[i] <= k->floor)
+            continue;
+        if (keep)
+            k->held[kept++] = k->held[i];
+        else
             rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, k->held[i], 0);
-    k->nheld = 0;
+    }
+    k->nheld = rc == AMQP_STATUS_OK ? kept : 0;
     if (rc != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.ack: %s",
                     amqp_error_string2(rc));
