@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -94,6 +95,7 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     at->acks.n = 0;
     at->acks.nheld = 0;
     at->stopped = 0;
+    at->lowat = 0; /* a new connection's socket has none */
 }
 
 /* tm_amqp_conn_lost drops the task's connection after an error in
@@ -730,6 +732,7 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
 static int resume_consuming(struct tm_amqp_task *at)
 {
     char ctag[TM_AMQP_SHORTSTR_MAX + 1];
+    tm_amqp_lowat_off(at); /* its answers are short */
     if (start_consumer(at, at->conn, ctag, at->errstr, sizeof at->errstr) != 0)
         return -1;
     tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s", ctag);
@@ -776,6 +779,30 @@ static int woken(struct tm_amqp_task *at)
         return 0;
     at->seen_wake = seq;
     return 1;
+}
+
+/* set_lowat turns the socket's low-water mark for reads on or off (see
+ * TM_AMQP_LOWAT_BYTES) after a batch of k deliveries. io_mu held. A
+ * socket that refuses it just wakes intake for every byte, as without. */
+static void set_lowat(struct tm_amqp_task *at, size_t k)
+{
+    int on = at->cfg->prefetch >= TM_AMQP_LOWAT_PREFETCH &&
+             (at->lowat ? k >= TM_AMQP_LOWAT_OFF : k >= TM_AMQP_LOWAT_ON);
+    if (on == at->lowat || at->conn == NULL)
+        return;
+    int bytes = on ? TM_AMQP_LOWAT_BYTES : 1;
+    if (setsockopt(amqp_get_sockfd(at->conn), SOL_SOCKET, SO_RCVLOWAT,
+                   &bytes, sizeof bytes) == 0 || !on)
+        at->lowat = on;
+}
+
+/* tm_amqp_lowat_off takes the low-water mark off the consuming socket
+ * before a synchronous call on it (an RPC, the close): rabbitmq-c waits
+ * for an answer in poll, which would otherwise wake only once
+ * TM_AMQP_LOWAT_BYTES arrived, or at its timeout. io_mu held. */
+void tm_amqp_lowat_off(struct tm_amqp_task *at)
+{
+    set_lowat(at, 0);
 }
 
 /*
@@ -839,6 +866,10 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
                 goto out;
             }
             served = 1;
+            /* nothing read: the stream has stopped (or thinned out), and
+             * the next delivery is read as it comes */
+            if (at->nready == 0)
+                set_lowat(at, 0);
         }
         skip = 0;
         if (at->nready > 0 && max > 0)
@@ -858,6 +889,9 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
         int wait = (int)(left <= 0 ? 0 : left < INT_MAX ? left : INT_MAX);
         if (hold >= 0 && hold < wait)
             wait = (int)hold;
+        /* with a low-water mark, what is under it is read after a while */
+        if (at->lowat && wait > TM_AMQP_LOWAT_WAIT_MS)
+            wait = TM_AMQP_LOWAT_WAIT_MS;
         struct pollfd p[2] = {
             {.fd = amqp_get_sockfd(at->conn), .events = POLLIN},
             {.fd = at->efd, .events = POLLIN},
@@ -875,6 +909,7 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
         at->polling = 0;
     }
     size_t k = at->nready < max ? at->nready : max;
+    set_lowat(at, k);
     struct tm_batch *batch = tm_batch_new(k);
     batch->release = cb_release_batch;
     int64_t now = tm_now_ns();
