@@ -222,6 +222,11 @@ static void *worker_main(void *arg)
         /* take a fair share: small when the queue is short, so one worker
          * does not hoard messages the others could run */
         size_t share = tp->count / (p->size * 2);
+        /* but runs so fast that no other worker would be woken for them
+         * (wake) are taken as one wake-up's worth: a worker does not come
+         * back to the lock, and to the settle thread, every few runs */
+        if (tp->run_ns > 0 && share < TP_WAKE_WORK_NS / (size_t)tp->run_ns)
+            share = TP_WAKE_WORK_NS / (size_t)tp->run_ns;
         if (share < 1)
             share = 1;
         if (share > TP_CHUNK_MAX)

@@ -97,8 +97,10 @@ static void ab_destroy(struct tm_broker *b)
             tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name, NULL,
                          "%s; RabbitMQ delivers again what was not "
                          "acknowledged", at->errstr);
-        if (at->conn != NULL)
+        if (at->conn != NULL) {
+            tm_amqp_lowat_off(at);
             tm_amqp_close(at->conn);
+        }
         at->conn = NULL;
         tm_amqp_conn_reset(at);
         tm_free(at->acks.above);

@@ -37,6 +37,22 @@
 /* Frames read per pump, so that a busy socket cannot starve the rest. */
 #define TM_AMQP_PUMP_MAX 4096
 
+/* While deliveries come in batches of TM_AMQP_LOWAT_ON or more, the
+ * consuming socket wakes intake only once TM_AMQP_LOWAT_BYTES wait in it
+ * (SO_RCVLOWAT), or after TM_AMQP_LOWAT_WAIT_MS: fewer and larger
+ * batches, so fewer wake-ups of intake, the pool and the settle thread,
+ * and fewer acks, for at most that wait. A batch under TM_AMQP_LOWAT_OFF
+ * (the stream thins out), or a read that finds nothing, turns it off: a
+ * light load never waits. Only with a prefetch of TM_AMQP_LOWAT_PREFETCH
+ * or more: the mark is then a small part of what the window lets the
+ * broker send (about 64 small messages of at least 256), so the window
+ * never stops the stream short of it. */
+#define TM_AMQP_LOWAT_BYTES 16384
+#define TM_AMQP_LOWAT_WAIT_MS 1
+#define TM_AMQP_LOWAT_ON 32
+#define TM_AMQP_LOWAT_OFF 8
+#define TM_AMQP_LOWAT_PREFETCH 256
+
 /* The dead-letter exchange shared by every task: direct, durable; each
  * task queue routes to it with its dead-letter queue's name as the key. */
 #define TM_AMQP_DLX "taskmill.dlx"
@@ -257,6 +273,7 @@ struct tm_amqp_task {
     int counted_down;             /* counted in ab->ndown */
     int stopped;                  /* consumer cancelled after wake() */
     int polling;                  /* intake waits in poll (without io_mu) */
+    int lowat;                    /* SO_RCVLOWAT is set on conn's socket */
     unsigned seen_wake;           /* intake: wake_seq last noticed */
     char consumer_tag[TM_AMQP_SHORTSTR_MAX + 1];
     char salt[17];                /* for ids assigned on this connection */
@@ -273,6 +290,9 @@ struct tm_amqp_task {
     /* deliveries whose x-not-before lies ahead, for the settle thread
      * to park in the delay queues (delay.c) */
     struct tm_amqp_delivery *park, *park_tail;
+    /* park is not empty; written under io_mu, read without it by the
+     * settle thread, which takes io_mu only when there is a park to take */
+    atomic_int parked;
     uint64_t *tags, *ntags;       /* settle scratch: acks, nacks */
     size_t tagcap;
     char errstr[512];
@@ -385,6 +405,7 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
 int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now);
 int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now);
 int tm_amqp_stop_consuming(struct tm_amqp_task *at);
+void tm_amqp_lowat_off(struct tm_amqp_task *at);
 void tm_amqp_signal_intake(struct tm_amqp_task *at);
 int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
                   int timeout_ms, struct tm_batch **out);

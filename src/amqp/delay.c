@@ -216,13 +216,20 @@ int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
  * copy in a delay queue is confirmed. Settle thread. */
 void tm_amqp_park_take(struct tm_amqp_broker *ab)
 {
-    int64_t now = tm_wall_ms();
+    int64_t now = 0;
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         size_t n = 0, ready = 0;
+        /* nothing parked (the common case): io_mu is not taken, nor the
+         * clock read */
+        if (!atomic_load_explicit(&at->parked, memory_order_relaxed))
+            continue;
+        if (now == 0)
+            now = tm_wall_ms();
         pthread_mutex_lock(&at->io_mu);
         struct tm_amqp_delivery *list = at->park;
         at->park = at->park_tail = NULL;
+        atomic_store_explicit(&at->parked, 0, memory_order_relaxed);
         /* due meanwhile: to the ready list, to run now (a requeue would
          * count as a redelivery on quorum queues) */
         struct tm_amqp_delivery **pp = &list;

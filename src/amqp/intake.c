@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -83,6 +84,7 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
         tm_amqp_delivery_free(d);
     }
     at->park_tail = NULL;
+    atomic_store_explicit(&at->parked, 0, memory_order_relaxed);
     tm_amqp_delivery_free(at->partial);
     at->partial = NULL;
     at->dlv_state = 0;
@@ -93,6 +95,7 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     at->acks.n = 0;
     at->acks.nheld = 0;
     at->stopped = 0;
+    at->lowat = 0; /* a new connection's socket has none */
 }
 
 /* tm_amqp_conn_lost drops the task's connection after an error in
@@ -323,6 +326,15 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
     return d;
 }
 
+/* parks says whether d's x-not-before lies ahead; the clock is read only
+ * for a delivery with headers (one without has no x-not-before). */
+static int parks(const struct tm_amqp_delivery *d)
+{
+    int64_t left;
+    return d->headers.num_entries > 0 &&
+           tm_amqp_park_due(d, tm_wall_ms(), &left);
+}
+
 /* delivery_done takes the delivery whose body is complete: to the ready
  * list, or back to RabbitMQ after wake(), or to the dead-letter queue
  * when it is oversized. Returns -1 when the connection failed. */
@@ -337,7 +349,7 @@ static int delivery_done(struct tm_amqp_task *at)
     } else if (at->stopped) {
         /* consumption was cancelled (wake): give it back at once */
         tm_amqp_settle_tags(at, NULL, 0, &d->tag, 1, 0, &err);
-    } else if (tm_amqp_park_due(d, tm_wall_ms(), &(int64_t){0})) {
+    } else if (parks(d)) {
         /* x-not-before ahead: the settle thread parks it (delay.c) */
         d->body[d->body_len] = '\0';
         d->next = NULL;
@@ -346,6 +358,7 @@ static int delivery_done(struct tm_amqp_task *at)
         else
             at->park = d;
         at->park_tail = d;
+        atomic_store_explicit(&at->parked, 1, memory_order_relaxed);
         d = NULL;
     } else {
         d->body[d->body_len] = '\0';
@@ -540,6 +553,12 @@ static int reject_oversized(struct tm_amqp_task *at,
     return 0;
 }
 
+/* ack_quarter is a quarter of the task's prefetch window, at least one. */
+static size_t ack_quarter(const struct tm_amqp_task *at)
+{
+    return at->cfg->prefetch / 4 > 0 ? at->cfg->prefetch / 4 : 1;
+}
+
 /* ack_due says whether the acks held back go out now: forced, held for
  * TM_AMQP_ACK_HOLD_MS, a quarter of the prefetch window (at least one: a
  * window under 8 holds nothing back) waiting on them, or fewer than a
@@ -550,7 +569,7 @@ static int reject_oversized(struct tm_amqp_task *at,
 static int ack_due(const struct tm_amqp_task *at, int force, int64_t now)
 {
     const struct tm_amqp_acks *k = &at->acks;
-    size_t quarter = at->cfg->prefetch / 4 > 0 ? at->cfg->prefetch / 4 : 1;
+    size_t quarter = ack_quarter(at);
     /* every tag up to dlv_tag was delivered; floor + n of them settled */
     assert(k->floor + k->n <= at->dlv_tag);
     uint64_t unsettled = at->dlv_tag - k->floor - k->n;
@@ -574,16 +593,35 @@ int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
     if (c == NULL || !ack_due(at, force, now))
         return 0;
     uint64_t multi = 0;
-    for (size_t i = 0; i < k->nheld; i++)
-        if (k->held[i] <= k->floor && k->held[i] > multi)
+    size_t nabove = 0;
+    for (size_t i = 0; i < k->nheld; i++) {
+        if (k->held[i] > k->floor)
+            nabove++;
+        else if (k->held[i] > multi)
             multi = k->held[i];
+    }
+    /* A tag above the floor (settled out of turn: a delivery before it is
+     * still unsettled) would go on its own, a write each. Unless forced,
+     * it waits on while its hold lasts (TM_AMQP_ACK_HOLD_MS since
+     * held_since) and fewer than a quarter of the window wait so: the
+     * floor most often rises past it meanwhile, and a later multiple=1
+     * covers it. A tag that the floor passed is never acked twice: it is
+     * under the next multi (the largest held tag under the floor). */
+    int keep = !force && now - k->held_since < TM_AMQP_ACK_HOLD_MS &&
+               nabove < ack_quarter(at);
     int rc = AMQP_STATUS_OK;
     if (multi > 0)
         rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi, /* multiple = */ 1);
-    for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++)
-        if (k->held[i] > k->floor)
+    size_t kept = 0;
+    for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++) {
+        if (k->held[i] <= k->floor)
+            continue;
+        if (keep)
+            k->held[kept++] = k->held[i];
+        else
             rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, k->held[i], 0);
-    k->nheld = 0;
+    }
+    k->nheld = rc == AMQP_STATUS_OK ? kept : 0;
     if (rc != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.ack: %s",
                     amqp_error_string2(rc));
@@ -639,22 +677,26 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
      * many deliveries unsettled, and would otherwise wait for the next
      * settlement or the upkeep tick) */
     int sparse = now - k->settled_ms >= TM_AMQP_ACK_HOLD_MS;
+    int starts = 0;
     k->settled_ms = now;
     if (na > 0) {
         if (k->nheld + na > k->capheld) {
             k->capheld = (k->nheld + na) * 2;
             k->held = tm_realloc(k->held, k->capheld * sizeof *k->held);
         }
-        int starts = k->nheld == 0;
+        starts = k->nheld == 0;
         if (starts)
             k->held_since = now;
         memcpy(k->held + k->nheld, acks, na * sizeof *acks);
         k->nheld += na;
-        if (starts && !now_all && !sparse && at->polling)
-            tm_amqp_signal_intake(at);
     }
     if (tm_amqp_acks_flush(at, now_all || sparse, now) != 0)
         *err = 1;
+    /* only a hold that outlives this call needs the intake thread's
+     * shorter poll: acks that went out at once (the common case while
+     * the daemon keeps up, with few deliveries unsettled) wake nobody */
+    if (starts && k->nheld > 0 && at->polling)
+        tm_amqp_signal_intake(at);
 }
 
 /* tm_amqp_stop_consuming cancels the task's consumer (wake()) without waiting
@@ -690,6 +732,7 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
 static int resume_consuming(struct tm_amqp_task *at)
 {
     char ctag[TM_AMQP_SHORTSTR_MAX + 1];
+    tm_amqp_lowat_off(at); /* its answers are short */
     if (start_consumer(at, at->conn, ctag, at->errstr, sizeof at->errstr) != 0)
         return -1;
     tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s", ctag);
@@ -736,6 +779,30 @@ static int woken(struct tm_amqp_task *at)
         return 0;
     at->seen_wake = seq;
     return 1;
+}
+
+/* set_lowat turns the socket's low-water mark for reads on or off (see
+ * TM_AMQP_LOWAT_BYTES) after a batch of k deliveries. io_mu held. A
+ * socket that refuses it just wakes intake for every byte, as without. */
+static void set_lowat(struct tm_amqp_task *at, size_t k)
+{
+    int on = at->cfg->prefetch >= TM_AMQP_LOWAT_PREFETCH &&
+             (at->lowat ? k >= TM_AMQP_LOWAT_OFF : k >= TM_AMQP_LOWAT_ON);
+    if (on == at->lowat || at->conn == NULL)
+        return;
+    int bytes = on ? TM_AMQP_LOWAT_BYTES : 1;
+    if (setsockopt(amqp_get_sockfd(at->conn), SOL_SOCKET, SO_RCVLOWAT,
+                   &bytes, sizeof bytes) == 0 || !on)
+        at->lowat = on;
+}
+
+/* tm_amqp_lowat_off takes the low-water mark off the consuming socket
+ * before a synchronous call on it (an RPC, the close): rabbitmq-c waits
+ * for an answer in poll, which would otherwise wake only once
+ * TM_AMQP_LOWAT_BYTES arrived, or at its timeout. io_mu held. */
+void tm_amqp_lowat_off(struct tm_amqp_task *at)
+{
+    set_lowat(at, 0);
 }
 
 /*
@@ -799,6 +866,10 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
                 goto out;
             }
             served = 1;
+            /* nothing read: the stream has stopped (or thinned out), and
+             * the next delivery is read as it comes */
+            if (at->nready == 0)
+                set_lowat(at, 0);
         }
         skip = 0;
         if (at->nready > 0 && max > 0)
@@ -818,6 +889,9 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
         int wait = (int)(left <= 0 ? 0 : left < INT_MAX ? left : INT_MAX);
         if (hold >= 0 && hold < wait)
             wait = (int)hold;
+        /* with a low-water mark, what is under it is read after a while */
+        if (at->lowat && wait > TM_AMQP_LOWAT_WAIT_MS)
+            wait = TM_AMQP_LOWAT_WAIT_MS;
         struct pollfd p[2] = {
             {.fd = amqp_get_sockfd(at->conn), .events = POLLIN},
             {.fd = at->efd, .events = POLLIN},
@@ -835,6 +909,7 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
         at->polling = 0;
     }
     size_t k = at->nready < max ? at->nready : max;
+    set_lowat(at, k);
     struct tm_batch *batch = tm_batch_new(k);
     batch->release = cb_release_batch;
     int64_t now = tm_now_ns();

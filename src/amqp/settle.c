@@ -296,7 +296,11 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
         tm_amqp_recvec_push(&ab->pub.out, &r);
     }
     tm_amqp_park_take(ab);
-    tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
+    /* the publishing connection only when copies wait on it: with none,
+     * reading it would cost a failed read and a poll per call, and its
+     * notifications and heartbeats are the tick's (tm_amqp_tick) */
+    if (ab->pub.out.n > 0)
+        tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
     tm_amqp_settle_originals(ab, &ab->done);
     return 0;
 }
