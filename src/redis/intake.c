@@ -289,6 +289,8 @@ static redisReply *intake_command(struct tm_redis_task *rt, int argc,
                                   int64_t timeout_ms, int *dead)
 {
     struct tm_redis_lane *l = rt->lane;
+    /* no reply of a read ahead is due before this one's */
+    assert(!l->ahead);
     return tm_redis_link_run_in(l->rb, &l->link, rt->slot, argc, argv, NULL,
                                 rt->cfg->max_payload, arena, timeout_ms,
                                 rt->errstr, sizeof rt->errstr, dead);
@@ -949,9 +951,11 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
      * are left with the other unstarted ones at a shutdown) */
     if (l->ahead) {
         int n = take_ahead(rb, l, room, out, nout);
-        if (n != 0)
+        if (n != 0 || l->ahead)
             return n;
     }
+    /* from here on the connection carries one command at a time */
+    assert(!l->ahead);
     /* at a stop nothing new is read (the caller's last fetch after
      * wake() only takes in what went ahead), nor with no room at all */
     int any_room = 0;
