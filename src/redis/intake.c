@@ -770,7 +770,7 @@ static int take_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
     if (tm_rconn_get_reply_in(c, first->cfg->max_payload, arena, &r) != 0) {
         tm_rarena_unref(arena);
         tm_redis_reply_error(c, NULL, first->errstr, sizeof first->errstr);
-        intake_failed(rb, first, "XREADGROUP");
+        intake_failed(rb, first, "XREADGROUP (read ahead)");
         return -1;
     }
     if (atomic_load(&l->stopping))
