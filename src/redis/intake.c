@@ -673,10 +673,11 @@ static void send_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
 
 /* read_new reads new entries of the tasks l->argti[from .. from + k),
  * all of one lane key (one slot in a cluster), at most the least of
- * their rooms each (and of ahead_half on a lane that reads ahead), waiting up
- * to block_ms for the first one (< 0: not at all). Each stream's part
- * of the reply becomes one batch. When the reply came back full, the
- * next read may go ahead before its entries are taken apart. */
+ * their rooms each (and of ahead_half on a lane that reads ahead),
+ * waiting up to block_ms for the first one (< 0: not at all). Each
+ * stream's part of the reply becomes one batch. When the reply came
+ * back full, the next read may go ahead before its entries are taken
+ * apart. */
 static int read_new(struct tm_redis *rb, struct tm_redis_lane *l,
                     size_t from, size_t k, int64_t block_ms,
                     struct tm_batch **out, size_t nout)
