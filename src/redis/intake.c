@@ -593,12 +593,21 @@ static size_t ahead_half(const struct tm_redis_task *rt)
     return half < TM_REDIS_AHEAD_MIN ? TM_REDIS_AHEAD_MIN : half;
 }
 
+/* ahead_least is the fewest entries of task rt a read ahead asks for: a
+ * quarter of ahead_half, at least TM_REDIS_AHEAD_MIN (a small read costs
+ * Redis and the daemon nearly what a full one does). */
+static size_t ahead_least(const struct tm_redis_task *rt)
+{
+    size_t q = ahead_half(rt) / 4;
+    return q < TM_REDIS_AHEAD_MIN ? TM_REDIS_AHEAD_MIN : q;
+}
+
 /* ahead_count is the COUNT of a read that may go ahead after reply r, a
  * read of count entries of the tasks ti[0 .. k) whose rooms were room[0
  * .. k) before it; 0 when none may go now (see struct tm_redis_lane).
  * Each task's room left after r's entries bounds it, so that what is
  * read, queued and in flight stays within the task's prefetch; and
- * ahead_half. */
+ * ahead_half; below ahead_least, none goes. */
 static size_t ahead_count(struct tm_redis *rb, struct tm_redis_lane *l,
                           const redisReply *r, const size_t *ti,
                           const size_t *room, size_t k, size_t count)
@@ -625,10 +634,12 @@ static size_t ahead_count(struct tm_redis *rb, struct tm_redis_lane *l,
         size_t left = room[j] - got, half = ahead_half(rt);
         if (left > half)
             left = half;
+        if (left < ahead_least(rt))
+            return 0;
         if (left < n)
             n = left;
     }
-    return full && n >= TM_REDIS_AHEAD_MIN ? n : 0;
+    return full ? n : 0;
 }
 
 /* send_ahead sends the read ahead of count entries of the tasks ti[0 ..

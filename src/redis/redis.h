@@ -43,8 +43,8 @@
 #define TM_REDIS_ID_MAX 48
 /* Entries per XACK command and per read. */
 #define TM_REDIS_ACK_CHUNK 1024
-/* The fewest entries a read sent ahead asks for (see struct
- * tm_redis_lane): below it the lane reads as it comes. */
+/* The fewest entries a read sent ahead asks for, whatever the prefetch
+ * (see struct tm_redis_lane): below it the lane reads as it comes. */
 #define TM_REDIS_AHEAD_MIN 16
 
 /* Bytes of entries one claim script (due retries, reclaim, history) may
