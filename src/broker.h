@@ -96,7 +96,11 @@ struct tm_broker_ops {
      * k <= nout, nout being at least the count of tasks, and returns k
      * (0 on timeout or poke) or -1 on a connection error. room_made(b, i)
      * tells it, from the settle thread, that task i has room again after
-     * its lane was given 0 for it: a blocked fetch_lane returns soon. */
+     * its lane was given 0 for it: a blocked fetch_lane returns soon.
+     * Called with every room 0 (no task may take more now, and after
+     * wake() once more before the lane's thread ends), it reads nothing
+     * new and returns only what the adapter had read ahead, if
+     * anything. */
     size_t (*lanes)(struct tm_broker *b);
     size_t (*lane_of)(struct tm_broker *b, size_t task_index);
     int (*fetch_lane)(struct tm_broker *b, size_t lane, const size_t *room,

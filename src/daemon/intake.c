@@ -3,6 +3,8 @@
  * pool. */
 #include "daemon_private.h"
 
+#include <string.h>
+
 #include "log.h"
 #include "util.h"
 
@@ -254,6 +256,19 @@ static void set_subscribed(struct tm_gen *g, size_t lane, int on)
             atomic_store(&g->tasks[i].subscribed, on);
 }
 
+/* take_ahead hands the pool what lane's broker read ahead, if anything:
+ * a fetch with every room 0 (room is all 0) reads nothing new. */
+static void take_ahead(struct tm_gen *g, size_t lane, const size_t *room,
+                       struct tm_batch **out, size_t n_out,
+                       struct tm_runs *runs)
+{
+    struct tm_broker *b = g->broker;
+    int n = b->ops->fetch_lane(b, lane, room, 0, out, n_out);
+    for (int i = 0; i < n; i++)
+        collect_runs(g, out[i], runs);
+    submit_runs(g, runs);
+}
+
 static void *lane_main(void *arg)
 {
     struct tm_intake_lane *ln = arg;
@@ -282,9 +297,12 @@ static void *lane_main(void *arg)
             continue;
         }
         if (with_room == 0) {
-            /* nothing may be read: wait for room (the settle thread
-             * signals it), the circuit, the stop, or the next token (no
-             * asking the broker before it is due) */
+            /* nothing may be read: what was read ahead is taken in (it
+             * counts against the room it was sized from; unread, it
+             * would be held by nobody), then wait for room (the settle
+             * thread signals it), the circuit, the stop, or the next
+             * token (no asking the broker before it is due) */
+            take_ahead(g, ln->index, room, out, n_out, &runs);
             wait_ms(g, hold < 100 || f.waiting ? hold : 100);
             continue;
         }
@@ -304,6 +322,12 @@ static void *lane_main(void *arg)
             collect_runs(g, out[i], &runs);
         submit_runs(g, &runs);
     }
+    /* a last fetch, with no room, takes in a read the broker sent ahead
+     * before the stop: its messages run (a reload) or are left to the
+     * broker with the other unstarted ones (a pool that drains refuses
+     * them) */
+    memset(room, 0, n_out * sizeof *room);
+    take_ahead(g, ln->index, room, out, n_out, &runs);
     runs_free(&runs);
     tm_free(room);
     tm_free(out);

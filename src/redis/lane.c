@@ -122,6 +122,17 @@ void tm_redis_lanes_init(struct tm_redis *rb)
         l->argv = tm_calloc(9 + 2 * l->ntasks, sizeof *l->argv);
         l->argti = tm_calloc(l->ntasks, sizeof *l->argti);
         l->argmax = tm_calloc(l->ntasks, sizeof *l->argmax);
+        l->argroom = tm_calloc(l->ntasks, sizeof *l->argroom);
+        l->ahead_ti = tm_calloc(l->ntasks, sizeof *l->ahead_ti);
+        l->ahead_argv = tm_calloc(7 + 2 * l->ntasks, sizeof *l->ahead_argv);
+        /* rate_limit and dedup_ttl use the connection between two
+         * fetches (tokens before, look-ups after): no read ahead */
+        l->ahead_ok = !l->poll;
+        for (size_t j = 0; j < l->ntasks; j++) {
+            const struct tm_cfg_task *t = rb->tasks[l->tasks[j]].cfg;
+            if (t->rate_count > 0 || t->dedup_ttl_ms > 0)
+                l->ahead_ok = 0;
+        }
         l->peek_argv = tm_calloc(4 + 3 * l->ntasks, sizeof *l->peek_argv);
         l->peek_num = tm_calloc(l->ntasks, sizeof *l->peek_num);
         l->peek_period_ms = INT64_MAX;
@@ -137,6 +148,7 @@ void tm_redis_lanes_free(struct tm_redis *rb)
 {
     for (size_t i = 0; i < rb->nlanes; i++) {
         struct tm_redis_lane *l = &rb->lanes[i];
+        tm_redis_ahead_end(rb, l);
         tm_redis_link_close(rb, &l->link);
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
@@ -144,6 +156,9 @@ void tm_redis_lanes_free(struct tm_redis *rb)
         tm_free(l->argv);
         tm_free(l->argti);
         tm_free(l->argmax);
+        tm_free(l->argroom);
+        tm_free(l->ahead_ti);
+        tm_free(l->ahead_argv);
         tm_free(l->peek_argv);
         tm_free(l->peek_num);
     }
@@ -220,6 +235,7 @@ void tm_redis_wake(struct tm_broker *b)
      * the read blocked, and reading, until its BLOCK time */
     for (size_t i = 0; i < rb->nlanes; i++) {
         struct tm_redis_lane *l = &rb->lanes[i];
+        atomic_store(&l->stopping, 1);
         atomic_store(&l->poke, 1);
         if (atomic_load(&l->in_block))
             unblock(l);

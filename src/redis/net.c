@@ -854,6 +854,13 @@ out:
     return rc;
 }
 
+int tm_rconn_send(struct tm_rconn *c)
+{
+    if (c->err)
+        return -1;
+    return c->outlen > 0 ? flush(c, tm_now_ms() + c->timeout_ms) : 0;
+}
+
 int tm_rconn_get_reply(struct tm_rconn *c, redisReply **out)
 {
     return get_reply(c, NULL, NULL, out);

@@ -129,6 +129,10 @@ void tm_rconn_set_timeout(struct tm_rconn *c, int64_t timeout_ms);
 int tm_rconn_append_argv(struct tm_rconn *c, int argc, const char **argv,
                          const size_t *lens);
 int tm_rconn_append(struct tm_rconn *c, const char *fmt, ...);
+/* tm_rconn_send sends what is queued, without reading a reply (the
+ * caller reads it later with the tm_rconn_get_reply functions); 0, or -1
+ * with c->err set. */
+int tm_rconn_send(struct tm_rconn *c);
 /* tm_rconn_get_reply sends what is queued and reads the next reply:
  * 0 with *out set (the caller frees it with freeReplyObject), or -1 with
  * c->err set. */

@@ -43,6 +43,9 @@
 #define TM_REDIS_ID_MAX 48
 /* Entries per XACK command and per read. */
 #define TM_REDIS_ACK_CHUNK 1024
+/* The fewest entries a read sent ahead asks for, whatever the prefetch
+ * (see struct tm_redis_lane): below it the lane reads as it comes. */
+#define TM_REDIS_AHEAD_MIN 16
 
 /* Bytes of entries one claim script (due retries, reclaim, history) may
  * return (fields summed; an entry over max_payload counts only for its
@@ -210,6 +213,27 @@ struct tm_redis_lane {
     const char **argv;
     size_t *argti;             /* task index of each stream selected */
     size_t *argmax;            /* its room, at most TM_REDIS_ACK_CHUNK */
+    size_t *argroom;           /* its room */
+    /* Read ahead (lane thread only). While the pool takes one read's
+     * entries, the next XREADGROUP (no BLOCK) is on its way: sent when
+     * the last reply came back full and every task of it has room
+     * left beyond what it brought (that read asks for at most that
+     * rest, so it counts against the room it was sized from), and no
+     * look outside the read (retries, reclaim, peek, pause state), no
+     * poke and no stop is due. Its reply is the first thing the next
+     * fetch reads on the connection: nothing else is sent on it
+     * meanwhile. Lanes whose tasks use the connection between fetches
+     * (rate_limit, dedup_ttl) and polling lanes never read ahead. */
+    int ahead_ok;              /* the lane may read ahead */
+    int ahead;                 /* a read ahead is in flight */
+    size_t ahead_node;         /* on l->link.c[ahead_node] */
+    unsigned ahead_gen;        /* l->link.gen when it was sent */
+    size_t ahead_count;        /* its COUNT */
+    size_t ahead_k;            /* its streams: tasks ahead_ti[0 .. k) */
+    size_t *ahead_ti;
+    const char **ahead_argv;
+    atomic_int stopping;       /* wake() was called: nothing more is sent
+                                  ahead */
     const char **peek_argv;
     char (*peek_num)[24];
     char errstr[256];
@@ -438,6 +462,11 @@ int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
 /* ---- intake.c ---- */
 
 void tm_redis_collect(struct tm_redis_task *rt);
+/* tm_redis_ahead_end reads the reply of lane l's read ahead, if one is
+ * still in flight, and drops it: its entries stay pending on this
+ * consumer, as unstarted ones left at a stop do (lanes_free; the lane's
+ * last fetch after wake() normally takes it in). */
+void tm_redis_ahead_end(struct tm_redis *rb, struct tm_redis_lane *l);
 /* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
  * stream, KEYS[2] the retry set; ARGV[1] group, ARGV[2] consumer, ARGV[3]
  * max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the

@@ -4,8 +4,11 @@
 #include "redis/redis.h"
 #include "redis/slot.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <check.h>
 
@@ -511,6 +514,56 @@ START_TEST(argv_formats_as_hiredis)
 }
 END_TEST
 
+/* A command sent ahead (tm_rconn_send) goes out whole, without waiting
+ * for its reply; the reply is read later, through the max_payload
+ * filter, like that of any command. A connection in error sends
+ * nothing. */
+START_TEST(send_ahead_then_read_reply)
+{
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ck_assert_int_eq(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+    struct tm_rconn c;
+    memset(&c, 0, sizeof c);
+    c.fd = sv[0];
+    c.reader = redisReaderCreate();
+    c.timeout_ms = 5000;
+    const char *argv[] = {"XREADGROUP", "GROUP", "g", "c", "COUNT", "2",
+                          "STREAMS", "q", ">"};
+    char *want = NULL;
+    int wl = redisFormatCommandArgv(&want, 9, argv, NULL);
+    ck_assert_int_gt(wl, 0);
+    ck_assert_int_eq(tm_rconn_append_argv(&c, 9, argv, NULL), 0);
+    ck_assert_int_eq(tm_rconn_send(&c), 0);
+    ck_assert_uint_eq(c.outlen, 0);
+    char got[512];
+    ck_assert_int_eq(read(sv[1], got, sizeof got), wl);
+    ck_assert_int_eq(memcmp(got, want, (size_t)wl), 0);
+    redisFreeCommand(want);
+    /* the reply: one stream, one entry whose body is over the limit */
+    const char reply[] = "*1\r\n*2\r\n$1\r\nq\r\n*1\r\n*2\r\n$3\r\n1-1\r\n"
+                         "*2\r\n$4\r\nbody\r\n$10\r\n0123456789\r\n";
+    ck_assert_int_eq(write(sv[1], reply, sizeof reply - 1),
+                     (ssize_t)(sizeof reply - 1));
+    redisReply *r = NULL;
+    ck_assert_int_eq(tm_rconn_get_reply_capped(&c, 8, &r), 0);
+    ck_assert_ptr_nonnull(r);
+    const redisReply *body = r->element[0]->element[1]->element[0]
+                                 ->element[1]->element[1];
+    ck_assert_int_eq(body->type, REDIS_REPLY_STRING);
+    ck_assert_int_eq(memcmp(body->str, TM_REDIS_OVERSIZE,
+                            sizeof TM_REDIS_OVERSIZE - 1), 0);
+    freeReplyObject(r);
+    c.err = REDIS_ERR_IO;
+    ck_assert_int_eq(tm_rconn_append_argv(&c, 9, argv, NULL), 0);
+    ck_assert_int_eq(tm_rconn_send(&c), -1);
+    redisReaderFree(c.reader);
+    tm_free(c.out);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
 /* A bulk length past any real size is dropped, never buffered: nothing
  * after its header reaches the reader. */
 START_TEST(cap_drops_absurd_lengths)
@@ -670,6 +723,7 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, cap_refuses_overlong_lines);
     tcase_add_test(tc, cap_drops_absurd_lengths);
     tcase_add_test(tc, argv_formats_as_hiredis);
+    tcase_add_test(tc, send_ahead_then_read_reply);
     tcase_add_test(tc, key_slots_follow_redis);
     tcase_add_test(tc, scheduled_key_derives_from_the_queue);
     tcase_add_test(tc, task_keys_share_a_slot);
