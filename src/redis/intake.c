@@ -642,6 +642,33 @@ static size_t ahead_count(struct tm_redis *rb, struct tm_redis_lane *l,
     return full ? n : 0;
 }
 
+/* xread_argv fills argv with XREADGROUP of new entries of the tasks ti[0
+ * .. k) of lane l, COUNT cnt, BLOCK block (NULL: none); returns argc. */
+static size_t xread_argv(const struct tm_redis *rb,
+                         const struct tm_redis_lane *l, const char **argv,
+                         const char *cnt, const char *block, const size_t *ti,
+                         size_t k)
+{
+    size_t argc = 0;
+    argv[argc++] = "XREADGROUP";
+    argv[argc++] = "GROUP";
+    argv[argc++] = l->group;
+    argv[argc++] = rb->consumer;
+    argv[argc++] = "COUNT";
+    argv[argc++] = cnt;
+    if (block != NULL) {
+        argv[argc++] = "BLOCK";
+        argv[argc++] = block;
+    }
+    argv[argc++] = "STREAMS";
+    /* the k streams, then k times ">" */
+    for (size_t i = 0; i < k; i++) {
+        argv[argc + i] = rb->tasks[ti[i]].cfg->queue;
+        argv[argc + k + i] = ">";
+    }
+    return argc + 2 * k;
+}
+
 /* send_ahead sends the read ahead of count entries of the tasks ti[0 ..
  * k) (no BLOCK) on the lane's connection, without waiting for its
  * reply. When it cannot be sent, nothing goes ahead: a connection
@@ -657,21 +684,8 @@ static void send_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
     struct tm_rconn *c = l->link.c[ni];
     char cnt[24];
     tm_snprintf(cnt, sizeof cnt, "%zu", count);
-    const char **argv = l->ahead_argv;
-    size_t argc = 0;
-    argv[argc++] = "XREADGROUP";
-    argv[argc++] = "GROUP";
-    argv[argc++] = l->group;
-    argv[argc++] = rb->consumer;
-    argv[argc++] = "COUNT";
-    argv[argc++] = cnt;
-    argv[argc++] = "STREAMS";
-    for (size_t i = 0; i < k; i++) {
-        argv[argc + i] = rb->tasks[ti[i]].cfg->queue;
-        argv[argc + k + i] = ">";
-    }
-    argc += 2 * k;
-    if (tm_rconn_append_argv(c, (int)argc, argv, NULL) != 0 ||
+    size_t argc = xread_argv(rb, l, l->ahead_argv, cnt, NULL, ti, k);
+    if (tm_rconn_append_argv(c, (int)argc, l->ahead_argv, NULL) != 0 ||
         tm_rconn_send(c) != 0)
         return;
     l->ahead = 1;
@@ -707,25 +721,8 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l,
     tm_snprintf(cnt, sizeof cnt, "%zu", count);
     tm_snprintf(block, sizeof block, "%lld", (long long)block_ms);
     const char **argv = l->argv;
-    size_t argc = 0;
-    argv[argc++] = "XREADGROUP";
-    argv[argc++] = "GROUP";
-    argv[argc++] = l->group;
-    argv[argc++] = rb->consumer;
-    argv[argc++] = "COUNT";
-    argv[argc++] = cnt;
-    if (block_ms >= 0) {
-        argv[argc++] = "BLOCK";
-        argv[argc++] = block;
-    }
-    argv[argc++] = "STREAMS";
-    size_t s0 = argc;
-    /* argv[s0 .. s0+k) are the streams, then k times ">" */
-    for (size_t i = 0; i < k; i++) {
-        argv[s0 + i] = rb->tasks[l->argti[from + i]].cfg->queue;
-        argv[s0 + k + i] = ">";
-    }
-    argc += 2 * k;
+    size_t argc = xread_argv(rb, l, argv, cnt, block_ms >= 0 ? block : NULL,
+                             &l->argti[from], k);
     struct tm_redis_task *first = &rb->tasks[l->argti[from]];
     int dead = 0;
     /* the reply is built in one arena: each stream's batch holds a

@@ -118,21 +118,13 @@ static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
     return -1;
 }
 
-/* read_some reads at least one byte before the deadline. */
-static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
-                         int64_t deadline)
+/* sock_readv reads at least one byte from the plain socket into iov
+ * before the deadline. */
+static ssize_t sock_readv(struct tm_rconn *c, const struct iovec *iov,
+                          int iovcnt, int64_t deadline)
 {
     for (;;) {
-        if (c->ssl != NULL) {
-            ERR_clear_error();
-            int n = SSL_read(c->ssl, buf, (int)size);
-            if (n > 0)
-                return n;
-            if (ssl_wait(c, n, deadline, "read") != 0)
-                return -1;
-            continue;
-        }
-        ssize_t n = read(c->fd, buf, size);
+        ssize_t n = readv(c->fd, iov, iovcnt);
         if (n > 0)
             return n;
         if (n == 0) {
@@ -150,6 +142,24 @@ static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
     }
 }
 
+/* read_some reads at least one byte before the deadline. */
+static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
+                         int64_t deadline)
+{
+    if (c->ssl == NULL) {
+        struct iovec iov = {buf, size};
+        return sock_readv(c, &iov, 1, deadline);
+    }
+    for (;;) {
+        ERR_clear_error();
+        int n = SSL_read(c->ssl, buf, (int)size);
+        if (n > 0)
+            return n;
+        if (ssl_wait(c, n, deadline, "read") != 0)
+            return -1;
+    }
+}
+
 /* read_into reads at least one byte before the deadline: the first size
  * into at, then what else came (up to bsize) into buf. One system call
  * for both on a plain socket; TLS reads only into at. */
@@ -159,23 +169,7 @@ static ssize_t read_into(struct tm_rconn *c, char *at, size_t size,
     if (c->ssl != NULL)
         return read_some(c, at, size > INT_MAX ? INT_MAX : size, deadline);
     struct iovec iov[2] = {{at, size}, {buf, bsize}};
-    for (;;) {
-        ssize_t n = readv(c->fd, iov, 2);
-        if (n > 0)
-            return n;
-        if (n == 0) {
-            set_err(c, REDIS_ERR_EOF, "Server closed the connection");
-            return -1;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            set_errno(c, "read", errno);
-            return -1;
-        }
-        if (wait_fd(c, POLLIN, deadline, "read") != 0)
-            return -1;
-    }
+    return sock_readv(c, iov, 2, deadline);
 }
 
 /* tls_why_closed replaces a failed write's reason with the server's

@@ -420,6 +420,11 @@ start_daemon() {
 	note "daemon $TM_DAEMON_SEQ started, pid $DAEMON_PID, log $DAEMON_LOG"
 }
 
+# daemon_hwm: the daemon's peak resident set (VmHWM), in KiB.
+daemon_hwm() {
+	awk '/^VmHWM:/ {print $2}' "/proc/$DAEMON_PID/status"
+}
+
 # daemon_alive [PID]: the daemon process exists and is not a zombie.
 daemon_alive() {
 	local pid=${1:-$DAEMON_PID} state

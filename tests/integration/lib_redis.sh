@@ -148,6 +148,16 @@ xadd_file() {
 	echo "$out"
 }
 
+# pad_json FILE BYTES: write the JSON object {"pad":"ppp..."} with BYTES of
+# padding to FILE.
+pad_json() {
+	{
+		printf '{"pad":"'
+		head -c "$2" /dev/zero | tr '\0' 'p'
+		printf '"}'
+	} >"$1"
+}
+
 # ------------------------------------------------------------- journals
 
 # journal_ids JOURNAL: the ids of the journal's lines, sorted (with repeats).
@@ -191,6 +201,25 @@ assert_journal_only() {
 # the journal holds (for wait_until).
 journal_count_covered() {
 	comm -12 <(sort -u "$1") <(journal_ids "$2" | sort -u) | wc -l
+}
+
+# wait_all_ran IDS_FILE JOURNAL STREAM SECONDS WHAT: wait until every id of
+# IDS_FILE is in JOURNAL and nothing of STREAM is pending; fails after
+# SECONDS (counted from WHAT, named in the failure) or when the daemon
+# exits.
+wait_all_ran() {
+	local ids=$1 journal=$2 stream=$3 secs=$4 what=$5 n
+	local deadline=$(($(now_ms) + secs * 1000))
+	n=$(sort -u "$ids" | wc -l)
+	while (($(journal_count_covered "$ids" "$journal") < n ||
+		$(xpending "$stream") != 0)); do
+		if (($(now_ms) >= deadline)); then
+			fail "$secs s after $what: $(journal_count_covered "$ids" "$journal") of $n entries ran, $(xpending "$stream") pending"
+		fi
+		daemon_alive || fail "daemon exited"
+		sleep 0.2
+	done
+	assert_journal_covers "$ids" "$journal"
 }
 
 # runs_at_once JOURNAL [AWK_CONDITION]: the most runs in progress at once

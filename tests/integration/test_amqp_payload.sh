@@ -14,22 +14,17 @@ tasks:
   journal: { plugin: journal.so, queue: $Q, max_payload: 1MiB, config: { path: $JOURNAL } }
 YAML
 
-# vm_hwm_kib: the daemon's peak resident set (VmHWM), in KiB
-vm_hwm_kib() {
-	awk '/^VmHWM:/ { print $2 }' "/proc/$DAEMON_PID/status"
-}
-
 start_daemon "$CONF"
 wait_ping
 amqptool publish "$Q" 10 '{"n":%d}' >"$TEST_DIR/ids"
 wait_until "[[ \$(journal_unique $JOURNAL) == 10 ]]" 30
-before=$(vm_hwm_kib)
+before=$(daemon_hwm)
 
 amqptool big "$Q" "$BIG" "big-$$"
 amqptool publish "$Q" 10 '{"m":%d}' >>"$TEST_DIR/ids"
 wait_until "[[ \$(journal_unique $JOURNAL) == 20 ]]" 60
 wait_until "[[ \$(ready_count $Q.dlq) == 1 ]]" 60
-after=$(vm_hwm_kib)
+after=$(daemon_hwm)
 note "peak RSS: $before KiB before the large message, $after KiB after"
 # the body is 20480 KiB; holding it once would add at least that much
 assert_le $((before + 8192)) "$after" "peak RSS (KiB) after a $BIG-byte message"

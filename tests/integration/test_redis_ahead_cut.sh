@@ -39,16 +39,7 @@ done
 note "cuts: $i; runs so far: $(wc -l <"$J")"
 ((caught)) || fail "no cut found a read ahead in flight"
 
-deadline=$(($(now_ms) + 60000))
-while (($(journal_count_covered "$TEST_DIR/ids.txt" "$J") < N ||
-	$(xpending q.ac) != 0)); do
-	if (($(now_ms) >= deadline)); then
-		fail "60 s after the cut: $(journal_count_covered "$TEST_DIR/ids.txt" "$J") of $N entries ran, $(xpending q.ac) pending"
-	fi
-	daemon_alive || fail "daemon exited"
-	sleep 0.2
-done
-assert_journal_covers "$TEST_DIR/ids.txt" "$J"
+wait_all_ran "$TEST_DIR/ids.txt" "$J" q.ac 60 "the cut"
 rc=0
 stop_daemon || rc=$?
 assert_eq 0 "$rc" "daemon exit status"

@@ -23,18 +23,13 @@ tasks:
 YAML
 start_daemon "$CONF"
 wait_ping
-hwm() { awk '/^VmHWM:/ {print $2}' "/proc/$DAEMON_PID/status"; }
 
 BIG=$TEST_DIR/big.json
-{
-	printf '{"pad":"'
-	head -c $((16 * 1024 * 1024)) /dev/zero | tr '\0' 'p'
-	printf '"}'
-} >"$BIG"
+pad_json "$BIG" $((16 * 1024 * 1024))
 
 kill -STOP "$DAEMON_PID"
 tmr_on_exit "kill -CONT $DAEMON_PID 2>/dev/null || true"
-base=$(hwm)
+base=$(daemon_hwm)
 : >"$TEST_DIR/ids"
 : >"$TEST_DIR/big.ids"
 for i in $(seq 1 96); do
@@ -57,7 +52,7 @@ for dlq in $(xids q.ap.dlq); do
 	assert_match "exceeds max_payload" "$(xfield q.ap.dlq "$dlq" error)" \
 		"dead letter reason"
 done
-peak=$(hwm)
+peak=$(daemon_hwm)
 note "peak RSS: $base kB before, $peak kB after (grew by $((peak - base)) kB)"
 assert_le $((6 * 1024)) $((peak - base)) "peak RSS growth in kB"
 rc=0

@@ -47,16 +47,7 @@ note "reloads: $((gen - 1)); runs so far: $(wc -l <"$J")"
 ((caught)) || fail "no reload found a read ahead in flight"
 
 # every entry runs well before claim_idle, and nothing stays pending
-deadline=$(($(now_ms) + 30000))
-while (($(journal_count_covered "$TEST_DIR/ids.txt" "$J") < N ||
-	$(xpending q.ahead) != 0)); do
-	if (($(now_ms) >= deadline)); then
-		fail "30 s after the reload: $(journal_count_covered "$TEST_DIR/ids.txt" "$J") of $N entries ran, $(xpending q.ahead) pending"
-	fi
-	daemon_alive || fail "daemon exited"
-	sleep 0.2
-done
-assert_journal_covers "$TEST_DIR/ids.txt" "$J"
+wait_all_ran "$TEST_DIR/ids.txt" "$J" q.ahead 30 "the reload"
 rc=0
 stop_daemon || rc=$?
 assert_eq 0 "$rc" "daemon exit status"

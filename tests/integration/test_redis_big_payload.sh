@@ -17,20 +17,15 @@ tasks:
 YAML
 start_daemon "$CONF"
 wait_ping
-hwm() { awk '/^VmHWM:/ {print $2}' "/proc/$DAEMON_PID/status"; }
 
 BIG=$TEST_DIR/big.json
-{
-	printf '{"pad":"'
-	head -c $((20 * 1024 * 1024)) /dev/zero | tr '\0' 'p'
-	printf '"}'
-} >"$BIG"
+pad_json "$BIG" $((20 * 1024 * 1024))
 SIZE=$(stat -c %s "$BIG")
 
 # publish while the daemon is stopped, so that its reads are batched
 kill -STOP "$DAEMON_PID"
 tmr_on_exit "kill -CONT $DAEMON_PID 2>/dev/null || true"
-base=$(hwm)
+base=$(daemon_hwm)
 : >"$TEST_DIR/ids"
 big=$(xadd_file q.big body "$BIG")
 for i in $(seq 1 40); do
@@ -49,7 +44,7 @@ wait_until '[[ $(xlen q.big.dlq) == 2 ]]' 20
 wait_until "[[ \$(journal_count_covered $TEST_DIR/ids $JOURNAL) == 41 ]]" 30
 wait_until '[[ $(xpending q.big) == 0 ]]' 10
 assert_journal_only "$TEST_DIR/ids" "$JOURNAL"
-peak=$(hwm)
+peak=$(daemon_hwm)
 note "peak RSS after: $peak kB (grew by $((peak - base)) kB)"
 assert_le $((8 * 1024)) $((peak - base)) "peak RSS growth in kB"
 

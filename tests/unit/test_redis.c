@@ -270,6 +270,39 @@ static size_t resp_entries(char **out, const size_t *sizes, size_t n)
     return len;
 }
 
+/* check_entries checks the reply of resp_entries read through a filter
+ * of the given limit: every body whole, byte for byte, or the marker. */
+static void check_entries(const redisReply *r, const size_t *sizes,
+                          size_t n, size_t limit)
+{
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_uint_eq(r->elements, 3);
+    ck_assert_uint_eq(r->element[0]->elements, n);
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = r->element[0]->element[i];
+        ck_assert_uint_eq(e->element[0]->len, 3);
+        ck_assert_str_eq(e->element[1]->element[0]->str, "body");
+        const redisReply *body = e->element[1]->element[1];
+        ck_assert_int_eq(body->type, REDIS_REPLY_STRING);
+        if (sizes[i] <= limit) {
+            ck_assert_uint_eq(body->len, sizes[i]);
+            ck_assert_int_eq(body->str[sizes[i]], '\0');
+            for (size_t j = 0; j < sizes[i]; j++)
+                if (body->str[j] != body_byte(i, j))
+                    ck_abort_msg("entry %zu byte %zu", i, j);
+            continue;
+        }
+        char want[128];
+        tm_snprintf(want, sizeof want,
+                    TM_REDIS_OVERSIZE "body of %zu bytes exceeds "
+                    "max_payload of %zu", sizes[i], limit);
+        ck_assert_str_eq(body->str, want);
+    }
+    ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_NIL);
+    ck_assert_int_eq(r->element[2]->integer, 42);
+}
+
 /* The reply filter drops bulk strings over its limit wherever they fall
  * and however the bytes are split, leaves the rest as they are, and ends
  * at the reply's end with nothing left over. */
@@ -292,26 +325,7 @@ START_TEST(cap_drops_oversized_bulks)
         void *v = NULL;
         ck_assert_int_eq(redisReaderGetReply(rd, &v), REDIS_OK);
         redisReply *r = v;
-        ck_assert_ptr_nonnull(r);
-        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
-        ck_assert_uint_eq(r->elements, 3);
-        ck_assert_uint_eq(r->element[0]->elements, n);
-        for (size_t i = 0; i < n; i++) {
-            const redisReply *body =
-                r->element[0]->element[i]->element[1]->element[1];
-            ck_assert_int_eq(body->type, REDIS_REPLY_STRING);
-            if (sizes[i] <= limit) {
-                ck_assert_uint_eq(body->len, sizes[i]);
-                continue;
-            }
-            char want[128];
-            tm_snprintf(want, sizeof want,
-                        TM_REDIS_OVERSIZE "body of %zu bytes exceeds "
-                        "max_payload of %zu", sizes[i], limit);
-            ck_assert_str_eq(body->str, want);
-        }
-        ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_NIL);
-        ck_assert_int_eq(r->element[2]->integer, 42);
+        check_entries(r, sizes, n, limit);
         freeReplyObject(r);
         v = NULL;
         ck_assert_int_eq(redisReaderGetReply(rd, &v), REDIS_OK);
@@ -349,38 +363,6 @@ static int feed_socket(struct tm_redis_cap *f, redisReader *rd,
     return 0;
 }
 
-/* check_entries checks the reply of resp_entries read through a filter
- * of the given limit: every body whole, byte for byte, or the marker. */
-static void check_entries(const redisReply *r, const size_t *sizes,
-                          size_t n, size_t limit)
-{
-    ck_assert_ptr_nonnull(r);
-    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
-    ck_assert_uint_eq(r->elements, 3);
-    ck_assert_uint_eq(r->element[0]->elements, n);
-    for (size_t i = 0; i < n; i++) {
-        const redisReply *e = r->element[0]->element[i];
-        ck_assert_uint_eq(e->element[0]->len, 3);
-        ck_assert_str_eq(e->element[1]->element[0]->str, "body");
-        const redisReply *body = e->element[1]->element[1];
-        ck_assert_int_eq(body->type, REDIS_REPLY_STRING);
-        if (sizes[i] <= limit) {
-            ck_assert_uint_eq(body->len, sizes[i]);
-            ck_assert_int_eq(body->str[sizes[i]], '\0');
-            for (size_t j = 0; j < sizes[i]; j++)
-                if (body->str[j] != body_byte(i, j))
-                    ck_abort_msg("entry %zu byte %zu", i, j);
-            continue;
-        }
-        char want[128];
-        tm_snprintf(want, sizeof want,
-                    TM_REDIS_OVERSIZE "body of %zu bytes exceeds "
-                    "max_payload of %zu", sizes[i], limit);
-        ck_assert_str_eq(body->str, want);
-    }
-    ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_NIL);
-    ck_assert_int_eq(r->element[2]->integer, 42);
-}
 
 /* read_in_arena reads resp through a filter with an arena, as feed_socket
  * feeds it, and checks the reply. */
