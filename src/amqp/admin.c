@@ -180,9 +180,11 @@ static int cli_publish(struct tm_amqp_broker *ab, const char *rk,
         w = &own;
     }
     amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
-    int rc = sym_amqp_basic_publish(ab->cli, TM_AMQP_CLI_PUB, TM_AMQP_EMPTY_BYTES,
-                                sym_amqp_cstring_bytes(rk), /* mandatory = */ 1,
-                                /* immediate = */ 0, props, b);
+    int rc = sym_amqp_basic_publish(ab->cli, TM_AMQP_CLI_PUB,
+                                    TM_AMQP_EMPTY_BYTES,
+                                    sym_amqp_cstring_bytes(rk),
+                                    /* mandatory = */ 1,
+                                    /* immediate = */ 0, props, b);
     if (rc != AMQP_STATUS_OK) {
         tm_broker_set_error(&ab->base, EIO, "basic.publish to '%s': %s", rk,
                             sym_amqp_error_string2(rc));
@@ -535,7 +537,7 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
     }
     if (rc == 0 && last != 0 &&
         sym_amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, last, /* multiple = */ 1,
-                        /* requeue = */ 1) != AMQP_STATUS_OK) {
+                            /* requeue = */ 1) != AMQP_STATUS_OK) {
         tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
                             t->dead_letter);
         rc = -1;
@@ -636,8 +638,8 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
             break;
     }
     if (kept != 0 && sym_amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, kept,
-                                     /* multiple = */ 1,
-                                     /* requeue = */ 1) != AMQP_STATUS_OK) {
+                                         /* multiple = */ 1,
+                                         /* requeue = */ 1) != AMQP_STATUS_OK) {
         tm_broker_set_error(&ab->base, EIO, "basic.nack on '%s' failed",
                             t->dead_letter);
         cli_lost(ab);

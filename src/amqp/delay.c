@@ -105,9 +105,10 @@ static int delay_declare(struct tm_amqp_publisher *pc,
     }
     assert(n <= (int)(sizeof e / sizeof e[0]));
     amqp_table_t tbl = {.num_entries = n, .entries = e};
-    sym_amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN, sym_amqp_cstring_bytes(name),
-                       /* passive = */ 0, /* durable = */ 1,
-                       /* exclusive = */ 0, /* auto_delete = */ 0, tbl);
+    sym_amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN,
+                           sym_amqp_cstring_bytes(name), /* passive = */ 0,
+                           /* durable = */ 1, /* exclusive = */ 0,
+                           /* auto_delete = */ 0, tbl);
     amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(pc->conn);
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return 0;

@@ -123,7 +123,7 @@ static int start_consumer(const struct tm_amqp_task *at,
     const struct tm_cfg_task *t = at->cfg;
     char eb[256], tag[TM_AMQP_SHORTSTR_MAX + 1];
     sym_amqp_basic_qos(c, TM_AMQP_CH_CONSUME, /* prefetch_size = */ 0,
-                   (uint16_t)t->prefetch, /* global = */ 0);
+                       (uint16_t)t->prefetch, /* global = */ 0);
     amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_snprintf(buf, size, "basic.qos: %s",
@@ -545,7 +545,7 @@ static int reject_oversized(struct tm_amqp_task *at,
                  "bytes); dead-lettered unread", d->body_len,
                  at->cfg->max_payload);
     if (sym_amqp_basic_reject(at->conn, TM_AMQP_CH_CONSUME, d->tag,
-                          /* requeue = */ 0) != AMQP_STATUS_OK) {
+                              /* requeue = */ 0) != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.reject failed");
         return -1;
     }
@@ -611,7 +611,8 @@ int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
                nabove < ack_quarter(at);
     int rc = AMQP_STATUS_OK;
     if (multi > 0)
-        rc = sym_amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi, /* multiple = */ 1);
+        rc = sym_amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi,
+                                /* multiple = */ 1);
     size_t kept = 0;
     for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++) {
         if (k->held[i] <= k->floor)
@@ -662,8 +663,8 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
         return;
     for (size_t i = 0; i < nn; i++) {
         if (sym_amqp_basic_nack(c, TM_AMQP_CH_CONSUME, nacks[i],
-                            /* multiple = */ 0,
-                            /* requeue = */ 1) != AMQP_STATUS_OK) {
+                                /* multiple = */ 0,
+                                /* requeue = */ 1) != AMQP_STATUS_OK) {
             tm_snprintf(at->errstr, sizeof at->errstr, "basic.nack failed");
             *err = 1;
             return;
@@ -713,8 +714,8 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
     cancel.consumer_tag = sym_amqp_cstring_bytes(at->consumer_tag);
     cancel.nowait = 1;
     if (sym_amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
-                         AMQP_BASIC_CANCEL_METHOD,
-                         &cancel) != AMQP_STATUS_OK) {
+                             AMQP_BASIC_CANCEL_METHOD,
+                             &cancel) != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.cancel failed");
         return -1;
     }

@@ -71,9 +71,10 @@ static int pause_read(amqp_connection_state_t c, amqp_channel_t ch,
     }
     amqp_table_t args = {.num_entries = n, .entries = e};
     amqp_queue_declare_ok_t *ok =
-        sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(name), /* passive = */ 0,
-                           /* durable = */ 1, /* exclusive = */ 0,
-                           /* auto_delete = */ 0, args);
+        sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(name),
+                               /* passive = */ 0, /* durable = */ 1,
+                               /* exclusive = */ 0, /* auto_delete = */ 0,
+                               args);
     amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
     if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_snprintf(buf, size, "queue.declare '%s': %s", name,
@@ -174,8 +175,8 @@ int tm_amqp_pause_apply(struct tm_amqp_task *at)
                 cancel.consumer_tag = sym_amqp_cstring_bytes(at->consumer_tag);
                 cancel.nowait = 1;
                 if (sym_amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
-                                     AMQP_BASIC_CANCEL_METHOD,
-                                     &cancel) != AMQP_STATUS_OK) {
+                                         AMQP_BASIC_CANCEL_METHOD,
+                                         &cancel) != AMQP_STATUS_OK) {
                     tm_snprintf(at->errstr, sizeof at->errstr,
                                 "basic.cancel failed");
                     return -1;
@@ -276,9 +277,11 @@ static int pause_write(amqp_connection_state_t c, amqp_channel_t ch,
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
     p.delivery_mode = 2; /* persistent */
     p.content_type = sym_amqp_cstring_bytes("application/json");
-    if (sym_amqp_basic_publish(c, ch, TM_AMQP_EMPTY_BYTES, sym_amqp_cstring_bytes(name),
-                           /* mandatory = */ 0, /* immediate = */ 0, &p,
-                           sym_amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
+    if (sym_amqp_basic_publish(c, ch, TM_AMQP_EMPTY_BYTES,
+                               sym_amqp_cstring_bytes(name),
+                               /* mandatory = */ 0, /* immediate = */ 0, &p,
+                               sym_amqp_cstring_bytes(body)) !=
+        AMQP_STATUS_OK) {
         tm_snprintf(buf, size, "basic.publish to '%s' failed", name);
         return -1;
     }

@@ -144,7 +144,8 @@ uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
                                 /* immediate = */ 0, props, b);
     if (rc != AMQP_STATUS_OK) {
         tm_snprintf(pc->errstr, sizeof pc->errstr,
-                    "basic.publish to '%s': %s", rk, sym_amqp_error_string2(rc));
+                    "basic.publish to '%s': %s", rk,
+                    sym_amqp_error_string2(rc));
         return 0;
     }
     return p->next_seq++;

@@ -26,7 +26,8 @@
 /* rabbitmq-c's amqp_empty_bytes and amqp_empty_table: zero length, no
  * data */
 #define TM_AMQP_EMPTY_BYTES ((amqp_bytes_t){ .len = 0, .bytes = NULL })
-#define TM_AMQP_EMPTY_TABLE ((amqp_table_t){ .num_entries = 0, .entries = NULL })
+#define TM_AMQP_EMPTY_TABLE \
+    ((amqp_table_t){ .num_entries = 0, .entries = NULL })
 
 TM_DLSYM_PROTOTYPE(empty_amqp_pool);
 TM_DLSYM_PROTOTYPE(init_amqp_pool);

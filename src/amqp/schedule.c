@@ -134,9 +134,10 @@ static int publish_state(struct tm_amqp_sched *as, const char *queue,
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
     p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
     p.content_type = sym_amqp_cstring_bytes("text/plain");
-    int rc = sym_amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD, TM_AMQP_EMPTY_BYTES,
-                                sym_amqp_cstring_bytes(queue), 0, 0, &p,
-                                sym_amqp_cstring_bytes(body));
+    int rc = sym_amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD,
+                                    TM_AMQP_EMPTY_BYTES,
+                                    sym_amqp_cstring_bytes(queue), 0, 0, &p,
+                                    sym_amqp_cstring_bytes(body));
     if (rc != AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedules: publish to '%s': %s",
                                queue, sym_amqp_error_string2(rc));
@@ -170,7 +171,8 @@ static int take_state(struct tm_amqp_sched *as, struct lock *l,
     }
     if (drop == 0)
         return 0;
-    if (sym_amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, drop, 0) != AMQP_STATUS_OK) {
+    if (sym_amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, drop, 0) !=
+        AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedules: ack failed");
         return -1;
     }
@@ -446,9 +448,10 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
     tm_amqp_hdr_i64(&h, "x-slot", slot_ms);
     p._flags |= AMQP_BASIC_HEADERS_FLAG;
     p.headers = tm_amqp_hdr_table(&h);
-    int rc = sym_amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD, TM_AMQP_EMPTY_BYTES,
-                                sym_amqp_cstring_bytes(t->queue), 0, 0, &p,
-                                sym_amqp_cstring_bytes(s->body_json));
+    int rc = sym_amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD,
+                                    TM_AMQP_EMPTY_BYTES,
+                                    sym_amqp_cstring_bytes(t->queue), 0, 0,
+                                    &p, sym_amqp_cstring_bytes(s->body_json));
     tm_free(h.e);
     if (rc != AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedule '%s': publish: %s",

@@ -104,14 +104,15 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
         arg_str(&dargs, "x-queue-type", "quorum");
     amqp_table_t dt = {.num_entries = dargs.n, .entries = dargs.e};
     sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(t->dead_letter),
-                       /* passive = */ 0, /* durable = */ 1,
-                       /* exclusive = */ 0, /* auto_delete = */ 0, dt);
+                           /* passive = */ 0, /* durable = */ 1,
+                           /* exclusive = */ 0, /* auto_delete = */ 0, dt);
     r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
     sym_amqp_queue_bind(c, ch, sym_amqp_cstring_bytes(t->dead_letter),
-                    sym_amqp_cstring_bytes(TM_AMQP_DLX),
-                    sym_amqp_cstring_bytes(t->dead_letter), TM_AMQP_EMPTY_TABLE);
+                        sym_amqp_cstring_bytes(TM_AMQP_DLX),
+                        sym_amqp_cstring_bytes(t->dead_letter),
+                        TM_AMQP_EMPTY_TABLE);
     r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
@@ -131,7 +132,8 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
     }
     quorum_args(&qargs, type);
     amqp_table_t at = {.num_entries = qargs.n, .entries = qargs.e};
-    sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(t->queue), 0, 1, 0, 0, at);
+    sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(t->queue), 0, 1, 0, 0,
+                           at);
     r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;

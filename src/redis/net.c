@@ -195,7 +195,7 @@ static int flush(struct tm_rconn *c, int64_t deadline)
         if (c->ssl != NULL) {
             sym_ERR_clear_error();
             int n = sym_SSL_write(c->ssl, c->out + done,
-                              left > INT32_MAX ? INT32_MAX : (int)left);
+                                  left > INT32_MAX ? INT32_MAX : (int)left);
             if (n > 0)
                 done += (size_t)n;
             else if (ssl_wait(c, n, deadline, "write") != 0)
@@ -310,7 +310,7 @@ static SSL_CTX *tls_context(const struct tm_rconn_opts *o, char *buf,
             goto fail;
         }
         if (sym_SSL_CTX_use_PrivateKey_file(ctx, o->key_file,
-                                        SSL_FILETYPE_PEM) != 1 ||
+                                            SSL_FILETYPE_PEM) != 1 ||
             sym_SSL_CTX_check_private_key(ctx) != 1) {
             ssl_errstr(eb, sizeof eb);
             tm_snprintf(buf, size, "TLS: cannot use key_file %s: %s",
@@ -341,10 +341,11 @@ static int tls_handshake(struct tm_rconn *c, const struct tm_rconn_opts *o,
         goto out;
     }
     c->ssl = ssl;
-    if (!is_ip_literal(name))
+    if (!is_ip_literal(name)) {
         /* SSL_set_tlsext_host_name: a macro over SSL_ctrl */
         sym_SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME,
                      TLSEXT_NAMETYPE_host_name, (void *)name);
+    }
     if (o->verify) {
         X509_VERIFY_PARAM *vp = sym_SSL_get0_param(ssl);
         int ok = is_ip_literal(name)
