@@ -30,9 +30,14 @@
 #define TM_DLSYM_ARG(symbol)                                               \
     { #symbol,                                                             \
       (char *)&sym_##symbol +                                              \
-          0 * sizeof(char[__builtin_types_compatible_p(                    \
-                              __typeof__(sym_##symbol),                    \
-                              __typeof__(&symbol)) ? 1 : -1]),             \
+          0 * sizeof(struct {                                              \
+              _Static_assert(__builtin_types_compatible_p(                 \
+                                 __typeof__(sym_##symbol),                 \
+                                 __typeof__(&symbol)),                     \
+                             "sym_" #symbol " is not of the type of &"     \
+                             #symbol);                                     \
+              char c;                                                      \
+          }),                                                              \
       sizeof sym_##symbol }
 
 struct tm_dlsym {
