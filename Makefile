@@ -50,8 +50,11 @@ REAL_CFLAGS += $(SAN_FLAGS) -fno-sanitize-recover=all -fno-omit-frame-pointer
 REAL_LDFLAGS += $(SAN_FLAGS)
 endif
 
-DEP_PKGS = hiredis librabbitmq libcjson yaml-0.1 libmicrohttpd openssl
-DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) 2>/dev/null)
+# librabbitmq and openssl: headers only; the daemon opens them when a
+# configuration names their broker (src/dlib.h), so it never links them
+DL_PKGS = librabbitmq openssl
+DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd
+DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) $(DL_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)

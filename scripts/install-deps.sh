@@ -49,11 +49,11 @@ BUILD_PACKAGES=(
 	build-essential
 	pkg-config
 	libhiredis-dev
-	librabbitmq-dev
+	librabbitmq-dev # headers; librabbitmq4 is opened when a config needs it
 	libcjson-dev
 	libyaml-dev
 	libmicrohttpd-dev
-	libssl-dev
+	libssl-dev # headers; libssl3 is opened when a config needs it
 	tzdata # the zones of schedules (/usr/share/zoneinfo), read at run time
 )
 # What scripts/demo.sh runs besides the build.

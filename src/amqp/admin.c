@@ -82,12 +82,12 @@ static int cli_wait(struct tm_amqp_broker *ab, int64_t deadline,
         }
         struct timeval tv = tm_amqp_tv_ms(left);
         amqp_frame_t f;
-        int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
+        int rc = sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
         if (rc == AMQP_STATUS_TIMEOUT)
             continue;
         if (rc != AMQP_STATUS_OK) {
             tm_broker_set_error(&ab->base, EIO, "%s",
-                                amqp_error_string2(rc));
+                                sym_amqp_error_string2(rc));
             cli_lost(ab);
             return -1;
         }
@@ -121,7 +121,7 @@ static int cli_wait(struct tm_amqp_broker *ab, int64_t deadline,
         }
         case AMQP_BASIC_DELIVER_METHOD: {
             amqp_message_t msg;
-            amqp_rpc_reply_t r = amqp_read_message(c, f.channel, &msg, 0);
+            amqp_rpc_reply_t r = sym_amqp_read_message(c, f.channel, &msg, 0);
             if (r.reply_type != AMQP_RESPONSE_NORMAL) {
                 char eb[256];
                 tm_broker_set_error(&ab->base, EIO, "reading a reply: %s",
@@ -144,7 +144,7 @@ static int cli_wait(struct tm_amqp_broker *ab, int64_t deadline,
                             o != NULL ? o : "success");
                 tm_free(o);
             }
-            amqp_destroy_message(&msg);
+            sym_amqp_destroy_message(&msg);
             break;
         }
         case AMQP_CHANNEL_CLOSE_METHOD:
@@ -162,7 +162,7 @@ static int cli_wait(struct tm_amqp_broker *ab, int64_t deadline,
         default:
             break;
         }
-        amqp_maybe_release_buffers(c);
+        sym_amqp_maybe_release_buffers(c);
     }
 }
 
@@ -180,12 +180,14 @@ static int cli_publish(struct tm_amqp_broker *ab, const char *rk,
         w = &own;
     }
     amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
-    int rc = amqp_basic_publish(ab->cli, TM_AMQP_CLI_PUB, amqp_empty_bytes,
-                                amqp_cstring_bytes(rk), /* mandatory = */ 1,
-                                /* immediate = */ 0, props, b);
+    int rc = sym_amqp_basic_publish(ab->cli, TM_AMQP_CLI_PUB,
+                                    TM_AMQP_EMPTY_BYTES,
+                                    sym_amqp_cstring_bytes(rk),
+                                    /* mandatory = */ 1,
+                                    /* immediate = */ 0, props, b);
     if (rc != AMQP_STATUS_OK) {
         tm_broker_set_error(&ab->base, EIO, "basic.publish to '%s': %s", rk,
-                            amqp_error_string2(rc));
+                            sym_amqp_error_string2(rc));
         cli_lost(ab);
         return -1;
     }
@@ -218,16 +220,16 @@ static void pub_headers(amqp_basic_properties_t *p, amqp_table_entry_t h[2],
     int n = 0;
     memset(h, 0, 2 * sizeof *h);
     if (due_ms > 0) {
-        h[n].key = amqp_cstring_bytes("x-not-before");
+        h[n].key = sym_amqp_cstring_bytes("x-not-before");
         h[n].value.kind = AMQP_FIELD_KIND_I64;
         h[n].value.value.i64 = due_ms;
         n++;
     }
     const char *dk = tm_pub_dedup_key(pub);
     if (dk != NULL) {
-        h[n].key = amqp_cstring_bytes("x-dedup-key");
+        h[n].key = sym_amqp_cstring_bytes("x-dedup-key");
         h[n].value.kind = AMQP_FIELD_KIND_UTF8;
-        h[n].value.value.bytes = amqp_cstring_bytes(dk);
+        h[n].value.value.bytes = sym_amqp_cstring_bytes(dk);
         n++;
     }
     if (n > 0) {
@@ -296,11 +298,11 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
         id[0] = '\0';
     if (cli_declare(ab, t) != 0)
         return -1;
-    amqp_queue_declare_ok_t *q = amqp_queue_declare(
-        ab->cli, TM_AMQP_CLI_GET, amqp_empty_bytes, /* passive = */ 0,
+    amqp_queue_declare_ok_t *q = sym_amqp_queue_declare(
+        ab->cli, TM_AMQP_CLI_GET, TM_AMQP_EMPTY_BYTES, /* passive = */ 0,
         /* durable = */ 0, /* exclusive = */ 1, /* auto_delete = */ 1,
-        amqp_empty_table);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->cli);
+        TM_AMQP_EMPTY_TABLE);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(ab->cli);
     if (q == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_broker_set_error(b, EIO, "declaring a reply queue: %s",
                             tm_amqp_strerror(r, eb, sizeof eb));
@@ -308,11 +310,11 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
         return -1;
     }
     char *rq = tm_amqp_bytes_dup(q->queue);
-    amqp_basic_consume(ab->cli, TM_AMQP_CLI_GET, amqp_cstring_bytes(rq),
-                       amqp_empty_bytes, /* no_local = */ 0,
+    sym_amqp_basic_consume(ab->cli, TM_AMQP_CLI_GET, sym_amqp_cstring_bytes(rq),
+                       TM_AMQP_EMPTY_BYTES, /* no_local = */ 0,
                        /* no_ack = */ 1, /* exclusive = */ 1,
-                       amqp_empty_table);
-    r = amqp_get_rpc_reply(ab->cli);
+                       TM_AMQP_EMPTY_TABLE);
+    r = sym_amqp_get_rpc_reply(ab->cli);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_broker_set_error(b, EIO, "consuming the reply queue: %s",
                             tm_amqp_strerror(r, eb, sizeof eb));
@@ -327,8 +329,8 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
     amqp_table_entry_t h[2];
     pub_headers(&p, h, pub, 0);
     p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG;
-    p.reply_to = amqp_cstring_bytes(rq);
-    p.correlation_id = amqp_cstring_bytes(uuid);
+    p.reply_to = sym_amqp_cstring_bytes(rq);
+    p.correlation_id = sym_amqp_cstring_bytes(uuid);
     struct cli_wait w;
     memset(&w, 0, sizeof w);
     w.corr = uuid;
@@ -369,8 +371,8 @@ static int dlq_get(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
                    struct dlq_msg *out, long *left)
 {
     char eb[256];
-    amqp_rpc_reply_t r = amqp_basic_get(ab->cli, TM_AMQP_CLI_GET,
-                                        amqp_cstring_bytes(t->dead_letter),
+    amqp_rpc_reply_t r = sym_amqp_basic_get(ab->cli, TM_AMQP_CLI_GET,
+                                        sym_amqp_cstring_bytes(t->dead_letter),
                                         /* no_ack = */ 0);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_broker_set_error(&ab->base, EIO, "basic.get '%s': %s",
@@ -384,7 +386,7 @@ static int dlq_get(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
     const amqp_basic_get_ok_t *ok = r.reply.decoded;
     out->tag = ok->delivery_tag;
     *left = (long)ok->message_count;
-    r = amqp_read_message(ab->cli, TM_AMQP_CLI_GET, &out->msg, 0);
+    r = sym_amqp_read_message(ab->cli, TM_AMQP_CLI_GET, &out->msg, 0);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_broker_set_error(&ab->base, EIO, "reading from '%s': %s",
                             t->dead_letter,
@@ -530,12 +532,12 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
             v = tm_realloc(v, cap * sizeof *v);
         }
         dlq_fill(t, &dm.msg, &v[k++]);
-        amqp_destroy_message(&dm.msg);
-        amqp_maybe_release_buffers(ab->cli);
+        sym_amqp_destroy_message(&dm.msg);
+        sym_amqp_maybe_release_buffers(ab->cli);
     }
     if (rc == 0 && last != 0 &&
-        amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, last, /* multiple = */ 1,
-                        /* requeue = */ 1) != AMQP_STATUS_OK) {
+        sym_amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, last, /* multiple = */ 1,
+                            /* requeue = */ 1) != AMQP_STATUS_OK) {
         tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
                             t->dead_letter);
         rc = -1;
@@ -583,7 +585,7 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
         tm_free(mid);
         if (!match) {
             kept = dm.tag;
-            amqp_destroy_message(&dm.msg);
+            sym_amqp_destroy_message(&dm.msg);
             continue;
         }
         if (replay) {
@@ -607,7 +609,7 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
             p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG |
                         AMQP_BASIC_HEADERS_FLAG |
                         AMQP_BASIC_DELIVERY_MODE_FLAG;
-            p.message_id = amqp_cstring_bytes(origin);
+            p.message_id = sym_amqp_cstring_bytes(origin);
             p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
             struct tm_amqp_hdrs h = {0};
             tm_amqp_hdr_user(&h, oh);
@@ -618,12 +620,12 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
             tm_free(h.e);
             tm_free(origin);
             if (rc != 0) {
-                amqp_destroy_message(&dm.msg);
+                sym_amqp_destroy_message(&dm.msg);
                 return -1;
             }
         }
-        amqp_destroy_message(&dm.msg);
-        if (amqp_basic_ack(ab->cli, TM_AMQP_CLI_GET, dm.tag, 0) !=
+        sym_amqp_destroy_message(&dm.msg);
+        if (sym_amqp_basic_ack(ab->cli, TM_AMQP_CLI_GET, dm.tag, 0) !=
             AMQP_STATUS_OK) {
             tm_broker_set_error(&ab->base, EIO, "basic.ack on '%s' failed",
                                 t->dead_letter);
@@ -631,21 +633,21 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
             return -1;
         }
         done++;
-        amqp_maybe_release_buffers(ab->cli);
+        sym_amqp_maybe_release_buffers(ab->cli);
         if (id != NULL)
             break;
     }
-    if (kept != 0 && amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, kept,
-                                     /* multiple = */ 1,
-                                     /* requeue = */ 1) != AMQP_STATUS_OK) {
+    if (kept != 0 && sym_amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, kept,
+                                         /* multiple = */ 1,
+                                         /* requeue = */ 1) != AMQP_STATUS_OK) {
         tm_broker_set_error(&ab->base, EIO, "basic.nack on '%s' failed",
                             t->dead_letter);
         cli_lost(ab);
         return -1;
     }
     /* a round trip, so that the acks are through before the exit */
-    amqp_basic_qos(ab->cli, TM_AMQP_CLI_GET, 0, 0, 0);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->cli);
+    sym_amqp_basic_qos(ab->cli, TM_AMQP_CLI_GET, 0, 0, 0);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(ab->cli);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         char eb[256];
         tm_broker_set_error(&ab->base, EIO, "%s",
@@ -670,9 +672,9 @@ long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
         return dlq_walk(ab, t, id, 0);
     if (cli_declare(ab, t) != 0)
         return -1;
-    amqp_queue_purge_ok_t *ok = amqp_queue_purge(
-        ab->cli, TM_AMQP_CLI_GET, amqp_cstring_bytes(t->dead_letter));
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->cli);
+    amqp_queue_purge_ok_t *ok = sym_amqp_queue_purge(
+        ab->cli, TM_AMQP_CLI_GET, sym_amqp_cstring_bytes(t->dead_letter));
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(ab->cli);
     if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
         char eb[256];
         tm_broker_set_error(b, EIO, "queue.purge '%s': %s", t->dead_letter,
@@ -689,10 +691,10 @@ static long long depth_count(struct tm_amqp_broker *ab, const char *queue,
                              int *dead)
 {
     char eb[256];
-    amqp_queue_declare_ok_t *ok = amqp_queue_declare(
-        ab->dconn, 1, amqp_cstring_bytes(queue), /* passive = */ 1, 0, 0, 0,
-        amqp_empty_table);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(ab->dconn);
+    amqp_queue_declare_ok_t *ok = sym_amqp_queue_declare(
+        ab->dconn, 1, sym_amqp_cstring_bytes(queue), /* passive = */ 1, 0, 0, 0,
+        TM_AMQP_EMPTY_TABLE);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(ab->dconn);
     if (ok != NULL && r.reply_type == AMQP_RESPONSE_NORMAL)
         return (long long)ok->message_count;
     if (tm_amqp_channel_error(r) &&

@@ -8,13 +8,9 @@
 #include <stdint.h>
 #include <sys/time.h> /* struct timeval: rabbitmq-c timeouts */
 
-/* rabbitmq-c 0.12 moved its headers under rabbitmq-c/; Debian 12 ships
- * 0.11 with the old names. */
-#if defined(__has_include) && __has_include(<rabbitmq-c/amqp.h>)
-#include <rabbitmq-c/amqp.h>
-#else
-#include <amqp.h>
-#endif
+/* rabbitmq-c's headers, and its functions as sym_ pointers: it is opened
+ * the first time a configuration names a RabbitMQ broker */
+#include "amqp/rmq_dl.h"
 
 #include "broker.h"
 

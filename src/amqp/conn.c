@@ -5,18 +5,8 @@
 #include <string.h>
 #include <sys/socket.h> /* shutdown: see tm_amqp_drop */
 
-#if defined(__has_include) && __has_include(<rabbitmq-c/ssl_socket.h>)
-#include <rabbitmq-c/ssl_socket.h>
-#include <rabbitmq-c/tcp_socket.h>
-#else
-#include <amqp_ssl_socket.h>
-#include <amqp_tcp_socket.h>
-#endif
-
-#include <openssl/ssl.h>
-#include <openssl/x509_vfy.h>
-
 #include "config.h"
+#include "ssl_dl.h" /* tls_setup: the verified name on the SSL_CTX */
 #include "util.h"
 
 /* tm_amqp_strerror describes a failed rabbitmq-c call: the library's status,
@@ -32,7 +22,7 @@ const char *tm_amqp_strerror(amqp_rpc_reply_t r, char *buf, size_t size)
         tm_snprintf(buf, size, "no reply from the broker");
         break;
     case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-        tm_snprintf(buf, size, "%s", amqp_error_string2(r.library_error));
+        tm_snprintf(buf, size, "%s", sym_amqp_error_string2(r.library_error));
         break;
     case AMQP_RESPONSE_SERVER_EXCEPTION:
         if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
@@ -47,7 +37,7 @@ const char *tm_amqp_strerror(amqp_rpc_reply_t r, char *buf, size_t size)
                         (const char *)m->reply_text.bytes);
         } else {
             tm_snprintf(buf, size, "unexpected broker method %s",
-                        amqp_method_name(r.reply.id));
+                        sym_amqp_method_name(r.reply.id));
         }
         break;
     }
@@ -81,7 +71,7 @@ int tm_amqp_channel_closed_ok(amqp_connection_state_t c, amqp_channel_t ch)
 {
     amqp_channel_close_ok_t ok;
     memset(&ok, 0, sizeof ok);
-    return amqp_send_method(c, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+    return sym_amqp_send_method(c, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
 }
 
 struct timeval tm_amqp_tv_ms(int64_t ms)
@@ -98,10 +88,10 @@ void tm_amqp_drop(amqp_connection_state_t c)
 {
     if (c == NULL)
         return;
-    int fd = amqp_get_sockfd(c);
+    int fd = sym_amqp_get_sockfd(c);
     if (fd >= 0)
         shutdown(fd, SHUT_RDWR);
-    amqp_destroy_connection(c);
+    sym_amqp_destroy_connection(c);
 }
 
 /* tm_amqp_close closes a connection politely (connection.close), briefly. */
@@ -110,8 +100,8 @@ void tm_amqp_close(amqp_connection_state_t c)
     if (c == NULL)
         return;
     struct timeval tv = tm_amqp_tv_ms(2000);
-    amqp_set_rpc_timeout(c, &tv);
-    amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+    sym_amqp_set_rpc_timeout(c, &tv);
+    sym_amqp_connection_close(c, AMQP_REPLY_SUCCESS);
     tm_amqp_drop(c);
 }
 
@@ -130,13 +120,13 @@ static int tls_setup(amqp_socket_t *s, const struct tm_tls *tls,
     int verify = tls->verify;
     int other_name = verify && tls->server_name != NULL &&
                      strcmp(tls->server_name, u->host) != 0;
-    amqp_ssl_socket_set_verify_peer(s, verify);
-    amqp_ssl_socket_set_verify_hostname(s, verify && !other_name);
+    sym_amqp_ssl_socket_set_verify_peer(s, verify);
+    sym_amqp_ssl_socket_set_verify_hostname(s, verify && !other_name);
     if (other_name) {
-        SSL_CTX *ctx = amqp_ssl_socket_get_context(s);
+        SSL_CTX *ctx = sym_amqp_ssl_socket_get_context(s);
         if (ctx == NULL ||
-            X509_VERIFY_PARAM_set1_host(SSL_CTX_get0_param(ctx),
-                                        tls->server_name, 0) != 1) {
+            sym_X509_VERIFY_PARAM_set1_host(sym_SSL_CTX_get0_param(ctx),
+                                            tls->server_name, 0) != 1) {
             tm_snprintf(buf, size, "%s: cannot set the TLS server name "
                         "'%s'", u->redacted, tls->server_name);
             return -1;
@@ -146,23 +136,23 @@ static int tls_setup(amqp_socket_t *s, const struct tm_tls *tls,
     if (ca == NULL && verify)
         ca = TM_AMQP_CACERT_DEFAULT;
     if (ca != NULL) {
-        int rc = amqp_ssl_socket_set_cacert(s, ca);
+        int rc = sym_amqp_ssl_socket_set_cacert(s, ca);
         if (rc != AMQP_STATUS_OK) {
             tm_snprintf(buf, size, "%s: cannot load the CA certificates %s "
                         "(broker.tls.ca_file): %s", u->redacted, ca,
-                        amqp_error_string2(rc));
+                        sym_amqp_error_string2(rc));
             return -1;
         }
     }
     /* the configuration holds both or neither */
     assert((tls->cert_file == NULL) == (tls->key_file == NULL));
     if (tls->cert_file != NULL) {
-        int rc = amqp_ssl_socket_set_key(s, tls->cert_file, tls->key_file);
+        int rc = sym_amqp_ssl_socket_set_key(s, tls->cert_file, tls->key_file);
         if (rc != AMQP_STATUS_OK) {
             tm_snprintf(buf, size, "%s: cannot load the client certificate "
                         "%s with key %s (broker.tls): %s", u->redacted,
                         tls->cert_file, tls->key_file,
-                        amqp_error_string2(rc));
+                        sym_amqp_error_string2(rc));
             return -1;
         }
     }
@@ -186,14 +176,14 @@ amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
     char eb[256];
     size_t ni = tm_amqp_node(ab);
     const struct tm_url *u = &ab->nodes[ni];
-    amqp_connection_state_t c = amqp_new_connection();
+    amqp_connection_state_t c = sym_amqp_new_connection();
     if (c == NULL) {
         tm_snprintf(buf, size, "%s: out of memory", u->redacted);
         return NULL;
     }
     amqp_socket_t *s;
     if (u->tls) {
-        s = amqp_ssl_socket_new(c);
+        s = sym_amqp_ssl_socket_new(c);
         if (s == NULL) {
             tm_snprintf(buf, size, "%s: cannot create a TLS socket",
                         u->redacted);
@@ -202,7 +192,7 @@ amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
         if (tls_setup(s, &ab->base.cfg->tls, u, buf, size) < 0)
             goto fail;
     } else {
-        s = amqp_tcp_socket_new(c);
+        s = sym_amqp_tcp_socket_new(c);
         if (s == NULL) {
             tm_snprintf(buf, size, "%s: cannot create a socket",
                         u->redacted);
@@ -210,11 +200,11 @@ amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
         }
     }
     struct timeval tv = tm_amqp_tv_ms(TM_AMQP_CONNECT_TIMEOUT_MS);
-    int rc = amqp_socket_open_noblock(s, u->host, u->port, &tv);
+    int rc = sym_amqp_socket_open_noblock(s, u->host, u->port, &tv);
     if (rc != AMQP_STATUS_OK) {
         /* rabbitmq-c keeps no errno for a failed connect */
         tm_snprintf(buf, size, "cannot connect to %s: %s%s", u->redacted,
-                    amqp_error_string2(rc),
+                    sym_amqp_error_string2(rc),
                     rc == AMQP_STATUS_SOCKET_ERROR
                         ? " (refused or unreachable: is RabbitMQ listening "
                           "there?)"
@@ -222,8 +212,8 @@ amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
         goto fail;
     }
     tv = tm_amqp_tv_ms(TM_AMQP_RPC_TIMEOUT_MS);
-    amqp_set_handshake_timeout(c, &tv);
-    amqp_set_rpc_timeout(c, &tv);
+    sym_amqp_set_handshake_timeout(c, &tv);
+    sym_amqp_set_rpc_timeout(c, &tv);
 
     char name[300];
     tm_snprintf(name, sizeof name, "taskmill %s %s",
@@ -233,26 +223,26 @@ amqp_connection_state_t tm_amqp_open(struct tm_amqp_broker *ab,
                                "publisher_confirms"};
     for (int i = 0; i < 3; i++) {
         memset(&caps[i], 0, sizeof caps[i]);
-        caps[i].key = amqp_cstring_bytes(capnames[i]);
+        caps[i].key = sym_amqp_cstring_bytes(capnames[i]);
         caps[i].value.kind = AMQP_FIELD_KIND_BOOLEAN;
         caps[i].value.value.boolean = 1;
     }
     amqp_table_entry_t props[3];
     memset(props, 0, sizeof props);
-    props[0].key = amqp_cstring_bytes("connection_name");
+    props[0].key = sym_amqp_cstring_bytes("connection_name");
     props[0].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[0].value.value.bytes = amqp_cstring_bytes(name);
-    props[1].key = amqp_cstring_bytes("taskmill_version");
+    props[0].value.value.bytes = sym_amqp_cstring_bytes(name);
+    props[1].key = sym_amqp_cstring_bytes("taskmill_version");
     props[1].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[1].value.value.bytes = amqp_cstring_bytes(TM_VERSION);
-    props[2].key = amqp_cstring_bytes("capabilities");
+    props[1].value.value.bytes = sym_amqp_cstring_bytes(TM_VERSION);
+    props[2].key = sym_amqp_cstring_bytes("capabilities");
     props[2].value.kind = AMQP_FIELD_KIND_TABLE;
     props[2].value.value.table.num_entries = 3;
     props[2].value.value.table.entries = caps;
     amqp_table_t ptable = {.num_entries = 3, .entries = props};
     const char *user = u->user != NULL ? u->user : "guest";
     const char *pass = u->password != NULL ? u->password : "guest";
-    amqp_rpc_reply_t r = amqp_login_with_properties(
+    amqp_rpc_reply_t r = sym_amqp_login_with_properties(
         c, u->vhost != NULL ? u->vhost : "/", 0, TM_AMQP_FRAME_MAX, heartbeat,
         &ptable, AMQP_SASL_METHOD_PLAIN, user, pass);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -275,16 +265,16 @@ int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
                       int confirm, char *buf, size_t size)
 {
     char eb[256];
-    amqp_channel_open(c, ch);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+    sym_amqp_channel_open(c, ch);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_snprintf(buf, size, "channel.open: %s",
                     tm_amqp_strerror(r, eb, sizeof eb));
         return -1;
     }
     if (confirm) {
-        amqp_confirm_select(c, ch);
-        r = amqp_get_rpc_reply(c);
+        sym_amqp_confirm_select(c, ch);
+        r = sym_amqp_get_rpc_reply(c);
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             tm_snprintf(buf, size, "confirm.select: %s",
                         tm_amqp_strerror(r, eb, sizeof eb));

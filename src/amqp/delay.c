@@ -81,34 +81,35 @@ static int delay_declare(struct tm_amqp_publisher *pc,
     amqp_table_entry_t e[6];
     int n = 0;
     memset(e, 0, sizeof e);
-    e[n].key = amqp_cstring_bytes("x-dead-letter-exchange");
+    e[n].key = sym_amqp_cstring_bytes("x-dead-letter-exchange");
     e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[n++].value.value.bytes = amqp_cstring_bytes("");
-    e[n].key = amqp_cstring_bytes("x-dead-letter-routing-key");
+    e[n++].value.value.bytes = sym_amqp_cstring_bytes("");
+    e[n].key = sym_amqp_cstring_bytes("x-dead-letter-routing-key");
     e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[n++].value.value.bytes = amqp_cstring_bytes(t->queue);
-    e[n].key = amqp_cstring_bytes("x-message-ttl");
+    e[n++].value.value.bytes = sym_amqp_cstring_bytes(t->queue);
+    e[n].key = sym_amqp_cstring_bytes("x-message-ttl");
     e[n].value.kind = AMQP_FIELD_KIND_I64;
     e[n++].value.value.i64 = ms;
     if (pc->ab->base.cfg->amqp_queue_type == TM_AMQP_QUORUM) {
         /* at-least-once dead-lettering: kept until the task queue has
          * it (needs reject-publish) */
-        e[n].key = amqp_cstring_bytes("x-queue-type");
+        e[n].key = sym_amqp_cstring_bytes("x-queue-type");
         e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[n++].value.value.bytes = amqp_cstring_bytes("quorum");
-        e[n].key = amqp_cstring_bytes("x-dead-letter-strategy");
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("quorum");
+        e[n].key = sym_amqp_cstring_bytes("x-dead-letter-strategy");
         e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[n++].value.value.bytes = amqp_cstring_bytes("at-least-once");
-        e[n].key = amqp_cstring_bytes("x-overflow");
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("at-least-once");
+        e[n].key = sym_amqp_cstring_bytes("x-overflow");
         e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[n++].value.value.bytes = amqp_cstring_bytes("reject-publish");
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("reject-publish");
     }
     assert(n <= (int)(sizeof e / sizeof e[0]));
     amqp_table_t tbl = {.num_entries = n, .entries = e};
-    amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN, amqp_cstring_bytes(name),
-                       /* passive = */ 0, /* durable = */ 1,
-                       /* exclusive = */ 0, /* auto_delete = */ 0, tbl);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(pc->conn);
+    sym_amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN,
+                           sym_amqp_cstring_bytes(name), /* passive = */ 0,
+                           /* durable = */ 1, /* exclusive = */ 0,
+                           /* auto_delete = */ 0, tbl);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(pc->conn);
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return 0;
     tm_snprintf(buf, size, "delay queue '%s' cannot be declared: %s", name,

@@ -17,7 +17,7 @@ void tm_amqp_delivery_free(struct tm_amqp_delivery *d)
     if (d == NULL)
         return;
     if (d->has_pool)
-        empty_amqp_pool(&d->pool);
+        sym_empty_amqp_pool(&d->pool);
     tm_free(d);
 }
 
@@ -122,9 +122,9 @@ static int start_consumer(const struct tm_amqp_task *at,
 {
     const struct tm_cfg_task *t = at->cfg;
     char eb[256], tag[TM_AMQP_SHORTSTR_MAX + 1];
-    amqp_basic_qos(c, TM_AMQP_CH_CONSUME, /* prefetch_size = */ 0,
-                   (uint16_t)t->prefetch, /* global = */ 0);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+    sym_amqp_basic_qos(c, TM_AMQP_CH_CONSUME, /* prefetch_size = */ 0,
+                       (uint16_t)t->prefetch, /* global = */ 0);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_snprintf(buf, size, "basic.qos: %s",
                     tm_amqp_strerror(r, eb, sizeof eb));
@@ -133,11 +133,11 @@ static int start_consumer(const struct tm_amqp_task *at,
     tm_snprintf(tag, sizeof tag, "taskmill.%s.%s.%llu",
                 at->ab->base.cfg->instance ? at->ab->base.cfg->instance : "",
                 t->name, (unsigned long long)tm_rand64() % 1000000);
-    amqp_basic_consume_ok_t *ok = amqp_basic_consume(
-        c, TM_AMQP_CH_CONSUME, amqp_cstring_bytes(t->queue),
-        amqp_cstring_bytes(tag), /* no_local = */ 0, /* no_ack = */ 0,
-        /* exclusive = */ 0, amqp_empty_table);
-    r = amqp_get_rpc_reply(c);
+    amqp_basic_consume_ok_t *ok = sym_amqp_basic_consume(
+        c, TM_AMQP_CH_CONSUME, sym_amqp_cstring_bytes(t->queue),
+        sym_amqp_cstring_bytes(tag), /* no_local = */ 0, /* no_ack = */ 0,
+        /* exclusive = */ 0, TM_AMQP_EMPTY_TABLE);
+    r = sym_amqp_get_rpc_reply(c);
     if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_snprintf(buf, size, "basic.consume '%s': %s", t->queue,
                     tm_amqp_strerror(r, eb, sizeof eb));
@@ -304,9 +304,9 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
     }
     long long runs = 0, redeliveries = 0;
     if ((p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.num_entries > 0) {
-        init_amqp_pool(&d->pool, 1024);
+        sym_init_amqp_pool(&d->pool, 1024);
         d->has_pool = 1;
-        if (amqp_table_clone(&p->headers, &d->headers, &d->pool) !=
+        if (sym_amqp_table_clone(&p->headers, &d->headers, &d->pool) !=
             AMQP_STATUS_OK)
             memset(&d->headers, 0, sizeof d->headers);
         /* x-attempts: runs so far (set by retries); x-delivery-count:
@@ -381,7 +381,7 @@ static int on_method(struct tm_amqp_task *at, amqp_channel_t ch,
                     (const char *)x->reply_text.bytes);
         amqp_connection_close_ok_t ok;
         memset(&ok, 0, sizeof ok);
-        amqp_send_method(at->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        sym_amqp_send_method(at->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
         return -1;
     }
     case AMQP_CHANNEL_CLOSE_METHOD: {
@@ -457,7 +457,7 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
  * of c that was read from the socket already. */
 static int nothing_buffered(amqp_connection_state_t c)
 {
-    return amqp_data_in_buffer(c) == 0 && amqp_frames_enqueued(c) == 0;
+    return sym_amqp_data_in_buffer(c) == 0 && sym_amqp_frames_enqueued(c) == 0;
 }
 
 /*
@@ -478,12 +478,12 @@ static int pump(struct tm_amqp_task *at)
             break;
         amqp_frame_t f;
         struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
-        int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
+        int rc = sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
         if (rc == AMQP_STATUS_TIMEOUT)
             break;
         if (rc != AMQP_STATUS_OK) {
             tm_snprintf(at->errstr, sizeof at->errstr, "%s",
-                        amqp_error_string2(rc));
+                        sym_amqp_error_string2(rc));
             return -1;
         }
         int body = f.frame_type == AMQP_FRAME_BODY;
@@ -493,9 +493,9 @@ static int pump(struct tm_amqp_task *at)
         /* a body frame is copied or dropped by now: its buffer goes back
          * at once, so that a large body never piles up in rabbitmq-c */
         if (body)
-            amqp_maybe_release_buffers_on_channel(c, ch);
+            sym_amqp_maybe_release_buffers_on_channel(c, ch);
     }
-    amqp_maybe_release_buffers(c);
+    sym_amqp_maybe_release_buffers(c);
     return 0;
 }
 
@@ -544,8 +544,8 @@ static int reject_oversized(struct tm_amqp_task *at,
                  "invalid: body of %zu bytes exceeds max_payload (%zu "
                  "bytes); dead-lettered unread", d->body_len,
                  at->cfg->max_payload);
-    if (amqp_basic_reject(at->conn, TM_AMQP_CH_CONSUME, d->tag,
-                          /* requeue = */ 0) != AMQP_STATUS_OK) {
+    if (sym_amqp_basic_reject(at->conn, TM_AMQP_CH_CONSUME, d->tag,
+                              /* requeue = */ 0) != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.reject failed");
         return -1;
     }
@@ -611,7 +611,8 @@ int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
                nabove < ack_quarter(at);
     int rc = AMQP_STATUS_OK;
     if (multi > 0)
-        rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi, /* multiple = */ 1);
+        rc = sym_amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi,
+                                /* multiple = */ 1);
     size_t kept = 0;
     for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++) {
         if (k->held[i] <= k->floor)
@@ -619,12 +620,12 @@ int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
         if (keep)
             k->held[kept++] = k->held[i];
         else
-            rc = amqp_basic_ack(c, TM_AMQP_CH_CONSUME, k->held[i], 0);
+            rc = sym_amqp_basic_ack(c, TM_AMQP_CH_CONSUME, k->held[i], 0);
     }
     k->nheld = rc == AMQP_STATUS_OK ? kept : 0;
     if (rc != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.ack: %s",
-                    amqp_error_string2(rc));
+                    sym_amqp_error_string2(rc));
         return -1;
     }
     return 0;
@@ -661,9 +662,9 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
     if (c == NULL || na + nn == 0)
         return;
     for (size_t i = 0; i < nn; i++) {
-        if (amqp_basic_nack(c, TM_AMQP_CH_CONSUME, nacks[i],
-                            /* multiple = */ 0,
-                            /* requeue = */ 1) != AMQP_STATUS_OK) {
+        if (sym_amqp_basic_nack(c, TM_AMQP_CH_CONSUME, nacks[i],
+                                /* multiple = */ 0,
+                                /* requeue = */ 1) != AMQP_STATUS_OK) {
             tm_snprintf(at->errstr, sizeof at->errstr, "basic.nack failed");
             *err = 1;
             return;
@@ -710,11 +711,11 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
     at->stopped = 1;
     amqp_basic_cancel_t cancel;
     memset(&cancel, 0, sizeof cancel);
-    cancel.consumer_tag = amqp_cstring_bytes(at->consumer_tag);
+    cancel.consumer_tag = sym_amqp_cstring_bytes(at->consumer_tag);
     cancel.nowait = 1;
-    if (amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
-                         AMQP_BASIC_CANCEL_METHOD,
-                         &cancel) != AMQP_STATUS_OK) {
+    if (sym_amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
+                             AMQP_BASIC_CANCEL_METHOD,
+                             &cancel) != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.cancel failed");
         return -1;
     }
@@ -791,7 +792,7 @@ static void set_lowat(struct tm_amqp_task *at, size_t k)
     if (on == at->lowat || at->conn == NULL)
         return;
     int bytes = on ? TM_AMQP_LOWAT_BYTES : 1;
-    if (setsockopt(amqp_get_sockfd(at->conn), SOL_SOCKET, SO_RCVLOWAT,
+    if (setsockopt(sym_amqp_get_sockfd(at->conn), SOL_SOCKET, SO_RCVLOWAT,
                    &bytes, sizeof bytes) == 0 || !on)
         at->lowat = on;
 }
@@ -893,7 +894,7 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
         if (at->lowat && wait > TM_AMQP_LOWAT_WAIT_MS)
             wait = TM_AMQP_LOWAT_WAIT_MS;
         struct pollfd p[2] = {
-            {.fd = amqp_get_sockfd(at->conn), .events = POLLIN},
+            {.fd = sym_amqp_get_sockfd(at->conn), .events = POLLIN},
             {.fd = at->efd, .events = POLLIN},
         };
         at->polling = 1;

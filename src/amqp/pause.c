@@ -58,23 +58,24 @@ static int pause_read(amqp_connection_state_t c, amqp_channel_t ch,
     }
     amqp_table_entry_t e[3];
     int n = 0;
-    e[n].key = amqp_cstring_bytes("x-max-length");
+    e[n].key = sym_amqp_cstring_bytes("x-max-length");
     e[n].value.kind = AMQP_FIELD_KIND_I64;
     e[n++].value.value.i64 = 1;
-    e[n].key = amqp_cstring_bytes("x-overflow");
+    e[n].key = sym_amqp_cstring_bytes("x-overflow");
     e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[n++].value.value.bytes = amqp_cstring_bytes("drop-head");
+    e[n++].value.value.bytes = sym_amqp_cstring_bytes("drop-head");
     if (ab->base.cfg->amqp_queue_type == TM_AMQP_QUORUM) {
-        e[n].key = amqp_cstring_bytes("x-queue-type");
+        e[n].key = sym_amqp_cstring_bytes("x-queue-type");
         e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[n++].value.value.bytes = amqp_cstring_bytes("quorum");
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("quorum");
     }
     amqp_table_t args = {.num_entries = n, .entries = e};
     amqp_queue_declare_ok_t *ok =
-        amqp_queue_declare(c, ch, amqp_cstring_bytes(name), /* passive = */ 0,
-                           /* durable = */ 1, /* exclusive = */ 0,
-                           /* auto_delete = */ 0, args);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+        sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(name),
+                               /* passive = */ 0, /* durable = */ 1,
+                               /* exclusive = */ 0, /* auto_delete = */ 0,
+                               args);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
     if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
         tm_snprintf(buf, size, "queue.declare '%s': %s", name,
                     tm_amqp_strerror(r, eb, sizeof eb));
@@ -171,11 +172,11 @@ int tm_amqp_pause_apply(struct tm_amqp_task *at)
             if (!at->stopped) {
                 amqp_basic_cancel_t cancel;
                 memset(&cancel, 0, sizeof cancel);
-                cancel.consumer_tag = amqp_cstring_bytes(at->consumer_tag);
+                cancel.consumer_tag = sym_amqp_cstring_bytes(at->consumer_tag);
                 cancel.nowait = 1;
-                if (amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
-                                     AMQP_BASIC_CANCEL_METHOD,
-                                     &cancel) != AMQP_STATUS_OK) {
+                if (sym_amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
+                                         AMQP_BASIC_CANCEL_METHOD,
+                                         &cancel) != AMQP_STATUS_OK) {
                     tm_snprintf(at->errstr, sizeof at->errstr,
                                 "basic.cancel failed");
                     return -1;
@@ -216,11 +217,11 @@ static int wait_confirm(amqp_connection_state_t c, amqp_channel_t ch,
         }
         struct timeval tv = tm_amqp_tv_ms(left);
         amqp_frame_t f;
-        int rc = amqp_simple_wait_frame_noblock(c, &f, &tv);
+        int rc = sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
         if (rc == AMQP_STATUS_TIMEOUT)
             continue;
         if (rc != AMQP_STATUS_OK) {
-            tm_snprintf(buf, size, "%s", amqp_error_string2(rc));
+            tm_snprintf(buf, size, "%s", sym_amqp_error_string2(rc));
             return -1;
         }
         if (f.frame_type != AMQP_FRAME_METHOD || f.channel != ch)
@@ -259,8 +260,8 @@ static int pause_write(amqp_connection_state_t c, amqp_channel_t ch,
     pause_queue(t, name, sizeof name);
     if (!paused) {
         amqp_queue_purge_ok_t *ok =
-            amqp_queue_purge(c, ch, amqp_cstring_bytes(name));
-        amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+            sym_amqp_queue_purge(c, ch, sym_amqp_cstring_bytes(name));
+        amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
         if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
             tm_snprintf(buf, size, "queue.purge '%s': %s", name,
                         tm_amqp_strerror(r, eb, sizeof eb));
@@ -275,10 +276,12 @@ static int pause_write(amqp_connection_state_t c, amqp_channel_t ch,
     memset(&p, 0, sizeof p);
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
     p.delivery_mode = 2; /* persistent */
-    p.content_type = amqp_cstring_bytes("application/json");
-    if (amqp_basic_publish(c, ch, amqp_empty_bytes, amqp_cstring_bytes(name),
-                           /* mandatory = */ 0, /* immediate = */ 0, &p,
-                           amqp_cstring_bytes(body)) != AMQP_STATUS_OK) {
+    p.content_type = sym_amqp_cstring_bytes("application/json");
+    if (sym_amqp_basic_publish(c, ch, TM_AMQP_EMPTY_BYTES,
+                               sym_amqp_cstring_bytes(name),
+                               /* mandatory = */ 0, /* immediate = */ 0, &p,
+                               sym_amqp_cstring_bytes(body)) !=
+        AMQP_STATUS_OK) {
         tm_snprintf(buf, size, "basic.publish to '%s' failed", name);
         return -1;
     }

@@ -11,7 +11,7 @@
 
 amqp_bytes_t tm_amqp_bytes_of(const char *s)
 {
-    return amqp_cstring_bytes(s != NULL ? s : "");
+    return sym_amqp_cstring_bytes(s != NULL ? s : "");
 }
 
 char *tm_amqp_bytes_dup(amqp_bytes_t b)
@@ -136,7 +136,7 @@ static amqp_table_entry_t *hdr_add(struct tm_amqp_hdrs *h, const char *key)
     }
     amqp_table_entry_t *e = &h->e[h->n++];
     memset(e, 0, sizeof *e);
-    e->key = amqp_cstring_bytes(key);
+    e->key = sym_amqp_cstring_bytes(key);
     return e;
 }
 
@@ -212,11 +212,11 @@ void tm_amqp_new_message_props(amqp_basic_properties_t *p,
     p->_flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                 AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
                 AMQP_BASIC_APP_ID_FLAG;
-    p->content_type = amqp_cstring_bytes("application/json");
+    p->content_type = sym_amqp_cstring_bytes("application/json");
     p->delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    p->message_id = amqp_cstring_bytes(id);
+    p->message_id = sym_amqp_cstring_bytes(id);
     p->timestamp = (uint64_t)(tm_wall_ms() / 1000);
-    p->app_id = amqp_cstring_bytes("taskmill");
+    p->app_id = sym_amqp_cstring_bytes("taskmill");
     if (priority < 0 && t->max_priority > 0)
         priority = t->priority;
     if (priority >= 0) {

@@ -139,12 +139,13 @@ uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
                           const char *body, size_t len, int mandatory)
 {
     amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
-    int rc = amqp_basic_publish(pc->conn, p->ch, amqp_empty_bytes,
-                                amqp_cstring_bytes(rk), mandatory,
+    int rc = sym_amqp_basic_publish(pc->conn, p->ch, TM_AMQP_EMPTY_BYTES,
+                                sym_amqp_cstring_bytes(rk), mandatory,
                                 /* immediate = */ 0, props, b);
     if (rc != AMQP_STATUS_OK) {
         tm_snprintf(pc->errstr, sizeof pc->errstr,
-                    "basic.publish to '%s': %s", rk, amqp_error_string2(rc));
+                    "basic.publish to '%s': %s", rk,
+                    sym_amqp_error_string2(rc));
         return 0;
     }
     return p->next_seq++;
@@ -209,7 +210,7 @@ static int on_method(struct tm_amqp_publisher *pc, amqp_channel_t ch,
                     (const char *)x->reply_text.bytes);
         amqp_connection_close_ok_t ok;
         memset(&ok, 0, sizeof ok);
-        amqp_send_method(pc->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        sym_amqp_send_method(pc->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
         return -1;
     }
     case AMQP_CONNECTION_BLOCKED_METHOD: {
@@ -315,18 +316,18 @@ static int pump(struct tm_amqp_publisher *pc)
     for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
         amqp_frame_t f;
         struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
-        int rc = amqp_simple_wait_frame_noblock(pc->conn, &f, &tv);
+        int rc = sym_amqp_simple_wait_frame_noblock(pc->conn, &f, &tv);
         if (rc == AMQP_STATUS_TIMEOUT)
             break;
         if (rc != AMQP_STATUS_OK) {
             tm_snprintf(pc->errstr, sizeof pc->errstr, "%s",
-                        amqp_error_string2(rc));
+                        sym_amqp_error_string2(rc));
             return -1;
         }
         if (on_frame(pc, &f) != 0)
             return -1;
     }
-    amqp_maybe_release_buffers(pc->conn);
+    sym_amqp_maybe_release_buffers(pc->conn);
     return 0;
 }
 
@@ -510,7 +511,7 @@ void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
                         TM_AMQP_CONFIRM_TIMEOUT_MS / 1000);
             goto lost;
         }
-        struct pollfd p = {.fd = amqp_get_sockfd(pc->conn),
+        struct pollfd p = {.fd = sym_amqp_get_sockfd(pc->conn),
                            .events = POLLIN};
         if (poll(&p, 1, (int)(left < 1000 ? left : 1000)) < 0) {
             /* EINTR: the loop reads and checks again */

@@ -115,8 +115,8 @@ static int64_t parse_slot(amqp_bytes_t b)
 /* commit ends the channel's transaction. */
 static int commit(struct tm_amqp_sched *as)
 {
-    amqp_tx_commit(as->c, TM_AMQP_SCH_LEAD);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(as->c);
+    sym_amqp_tx_commit(as->c, TM_AMQP_SCH_LEAD);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(as->c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         return fail(as, "tx.commit", r);
     return 0;
@@ -133,13 +133,14 @@ static int publish_state(struct tm_amqp_sched *as, const char *queue,
     memset(&p, 0, sizeof p);
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
     p.delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    p.content_type = amqp_cstring_bytes("text/plain");
-    int rc = amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD, amqp_empty_bytes,
-                                amqp_cstring_bytes(queue), 0, 0, &p,
-                                amqp_cstring_bytes(body));
+    p.content_type = sym_amqp_cstring_bytes("text/plain");
+    int rc = sym_amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD,
+                                    TM_AMQP_EMPTY_BYTES,
+                                    sym_amqp_cstring_bytes(queue), 0, 0, &p,
+                                    sym_amqp_cstring_bytes(body));
     if (rc != AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedules: publish to '%s': %s",
-                               queue, amqp_error_string2(rc));
+                               queue, sym_amqp_error_string2(rc));
         return -1;
     }
     return 0;
@@ -170,7 +171,8 @@ static int take_state(struct tm_amqp_sched *as, struct lock *l,
     }
     if (drop == 0)
         return 0;
-    if (amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, drop, 0) != AMQP_STATUS_OK) {
+    if (sym_amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, drop, 0) !=
+        AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedules: ack failed");
         return -1;
     }
@@ -187,8 +189,8 @@ static int serve(struct tm_amqp_sched *as, int64_t ms)
         int64_t left = until - tm_now_ms();
         struct timeval tv = tm_amqp_tv_ms(left > 0 ? left : 0);
         amqp_envelope_t env;
-        amqp_maybe_release_buffers(as->c);
-        amqp_rpc_reply_t r = amqp_consume_message(as->c, &env, &tv, 0);
+        sym_amqp_maybe_release_buffers(as->c);
+        amqp_rpc_reply_t r = sym_amqp_consume_message(as->c, &env, &tv, 0);
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
             struct lock *l = NULL;
             for (size_t i = 0; i < as->n && l == NULL; i++)
@@ -200,7 +202,7 @@ static int serve(struct tm_amqp_sched *as, int64_t ms)
             if (l != NULL)
                 rc = take_state(as, l, env.delivery_tag,
                                 parse_slot(env.message.body));
-            amqp_destroy_envelope(&env);
+            sym_amqp_destroy_envelope(&env);
             if (rc != 0)
                 return -1;
             continue;
@@ -214,7 +216,7 @@ static int serve(struct tm_amqp_sched *as, int64_t ms)
              * cancelled consumer (its queue deleted) too */
             amqp_frame_t f;
             tv = tm_amqp_tv_ms(0);
-            if (amqp_simple_wait_frame_noblock(as->c, &f, &tv) !=
+            if (sym_amqp_simple_wait_frame_noblock(as->c, &f, &tv) !=
                 AMQP_STATUS_OK)
                 continue;
             if (f.frame_type == AMQP_FRAME_METHOD &&
@@ -223,7 +225,7 @@ static int serve(struct tm_amqp_sched *as, int64_t ms)
                  f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)) {
                 tm_sched_session_error(
                     &as->base, "schedules: the broker sent %s",
-                    amqp_method_name(f.payload.method.id));
+                    sym_amqp_method_name(f.payload.method.id));
                 return -1;
             }
             continue;
@@ -254,26 +256,26 @@ static int declare_locks(struct tm_amqp_sched *as)
         }
         amqp_table_entry_t e;
         memset(&e, 0, sizeof e);
-        e.key = amqp_cstring_bytes("x-max-length");
+        e.key = sym_amqp_cstring_bytes("x-max-length");
         e.value.kind = AMQP_FIELD_KIND_I64;
         e.value.value.i64 = 1;
         amqp_table_t targs = {.num_entries = 1, .entries = &e};
-        amqp_queue_declare(as->c, TM_AMQP_SCH_ADMIN,
-                           amqp_cstring_bytes(l->lastq), 0, 1, 0, 0, targs);
-        amqp_rpc_reply_t r = amqp_get_rpc_reply(as->c);
+        sym_amqp_queue_declare(as->c, TM_AMQP_SCH_ADMIN,
+                           sym_amqp_cstring_bytes(l->lastq), 0, 1, 0, 0, targs);
+        amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(as->c);
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             tm_snprintf(what, sizeof what, "declaring '%s'", l->lastq);
             return fail(as, what, r);
         }
         if (!as->fire)
             continue;
-        e.key = amqp_cstring_bytes("x-single-active-consumer");
+        e.key = sym_amqp_cstring_bytes("x-single-active-consumer");
         e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
         e.value.value.boolean = 1;
-        amqp_queue_declare_ok_t *ok = amqp_queue_declare(
-            as->c, TM_AMQP_SCH_ADMIN, amqp_cstring_bytes(l->queue), 0, 1, 0,
+        amqp_queue_declare_ok_t *ok = sym_amqp_queue_declare(
+            as->c, TM_AMQP_SCH_ADMIN, sym_amqp_cstring_bytes(l->queue), 0, 1, 0,
             0, targs);
-        r = amqp_get_rpc_reply(as->c);
+        r = sym_amqp_get_rpc_reply(as->c);
         if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
             tm_snprintf(what, sizeof what, "declaring '%s'", l->queue);
             return fail(as, what, r);
@@ -282,11 +284,11 @@ static int declare_locks(struct tm_amqp_sched *as)
             if (publish_state(as, l->queue, -1) != 0 || commit(as) != 0)
                 return -1;
         }
-        amqp_basic_consume_ok_t *cok = amqp_basic_consume(
-            as->c, TM_AMQP_SCH_LEAD, amqp_cstring_bytes(l->queue),
-            amqp_empty_bytes, 0, /* no_ack = */ 0, /* exclusive = */ 0,
-            amqp_empty_table);
-        r = amqp_get_rpc_reply(as->c);
+        amqp_basic_consume_ok_t *cok = sym_amqp_basic_consume(
+            as->c, TM_AMQP_SCH_LEAD, sym_amqp_cstring_bytes(l->queue),
+            TM_AMQP_EMPTY_BYTES, 0, /* no_ack = */ 0, /* exclusive = */ 0,
+            TM_AMQP_EMPTY_TABLE);
+        r = sym_amqp_get_rpc_reply(as->c);
         if (cok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
             tm_snprintf(what, sizeof what, "consuming '%s'", l->queue);
             return fail(as, what, r);
@@ -345,8 +347,8 @@ struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,
         goto fail;
     }
     if (fire) {
-        amqp_tx_select(as->c, TM_AMQP_SCH_LEAD);
-        amqp_rpc_reply_t r = amqp_get_rpc_reply(as->c);
+        sym_amqp_tx_select(as->c, TM_AMQP_SCH_LEAD);
+        amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(as->c);
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             fail(as, "tx.select", r);
             goto fail;
@@ -383,8 +385,8 @@ int tm_amqp_sched_last(struct tm_sched_session *ss,
         return 0;
     }
     /* peek at the last-value queue: get, then reject with requeue */
-    amqp_rpc_reply_t r = amqp_basic_get(as->c, TM_AMQP_SCH_ADMIN,
-                                        amqp_cstring_bytes(l->lastq), 0);
+    amqp_rpc_reply_t r = sym_amqp_basic_get(as->c, TM_AMQP_SCH_ADMIN,
+                                        sym_amqp_cstring_bytes(l->lastq), 0);
     tm_snprintf(what, sizeof what, "reading '%s'", l->lastq);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         return fail(as, what, r);
@@ -392,12 +394,12 @@ int tm_amqp_sched_last(struct tm_sched_session *ss,
         return 0; /* empty: never fired (or a reader holds it now) */
     uint64_t tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
     amqp_message_t m;
-    r = amqp_read_message(as->c, TM_AMQP_SCH_ADMIN, &m, 0);
+    r = sym_amqp_read_message(as->c, TM_AMQP_SCH_ADMIN, &m, 0);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         return fail(as, what, r);
     *slot_ms = parse_slot(m.body);
-    amqp_destroy_message(&m);
-    if (amqp_basic_reject(as->c, TM_AMQP_SCH_ADMIN, tag, 1) !=
+    sym_amqp_destroy_message(&m);
+    if (sym_amqp_basic_reject(as->c, TM_AMQP_SCH_ADMIN, tag, 1) !=
         AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedules: reject failed");
         return -1;
@@ -446,13 +448,14 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
     tm_amqp_hdr_i64(&h, "x-slot", slot_ms);
     p._flags |= AMQP_BASIC_HEADERS_FLAG;
     p.headers = tm_amqp_hdr_table(&h);
-    int rc = amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD, amqp_empty_bytes,
-                                amqp_cstring_bytes(t->queue), 0, 0, &p,
-                                amqp_cstring_bytes(s->body_json));
+    int rc = sym_amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD,
+                                    TM_AMQP_EMPTY_BYTES,
+                                    sym_amqp_cstring_bytes(t->queue), 0, 0,
+                                    &p, sym_amqp_cstring_bytes(s->body_json));
     tm_free(h.e);
     if (rc != AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedule '%s': publish: %s",
-                               s->name, amqp_error_string2(rc));
+                               s->name, sym_amqp_error_string2(rc));
         return -1;
     }
     /* one transaction: the message, the new state, the last value, and
@@ -460,7 +463,7 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
     if (publish_state(as, l->queue, slot_ms) != 0 ||
         publish_state(as, l->lastq, slot_ms) != 0)
         return -1;
-    if (amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, l->held, 0) !=
+    if (sym_amqp_basic_ack(as->c, TM_AMQP_SCH_LEAD, l->held, 0) !=
         AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedules: ack failed");
         return -1;

@@ -58,7 +58,7 @@ uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
     tm_amqp_base_props(&p, d);
     tm_uuid4(r->copy_id, sizeof r->copy_id);
     p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG;
-    p.message_id = amqp_cstring_bytes(r->copy_id);
+    p.message_id = sym_amqp_cstring_bytes(r->copy_id);
     p.timestamp = (uint64_t)(r->failed_at / 1000);
     struct tm_amqp_hdrs h = {0};
     tm_amqp_hdr_user(&h, &d->headers);
@@ -93,7 +93,7 @@ uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
                 (long long)(r->delay_ms > 0 ? r->delay_ms : 0));
     p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
     p.message_id = tm_amqp_bytes_of(d->id);
-    p.expiration = amqp_cstring_bytes(exp);
+    p.expiration = sym_amqp_cstring_bytes(exp);
     struct tm_amqp_hdrs h = {0};
     tm_amqp_hdr_user(&h, &d->headers);
     tm_amqp_hdr_i64(&h, "x-attempts", r->attempt);
@@ -153,7 +153,7 @@ uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
     p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_HEADERS_FLAG |
                AMQP_BASIC_MESSAGE_ID_FLAG;
-    p.content_type = amqp_cstring_bytes("application/json");
+    p.content_type = sym_amqp_cstring_bytes("application/json");
     p.delivery_mode = AMQP_DELIVERY_NONPERSISTENT;
     p.correlation_id = tm_amqp_bytes_of(d->correlation_id);
     p.message_id = tm_amqp_bytes_of(d->id);

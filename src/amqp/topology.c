@@ -34,9 +34,9 @@ static void arg_str(struct args *a, const char *key, const char *val)
     assert(a->n < (int)(sizeof a->e / sizeof a->e[0]));
     amqp_table_entry_t *e = &a->e[a->n++];
     memset(e, 0, sizeof *e);
-    e->key = amqp_cstring_bytes(key);
+    e->key = sym_amqp_cstring_bytes(key);
     e->value.kind = AMQP_FIELD_KIND_UTF8;
-    e->value.value.bytes = amqp_cstring_bytes(val);
+    e->value.value.bytes = sym_amqp_cstring_bytes(val);
 }
 
 static void arg_i64(struct args *a, const char *key, int64_t val)
@@ -44,7 +44,7 @@ static void arg_i64(struct args *a, const char *key, int64_t val)
     assert(a->n < (int)(sizeof a->e / sizeof a->e[0]));
     amqp_table_entry_t *e = &a->e[a->n++];
     memset(e, 0, sizeof *e);
-    e->key = amqp_cstring_bytes(key);
+    e->key = sym_amqp_cstring_bytes(key);
     e->value.kind = AMQP_FIELD_KIND_I64;
     e->value.value.i64 = val;
 }
@@ -91,11 +91,11 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
     *perm = 0;
 
     tm_snprintf(what, sizeof what, "exchange '%s'", TM_AMQP_DLX);
-    amqp_exchange_declare(c, ch, amqp_cstring_bytes(TM_AMQP_DLX),
-                          amqp_cstring_bytes("direct"), /* passive = */ 0,
+    sym_amqp_exchange_declare(c, ch, sym_amqp_cstring_bytes(TM_AMQP_DLX),
+                          sym_amqp_cstring_bytes("direct"), /* passive = */ 0,
                           /* durable = */ 1, /* auto_delete = */ 0,
-                          /* internal = */ 0, amqp_empty_table);
-    r = amqp_get_rpc_reply(c);
+                          /* internal = */ 0, TM_AMQP_EMPTY_TABLE);
+    r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
 
@@ -103,16 +103,17 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
     if (type == TM_AMQP_QUORUM)
         arg_str(&dargs, "x-queue-type", "quorum");
     amqp_table_t dt = {.num_entries = dargs.n, .entries = dargs.e};
-    amqp_queue_declare(c, ch, amqp_cstring_bytes(t->dead_letter),
-                       /* passive = */ 0, /* durable = */ 1,
-                       /* exclusive = */ 0, /* auto_delete = */ 0, dt);
-    r = amqp_get_rpc_reply(c);
+    sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(t->dead_letter),
+                           /* passive = */ 0, /* durable = */ 1,
+                           /* exclusive = */ 0, /* auto_delete = */ 0, dt);
+    r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
-    amqp_queue_bind(c, ch, amqp_cstring_bytes(t->dead_letter),
-                    amqp_cstring_bytes(TM_AMQP_DLX),
-                    amqp_cstring_bytes(t->dead_letter), amqp_empty_table);
-    r = amqp_get_rpc_reply(c);
+    sym_amqp_queue_bind(c, ch, sym_amqp_cstring_bytes(t->dead_letter),
+                        sym_amqp_cstring_bytes(TM_AMQP_DLX),
+                        sym_amqp_cstring_bytes(t->dead_letter),
+                        TM_AMQP_EMPTY_TABLE);
+    r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
 
@@ -125,14 +126,15 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
     if (t->max_priority > 0) {
         amqp_table_entry_t *e = &qargs.e[qargs.n++];
         memset(e, 0, sizeof *e);
-        e->key = amqp_cstring_bytes("x-max-priority");
+        e->key = sym_amqp_cstring_bytes("x-max-priority");
         e->value.kind = AMQP_FIELD_KIND_I32;
         e->value.value.i32 = t->max_priority;
     }
     quorum_args(&qargs, type);
     amqp_table_t at = {.num_entries = qargs.n, .entries = qargs.e};
-    amqp_queue_declare(c, ch, amqp_cstring_bytes(t->queue), 0, 1, 0, 0, at);
-    r = amqp_get_rpc_reply(c);
+    sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(t->queue), 0, 1, 0, 0,
+                           at);
+    r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
     return 0;
@@ -173,12 +175,12 @@ static int retry_declare(struct tm_amqp_publisher *pc,
     amqp_table_t tbl = {.num_entries = a.n, .entries = a.e};
     int passive = 0;
     for (;;) {
-        amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN,
-                           amqp_cstring_bytes(name), passive,
+        sym_amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN,
+                           sym_amqp_cstring_bytes(name), passive,
                            /* durable = */ 1, /* exclusive = */ 0,
                            /* auto_delete = */ 0,
-                           passive ? amqp_empty_table : tbl);
-        amqp_rpc_reply_t r = amqp_get_rpc_reply(pc->conn);
+                           passive ? TM_AMQP_EMPTY_TABLE : tbl);
+        amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(pc->conn);
         if (r.reply_type == AMQP_RESPONSE_NORMAL)
             return 0;
         tm_snprintf(buf, size, "retry queue '%s' cannot be declared: %s",

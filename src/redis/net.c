@@ -22,11 +22,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
 #include "redis/arena.h"
+#include "ssl_dl.h"
 #include "util.h"
 
 /* Bytes read from the socket at a time. */
@@ -61,12 +58,12 @@ static void set_errno(struct tm_rconn *c, const char *what, int e)
  * call). */
 static void ssl_errstr(char *buf, size_t size)
 {
-    unsigned long e = ERR_get_error();
+    unsigned long e = sym_ERR_get_error();
     if (e == 0)
         tm_snprintf(buf, size, "unknown TLS error");
     else
-        ERR_error_string_n(e, buf, size);
-    ERR_clear_error();
+        sym_ERR_error_string_n(e, buf, size);
+    sym_ERR_clear_error();
 }
 
 /* wait_fd waits until fd is ready for events or the deadline passes.
@@ -96,7 +93,7 @@ static int wait_fd(struct tm_rconn *c, short events, int64_t deadline,
 static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
                     const char *what)
 {
-    int e = SSL_get_error(c->ssl, ret);
+    int e = sym_SSL_get_error(c->ssl, ret);
     if (e == SSL_ERROR_WANT_READ)
         return wait_fd(c, POLLIN, deadline, what);
     if (e == SSL_ERROR_WANT_WRITE)
@@ -105,7 +102,7 @@ static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
         set_err(c, REDIS_ERR_EOF, "Server closed the connection");
         return -1;
     }
-    if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+    if (e == SSL_ERROR_SYSCALL && sym_ERR_peek_error() == 0) {
         if (errno == 0 || ret == 0)
             set_err(c, REDIS_ERR_EOF, "Server closed the connection");
         else
@@ -151,8 +148,8 @@ static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
         return sock_readv(c, &iov, 1, deadline);
     }
     for (;;) {
-        ERR_clear_error();
-        int n = SSL_read(c->ssl, buf, (int)size);
+        sym_ERR_clear_error();
+        int n = sym_SSL_read(c->ssl, buf, (int)size);
         if (n > 0)
             return n;
         if (ssl_wait(c, n, deadline, "read") != 0)
@@ -178,14 +175,14 @@ static ssize_t read_into(struct tm_rconn *c, char *at, size_t size,
 static void tls_why_closed(struct tm_rconn *c)
 {
     char one, eb[200];
-    ERR_clear_error();
-    int n = SSL_read(c->ssl, &one, 1);
-    if (n <= 0 && SSL_get_error(c->ssl, n) == SSL_ERROR_SSL &&
-        ERR_peek_error() != 0) {
+    sym_ERR_clear_error();
+    int n = sym_SSL_read(c->ssl, &one, 1);
+    if (n <= 0 && sym_SSL_get_error(c->ssl, n) == SSL_ERROR_SSL &&
+        sym_ERR_peek_error() != 0) {
         ssl_errstr(eb, sizeof eb);
         set_err(c, REDIS_ERR_IO, "%s", eb);
     }
-    ERR_clear_error();
+    sym_ERR_clear_error();
 }
 
 /* flush sends every queued byte before the deadline. */
@@ -196,9 +193,9 @@ static int flush(struct tm_rconn *c, int64_t deadline)
     while (done < c->outlen) {
         size_t left = c->outlen - done;
         if (c->ssl != NULL) {
-            ERR_clear_error();
-            int n = SSL_write(c->ssl, c->out + done,
-                              left > INT32_MAX ? INT32_MAX : (int)left);
+            sym_ERR_clear_error();
+            int n = sym_SSL_write(c->ssl, c->out + done,
+                                  left > INT32_MAX ? INT32_MAX : (int)left);
             if (n > 0)
                 done += (size_t)n;
             else if (ssl_wait(c, n, deadline, "write") != 0)
@@ -276,20 +273,25 @@ static SSL_CTX *tls_context(const struct tm_rconn_opts *o, char *buf,
                             size_t size)
 {
     char eb[200];
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX *ctx = sym_SSL_CTX_new(sym_TLS_client_method());
     if (ctx == NULL) {
         ssl_errstr(eb, sizeof eb);
         tm_snprintf(buf, size, "TLS: %s", eb);
         return NULL;
     }
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                              SSL_MODE_ENABLE_PARTIAL_WRITE);
+    /* SSL_CTX_set_min_proto_version and SSL_CTX_set_mode: macros over
+     * SSL_CTX_ctrl */
+    sym_SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION,
+                     NULL);
+    sym_SSL_CTX_ctrl(ctx, SSL_CTRL_MODE,
+                     SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                         SSL_MODE_ENABLE_PARTIAL_WRITE,
+                     NULL);
     if (o->verify) {
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        sym_SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
         int ok = o->ca_file != NULL
-                     ? SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL)
-                     : SSL_CTX_set_default_verify_paths(ctx);
+                     ? sym_SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL)
+                     : sym_SSL_CTX_set_default_verify_paths(ctx);
         if (ok != 1) {
             ssl_errstr(eb, sizeof eb);
             tm_snprintf(buf, size, "TLS: cannot load the CA %s%s: %s",
@@ -298,18 +300,18 @@ static SSL_CTX *tls_context(const struct tm_rconn_opts *o, char *buf,
             goto fail;
         }
     } else {
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+        sym_SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
     }
     if (o->cert_file != NULL) {
-        if (SSL_CTX_use_certificate_chain_file(ctx, o->cert_file) != 1) {
+        if (sym_SSL_CTX_use_certificate_chain_file(ctx, o->cert_file) != 1) {
             ssl_errstr(eb, sizeof eb);
             tm_snprintf(buf, size, "TLS: cannot load cert_file %s: %s",
                         o->cert_file, eb);
             goto fail;
         }
-        if (SSL_CTX_use_PrivateKey_file(ctx, o->key_file,
-                                        SSL_FILETYPE_PEM) != 1 ||
-            SSL_CTX_check_private_key(ctx) != 1) {
+        if (sym_SSL_CTX_use_PrivateKey_file(ctx, o->key_file,
+                                            SSL_FILETYPE_PEM) != 1 ||
+            sym_SSL_CTX_check_private_key(ctx) != 1) {
             ssl_errstr(eb, sizeof eb);
             tm_snprintf(buf, size, "TLS: cannot use key_file %s: %s",
                         o->key_file, eb);
@@ -318,7 +320,7 @@ static SSL_CTX *tls_context(const struct tm_rconn_opts *o, char *buf,
     }
     return ctx;
 fail:
-    SSL_CTX_free(ctx);
+    sym_SSL_CTX_free(ctx);
     return NULL;
 }
 
@@ -332,36 +334,39 @@ static int tls_handshake(struct tm_rconn *c, const struct tm_rconn_opts *o,
     SSL_CTX *ctx = tls_context(o, buf, size);
     if (ctx == NULL)
         return -1;
-    SSL *ssl = SSL_new(ctx);
-    if (ssl == NULL || SSL_set_fd(ssl, c->fd) != 1) {
+    SSL *ssl = sym_SSL_new(ctx);
+    if (ssl == NULL || sym_SSL_set_fd(ssl, c->fd) != 1) {
         tm_snprintf(buf, size, "TLS: out of memory");
-        SSL_free(ssl);
+        sym_SSL_free(ssl);
         goto out;
     }
     c->ssl = ssl;
-    if (!is_ip_literal(name))
-        SSL_set_tlsext_host_name(ssl, name);
+    if (!is_ip_literal(name)) {
+        /* SSL_set_tlsext_host_name: a macro over SSL_ctrl */
+        sym_SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME,
+                     TLSEXT_NAMETYPE_host_name, (void *)name);
+    }
     if (o->verify) {
-        X509_VERIFY_PARAM *vp = SSL_get0_param(ssl);
+        X509_VERIFY_PARAM *vp = sym_SSL_get0_param(ssl);
         int ok = is_ip_literal(name)
-                     ? X509_VERIFY_PARAM_set1_ip_asc(vp, name)
-                     : X509_VERIFY_PARAM_set1_host(vp, name, 0);
+                     ? sym_X509_VERIFY_PARAM_set1_ip_asc(vp, name)
+                     : sym_X509_VERIFY_PARAM_set1_host(vp, name, 0);
         if (ok != 1) {
             tm_snprintf(buf, size, "TLS: cannot verify the name '%s'", name);
             goto out;
         }
     }
     for (;;) {
-        ERR_clear_error();
-        int n = SSL_connect(ssl);
+        sym_ERR_clear_error();
+        int n = sym_SSL_connect(ssl);
         if (n == 1)
             break;
-        long vr = SSL_get_verify_result(ssl);
+        long vr = sym_SSL_get_verify_result(ssl);
         if (vr != X509_V_OK) {
-            ERR_clear_error();
+            sym_ERR_clear_error();
             tm_snprintf(buf, size, "TLS: certificate verification failed "
                         "for '%s': %s", name,
-                        X509_verify_cert_error_string(vr));
+                        sym_X509_verify_cert_error_string(vr));
             goto out;
         }
         if (ssl_wait(c, n, deadline, "TLS handshake") != 0) {
@@ -371,7 +376,7 @@ static int tls_handshake(struct tm_rconn *c, const struct tm_rconn_opts *o,
     }
     rc = 0;
 out:
-    SSL_CTX_free(ctx); /* the session holds its own reference */
+    sym_SSL_CTX_free(ctx); /* the session holds its own reference */
     return rc;
 }
 
@@ -441,7 +446,7 @@ void tm_rconn_close(struct tm_rconn *c)
     if (c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR);
     if (c->ssl != NULL)
-        SSL_free(c->ssl); /* no close_notify: the socket is shut down */
+        sym_SSL_free(c->ssl); /* no close_notify: the socket is shut down */
     if (c->fd >= 0)
         close(c->fd);
     if (c->reader != NULL)

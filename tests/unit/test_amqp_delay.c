@@ -2,6 +2,7 @@
  * header (src/amqp/delay.c). */
 #include "amqp/amqp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +37,7 @@ END_TEST
 
 static amqp_table_t one(amqp_table_entry_t *e, const char *key)
 {
-    e->key = amqp_cstring_bytes(key);
+    e->key = sym_amqp_cstring_bytes(key);
     amqp_table_t t = {.num_entries = 1, .entries = e};
     return t;
 }
@@ -58,10 +59,10 @@ START_TEST(not_before_reads_numbers_and_digits)
     ck_assert_int_eq(tm_amqp_not_before(&t, &due), 0);
     ck_assert_int_eq(due, 1796094000001LL); /* rounded up: never early */
     e.value.kind = AMQP_FIELD_KIND_UTF8;
-    e.value.value.bytes = amqp_cstring_bytes("1796094000000");
+    e.value.value.bytes = sym_amqp_cstring_bytes("1796094000000");
     ck_assert_int_eq(tm_amqp_not_before(&t, &due), 0);
     ck_assert_int_eq(due, 1796094000000LL);
-    e.value.value.bytes = amqp_cstring_bytes("tomorrow");
+    e.value.value.bytes = sym_amqp_cstring_bytes("tomorrow");
     ck_assert_int_eq(tm_amqp_not_before(&t, &due), -1);
     e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
     ck_assert_int_eq(tm_amqp_not_before(&t, &due), -1);
@@ -73,6 +74,12 @@ END_TEST
 
 int main(void)
 {
+    /* rabbitmq-c through the daemon's loader, as a configuration opens it */
+    char err[512];
+    if (tm_rmq_dl_open(err, sizeof err) < 0) {
+        fprintf(stderr, "test_amqp_delay: %s\n", err);
+        return EXIT_FAILURE;
+    }
     Suite *s = suite_create("amqp_delay");
     TCase *tc = tcase_create("delay");
     tcase_add_test(tc, levels_halve_what_is_left);
