@@ -708,17 +708,15 @@ static long long depth_count(struct tm_amqp_broker *ab, const char *queue,
 }
 
 /* unacked counts task at's deliveries on its current connection that
- * are not settled yet: delivery tags run from 1 on the connection's
- * consume channel, and every one up to the floor and each one above it
- * is settled. */
+ * RabbitMQ holds unacknowledged: delivery tags run from 1 on the
+ * connection's consume channel; a settled one whose ack is held back
+ * (a few milliseconds, to go out with others) still counts. */
 static long long unacked(struct tm_amqp_task *at)
 {
     pthread_mutex_lock(&at->io_mu);
     long long n = 0;
-    if (at->conn != NULL) {
-        assert(at->acks.floor + at->acks.n <= at->dlv_tag);
-        n = (long long)(at->dlv_tag - at->acks.floor - at->acks.n);
-    }
+    if (at->conn != NULL)
+        n = (long long)tm_amqp_acks_unacked(&at->acks, at->dlv_tag);
     pthread_mutex_unlock(&at->io_mu);
     return n;
 }

@@ -2,6 +2,7 @@
 #ifndef TASKMILL_AMQP_H
 #define TASKMILL_AMQP_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -186,6 +187,17 @@ struct tm_amqp_acks {
     int64_t held_since;
     int64_t settled_ms; /* monotonic ms of the last settlement */
 };
+
+/* tm_amqp_acks_unacked is how many of the deliveries tagged 1 .. dlv_tag
+ * the broker still counts unacknowledged: those not settled yet, and
+ * those settled whose ack is held back (every held tag is settled too:
+ * at or under the floor, or in above). */
+static inline uint64_t tm_amqp_acks_unacked(const struct tm_amqp_acks *k,
+                                            uint64_t dlv_tag)
+{
+    assert(k->floor + k->n <= dlv_tag && k->nheld <= k->floor + k->n);
+    return dlv_tag - k->floor - k->n + k->nheld;
+}
 
 /* How long a decided ack may wait for others to go out with it. A few
  * milliseconds of a busy stream make one basic.ack (multiple=1) out of
