@@ -183,9 +183,8 @@ void tm_fp_give_back(struct fpool *fp, struct fp_list *unsent,
  * no more goes there; an idle child's first run starts now when it ran
  * within FP_PACK_IDLE_NS); or, when the queue (left) holds two for every
  * child, one behind the one it runs, so that it never waits for work
- * between runs.
- * Messages of slow tasks stay in the queue otherwise: a stop leaves them
- * to the broker, unstarted. */
+ * between runs. Messages of slow tasks stay in the queue otherwise: a
+ * stop leaves them to the broker, unstarted. */
 static int fits(const struct fpool *fp, const struct fp_child *c, size_t t,
                 size_t left, int64_t now, int64_t start)
 {
