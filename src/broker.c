@@ -6,6 +6,8 @@
 
 #include "util.h"
 
+atomic_ulong tm_broker_lowat_batches;
+
 const struct tm_broker_ops *tm_broker_ops_for(enum tm_broker_kind kind)
 {
     switch (kind) {

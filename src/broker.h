@@ -280,6 +280,11 @@ struct tm_sched_session {
  * (0 for a broker without pause). */
 static inline int tm_broker_paused(struct tm_broker *b, size_t task_index);
 
+/* tm_broker_lowat_batches counts the batches of deliveries read while the
+ * consuming socket's low-water mark was on (RabbitMQ, amqp.h
+ * TM_AMQP_LOWAT_BYTES), over the process's life (/metrics). */
+extern atomic_ulong tm_broker_lowat_batches;
+
 /* struct tm_broker is the common head of every adapter's state. */
 struct tm_broker {
     const struct tm_broker_ops *ops;

@@ -345,6 +345,11 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
               atomic_load(&d->reconnects_before) +
                   (d->broker != NULL ? atomic_load(&d->broker->reconnects)
                                      : 0UL));
+    family(&b, "taskmill_broker_lowat_batches_total", "counter",
+           "RabbitMQ: batches of deliveries read while the consuming "
+           "socket's low-water mark was on.");
+    mb_printf(&b, "taskmill_broker_lowat_batches_total %lu\n",
+              atomic_load(&tm_broker_lowat_batches));
     depth_metrics(d, &b);
     schedule_metrics(d, &b);
     process_metrics(d, &b);

@@ -177,22 +177,23 @@ void tm_fp_give_back(struct fpool *fp, struct fp_list *unsent,
 
 /* fits says whether c takes one more message of task t at now: an idle
  * child always does; a busy one while the runs it has out are expected to
- * end within FP_FILL_NS and the one it runs started less than FP_FILL_NS
- * ago (a run that takes longer than its task's usual, the estimate was
- * wrong: what waits behind it in the ring waits for it, so no more goes
- * there); or, when the queue (left) holds two for every child, one behind
- * the one it runs, so that it never waits for work between runs.
- * Messages of slow tasks stay in the queue otherwise: a stop leaves them
- * to the broker, unstarted. */
+ * end within FP_FILL_NS and the one it runs started (start) less than
+ * FP_FILL_NS ago (a run that takes longer than its task's usual, the
+ * estimate was wrong: what waits behind it in the ring waits for it, so
+ * no more goes there; an idle child's first run starts now when it ran
+ * within FP_PACK_IDLE_NS); or, when the queue (left) holds two for every
+ * child, one behind the one it runs, so that it never waits for work
+ * between runs. Messages of slow tasks stay in the queue otherwise: a
+ * stop leaves them to the broker, unstarted. */
 static int fits(const struct fpool *fp, const struct fp_child *c, size_t t,
-                size_t left, int64_t now)
+                size_t left, int64_t now, int64_t start)
 {
     if (c->nout >= FP_OUT_MAX)
         return 0;
     if (c->nout == 0)
         return 1;
     if (c->out_est_ns + fp->tq[t].est_ns <= FP_FILL_NS &&
-        now - c->cur_start_ns <= FP_FILL_NS)
+        now - start <= FP_FILL_NS)
         return 1;
     return c->nout < 2 && left >= 2 * (size_t)fp->base.size;
 }
@@ -232,13 +233,16 @@ static void dispatch(struct fpool *fp, int64_t now, int64_t *next,
         }
         int low = 0; /* a queue taken from is down to its low mark */
         int was_idle = c->nout == 0;
+        int64_t start = c->cur_start_ns;
+        if (was_idle && now - c->last_end_ns <= FP_PACK_IDLE_NS)
+            start = now;
         struct tm_msg *before = c->out.tail; /* the last one already out */
         int64_t est_before = c->out_est_ns;
         struct tm_msg *first = NULL;
         size_t k = 0;
         while (k < share) {
             size_t t = next_task(fp, now, next);
-            if (t == p->ntasks || !fits(fp, c, t, fp->qlen, now))
+            if (t == p->ntasks || !fits(fp, c, t, fp->qlen, now, start))
                 break;
             struct tm_msg *m = take_from(fp, t);
             if (fp->tq[t].len <= fp->qcap / 2)

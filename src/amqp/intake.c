@@ -910,6 +910,9 @@ int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
         at->polling = 0;
     }
     size_t k = at->nready < max ? at->nready : max;
+    if (at->lowat)
+        atomic_fetch_add_explicit(&tm_broker_lowat_batches, 1,
+                                  memory_order_relaxed);
     set_lowat(at, k);
     struct tm_batch *batch = tm_batch_new(k);
     batch->release = cb_release_batch;

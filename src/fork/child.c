@@ -162,11 +162,14 @@ static int map_rings(int memfd, struct child_ring *cr)
     return 0;
 }
 
-/* next_request waits for the next request record. Returns 1 with it,
- * or 0 when the parent closed the socket; exits (4) on a malformed one. */
+/* next_request waits for the next request record. Returns 1 with it
+ * (*waited set when the ring was empty first), or 0 when the parent
+ * closed the socket; exits (4) on a malformed one. */
 static int next_request(int fd, struct tm_fork_buf *rb, struct child_ring *cr,
-                        struct tm_ring_rec *rec, const char **payload)
+                        struct tm_ring_rec *rec, const char **payload,
+                        int *waited)
 {
+    *waited = 0;
     const char *why = NULL;
     for (;;) {
         uint64_t head = atomic_load_explicit(&cr->ctl->req_head,
@@ -182,6 +185,7 @@ static int next_request(int fd, struct tm_fork_buf *rb, struct child_ring *cr,
          * this sees its request (a store-load pair, which weaker orders
          * or a fence between relaxed accesses would also give, but
          * ThreadSanitizer does not model fences) */
+        *waited = 1;
         atomic_store_explicit(&cr->ctl->child_waiting, 1,
                               memory_order_seq_cst);
         int rc = 0;
@@ -313,11 +317,17 @@ void tm_fork_child_main(const struct tm_fork_child *a)
         _exit(4);
 
     unsigned done = 0;
+    /* runs back to back start at the end of the one before (one clock
+     * reading per run, as in the thread pool); 0 after a wait */
+    int64_t run_from = 0;
     for (;;) {
         struct tm_ring_rec rec;
         const char *payload = NULL;
-        if (next_request(fd, &rb, &cr, &rec, &payload) == 0)
+        int waited = 0;
+        if (next_request(fd, &rb, &cr, &rec, &payload, &waited) == 0)
             break; /* the parent closed: stop */
+        if (waited)
+            run_from = 0;
         /* the parent is trusted, but a request is checked whole before
          * anything in it is used */
         struct tm_fork_req rq;
@@ -357,7 +367,12 @@ void tm_fork_child_main(const struct tm_fork_child *a)
          * ring, where the request stays until it is answered */
         m.invalid = rq.invalid_len > 0 ? invalid : NULL;
         m.attempt = rq.attempt;
-        tm_exec_run(&m, wdata[rq.task_index]);
+        /* a body read from the socket may have been waited for */
+        if (run_from != 0 && rec.kind == TM_RING_FRAME)
+            tm_exec_run_from(&m, wdata[rq.task_index], run_from);
+        else
+            tm_exec_run(&m, wdata[rq.task_index]);
+        run_from = m.t_end_ns;
         /* the request's bytes are the parent's again once answered */
         cr.req_tail += tm_ring_rec_size(rec.len);
 

@@ -35,6 +35,12 @@ _Static_assert(FP_OUT_MAX <= TM_RING_ANSWERS_MAX &&
  * both sides; a message waiting behind fast ones in a ring costs little.
  * Slow tasks still get a child each. */
 #define FP_FILL_NS (200LL * 1000LL)
+/* An idle child whose last run ended less than FP_PACK_IDLE_NS ago is
+ * packed as if its next run had just started: it is between the short
+ * runs of a stream, and the estimates are fresh. One idle for longer gets
+ * one message at a time (a burst after a quiet spell may be of slow runs:
+ * it is spread over the children). */
+#define FP_PACK_IDLE_NS (2LL * 1000000LL)
 #define FP_EST_INIT_NS (1000LL * 1000LL)
 #define FP_EST_COST_NS (2LL * 1000LL)
 /* While a child has several messages out, the dispatcher looks at the
