@@ -143,8 +143,13 @@ static void redis_state(struct watch *w, const struct opts *o, char *last,
         bench_die(PROG, "stream %s has no group %s", o->stream, o->group);
 }
 
+/* g_lowat is the daemon's taskmill_broker_lowat_batches_total at the last
+ * /metrics read (-1: never read): how often RabbitMQ's low-water mark
+ * engaged in the run, which a slow run's notes show. */
+static long long g_lowat = -1;
+
 /* metrics_success GETs /metrics and returns the success count of the
- * task, or -1. */
+ * task, or -1; it also keeps the low-water batch count in g_lowat. */
 static long long metrics_success(struct watch *w, const struct opts *o)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -175,6 +180,10 @@ static long long metrics_success(struct watch *w, const struct opts *o)
     snprintf(want, sizeof want,
              "\ntaskmill_tasks_total{task=\"%s\",outcome=\"success\"} ",
              o->task);
+    static const char lowat[] = "\ntaskmill_broker_lowat_batches_total ";
+    const char *l = strstr(buf, lowat);
+    if (l != NULL)
+        g_lowat = strtoll(l + strlen(lowat), NULL, 10);
     const char *p = strstr(buf, want);
     if (p == NULL)
         return -1;
@@ -432,7 +441,8 @@ int main(int argc, char **argv)
            "\"rss_peak_kib\":%lld,\"rss_end_kib\":%lld,"
            "\"rss_half1_kib\":%lld,\"rss_half2_kib\":%lld,"
            "\"children\":%zu,\"children_rss_peak_kib\":%lld,"
-           "\"ctxt_switches_per_k\":%.1f,\"stop_s\":%.3f,\"exit\":%d}\n",
+           "\"ctxt_switches_per_k\":%.1f,\"lowat_batches\":%lld,"
+           "\"stop_s\":%.3f,\"exit\":%d}\n",
            fail == NULL ? "true" : "false", fail == NULL ? "" : fail, o.n,
            sec, sec > 0 ? (double)o.n / sec : 0.0,
            t_start > 0 ? (double)(t_start - t_spawn) / 1e9 : 0.0, cpu,
@@ -440,7 +450,7 @@ int main(int argc, char **argv)
            host - cpu - bcpu - mcpu, hwm, rss_end, half1, half2, c1.nkids,
            c1.kids_hwm_kib,
            (double)(c1.cswitches - c0.cswitches) * 1000.0 / (double)o.n,
-           stop_s, exit_code);
+           g_lowat, stop_s, exit_code);
     free(st);
     free(sr);
     if (w.rc != NULL)

@@ -57,13 +57,16 @@ runs_of() {
 
 # run_cols FILE: the cpu, broker, RSS and notes columns of a throughput run.
 run_cols() {
-	local f=$1 s other kids rss notes
+	local f=$1 s other kids rss notes lowat
 	s=$(jget "$f" seconds)
 	other=$(calc "$(jget "$f" other_cpu_s) / ($s > 0 ? $s : 1)")
 	kids=$(jget "$f" children)
 	rss=$(mib "$(jget "$f" rss_peak_kib)")
 	((kids > 0)) && rss="$rss+$(mib "$(jget "$f" children_rss_peak_kib)")"
 	notes="$(printf '%.0f ctx switches/k msgs' "$(jget "$f" ctxt_switches_per_k)")"
+	# RabbitMQ daemons: batches read with the low-water mark on (-1: not read)
+	lowat=$(jget "$f" lowat_batches)
+	[[ -n $lowat && $lowat != -1 ]] && notes+="; $lowat low-water batches"
 	notes+=$(awk -v o="$other" 'BEGIN { if (o > 0.25) printf "; BUSY HOST: %.1f cores used elsewhere", o }')
 	notes+="; runs $(runs_of "$f")"
 	printf '%.2f\t%.2f\t%s\t%s' "$(jget "$f" cpu_s_per_m)" \
