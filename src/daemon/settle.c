@@ -139,10 +139,13 @@ static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
 /* acking_add counts the n messages v[0 .. n) as being settled (by = 1)
  * or no longer (by = -1), a task's run at a time; a task given room by
  * it (a lane counts what is being acknowledged as room, see lane_room in
- * intake.c) is told so. */
+ * intake.c) is told so. Only lanes read it: a broker without them (its
+ * intake counts inflight whole) is left out. */
 static void acking_add(struct tm_gen *g, struct tm_msg **v, size_t n,
                        long long by)
 {
+    if (g->broker->ops->fetch_lane == NULL)
+        return;
     size_t i = 0;
     while (i < n) {
         struct tm_task *t = v[i]->task;
