@@ -68,6 +68,12 @@ struct tm_task {
     struct tm_task_stats stats;
     atomic_int subscribed;              /* consumer group/queue ready */
     atomic_int waiting_room;            /* intake waits for prefetch room */
+    /* Of stats.inflight, the messages whose settlement the settle thread
+     * is sending to the broker now (finished: acknowledged, retried or
+     * dead-lettered, the broker's answer not read yet); only the settle
+     * thread writes it, adding before the send and taking off before
+     * they leave inflight, so acking <= inflight at every moment. */
+    atomic_llong acking;
     struct tm_circuit circuit;          /* pauses intake after crashes */
     struct tm_flow flow;                /* rate_limit, concurrency */
     pthread_t intake;

@@ -206,8 +206,23 @@ struct tm_intake_lane {
     int started;
 };
 
+/* lane_held is how many messages task t holds against its room on a
+ * lane: those in flight, less those whose settlement the settle thread is
+ * sending. A lane's broker (Redis) thus keeps reading while a batch's
+ * acknowledgement is on its way: one acknowledgement batch at most over
+ * the cap stays pending in the broker, for one round trip. inflight is
+ * read first: a message leaves acking before inflight, so it is never
+ * counted out twice (see acking_add in settle.c). */
+static long lane_held(struct tm_task *t)
+{
+    long long in = atomic_load(&t->stats.inflight);
+    long long ack = atomic_load(&t->acking);
+    return in > ack ? (long)(in - ack) : 0;
+}
+
 /* lane_room fills room[] for the lane's tasks (prefetch, or concurrency
- * when lower, less inflight, through the circuit breaker); *hold is the
+ * when lower, less what they hold (lane_held), through the circuit
+ * breaker); *hold is the
  * shortest wait a circuit asked for (the lane looks again then). A task
  * left with no room is marked
  * waiting_room, so that the settle thread, making room after the look,
@@ -224,12 +239,12 @@ static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
             continue;
         int by_conc;
         long cap = tm_flow_cap(t, &by_conc);
-        long r = cap - (long)atomic_load(&t->stats.inflight);
+        long r = cap - lane_held(t);
         if (r <= 0) {
             /* flag first, then look again: room made after the flag is
              * seen here or pokes the lane */
             atomic_store(&t->waiting_room, 1);
-            r = cap - (long)atomic_load(&t->stats.inflight);
+            r = cap - lane_held(t);
             if (r <= 0) {
                 tm_flow_held(t, by_conc);
                 continue;

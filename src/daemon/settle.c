@@ -136,6 +136,29 @@ static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
     }
 }
 
+/* acking_add counts the n messages v[0 .. n) as being settled (by = 1)
+ * or no longer (by = -1), a task's run at a time; a task given room by
+ * it (a lane counts what is being acknowledged as room, see lane_room in
+ * intake.c) is told so. Only lanes read it: a broker without them (its
+ * intake counts inflight whole) is left out. */
+static void acking_add(struct tm_gen *g, struct tm_msg **v, size_t n,
+                       long long by)
+{
+    if (g->broker->ops->fetch_lane == NULL)
+        return;
+    size_t i = 0;
+    while (i < n) {
+        struct tm_task *t = v[i]->task;
+        size_t j = i + 1;
+        while (j < n && v[j]->task == t)
+            j++;
+        atomic_fetch_add(&t->acking, by * (long long)(j - i));
+        if (by > 0)
+            room_made(g, t);
+        i = j;
+    }
+}
+
 /* settle_list hands the list to the broker and keeps what failed. */
 static void settle_list(struct tm_gen *g, struct tm_msg *list)
 {
@@ -152,9 +175,14 @@ static void settle_list(struct tm_gen *g, struct tm_msg *list)
     n = 0;
     for (struct tm_msg *m = list; m != NULL; m = m->next)
         g->scratch[n++] = m;
+    acking_add(g, g->scratch, n, 1);
     tm_beat_io_begin(&g->settle_beat);
     size_t failed = g->broker->ops->settle(g->broker, g->scratch, n);
     tm_beat_io_end(&g->settle_beat);
+    /* off acking before any leaves inflight (finish): a lane's look, which
+     * reads inflight before acking, never sees a message counted out
+     * twice */
+    acking_add(g, g->scratch, n, -1);
     /* the ones that failed come first: keep them for the next try */
     for (size_t i = 0; i < failed; i++) {
         g->scratch[i]->next = g->unsettled;
