@@ -40,6 +40,14 @@
           }),                                                              \
       sizeof sym_##symbol }
 
+/* A loader names each function once, in a list macro LIST(X) that calls
+ * X(function) for each, and expands it three times: LIST(TM_DLSYM_EXTERN)
+ * in its header, LIST(TM_DLSYM_STORAGE) and { LIST(TM_DLSYM_ROW) } in its
+ * .c (amqp/rmq_dl.h, ssl_dl.h). */
+#define TM_DLSYM_EXTERN(symbol) TM_DLSYM_PROTOTYPE(symbol);
+#define TM_DLSYM_STORAGE(symbol) TM_DLSYM_DEFINE(symbol);
+#define TM_DLSYM_ROW(symbol) TM_DLSYM_ARG(symbol),
+
 struct tm_dlsym {
     const char *name;
     void *slot;   /* where the function's address goes */

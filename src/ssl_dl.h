@@ -17,34 +17,39 @@
 
 #include "dlib.h"
 
-TM_DLSYM_PROTOTYPE(ERR_clear_error);
-TM_DLSYM_PROTOTYPE(ERR_error_string_n);
-TM_DLSYM_PROTOTYPE(ERR_get_error);
-TM_DLSYM_PROTOTYPE(ERR_peek_error);
-TM_DLSYM_PROTOTYPE(SSL_CTX_check_private_key);
-TM_DLSYM_PROTOTYPE(SSL_CTX_ctrl);
-TM_DLSYM_PROTOTYPE(SSL_CTX_free);
-TM_DLSYM_PROTOTYPE(SSL_CTX_get0_param);
-TM_DLSYM_PROTOTYPE(SSL_CTX_load_verify_locations);
-TM_DLSYM_PROTOTYPE(SSL_CTX_new);
-TM_DLSYM_PROTOTYPE(SSL_CTX_set_default_verify_paths);
-TM_DLSYM_PROTOTYPE(SSL_CTX_set_verify);
-TM_DLSYM_PROTOTYPE(SSL_CTX_use_PrivateKey_file);
-TM_DLSYM_PROTOTYPE(SSL_CTX_use_certificate_chain_file);
-TM_DLSYM_PROTOTYPE(SSL_connect);
-TM_DLSYM_PROTOTYPE(SSL_ctrl);
-TM_DLSYM_PROTOTYPE(SSL_free);
-TM_DLSYM_PROTOTYPE(SSL_get0_param);
-TM_DLSYM_PROTOTYPE(SSL_get_error);
-TM_DLSYM_PROTOTYPE(SSL_get_verify_result);
-TM_DLSYM_PROTOTYPE(SSL_new);
-TM_DLSYM_PROTOTYPE(SSL_read);
-TM_DLSYM_PROTOTYPE(SSL_set_fd);
-TM_DLSYM_PROTOTYPE(SSL_write);
-TM_DLSYM_PROTOTYPE(TLS_client_method);
-TM_DLSYM_PROTOTYPE(X509_VERIFY_PARAM_set1_host);
-TM_DLSYM_PROTOTYPE(X509_VERIFY_PARAM_set1_ip_asc);
-TM_DLSYM_PROTOTYPE(X509_verify_cert_error_string);
+/* every OpenSSL function the daemon calls, once: X(function) for each
+ * (see dlib.h) */
+#define TM_SSL_FUNCS(X)                                                     \
+    X(ERR_clear_error)                                                      \
+    X(ERR_error_string_n)                                                   \
+    X(ERR_get_error)                                                        \
+    X(ERR_peek_error)                                                       \
+    X(SSL_CTX_check_private_key)                                            \
+    X(SSL_CTX_ctrl)                                                         \
+    X(SSL_CTX_free)                                                         \
+    X(SSL_CTX_get0_param)                                                   \
+    X(SSL_CTX_load_verify_locations)                                        \
+    X(SSL_CTX_new)                                                          \
+    X(SSL_CTX_set_default_verify_paths)                                     \
+    X(SSL_CTX_set_verify)                                                   \
+    X(SSL_CTX_use_PrivateKey_file)                                          \
+    X(SSL_CTX_use_certificate_chain_file)                                   \
+    X(SSL_connect)                                                          \
+    X(SSL_ctrl)                                                             \
+    X(SSL_free)                                                             \
+    X(SSL_get0_param)                                                       \
+    X(SSL_get_error)                                                        \
+    X(SSL_get_verify_result)                                                \
+    X(SSL_new)                                                              \
+    X(SSL_read)                                                             \
+    X(SSL_set_fd)                                                           \
+    X(SSL_write)                                                            \
+    X(TLS_client_method)                                                    \
+    X(X509_VERIFY_PARAM_set1_host)                                          \
+    X(X509_VERIFY_PARAM_set1_ip_asc)                                        \
+    X(X509_verify_cert_error_string)
+
+TM_SSL_FUNCS(TM_DLSYM_EXTERN)
 
 /* tm_ssl_dl_open opens libssl.so.3 and fills every sym_ pointer above
  * (see tm_dlib_open): 0, or -1 with the reason in err. Called where a

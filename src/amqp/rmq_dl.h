@@ -29,53 +29,58 @@
 #define TM_AMQP_EMPTY_TABLE \
     ((amqp_table_t){ .num_entries = 0, .entries = NULL })
 
-TM_DLSYM_PROTOTYPE(empty_amqp_pool);
-TM_DLSYM_PROTOTYPE(init_amqp_pool);
-TM_DLSYM_PROTOTYPE(amqp_basic_ack);
-TM_DLSYM_PROTOTYPE(amqp_basic_consume);
-TM_DLSYM_PROTOTYPE(amqp_basic_get);
-TM_DLSYM_PROTOTYPE(amqp_basic_nack);
-TM_DLSYM_PROTOTYPE(amqp_basic_publish);
-TM_DLSYM_PROTOTYPE(amqp_basic_qos);
-TM_DLSYM_PROTOTYPE(amqp_basic_reject);
-TM_DLSYM_PROTOTYPE(amqp_channel_open);
-TM_DLSYM_PROTOTYPE(amqp_confirm_select);
-TM_DLSYM_PROTOTYPE(amqp_connection_close);
-TM_DLSYM_PROTOTYPE(amqp_consume_message);
-TM_DLSYM_PROTOTYPE(amqp_cstring_bytes);
-TM_DLSYM_PROTOTYPE(amqp_data_in_buffer);
-TM_DLSYM_PROTOTYPE(amqp_destroy_connection);
-TM_DLSYM_PROTOTYPE(amqp_destroy_envelope);
-TM_DLSYM_PROTOTYPE(amqp_destroy_message);
-TM_DLSYM_PROTOTYPE(amqp_error_string2);
-TM_DLSYM_PROTOTYPE(amqp_exchange_declare);
-TM_DLSYM_PROTOTYPE(amqp_frames_enqueued);
-TM_DLSYM_PROTOTYPE(amqp_get_rpc_reply);
-TM_DLSYM_PROTOTYPE(amqp_get_sockfd);
-TM_DLSYM_PROTOTYPE(amqp_login_with_properties);
-TM_DLSYM_PROTOTYPE(amqp_maybe_release_buffers);
-TM_DLSYM_PROTOTYPE(amqp_maybe_release_buffers_on_channel);
-TM_DLSYM_PROTOTYPE(amqp_method_name);
-TM_DLSYM_PROTOTYPE(amqp_new_connection);
-TM_DLSYM_PROTOTYPE(amqp_queue_bind);
-TM_DLSYM_PROTOTYPE(amqp_queue_declare);
-TM_DLSYM_PROTOTYPE(amqp_queue_purge);
-TM_DLSYM_PROTOTYPE(amqp_read_message);
-TM_DLSYM_PROTOTYPE(amqp_send_method);
-TM_DLSYM_PROTOTYPE(amqp_set_handshake_timeout);
-TM_DLSYM_PROTOTYPE(amqp_set_rpc_timeout);
-TM_DLSYM_PROTOTYPE(amqp_simple_wait_frame_noblock);
-TM_DLSYM_PROTOTYPE(amqp_socket_open_noblock);
-TM_DLSYM_PROTOTYPE(amqp_ssl_socket_get_context);
-TM_DLSYM_PROTOTYPE(amqp_ssl_socket_new);
-TM_DLSYM_PROTOTYPE(amqp_ssl_socket_set_cacert);
-TM_DLSYM_PROTOTYPE(amqp_ssl_socket_set_key);
-TM_DLSYM_PROTOTYPE(amqp_ssl_socket_set_verify_hostname);
-TM_DLSYM_PROTOTYPE(amqp_ssl_socket_set_verify_peer);
-TM_DLSYM_PROTOTYPE(amqp_table_clone);
-TM_DLSYM_PROTOTYPE(amqp_tcp_socket_new);
-TM_DLSYM_PROTOTYPE(amqp_tx_commit);
-TM_DLSYM_PROTOTYPE(amqp_tx_select);
+/* every rabbitmq-c function the daemon calls, once: X(function) for each
+ * (see dlib.h) */
+#define TM_RMQ_FUNCS(X)                                                     \
+    X(empty_amqp_pool)                                                      \
+    X(init_amqp_pool)                                                       \
+    X(amqp_basic_ack)                                                       \
+    X(amqp_basic_consume)                                                   \
+    X(amqp_basic_get)                                                       \
+    X(amqp_basic_nack)                                                      \
+    X(amqp_basic_publish)                                                   \
+    X(amqp_basic_qos)                                                       \
+    X(amqp_basic_reject)                                                    \
+    X(amqp_channel_open)                                                    \
+    X(amqp_confirm_select)                                                  \
+    X(amqp_connection_close)                                                \
+    X(amqp_consume_message)                                                 \
+    X(amqp_cstring_bytes)                                                   \
+    X(amqp_data_in_buffer)                                                  \
+    X(amqp_destroy_connection)                                              \
+    X(amqp_destroy_envelope)                                                \
+    X(amqp_destroy_message)                                                 \
+    X(amqp_error_string2)                                                   \
+    X(amqp_exchange_declare)                                                \
+    X(amqp_frames_enqueued)                                                 \
+    X(amqp_get_rpc_reply)                                                   \
+    X(amqp_get_sockfd)                                                      \
+    X(amqp_login_with_properties)                                           \
+    X(amqp_maybe_release_buffers)                                           \
+    X(amqp_maybe_release_buffers_on_channel)                                \
+    X(amqp_method_name)                                                     \
+    X(amqp_new_connection)                                                  \
+    X(amqp_queue_bind)                                                      \
+    X(amqp_queue_declare)                                                   \
+    X(amqp_queue_purge)                                                     \
+    X(amqp_read_message)                                                    \
+    X(amqp_send_method)                                                     \
+    X(amqp_set_handshake_timeout)                                           \
+    X(amqp_set_rpc_timeout)                                                 \
+    X(amqp_simple_wait_frame_noblock)                                       \
+    X(amqp_socket_open_noblock)                                             \
+    X(amqp_ssl_socket_get_context)                                          \
+    X(amqp_ssl_socket_new)                                                  \
+    X(amqp_ssl_socket_set_cacert)                                           \
+    X(amqp_ssl_socket_set_key)                                              \
+    X(amqp_ssl_socket_set_verify_hostname)                                  \
+    X(amqp_ssl_socket_set_verify_peer)                                      \
+    X(amqp_table_clone)                                                     \
+    X(amqp_tcp_socket_new)                                                  \
+    X(amqp_tx_commit)                                                       \
+    X(amqp_tx_select)
+
+TM_RMQ_FUNCS(TM_DLSYM_EXTERN)
 
 /* tm_rmq_dl_open opens librabbitmq.so.4 and fills every sym_ pointer
  * above (see tm_dlib_open): 0, or -1 with the reason in err. Called where
