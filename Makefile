@@ -156,8 +156,9 @@ $(BUILD)/plugins/python.so: $(wildcard plugins/python/*.h)
 $(BUILD)/plugins/python.so: PLUGIN_CFLAGS = -fvisibility=hidden $(shell $(PKG_CONFIG) --cflags python3-embed libcjson)
 $(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-embed libcjson) -ldl -Wl,-z,nodelete
 
-# Test plugins and test tools include headers of their own directory
-# (tests/plugins/*.h) and the daemon's (src/taskmill.h, src/*/*.h): the
+# Test plugins, test tools and unit tests include headers of their own
+# directory (tests/plugins/*.h, tests/unit/*.h) and the daemon's
+# (src/taskmill.h, src/*/*.h): the
 # compiler lists those it read in a dependency file next to the output
 # (-MMD; -MP adds a rule per header, so a removed header is no error), and
 # the files included below make a changed header rebuild them. Compiling
@@ -186,8 +187,10 @@ test-plugins: $(TEST_PLUGIN_SOS) $(TEST_TOOLS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 	@$(if $(Q),echo "  TEST    $@")
-	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) -Isrc -o $@ $< \
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) $(TEST_DEPFLAGS) \
+		-Isrc -o $@ $< \
 		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
+-include $(UNIT_BINS:=.d)
 
 # The Lua host's JSON bridge, tested with the daemon's builder.
 ifneq ($(and $(filter lua,$(PLUGINS)),yes),yes)
