@@ -10,13 +10,13 @@
 #include <taskmill.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "path_log.h"
 
 struct flowlog {
     int fd;
@@ -33,23 +33,14 @@ static int64_t wall_us(void)
 
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
-    char *path = NULL;
-    if (tm_json_get_strdup(env->host, env->config_json, "path", &path) !=
-        TM_JSON_OK) {
-        tm_env_log(env, TM_LOG_ERR, "config key 'path' is required");
-        return -1;
-    }
     struct flowlog *f = calloc(1, sizeof *f);
-    if (f == NULL) {
-        free(path);
+    if (f == NULL)
         return -1;
-    }
     if (tm_json_get_int_range(env->host, env->config_json, "ms", 0, 60000,
                               &f->ms) != TM_JSON_OK)
         f->ms = 0;
     snprintf(f->task, sizeof f->task, "%s", env->task);
-    f->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    free(path);
+    f->fd = tm_test_open_path(env);
     if (f->fd < 0) {
         free(f);
         return -1;

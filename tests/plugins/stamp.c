@@ -8,13 +8,13 @@
 #include <taskmill.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "path_log.h"
 
 struct stamp {
     int fd;
@@ -22,21 +22,10 @@ struct stamp {
 
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
-    char *path = NULL;
-    if (tm_json_get_strdup(env->host, env->config_json, "path", &path) !=
-            TM_JSON_OK ||
-        path[0] == '\0') {
-        tm_env_log(env, TM_LOG_ERR, "config key 'path' is required");
-        free(path);
-        return -1;
-    }
     struct stamp *s = malloc(sizeof *s);
-    if (s == NULL) {
-        free(path);
+    if (s == NULL)
         return -1;
-    }
-    s->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    free(path);
+    s->fd = tm_test_open_path(env);
     if (s->fd < 0) {
         free(s);
         return -1;

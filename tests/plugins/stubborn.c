@@ -8,13 +8,14 @@
 #include <taskmill.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "path_log.h"
 
 #ifndef TM_TEST_VERSION
 #define TM_TEST_VERSION 0
@@ -33,20 +34,11 @@ struct stubborn_task {
 
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
-    const char *k = strstr(env->config_json, "\"path\"");
-    const char *q1 = k != NULL ? strchr(k + 6, '"') : NULL;
-    const char *q2 = q1 != NULL ? strchr(q1 + 1, '"') : NULL;
-    if (q2 == NULL) {
-        tm_env_log(env, TM_LOG_ERR, "config key 'path' is required");
-        return -1;
-    }
-    char path[1024];
-    snprintf(path, sizeof path, "%.*s", (int)(q2 - q1 - 1), q1 + 1);
     struct stubborn_task *t = malloc(sizeof *t);
     if (t == NULL)
         return -1;
     t->magic = STUBBORN_TASK_MAGIC;
-    t->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    t->fd = tm_test_open_path(env);
     if (t->fd < 0) {
         free(t);
         return -1;

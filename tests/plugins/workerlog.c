@@ -5,41 +5,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <taskmill.h>
 
-#include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-static int cb_init(const struct tm_task_env *env, void **task_data)
-{
-    const char *k = strstr(env->config_json, "\"path\"");
-    const char *q1 = k != NULL ? strchr(k + 6, '"') : NULL;
-    const char *q2 = q1 != NULL ? strchr(q1 + 1, '"') : NULL;
-    if (q2 == NULL) {
-        tm_env_log(env, TM_LOG_ERR, "config key 'path' is required");
-        return -1;
-    }
-    char path[1024];
-    snprintf(path, sizeof path, "%.*s", (int)(q2 - q1 - 1), q1 + 1);
-    int *fd = malloc(sizeof *fd);
-    if (fd == NULL)
-        return -1;
-    *fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (*fd < 0) {
-        free(fd);
-        return -1;
-    }
-    *task_data = fd;
-    return 0;
-}
-
-static void cb_fini(void *task_data)
-{
-    int *fd = task_data;
-    close(*fd);
-    free(fd);
-}
+#include "path_log.h"
 
 static int say(const int *fd, const char *what)
 {
@@ -72,8 +41,8 @@ TM_TASK_DECLARE(
     .name = "test-workerlog",
     .version = "0.0.1",
     .description = "test plugin: logs its workers' init and fini",
-    .cb_init = cb_init,
-    .cb_fini = cb_fini,
+    .cb_init = tm_test_path_init,
+    .cb_fini = tm_test_path_fini,
     .cb_worker_init = cb_worker_init,
     .cb_worker_fini = cb_worker_fini,
     .cb_run = cb_run,
