@@ -303,12 +303,19 @@ BENCH_CFLAGS := $(shell $(PKG_CONFIG) --cflags librabbitmq hiredis 2>/dev/null)
 BENCH_LIBS := $(shell $(PKG_CONFIG) --libs librabbitmq hiredis 2>/dev/null)
 
 .PHONY: bench-bins
-bench-bins: $(BENCH_BINS)
+bench-bins: $(BENCH_BINS) $(BUILD)/bench/http_floor
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) | $(BUILD)/bench
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(BENCH_CFLAGS) -o $@ $< $(REAL_LDFLAGS) \
 		$(BENCH_LIBS) -lm
+
+# The idle-memory floor of the HTTP library (bench/floor/http_floor.c):
+# linked with libmicrohttpd alone, so nothing else of the daemon's counts.
+$(BUILD)/bench/http_floor: bench/floor/http_floor.c | $(BUILD)/bench
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(shell $(PKG_CONFIG) --cflags libmicrohttpd) \
+		-o $@ $< $(REAL_LDFLAGS) $(shell $(PKG_CONFIG) --libs libmicrohttpd)
 
 $(BUILD)/bench:
 	@mkdir -p $@

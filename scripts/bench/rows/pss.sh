@@ -5,7 +5,9 @@
 # fork pool's zygote and children) are summed from /proc/PID/smaps_rollup,
 # idle: 2 s after /ping with the five example tasks (target <= 3 MiB),
 # 8 s after it with 500 noop tasks (target <= 8 MiB), in a thread and a
-# fork pool of 4.
+# fork pool of 4. First, measured the same way and alone on the host, the
+# floor: bench/floor/http_floor, libmicrohttpd started as the daemon
+# starts it and nothing else of taskmill's.
 #
 #   BENCH_PSS_POOLS   "thread fork"
 
@@ -50,8 +52,33 @@ pss_idle() {
 	log "$name: PSS $(mib "$kib") MiB in $procs processes"
 }
 
+# pss_floor: the floor program, measured as pss_idle measures a daemon,
+# into $R/pss.floor.json.
+pss_floor() {
+	local http kib anon file procs deadline=$(($(now_ms) + 30000))
+	http=$(free_port)
+	"$BB/http_floor" "$http" 2>>"$DIR/http_floor.log" &
+	DAEMON_PID=$!
+	until [[ $(curl -s -m 2 "http://127.0.0.1:$http/ping" || true) == pong ]]; do
+		if ! kill -0 "$DAEMON_PID" 2>/dev/null || (($(now_ms) > deadline)); then
+			echo "bench: http_floor did not answer: $(tail -n 3 "$DIR/http_floor.log")" >&2
+			exit 1
+		fi
+		sleep 0.05
+	done
+	sleep 2
+	read -r kib anon file procs < <(pss_tree "$DAEMON_PID")
+	echo "{\"pss_kib\":$kib,\"anon_kib\":$anon,\"file_kib\":$file,\"processes\":$procs}" >"$R/pss.floor.json"
+	stop_daemon
+	log "pss.floor: PSS $(mib "$kib") MiB (libmicrohttpd alone)"
+}
+
 bench_row_pss() {
-	local kind f kib procs ok v limit what anon file
+	local kind f kib procs ok v limit what anon file floor above
+	pss_floor
+	floor=$(jget "$R/pss.floor.json" pss_kib)
+	row "idle PSS floor: libmicrohttpd alone" "$(mib "$floor") MiB" - - - reported - - - \
+		"bench/floor/http_floor: the HTTP library started as the daemon starts it, nothing else; anonymous $(mib "$(jget "$R/pss.floor.json" anon_kib)") MiB, files $(mib "$(jget "$R/pss.floor.json" file_kib)") MiB (Debian's libmicrohttpd loads and initialises GnuTLS)"
 	for kind in $PSS_POOLS; do
 		pss_idle "pss.$kind.examples" "$kind" "$(
 			cat <<YAML
@@ -80,8 +107,9 @@ YAML
 			v=$(verdict "$ok")
 			target_json "idle_pss.$kind.$what" "$(mib "$kib")" "<= $limit" "$v"
 			if [[ $what == examples ]]; then what="5 example tasks"; else what="500 noop tasks"; fi
-			row "idle PSS, $kind x4, $what" "$(mib "$kib") MiB" - - "<= $limit MiB" "$v" - - - \
-				"smaps_rollup Pss of the daemon and its $((procs - 1)) descendant(s), idle: anonymous $(mib "$anon") MiB, files (the binary, shared libraries) $(mib "$file") MiB"
+			above=$(mib $((kib - floor)))
+			row "idle PSS, $kind x4, $what" "$(mib "$kib") MiB" "$(mib "$floor") MiB floor" - "<= $limit MiB" "$v" - - - \
+				"smaps_rollup Pss of the daemon and its $((procs - 1)) descendant(s), idle: anonymous $(mib "$anon") MiB, files (the binary, shared libraries) $(mib "$file") MiB; $above MiB above the floor"
 		done
 	done
 }
