@@ -587,7 +587,7 @@ END_TEST
 
 /* --------------------------------------------------------------- main */
 
-int main(void)
+static Suite *config_errors_suite(void)
 {
     Suite *s = suite_create("config_errors");
     TCase *tc = tcase_create("errors");
@@ -603,5 +603,10 @@ int main(void)
     tcase_add_test(tc, test_broker_redis_modes);
     tcase_add_test(tc, test_config_json_types);
     suite_add_tcase(s, tc);
-    return run_suite(s);
+    return s;
+}
+
+int main(void)
+{
+    return run_in_scratch_dir(config_errors_suite());
 }
