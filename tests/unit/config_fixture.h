@@ -1,7 +1,7 @@
 /* config_fixture.h - what the configuration's unit tests share
  * (test_config*.c, one binary each): a scratch directory for the YAML
  * files they load, loading a text, expecting an error at a position,
- * and a main that runs a suite in that directory. */
+ * and running a suite (unit_main.h) in that directory. */
 #ifndef TASKMILL_TEST_CONFIG_FIXTURE_H
 #define TASKMILL_TEST_CONFIG_FIXTURE_H
 
@@ -20,6 +20,7 @@
 
 #include <check.h>
 
+#include "unit_main.h"
 #include "util.h"
 
 /* The scratch directory every test writes its YAML files into. */
@@ -87,21 +88,19 @@ static inline void remove_dir(void)
         perror(g_dir);
 }
 
-/* run_suite runs s in a fresh scratch directory, then removes it; the
- * exit status of a test binary. */
-static inline int run_suite(Suite *s)
+/* run_in_scratch_dir makes a fresh scratch directory (g_dir), runs s
+ * there with tm_unit_run, then removes the directory; the exit status of
+ * a test binary. */
+static inline int run_in_scratch_dir(Suite *s)
 {
     tm_snprintf(g_dir, sizeof g_dir, "/tmp/tm-config-XXXXXX");
     if (mkdtemp(g_dir) == NULL) {
         perror("mkdtemp");
-        return 1;
+        return EXIT_FAILURE;
     }
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = tm_unit_run(s);
     remove_dir();
-    return failed == 0 ? 0 : 1;
+    return status;
 }
 
 #endif

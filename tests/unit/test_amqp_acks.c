@@ -7,6 +7,8 @@
 
 #include <check.h>
 
+#include "unit_main.h"
+
 /* Tags 1 .. 15 delivered; 1 .. 10 and 12, 13 settled; of those, the acks
  * of 7, 9, 10 and 12 are held back (not sent yet): RabbitMQ still counts
  * them, with the unsettled 11, 14 and 15. */
@@ -28,15 +30,13 @@ START_TEST(held_acks_count_as_unacknowledged)
 }
 END_TEST
 
-int main(void)
+static Suite *amqp_acks_suite(void)
 {
     Suite *s = suite_create("amqp_acks");
     TCase *tc = tcase_create("acks");
     tcase_add_test(tc, held_acks_count_as_unacknowledged);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return s;
 }
+
+TM_UNIT_MAIN(amqp_acks_suite)

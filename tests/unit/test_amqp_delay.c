@@ -8,6 +8,8 @@
 
 #include <check.h>
 
+#include "unit_main.h"
+
 /* The largest level not above what is left, 125 ms at least, 125 ms x
  * 2^24 at most; each hop leaves less than half. */
 START_TEST(levels_halve_what_is_left)
@@ -72,6 +74,16 @@ START_TEST(not_before_reads_numbers_and_digits)
 }
 END_TEST
 
+static Suite *delay_suite(void)
+{
+    Suite *s = suite_create("amqp_delay");
+    TCase *tc = tcase_create("delay");
+    tcase_add_test(tc, levels_halve_what_is_left);
+    tcase_add_test(tc, not_before_reads_numbers_and_digits);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
 int main(void)
 {
     /* rabbitmq-c through the daemon's loader, as a configuration opens it */
@@ -80,14 +92,5 @@ int main(void)
         fprintf(stderr, "test_amqp_delay: %s\n", err);
         return EXIT_FAILURE;
     }
-    Suite *s = suite_create("amqp_delay");
-    TCase *tc = tcase_create("delay");
-    tcase_add_test(tc, levels_halve_what_is_left);
-    tcase_add_test(tc, not_before_reads_numbers_and_digits);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tm_unit_run(delay_suite());
 }

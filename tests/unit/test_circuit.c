@@ -7,6 +7,8 @@
 #include "log.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 static struct tm_cfg_task task_cfg(unsigned failures, int64_t cool,
                                    int64_t max)
 {
@@ -144,9 +146,5 @@ static Suite *circuit_suite(void)
 int main(void)
 {
     tm_log_setup(TM_LOG_ERR, TM_LOG_TEXT);
-    SRunner *sr = srunner_create(circuit_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tm_unit_run(circuit_suite());
 }

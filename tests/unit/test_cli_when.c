@@ -6,6 +6,8 @@
 
 #include <check.h>
 
+#include "unit_main.h"
+
 /* RFC 3339 with Z, offsets, fractions; epoch ms as digits. */
 START_TEST(at_accepts_rfc3339_and_epoch_ms)
 {
@@ -59,7 +61,7 @@ START_TEST(delay_takes_config_durations)
 }
 END_TEST
 
-int main(void)
+static Suite *cli_when_suite(void)
 {
     Suite *s = suite_create("cli_when");
     TCase *tc = tcase_create("when");
@@ -67,9 +69,7 @@ int main(void)
     tcase_add_test(tc, at_refuses_what_is_not_a_time);
     tcase_add_test(tc, delay_takes_config_durations);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return s;
 }
+
+TM_UNIT_MAIN(cli_when_suite)

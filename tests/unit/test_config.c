@@ -725,7 +725,7 @@ END_TEST
 
 /* --------------------------------------------------------------- main */
 
-int main(void)
+static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
@@ -746,5 +746,10 @@ int main(void)
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_schedules_all_errors);
     suite_add_tcase(s, tc);
-    return run_suite(s);
+    return s;
+}
+
+int main(void)
+{
+    return run_in_scratch_dir(config_suite());
 }

@@ -304,7 +304,7 @@ END_TEST
 
 /* --------------------------------------------------------------- main */
 
-int main(void)
+static Suite *config_values_suite(void)
 {
     Suite *s = suite_create("config_values");
     TCase *tc = tcase_create("values");
@@ -315,5 +315,10 @@ int main(void)
     tcase_add_test(tc, test_size);
     tcase_add_test(tc, test_expand_env);
     suite_add_tcase(s, tc);
-    return run_suite(s);
+    return s;
+}
+
+int main(void)
+{
+    return run_in_scratch_dir(config_values_suite());
 }

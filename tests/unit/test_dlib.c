@@ -10,6 +10,8 @@
 
 #include <check.h>
 
+#include "unit_main.h"
+
 TM_DLSYM_PROTOTYPE(cos);
 TM_DLSYM_PROTOTYPE(hypot);
 TM_DLSYM_DEFINE(cos);
@@ -69,16 +71,14 @@ START_TEST(missing_library_names_it)
 }
 END_TEST
 
-int main(void)
+static Suite *dlib_suite(void)
 {
     Suite *s = suite_create("dlib");
     TCase *tc = tcase_create("dlib");
     tcase_add_test(tc, every_function_or_none);
     tcase_add_test(tc, missing_library_names_it);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return s;
 }
+
+TM_UNIT_MAIN(dlib_suite)

@@ -6,6 +6,8 @@
 #include "flow.h"
 #include "log.h"
 
+#include "unit_main.h"
+
 static struct tm_cfg_task rate(uint32_t count, int64_t period_ms)
 {
     struct tm_cfg_task t;
@@ -108,9 +110,5 @@ static Suite *flow_suite(void)
 int main(void)
 {
     tm_log_setup(TM_LOG_ERR, TM_LOG_TEXT);
-    SRunner *sr = srunner_create(flow_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tm_unit_run(flow_suite());
 }

@@ -7,6 +7,8 @@
 
 #include "fork/ring.h"
 
+#include "unit_main.h"
+
 #define CAP 256u
 
 static char area[CAP];
@@ -126,11 +128,4 @@ static Suite *ring_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(ring_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(ring_suite)

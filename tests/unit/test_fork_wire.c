@@ -7,6 +7,8 @@
 #include "msg.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 #define MS 1000000LL
 
 static const struct tm_fork_expect EX = {
@@ -178,11 +180,4 @@ static Suite *wire_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(wire_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(wire_suite)

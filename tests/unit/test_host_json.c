@@ -13,6 +13,8 @@
 #include "taskmill.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 /* The wrappers are called as a plugin calls them, with the daemon's
  * table. */
 static const struct tm_host *H;
@@ -422,7 +424,7 @@ START_TEST(size_is_bounded)
 }
 END_TEST
 
-static Suite *suite(void)
+static Suite *host_json_suite(void)
 {
     Suite *s = suite_create("host_json");
     TCase *tc = tcase_create("core");
@@ -443,11 +445,4 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(host_json_suite)

@@ -12,6 +12,8 @@
 #include "config.h"
 #include "lua_host.h"
 
+#include "unit_main.h"
+
 static const struct tm_host host = {
     .struct_size = sizeof(struct tm_host),
     TM_HOST_JSON_MEMBERS,
@@ -190,9 +192,5 @@ static Suite *lua_json_suite(void)
 int main(void)
 {
     tm_log_setup(TM_LOG_ERR, TM_LOG_TEXT);
-    SRunner *sr = srunner_create(lua_json_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tm_unit_run(lua_json_suite());
 }

@@ -13,6 +13,8 @@
 #include "http/http_private.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 /* ---- connection table ---- */
 
 START_TEST(conns_shed_the_longest_waiting_first)
@@ -161,11 +163,4 @@ static Suite *http_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(http_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(http_suite)

@@ -6,6 +6,8 @@
 #include "json.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 static enum tm_json_check chk(const char *s)
 {
     return tm_json_check(s, strlen(s));
@@ -198,7 +200,7 @@ START_TEST(utf8_check_agrees_with_the_two_checks)
 }
 END_TEST
 
-int main(void)
+static Suite *json_suite(void)
 {
     Suite *s = suite_create("json");
     TCase *tc = tcase_create("check");
@@ -210,9 +212,7 @@ int main(void)
     tcase_add_test(tc, long_strings_are_checked_at_every_byte);
     tcase_add_test(tc, utf8_check_agrees_with_the_two_checks);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return s;
 }
+
+TM_UNIT_MAIN(json_suite)

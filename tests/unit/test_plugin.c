@@ -16,6 +16,8 @@
 #include "plugin.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 /* ERRLEN is the size of the reason buffers, as the daemon uses them. */
 #define ERRLEN 512
 
@@ -1115,11 +1117,4 @@ static Suite *plugin_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(plugin_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(plugin_suite)

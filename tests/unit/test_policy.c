@@ -6,6 +6,8 @@
 #include "core.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 static struct tm_cfg_task task_cfg(void)
 {
     struct tm_cfg_task t;
@@ -208,11 +210,4 @@ static Suite *policy_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(policy_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(policy_suite)

@@ -14,6 +14,8 @@
 
 #include "util.h"
 
+#include "unit_main.h"
+
 /* The retry set is named after the queue, then the group: a hash tag in
  * the queue comes first, so the set shares the queue's cluster slot. */
 START_TEST(retry_key_derives_from_the_queue)
@@ -723,11 +725,4 @@ static Suite *redis_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(redis_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(redis_suite)

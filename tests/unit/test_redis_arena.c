@@ -11,6 +11,8 @@
 
 #include "util.h"
 
+#include "unit_main.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #endif
@@ -296,11 +298,4 @@ static Suite *arena_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(arena_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(arena_suite)

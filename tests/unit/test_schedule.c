@@ -19,6 +19,8 @@
 
 #include "util.h"
 
+#include "unit_main.h"
+
 /* ------------------------------------------------------------ helpers */
 
 /* REQUIRE is ck_assert_msg for hot loops: check's assertions report
@@ -788,11 +790,4 @@ static Suite *schedule_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(schedule_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+TM_UNIT_MAIN(schedule_suite)

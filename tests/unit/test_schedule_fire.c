@@ -16,6 +16,8 @@
 #include "config.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 /* ---------------------------------------------------------- the clock */
 
 static atomic_llong fake_now;
@@ -314,11 +316,4 @@ static Suite *fire_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(fire_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+TM_UNIT_MAIN(fire_suite)

@@ -13,6 +13,8 @@
 #include "stats.h"
 #include "util.h"
 
+#include "unit_main.h"
+
 #define S 1000000000LL /* one second in ns */
 
 START_TEST(rate_counts_complete_seconds)
@@ -373,11 +375,4 @@ static Suite *stats_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(stats_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(stats_suite)

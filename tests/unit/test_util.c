@@ -10,6 +10,8 @@
 
 #include "util.h"
 
+#include "unit_main.h"
+
 /*
  * A clock step, seen from the code under test: this definition of
  * clock_gettime(3) replaces the C library's for the whole test program
@@ -182,11 +184,4 @@ static Suite *util_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(util_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TM_UNIT_MAIN(util_suite)
