@@ -1,11 +1,21 @@
 /* net.c - one connection to a Redis server: a non-blocking socket with
- * deadlines, optional TLS (OpenSSL), replies through hiredis's reader,
- * commands in RESP (hiredis's formatter for format strings; argv
- * commands written here, see tm_rconn_append_argv), and the reply filter
- * that caps bulk strings. */
+ * deadlines, replies through hiredis's reader, commands in RESP
+ * (hiredis's formatter for format strings; argv commands written here,
+ * see tm_rconn_append_argv), and the reply filter that caps bulk
+ * strings. TLS is a layer of its own under the same connection (tls.c).
+ *
+ * Invariants:
+ * - c->fd is non-blocking; every wait is tm_rconn_wait, in poll() for at
+ *   most what is left of the call's deadline.
+ * - This file calls no OpenSSL function: when c->ssl is set, every read
+ *   and write of the connection goes through tm_rtls_read and
+ *   tm_rtls_write, never straight to the socket.
+ * - c->err and c->errstr are written only by tm_rconn_set_err; once a
+ *   call has set c->err, later calls do no I/O on the connection (they
+ *   fail at once) until the caller closes it.
+ * - The output buffer is empty after every flush, sent or not. */
 #include "redis/net.h"
 
-#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +33,7 @@
 #include <unistd.h>
 
 #include "redis/arena.h"
-#include "ssl_dl.h"
+#include "redis/tls.h"
 #include "util.h"
 
 /* Bytes read from the socket at a time. */
@@ -35,10 +45,7 @@
  * entries are likely as small, and one read takes several of them. */
 #define TM_RCONN_TAIL 1024
 
-static void set_err(struct tm_rconn *c, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(struct tm_rconn *c, int err, const char *fmt, ...)
+void tm_rconn_set_err(struct tm_rconn *c, int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -47,34 +54,20 @@ static void set_err(struct tm_rconn *c, int err, const char *fmt, ...)
     c->err = err;
 }
 
-static void set_errno(struct tm_rconn *c, const char *what, int e)
+void tm_rconn_set_errno(struct tm_rconn *c, const char *what, int e)
 {
     char eb[TM_STRERRNO_BUF];
-    set_err(c, REDIS_ERR_IO, "%s: %s", what, tm_strerror(e, eb, sizeof eb));
+    tm_rconn_set_err(c, REDIS_ERR_IO, "%s: %s", what,
+                     tm_strerror(e, eb, sizeof eb));
 }
 
-/* ssl_errstr describes the first error on OpenSSL's queue (and empties
- * it: the queue is per thread, a stale entry would blame the next
- * call). */
-static void ssl_errstr(char *buf, size_t size)
-{
-    unsigned long e = sym_ERR_get_error();
-    if (e == 0)
-        tm_snprintf(buf, size, "unknown TLS error");
-    else
-        sym_ERR_error_string_n(e, buf, size);
-    sym_ERR_clear_error();
-}
-
-/* wait_fd waits until fd is ready for events or the deadline passes.
- * 0 ready, -1 with c->err set. */
-static int wait_fd(struct tm_rconn *c, short events, int64_t deadline,
-                   const char *what)
+int tm_rconn_wait(struct tm_rconn *c, short events, int64_t deadline,
+                  const char *what)
 {
     for (;;) {
         int64_t left = deadline - tm_now_ms();
         if (left <= 0) {
-            set_err(c, REDIS_ERR_IO, "%s: timed out", what);
+            tm_rconn_set_err(c, REDIS_ERR_IO, "%s: timed out", what);
             return -1;
         }
         struct pollfd p = {.fd = c->fd, .events = events};
@@ -82,37 +75,10 @@ static int wait_fd(struct tm_rconn *c, short events, int64_t deadline,
         if (n > 0)
             return 0;
         if (n < 0 && errno != EINTR) {
-            set_errno(c, what, errno);
+            tm_rconn_set_errno(c, what, errno);
             return -1;
         }
     }
-}
-
-/* ssl_wait turns an SSL_* result into a wait: 0 when the call is to be
- * made again, -1 with c->err set. */
-static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
-                    const char *what)
-{
-    int e = sym_SSL_get_error(c->ssl, ret);
-    if (e == SSL_ERROR_WANT_READ)
-        return wait_fd(c, POLLIN, deadline, what);
-    if (e == SSL_ERROR_WANT_WRITE)
-        return wait_fd(c, POLLOUT, deadline, what);
-    if (e == SSL_ERROR_ZERO_RETURN) {
-        set_err(c, REDIS_ERR_EOF, "Server closed the connection");
-        return -1;
-    }
-    if (e == SSL_ERROR_SYSCALL && sym_ERR_peek_error() == 0) {
-        if (errno == 0 || ret == 0)
-            set_err(c, REDIS_ERR_EOF, "Server closed the connection");
-        else
-            set_errno(c, what, errno);
-        return -1;
-    }
-    char eb[200];
-    ssl_errstr(eb, sizeof eb);
-    set_err(c, REDIS_ERR_IO, "%s: %s", what, eb);
-    return -1;
 }
 
 /* sock_readv reads at least one byte from the plain socket into iov
@@ -125,16 +91,16 @@ static ssize_t sock_readv(struct tm_rconn *c, const struct iovec *iov,
         if (n > 0)
             return n;
         if (n == 0) {
-            set_err(c, REDIS_ERR_EOF, "Server closed the connection");
+            tm_rconn_set_err(c, REDIS_ERR_EOF, "Server closed the connection");
             return -1;
         }
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            set_errno(c, "read", errno);
+            tm_rconn_set_errno(c, "read", errno);
             return -1;
         }
-        if (wait_fd(c, POLLIN, deadline, "read") != 0)
+        if (tm_rconn_wait(c, POLLIN, deadline, "read") != 0)
             return -1;
     }
 }
@@ -143,18 +109,10 @@ static ssize_t sock_readv(struct tm_rconn *c, const struct iovec *iov,
 static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
                          int64_t deadline)
 {
-    if (c->ssl == NULL) {
-        struct iovec iov = {buf, size};
-        return sock_readv(c, &iov, 1, deadline);
-    }
-    for (;;) {
-        sym_ERR_clear_error();
-        int n = sym_SSL_read(c->ssl, buf, (int)size);
-        if (n > 0)
-            return n;
-        if (ssl_wait(c, n, deadline, "read") != 0)
-            return -1;
-    }
+    if (c->ssl != NULL)
+        return tm_rtls_read(c, buf, size, deadline);
+    struct iovec iov = {buf, size};
+    return sock_readv(c, &iov, 1, deadline);
 }
 
 /* read_into reads at least one byte before the deadline: the first size
@@ -164,59 +122,39 @@ static ssize_t read_into(struct tm_rconn *c, char *at, size_t size,
                          char *buf, size_t bsize, int64_t deadline)
 {
     if (c->ssl != NULL)
-        return read_some(c, at, size > INT_MAX ? INT_MAX : size, deadline);
+        return tm_rtls_read(c, at, size, deadline);
     struct iovec iov[2] = {{at, size}, {buf, bsize}};
     return sock_readv(c, iov, 2, deadline);
 }
 
-/* tls_why_closed replaces a failed write's reason with the server's
- * alert when one arrived before the connection closed (a refused client
- * certificate, for one): that says why, the write error does not. */
-static void tls_why_closed(struct tm_rconn *c)
-{
-    char one, eb[200];
-    sym_ERR_clear_error();
-    int n = sym_SSL_read(c->ssl, &one, 1);
-    if (n <= 0 && sym_SSL_get_error(c->ssl, n) == SSL_ERROR_SSL &&
-        sym_ERR_peek_error() != 0) {
-        ssl_errstr(eb, sizeof eb);
-        set_err(c, REDIS_ERR_IO, "%s", eb);
-    }
-    sym_ERR_clear_error();
-}
-
-/* flush sends every queued byte before the deadline. */
-static int flush(struct tm_rconn *c, int64_t deadline)
+/* sock_send writes all len bytes at p to the plain socket before the
+ * deadline: 0, or -1 with c->err set. */
+static int sock_send(struct tm_rconn *c, const char *p, size_t len,
+                     int64_t deadline)
 {
     size_t done = 0;
-    int rc = -1;
-    while (done < c->outlen) {
-        size_t left = c->outlen - done;
-        if (c->ssl != NULL) {
-            sym_ERR_clear_error();
-            int n = sym_SSL_write(c->ssl, c->out + done,
-                                  left > INT32_MAX ? INT32_MAX : (int)left);
-            if (n > 0)
-                done += (size_t)n;
-            else if (ssl_wait(c, n, deadline, "write") != 0)
-                goto out;
-            continue;
-        }
-        ssize_t n = send(c->fd, c->out + done, left, MSG_NOSIGNAL);
+    while (done < len) {
+        ssize_t n = send(c->fd, p + done, len - done, MSG_NOSIGNAL);
         if (n >= 0) {
             done += (size_t)n;
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (wait_fd(c, POLLOUT, deadline, "write") != 0)
-                goto out;
+            if (tm_rconn_wait(c, POLLOUT, deadline, "write") != 0)
+                return -1;
         } else if (errno != EINTR) {
-            set_errno(c, "write", errno);
-            goto out;
+            tm_rconn_set_errno(c, "write", errno);
+            return -1;
         }
     }
-    rc = 0;
-out:
-    if (rc != 0 && c->ssl != NULL)
-        tls_why_closed(c);
+    return 0;
+}
+
+/* flush sends every queued byte before the deadline, through the TLS
+ * session when there is one; the buffer is empty after it either way. */
+static int flush(struct tm_rconn *c, int64_t deadline)
+{
+    int rc = c->ssl != NULL
+                 ? tm_rtls_write(c, c->out, c->outlen, deadline)
+                 : sock_send(c, c->out, c->outlen, deadline);
     c->outlen = 0;
     return rc;
 }
@@ -238,7 +176,7 @@ static int tcp_connect(struct tm_rconn *c, const struct addrinfo *ai,
             tm_snprintf(buf, size, "%s", tm_strerror(errno, eb, sizeof eb));
             goto fail;
         }
-        if (wait_fd(c, POLLOUT, deadline, "connect") != 0) {
+        if (tm_rconn_wait(c, POLLOUT, deadline, "connect") != 0) {
             tm_snprintf(buf, size, "%s", c->errstr);
             goto fail;
         }
@@ -260,142 +198,6 @@ fail:
     c->fd = -1;
     c->err = 0;
     return -1;
-}
-
-static int is_ip_literal(const char *h)
-{
-    unsigned char a[sizeof(struct in6_addr)];
-    return inet_pton(AF_INET, h, a) == 1 || inet_pton(AF_INET6, h, a) == 1;
-}
-
-/* tls_context builds the OpenSSL context of one connection from o. */
-static SSL_CTX *tls_context(const struct tm_rconn_opts *o, char *buf,
-                            size_t size)
-{
-    char eb[200];
-    SSL_CTX *ctx = sym_SSL_CTX_new(sym_TLS_client_method());
-    if (ctx == NULL) {
-        ssl_errstr(eb, sizeof eb);
-        tm_snprintf(buf, size, "TLS: %s", eb);
-        return NULL;
-    }
-    /* SSL_CTX_set_min_proto_version and SSL_CTX_set_mode: macros over
-     * SSL_CTX_ctrl */
-    sym_SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION,
-                     NULL);
-    sym_SSL_CTX_ctrl(ctx, SSL_CTRL_MODE,
-                     SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                         SSL_MODE_ENABLE_PARTIAL_WRITE,
-                     NULL);
-    if (o->verify) {
-        sym_SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-        int ok = o->ca_file != NULL
-                     ? sym_SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL)
-                     : sym_SSL_CTX_set_default_verify_paths(ctx);
-        if (ok != 1) {
-            ssl_errstr(eb, sizeof eb);
-            tm_snprintf(buf, size, "TLS: cannot load the CA %s%s: %s",
-                        o->ca_file != NULL ? "file " : "store",
-                        o->ca_file != NULL ? o->ca_file : "", eb);
-            goto fail;
-        }
-    } else {
-        sym_SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
-    }
-    if (o->cert_file != NULL) {
-        if (sym_SSL_CTX_use_certificate_chain_file(ctx, o->cert_file) != 1) {
-            ssl_errstr(eb, sizeof eb);
-            tm_snprintf(buf, size, "TLS: cannot load cert_file %s: %s",
-                        o->cert_file, eb);
-            goto fail;
-        }
-        if (sym_SSL_CTX_use_PrivateKey_file(ctx, o->key_file,
-                                            SSL_FILETYPE_PEM) != 1 ||
-            sym_SSL_CTX_check_private_key(ctx) != 1) {
-            ssl_errstr(eb, sizeof eb);
-            tm_snprintf(buf, size, "TLS: cannot use key_file %s: %s",
-                        o->key_file, eb);
-            goto fail;
-        }
-    }
-    return ctx;
-fail:
-    sym_SSL_CTX_free(ctx);
-    return NULL;
-}
-
-/* tls_handshake starts TLS on the connected socket: SNI and the name
- * checked are server_name, else the host (no SNI for an address). */
-static int tls_handshake(struct tm_rconn *c, const struct tm_rconn_opts *o,
-                         int64_t deadline, char *buf, size_t size)
-{
-    const char *name = o->server_name != NULL ? o->server_name : o->host;
-    int rc = -1;
-    SSL_CTX *ctx = tls_context(o, buf, size);
-    if (ctx == NULL)
-        return -1;
-    SSL *ssl = sym_SSL_new(ctx);
-    if (ssl == NULL || sym_SSL_set_fd(ssl, c->fd) != 1) {
-        tm_snprintf(buf, size, "TLS: out of memory");
-        sym_SSL_free(ssl);
-        goto out;
-    }
-    c->ssl = ssl;
-    if (!is_ip_literal(name)) {
-        /* SSL_set_tlsext_host_name: a macro over SSL_ctrl */
-        sym_SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME,
-                     TLSEXT_NAMETYPE_host_name, (void *)name);
-    }
-    if (o->verify) {
-        X509_VERIFY_PARAM *vp = sym_SSL_get0_param(ssl);
-        int ok = is_ip_literal(name)
-                     ? sym_X509_VERIFY_PARAM_set1_ip_asc(vp, name)
-                     : sym_X509_VERIFY_PARAM_set1_host(vp, name, 0);
-        if (ok != 1) {
-            tm_snprintf(buf, size, "TLS: cannot verify the name '%s'", name);
-            goto out;
-        }
-    }
-    for (;;) {
-        sym_ERR_clear_error();
-        int n = sym_SSL_connect(ssl);
-        if (n == 1)
-            break;
-        long vr = sym_SSL_get_verify_result(ssl);
-        if (vr != X509_V_OK) {
-            sym_ERR_clear_error();
-            tm_snprintf(buf, size, "TLS: certificate verification failed "
-                        "for '%s': %s", name,
-                        sym_X509_verify_cert_error_string(vr));
-            goto out;
-        }
-        if (ssl_wait(c, n, deadline, "TLS handshake") != 0) {
-            tm_snprintf(buf, size, "%s", c->errstr);
-            goto out;
-        }
-    }
-    rc = 0;
-out:
-    sym_SSL_CTX_free(ctx); /* the session holds its own reference */
-    return rc;
-}
-
-/* tls_settled waits for the server's verdict on the session: a TLS 1.3
- * server judges the client's certificate after the client's side of the
- * handshake is over, so its refusal comes as an alert on the first read.
- * One PING (any reply, NOAUTH included, is an answer) makes that refusal
- * an error of the connect, with its reason, rather than a reset on some
- * later command. */
-static int tls_settled(struct tm_rconn *c, char *buf, size_t size)
-{
-    redisReply *r = tm_rconn_command(c, "PING");
-    if (r == NULL) {
-        tm_snprintf(buf, size, "TLS: the server ended the session: %s",
-                    c->errstr);
-        return -1;
-    }
-    freeReplyObject(r);
-    return 0;
 }
 
 struct tm_rconn *tm_rconn_open(const struct tm_rconn_opts *o, char *buf,
@@ -424,14 +226,14 @@ struct tm_rconn *tm_rconn_open(const struct tm_rconn_opts *o, char *buf,
         tm_snprintf(buf, size, "%s", why);
         goto fail;
     }
-    if (o->tls && tls_handshake(c, o, deadline, buf, size) != 0)
+    if (o->tls && tm_rtls_connect(c, o, deadline, buf, size) != 0)
         goto fail;
     c->reader = redisReaderCreate();
     if (c->reader == NULL) {
         tm_snprintf(buf, size, "out of memory");
         goto fail;
     }
-    if (o->tls && tls_settled(c, buf, size) != 0)
+    if (o->tls && tm_rtls_settled(c, buf, size) != 0)
         goto fail;
     return c;
 fail:
@@ -446,7 +248,7 @@ void tm_rconn_close(struct tm_rconn *c)
     if (c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR);
     if (c->ssl != NULL)
-        sym_SSL_free(c->ssl); /* no close_notify: the socket is shut down */
+        tm_rtls_close(c); /* after the shutdown: no close_notify is sent */
     if (c->fd >= 0)
         close(c->fd);
     if (c->reader != NULL)
@@ -477,7 +279,7 @@ static void out_room(struct tm_rconn *c, size_t n)
 static int queue(struct tm_rconn *c, char *cmd, long long len)
 {
     if (len < 0 || cmd == NULL) {
-        set_err(c, REDIS_ERR_OOM, "cannot format the command");
+        tm_rconn_set_err(c, REDIS_ERR_OOM, "cannot format the command");
         return -1;
     }
     out_room(c, (size_t)len);
@@ -797,7 +599,7 @@ static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
     buf = tm_malloc(TM_RCONN_CHUNK);
     for (;;) {
         if (r == NULL && redisReaderGetReply(c->reader, &r) != REDIS_OK) {
-            set_err(c, REDIS_ERR_PROTOCOL, "%s", c->reader->errstr);
+            tm_rconn_set_err(c, REDIS_ERR_PROTOCOL, "%s", c->reader->errstr);
             goto out;
         }
         if (r != NULL && (f == NULL || f->drop == 0))
@@ -821,13 +623,14 @@ static int get_reply(struct tm_rconn *c, struct tm_redis_cap *f,
             continue;
         } else if (f == NULL) {
             if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
-                set_err(c, REDIS_ERR_OOM, "out of memory");
+                tm_rconn_set_err(c, REDIS_ERR_OOM, "out of memory");
                 goto out;
             }
         } else if (tm_redis_cap_feed(f, c->reader, buf, (size_t)n) != 0) {
-            set_err(c, REDIS_ERR_PROTOCOL,
-                    "reply line over %d bytes, bulk string not ended by "
-                    "CRLF, or out of memory", TM_REDIS_CAP_LINE_MAX);
+            tm_rconn_set_err(c, REDIS_ERR_PROTOCOL,
+                             "reply line over %d bytes, bulk string not "
+                             "ended by CRLF, or out of memory",
+                             TM_REDIS_CAP_LINE_MAX);
             goto out;
         }
     }

@@ -105,7 +105,7 @@ struct tm_rconn_opts {
  * is unusable (a reply may be half read): the caller closes it. */
 struct tm_rconn {
     int fd;
-    void *ssl;                   /* SSL *, NULL for plain TCP */
+    void *ssl;                   /* SSL * (tls.c's), NULL: plain TCP */
     redisReader *reader;
     char *out;                   /* formatted commands not yet sent */
     size_t outlen, outcap;

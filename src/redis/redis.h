@@ -15,7 +15,8 @@
 
 /*
  * The adapter is split by layer:
- *   net.c     one connection: socket, deadlines, TLS, RESP
+ *   net.c     one connection: socket, deadlines, RESP, the reply filter
+ *   tls.c     TLS under a connection: context, handshake, reads, writes
  *   conn.c    opening connections (sentinel: to the master), errors
  *   topo.c    nodes, the cluster's slot map, links that route commands
  *   intake.c  reads of new entries, own history and reclaim (lane thread)
