@@ -43,9 +43,9 @@
 #                           unacknowledged bound (1024)
 #   BENCH_AMQP_PREFETCH     the same for RabbitMQ (1024)
 #   BENCH_POOLS             Redis daemon pools ("thread:4 thread:2 fork:4 fork:2")
-#   BENCH_AMQP_POOLS        RabbitMQ daemon pools ("thread:4 fork:4"); a
-#                           thread x4 daemon also runs on a quorum queue,
-#                           reported next to classic (ratio, no target)
+#   BENCH_AMQP_POOLS        RabbitMQ daemon pools ("thread:4 fork:4"); the
+#                           ceiling loop and these also run on a quorum
+#                           queue (ratio to its own ceiling, no target)
 #   BENCH_FLAT              stream sizes of the flatness runs ("100000 2000000")
 #   BENCH_LAT_RATE, BENCH_LAT_SECONDS   latency publisher (1000 /s, 5 s)
 #   BENCH_LAT_POOLS         daemon pools of the latency runs ("thread:4 fork:4")

@@ -45,47 +45,32 @@ bench_amqp_start() {
 	AMQP_URL="amqp://guest:guest@127.0.0.1:${AMQP_PORT:-0}"
 }
 
-# amqp_run NAME CONFIG: load the queue, then one measured run.
+# amqp_run NAME CONFIG [QUEUE]: load QUEUE (bench.noop, classic; or
+# bench.quorum, a quorum queue), then one measured run of CONFIG (ceiling
+# or KIND:SIZE) on it.
 amqp_run() {
-	local name=$1 what=$2 cmd ready=()
+	local name=$1 what=$2 queue=${3:-bench.noop} cmd ready=() extra=
 	if [[ $AMQP == ceiling ]]; then
 		ready=(--declare) # no daemon declares the queue
 	fi
 	[[ ${BENCH_AMQP_PERSISTENT:-0} == 1 ]] && ready+=(--persistent)
-	"$BB/load_amqp" "${ready[@]}" 127.0.0.1 "$AMQP_PORT" bench.noop "$AMQP_N" 2>>"$DIR/load.log"
+	"$BB/load_amqp" "${ready[@]}" 127.0.0.1 "$AMQP_PORT" "$queue" "$AMQP_N" 2>>"$DIR/load.log"
 	local end=(--done-pipe)
 	if [[ $what == ceiling ]]; then
-		cmd=("$BB/ceiling_amqp" 127.0.0.1 "$AMQP_PORT" bench.noop "$AMQP_PREFETCH" "$AMQP_N")
+		cmd=("$BB/ceiling_amqp" 127.0.0.1 "$AMQP_PORT" "$queue" "$AMQP_PREFETCH" "$AMQP_N")
 	else
 		local kind size http
 		read -r kind size < <(pool_words "$what")
 		http=$(free_port)
-		write_cfg "$DIR/$name.yaml" "$AMQP_URL" "$kind" "$size" "$http" \
-			"  noop: { plugin: noop.so, queue: bench.noop, prefetch: $AMQP_PREFETCH, timeout: 0 }"
+		[[ $queue == bench.quorum ]] && extra=", amqp: { queue_type: quorum }"
+		BROKER_EXTRA=$extra write_cfg "$DIR/$name.yaml" "$AMQP_URL" "$kind" "$size" "$http" \
+			"  noop: { plugin: noop.so, queue: $queue, prefetch: $AMQP_PREFETCH, timeout: 0 }"
 		cmd=("$TM" run -c "$DIR/$name.yaml")
 		end=(--metrics "127.0.0.1:$http" --task noop)
 	fi
-	if ! "$BB/measure" --n "$AMQP_N" --amqp "127.0.0.1:$AMQP_PORT" --queue bench.noop \
+	if ! "$BB/measure" --n "$AMQP_N" --amqp "127.0.0.1:$AMQP_PORT" --queue "$queue" \
 		"${end[@]}" --broker-pid "$RABBIT_VM" --timeout 300 --log "$DIR/$name.log" \
 		-- "${cmd[@]}" >"$R/$name.json"; then
-		echo "bench: run $name failed: $(cat "$R/$name.json")" >&2
-		exit 1
-	fi
-	log "$name: $(fmt_int "$(jget "$R/$name.json" rate)") msgs/s"
-}
-
-# amqp_quorum_run NAME: amqp_run's thread x4 daemon on a quorum queue
-# (broker.amqp.queue_type: quorum), declared by the daemon beforehand.
-amqp_quorum_run() {
-	local name=$1 http
-	"$BB/load_amqp" 127.0.0.1 "$AMQP_PORT" bench.quorum "$AMQP_N" 2>>"$DIR/load.log"
-	http=$(free_port)
-	BROKER_EXTRA=", amqp: { queue_type: quorum }" write_cfg "$DIR/$name.yaml" \
-		"$AMQP_URL" thread 4 "$http" \
-		"  noop: { plugin: noop.so, queue: bench.quorum, prefetch: $AMQP_PREFETCH, timeout: 0 }"
-	if ! "$BB/measure" --n "$AMQP_N" --amqp "127.0.0.1:$AMQP_PORT" --queue bench.quorum \
-		--metrics "127.0.0.1:$http" --task noop --broker-pid "$RABBIT_VM" --timeout 300 \
-		--log "$DIR/$name.log" -- "$TM" run -c "$DIR/$name.yaml" >"$R/$name.json"; then
 		echo "bench: run $name failed: $(cat "$R/$name.json")" >&2
 		exit 1
 	fi
@@ -115,7 +100,8 @@ amqp_declare() {
 }
 
 # bench_amqp_runs: throughput of the ceiling loop and each of AMQP_POOLS,
-# and of a thread x4 daemon on a quorum queue; REPEAT interleaved rounds.
+# on the classic queue and then on the quorum queue (only with the
+# adapter: a daemon declares it); REPEAT interleaved rounds.
 bench_amqp_runs() {
 	local c rep more
 	AMQP_CONFIGS=()
@@ -131,15 +117,16 @@ bench_amqp_runs() {
 			amqp_run "amqp.${c/:/}.run$rep" "$c"
 		done
 		if [[ $AMQP == full ]]; then
-			amqp_quorum_run "amqp.quorum.thread4.run$rep"
+			for c in "${AMQP_CONFIGS[@]}"; do
+				amqp_run "amqp.quorum.${c/:/}.run$rep" "$c" bench.quorum
+			done
 		fi
 	done
 	for c in "${AMQP_CONFIGS[@]}"; do
 		best "amqp.${c/:/}"
+		[[ $AMQP == full ]] && best "amqp.quorum.${c/:/}"
 	done
-	if [[ $AMQP == full ]]; then
-		best amqp.quorum.thread4
-	fi
+	return 0
 }
 
 # bench_amqp_latency: publish -> run at LAT_RATE msgs/s for LAT_SECONDS

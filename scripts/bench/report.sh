@@ -252,7 +252,6 @@ scale_rows() {
 }
 
 amqp_rows() {
-	local qrate crate
 	if [[ $AMQP == skip ]]; then
 		row "RabbitMQ" skipped - - - - - - - "$AMQP_NOTE"
 		return 0
@@ -262,15 +261,11 @@ amqp_rows() {
 		row "RabbitMQ taskmill" skipped - - - - - - - "$AMQP_NOTE"
 		return 0
 	fi
-	# a quorum queue is slower by design (every message replicated through
-	# Raft, here on one node): the ratio is reported, no target
-	if [[ -f $R/amqp.quorum.thread4.json && -f $R/amqp.thread4.json ]]; then
-		qrate=$(jget "$R/amqp.quorum.thread4.json" rate)
-		crate=$(jget "$R/amqp.thread4.json" rate)
-		row "RabbitMQ taskmill thread x4, quorum queue" "$(fmt_int "$qrate")/s" \
-			"$(fmt_int "$crate")/s classic" "$(printf %.2f "$(calc "$qrate / $crate")")" \
-			- - "$(run_cols "$R/amqp.quorum.thread4.json")"
-	fi
+	# the same consumers on a quorum queue, each against its own ceiling
+	# loop there: reported, no target (issue 19's targets are set on the
+	# classic queue)
+	[[ -f $R/amqp.quorum.ceiling.json ]] && throughput_rows amqp.quorum "RabbitMQ quorum queue,"
+	return 0
 }
 
 latency_rows() {
