@@ -1,8 +1,9 @@
 # rediss:// where the TLS session cannot start, each refused by `taskmill
 # emit` (exit 1) with the reason named: a server that accepts and never
 # answers the handshake (the 5 s connect limit), one that answers in
-# plain text rather than TLS, and a key_file that does not match the
-# cert_file. test_redis_tls.sh covers the sessions that start, a wrong
+# plain text rather than TLS, a key_file that does not match the
+# cert_file, and a ca_file that holds no certificate (the configuration
+# only names the files; they are read at connect). test_redis_tls.sh covers the sessions that start, a wrong
 # CA and a wrong name.
 . "$TM_SRCDIR/tests/integration/lib_redis_topology.sh"
 . "$TM_SRCDIR/tests/integration/lib_fault.sh"
@@ -46,6 +47,8 @@ conf hung "$FAULT_PORT_r" "{ ca_file: $T/ca.pem }"
 conf text "$TEXT_PORT" "{ ca_file: $T/ca.pem }"
 conf key "$REDIS_PORT" \
 	"{ ca_file: $T/ca.pem, cert_file: $T/client.pem, key_file: $T/server.key }"
+echo "not a certificate" >"$T/junk.pem"
+conf ca "$REDIS_PORT" "{ ca_file: $T/junk.pem }"
 
 # refused CONFIG WHAT PATTERN: emit through CONFIG exits 1 with an error
 # matching PATTERN
@@ -67,4 +70,8 @@ refused text "a plain-text server" 'TLS handshake: .*wrong version number'
 # 3. the key does not match the certificate: refused before the handshake
 refused key "a key of another certificate" \
 	"TLS: cannot use key_file $T/server.key: .*key values mismatch"
+
+# 4. the CA file holds no certificate: refused before the handshake
+refused ca "a CA file without a certificate" \
+	"TLS: cannot load the CA file $T/junk.pem: "
 true
