@@ -79,15 +79,24 @@ rcli() {
 # stderr appended to LOG, and wait (30 s at most) for /ping to answer 200
 # on HTTP_PORT; sets DAEMON_PID. 1 when it did not become ready.
 start_daemon() {
-	"$TM" run -c "$1" 2>>"$2" &
+	start_server "$2" "$3" "the daemon did not become ready ($1)" "$TM" run -c "$1"
+}
+
+# start_server LOG HTTP_PORT WHY CMD...: start_daemon for any command that
+# serves /ping (bench/floor/http_floor too): CMD in the background, its
+# stderr appended to LOG; DAEMON_PID set (stop_daemon stops it). 1, after
+# WHY and the end of LOG, when /ping did not answer 200 within 30 s.
+start_server() {
+	local log=$1 port=$2 why=$3 deadline=$(($(now_ms) + 30000)) code
+	shift 3
+	"$@" 2>>"$log" &
 	DAEMON_PID=$!
-	local deadline=$(($(now_ms) + 30000)) code
 	while :; do
-		code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$3/ping" || true)
+		code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "http://127.0.0.1:$port/ping" || true)
 		[[ $code == 200 ]] && return 0
 		if ! kill -0 "$DAEMON_PID" 2>/dev/null || (($(now_ms) > deadline)); then
-			echo "${BENCH_NAME:-bench}: the daemon did not become ready ($1); log:" >&2
-			tail -n 20 "$2" >&2
+			echo "${BENCH_NAME:-bench}: $why; log:" >&2
+			tail -n 20 "$log" >&2
 			return 1
 		fi
 		sleep 0.05

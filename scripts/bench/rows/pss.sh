@@ -39,38 +39,34 @@ pss_tree() {
 		END { print t + 0, a + 0, f + 0, n }' "${files[@]}" 2>/dev/null
 }
 
-# pss_idle NAME KIND TASKS_YAML WAIT_S: start a daemon, wait, measure
-pss_idle() {
-	local name=$1 kind=$2 tasks=$3 wait_s=$4 http kib anon file procs
-	http=$(free_port)
-	write_cfg "$DIR/$name.yaml" "$REDIS_URL" "$kind" 4 "$http" "$tasks"
-	start_daemon "$DIR/$name.yaml" "$DIR/$name.log" "$http"
-	sleep "$wait_s"
+# pss_take NAME WAIT_S: wait, then measure the server started last
+# (DAEMON_PID) and its descendants into $R/NAME.json, and stop it.
+pss_take() {
+	local name=$1 kib anon file procs
+	sleep "$2"
 	read -r kib anon file procs < <(pss_tree "$DAEMON_PID")
 	echo "{\"pss_kib\":$kib,\"anon_kib\":$anon,\"file_kib\":$file,\"processes\":$procs}" >"$R/$name.json"
 	stop_daemon
 	log "$name: PSS $(mib "$kib") MiB in $procs processes"
 }
 
-# pss_floor: the floor program, measured as pss_idle measures a daemon,
-# into $R/pss.floor.json.
-pss_floor() {
-	local http kib anon file procs deadline=$(($(now_ms) + 30000))
+# pss_idle NAME KIND TASKS_YAML WAIT_S: start a daemon, wait, measure
+pss_idle() {
+	local name=$1 http
 	http=$(free_port)
-	"$BB/http_floor" "$http" 2>>"$DIR/http_floor.log" &
-	DAEMON_PID=$!
-	until [[ $(curl -s -m 2 "http://127.0.0.1:$http/ping" || true) == pong ]]; do
-		if ! kill -0 "$DAEMON_PID" 2>/dev/null || (($(now_ms) > deadline)); then
-			echo "bench: http_floor did not answer: $(tail -n 3 "$DIR/http_floor.log")" >&2
-			exit 1
-		fi
-		sleep 0.05
-	done
-	sleep 2
-	read -r kib anon file procs < <(pss_tree "$DAEMON_PID")
-	echo "{\"pss_kib\":$kib,\"anon_kib\":$anon,\"file_kib\":$file,\"processes\":$procs}" >"$R/pss.floor.json"
-	stop_daemon
-	log "pss.floor: PSS $(mib "$kib") MiB (libmicrohttpd alone)"
+	write_cfg "$DIR/$name.yaml" "$REDIS_URL" "$2" 4 "$http" "$3"
+	start_daemon "$DIR/$name.yaml" "$DIR/$name.log" "$http"
+	pss_take "$name" "$4"
+}
+
+# pss_floor: the floor program, started, waited for and measured as
+# pss_idle does a daemon, into $R/pss.floor.json.
+pss_floor() {
+	local http
+	http=$(free_port)
+	start_server "$DIR/http_floor.log" "$http" "http_floor did not answer" \
+		"$BB/http_floor" "$http"
+	pss_take pss.floor 2
 }
 
 bench_row_pss() {
