@@ -27,6 +27,9 @@
 #include "ssl_dl.h"
 #include "util.h"
 
+/* Room for one OpenSSL error text (ERR_error_string_n). */
+#define TLS_ERR_BUF 200
+
 /* ssl_errstr describes the first error on OpenSSL's queue (and empties
  * it: the queue is per thread, a stale entry would blame the next
  * call). */
@@ -62,7 +65,7 @@ static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
             tm_rconn_set_errno(c, what, errno);
         return -1;
     }
-    char eb[200];
+    char eb[TLS_ERR_BUF];
     ssl_errstr(eb, sizeof eb);
     tm_rconn_set_err(c, REDIS_ERR_IO, "%s: %s", what, eb);
     return -1;
@@ -88,7 +91,7 @@ ssize_t tm_rtls_read(struct tm_rconn *c, char *buf, size_t size,
  * certificate, for one): that says why, the write error does not. */
 static void tls_why_closed(struct tm_rconn *c)
 {
-    char one, eb[200];
+    char one, eb[TLS_ERR_BUF];
     sym_ERR_clear_error();
     int n = sym_SSL_read(c->ssl, &one, 1);
     if (n <= 0 && sym_SSL_get_error(c->ssl, n) == SSL_ERROR_SSL &&
@@ -108,7 +111,7 @@ int tm_rtls_write(struct tm_rconn *c, const char *p, size_t len,
         size_t left = len - done;
         sym_ERR_clear_error();
         int n = sym_SSL_write(c->ssl, p + done,
-                              left > INT32_MAX ? INT32_MAX : (int)left);
+                              left > INT_MAX ? INT_MAX : (int)left);
         if (n > 0) {
             done += (size_t)n;
         } else if (ssl_wait(c, n, deadline, "write") != 0) {
@@ -129,7 +132,7 @@ static int is_ip_literal(const char *h)
 static SSL_CTX *tls_context(const struct tm_rconn_opts *o, char *buf,
                             size_t size)
 {
-    char eb[200];
+    char eb[TLS_ERR_BUF];
     SSL_CTX *ctx = sym_SSL_CTX_new(sym_TLS_client_method());
     if (ctx == NULL) {
         ssl_errstr(eb, sizeof eb);
