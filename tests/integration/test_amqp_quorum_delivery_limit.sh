@@ -90,8 +90,9 @@ assert_eq 8 "$takes" "deliveries (x-delivery-limit 7: the 8th return dead-letter
 wait_until "[[ \$(ready_count $QA.dlq) == 1 ]]" 20
 tm dlq -c "$CONF" list a
 assert_eq 0 "$TM_RC" "dlq list exit status"
-IFS=$'\t' read -r _ origin _ _ error <"$TM_OUT"
+IFS=$'\t' read -r _ origin attempts _ error <"$TM_OUT"
 assert_eq "$poison" "$origin" "origin of the dead letter"
+assert_eq 0 "$attempts" "attempts of the dead letter (never run by taskmill)"
 assert_eq "dead-lettered by RabbitMQ (delivery_limit in '$QA')" "$error" "error of the dead letter"
 
 # 3. max_retries changed on both tasks: the daemon starts, each queue
@@ -100,9 +101,9 @@ conf 3 2
 start_daemon "$CONF"
 wait_ping
 wait_until "grep -q \"queue '$QB' keeps x-delivery-limit none\" \"\$DAEMON_LOG\"" 20
-grep -F "queue '$QA' keeps x-delivery-limit 7, set when it was declared; max_retries 3 asks for 9" "$DAEMON_LOG" ||
+grep -qF "queue '$QA' keeps x-delivery-limit 7, set when it was declared; max_retries 3 asks for 9" "$DAEMON_LOG" ||
 	fail "no warning that $QA keeps its limit"
-grep -F "queue '$QB' keeps x-delivery-limit none, set when it was declared; max_retries 2 asks for 8" "$DAEMON_LOG" ||
+grep -qF "queue '$QB' keeps x-delivery-limit none, set when it was declared; max_retries 2 asks for 8" "$DAEMON_LOG" ||
 	fail "no warning that $QB keeps its lack of limit"
 if grep -q 'PRECONDITION_FAILED' "$DAEMON_LOG"; then
 	fail "a declaration was refused: $(grep PRECONDITION_FAILED "$DAEMON_LOG" | head -1)"
