@@ -2,9 +2,17 @@
 #include "amqp.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "util.h"
+
+/* returns of a message above taskmill's own dead-lettering point before
+ * RabbitMQ's x-delivery-limit dead-letters it (delivery_limit) */
+#define TM_AMQP_DELIVERY_MARGIN 5
 
 /* inequivalent shortens RabbitMQ's "406 PRECONDITION_FAILED - inequivalent
  * arg 'A' for queue 'Q' in vhost 'V': received X but current is Y" to
@@ -51,13 +59,9 @@ static void arg_i64(struct args *a, const char *key, int64_t val)
 
 /*
  * quorum_args adds what makes a queue a quorum queue whose own
- * dead-lettering (expiry, rejects) is at-least-once: RabbitMQ keeps a
- * message until the dead-letter target confirmed it, which needs
- * overflow reject-publish. No x-delivery-limit: it is a queue argument,
- * fixed at declaration, so every later change of max_retries would be
- * refused (406); taskmill dead-letters a message delivered more than
- * max_retries + 1 times itself, from the broker's x-delivery-count, with
- * its failure headers.
+ * dead-lettering (expiry, rejects, delivery limit) is at-least-once:
+ * RabbitMQ keeps a message until the dead-letter target confirmed it,
+ * which needs overflow reject-publish.
  */
 static void quorum_args(struct args *a, enum tm_amqp_queue_type type)
 {
@@ -69,15 +73,96 @@ static void quorum_args(struct args *a, enum tm_amqp_queue_type type)
 }
 
 /*
+ * delivery_limit is the x-delivery-limit of task t's quorum queue: the
+ * broker's backstop against a message whose deliveries keep ending
+ * unsettled (a daemon killed before it could settle, a foreign consumer
+ * that never acknowledges). RabbitMQ dead-letters a message, through the
+ * queue's x-dead-letter-exchange, once it has been returned more than
+ * this many times. taskmill's own count (intake.c: x-attempts plus
+ * x-delivery-count; exec.c) dead-letters it as crashed, with its failure
+ * headers, at the latest at the delivery that carries x-delivery-count
+ * max_retries + 1; the limit lies TM_AMQP_DELIVERY_MARGIN returns above
+ * that, so the broker acts only where taskmill could not. -1 (no limit)
+ * for max_retries -1 (unlimited).
+ */
+static int64_t delivery_limit(const struct tm_cfg_task *t)
+{
+    if (t->max_retries < 0)
+        return -1;
+    return (int64_t)t->max_retries + 1 + TM_AMQP_DELIVERY_MARGIN;
+}
+
+/*
+ * current_limit reads, from the text of RabbitMQ's refusal of a queue
+ * declaration, the x-delivery-limit the existing queue has: 1 with
+ * *limit set (-1 for none) when the refusal is about x-delivery-limit
+ * and names the current value ("... but current is none", "... but
+ * current is '9'" as RabbitMQ 3.10 words it, or "... but current is
+ * the value '9' of type 'long'" as other versions do), else 0.
+ */
+static int current_limit(const char *text, int64_t *limit)
+{
+    const char *p = strstr(text, "inequivalent arg 'x-delivery-limit'");
+    if (p == NULL || (p = strstr(p, "but current is ")) == NULL)
+        return 0;
+    p += strlen("but current is ");
+    if (strncmp(p, "none", 4) == 0) {
+        *limit = -1;
+        return 1;
+    }
+    if (strncmp(p, "the value ", 10) == 0)
+        p += 10;
+    if (*p++ != '\'' || *p < '0' || *p > '9')
+        return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (*end != '\'' || errno != 0)
+        return 0;
+    *limit = v;
+    return 1;
+}
+
+/* the queues whose kept x-delivery-limit this process has warned about:
+ * the topology is declared again by every connection and by every
+ * dead-letter read through the API, the warning is logged once per
+ * queue, later ones at debug level */
+static pthread_mutex_t warned_mu = PTHREAD_MUTEX_INITIALIZER;
+static char **warned;
+static size_t nwarned;
+
+/* first_warning says whether this is the first warning about queue q's
+ * kept limit in this process, and remembers q. */
+static int first_warning(const char *q)
+{
+    int first = 1;
+    pthread_mutex_lock(&warned_mu);
+    for (size_t i = 0; i < nwarned && first; i++)
+        first = strcmp(warned[i], q) != 0;
+    if (first) {
+        warned = tm_realloc(warned, (nwarned + 1) * sizeof *warned);
+        warned[nwarned++] = tm_strdup(q);
+    }
+    pthread_mutex_unlock(&warned_mu);
+    return first;
+}
+
+/*
  * tm_amqp_declare declares, idempotently and durably, the task's topology on
  * channel ch: the shared dead-letter exchange, the task's dead-letter
  * queue bound to it by its own name, and the task queue, whose rejected
  * or expired messages go there (x-dead-letter-exchange) and which has
  * x-max-priority when configured. With broker.amqp.queue_type quorum,
- * both queues are quorum queues (quorum_args). An existing queue or
- * exchange with other arguments makes the broker refuse (406
- * PRECONDITION_FAILED, naming the argument); then *perm is set. Nothing
- * is ever deleted.
+ * both queues are quorum queues, and the task queue gets quorum_args and
+ * x-delivery-limit (delivery_limit). The dead-letter queue gets no
+ * x-delivery-limit: it is browsed by reading unacknowledged and giving
+ * back (basic.nack with requeue, admin.c), which RabbitMQ before 4.3
+ * counts as a delivery, and it has no dead-letter exchange, so a limit
+ * there would make browsing drop dead letters. An existing queue or exchange with
+ * other arguments makes the broker refuse (406 PRECONDITION_FAILED,
+ * naming the argument); then *perm is set, except for a task queue's
+ * x-delivery-limit, which is kept as it is (below). Nothing is ever
+ * deleted.
  */
 int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
                       const struct tm_amqp_broker *ab,
@@ -131,12 +216,56 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
         e->value.value.i32 = t->max_priority;
     }
     quorum_args(&qargs, type);
+    int64_t want = type == TM_AMQP_QUORUM ? delivery_limit(t) : -1;
+    int nbase = qargs.n;
+    if (want >= 0)
+        arg_i64(&qargs, "x-delivery-limit", want);
     amqp_table_t at = {.num_entries = qargs.n, .entries = qargs.e};
+    sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(t->queue), 0, 1, 0, 0,
+                           at);
+    r = sym_amqp_get_rpc_reply(c);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return 0;
+    /* An existing quorum queue declared with another x-delivery-limit
+     * (an earlier max_retries, or an earlier version without one) is
+     * kept as it is: RabbitMQ cannot change a queue argument, and a
+     * refusal would stop every daemon of the task. It is declared again
+     * with every other argument as configured and the limit it has, so
+     * that those still get checked; the backstop stays at the old value
+     * and the log says so. */
+    int64_t have;
+    tm_amqp_strerror(r, eb, sizeof eb);
+    if (type != TM_AMQP_QUORUM ||
+        tm_amqp_reply_code(r) != AMQP_PRECONDITION_FAILED ||
+        !current_limit(eb, &have) || have == want)
+        goto fail;
+    if (tm_amqp_channel_closed_ok(c, ch) != AMQP_STATUS_OK ||
+        tm_amqp_channel(c, ch, 0, eb, sizeof eb) != 0) {
+        tm_snprintf(buf, size, "task '%s': cannot declare %s: %s", t->name,
+                    what, eb);
+        return -1;
+    }
+    qargs.n = nbase;
+    if (have >= 0)
+        arg_i64(&qargs, "x-delivery-limit", have);
+    at.num_entries = qargs.n;
     sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(t->queue), 0, 1, 0, 0,
                            at);
     r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
+    char hs[32], ws[32];
+    tm_snprintf(hs, sizeof hs, "%lld", (long long)have);
+    tm_snprintf(ws, sizeof ws, "%lld", (long long)want);
+    tm_log_write(first_warning(t->queue) ? TM_LOG_WARNING : TM_LOG_DEBUG,
+                 TM_AMQP_SRC, t->name, NULL,
+                 "queue '%s' keeps x-delivery-limit %s, set when it was "
+                 "declared; max_retries %d asks for %s. RabbitMQ cannot "
+                 "change a queue argument: the broker's backstop stays at "
+                 "%s until the queue is declared anew (see "
+                 "docs/rabbitmq.md, quorum queues)",
+                 t->queue, have >= 0 ? hs : "none", t->max_retries,
+                 want >= 0 ? ws : "none", have >= 0 ? hs : "none");
     return 0;
 
 fail:

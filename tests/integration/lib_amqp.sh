@@ -149,8 +149,8 @@ static void wait_confirms(unsigned long n)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: amqptool PORT count|publish|rpc|declare "
-                "QUEUE ...\n");
+        fprintf(stderr, "usage: amqptool PORT count|publish|rpc|take|"
+                "declare QUEUE ...\n");
         return 2;
     }
     const char *cmd = argv[2], *queue = argv[3];
@@ -277,6 +277,38 @@ int main(int argc, char **argv)
             }
             amqp_destroy_envelope(&e);
         }
+    } else if (strcmp(cmd, "take") == 0) {
+        /* take QUEUE: basic.get one message without acknowledging it and
+         * disconnect, so that the broker takes it back: a consumer that
+         * dies before it settles. Prints the delivery's x-delivery-count
+         * (0 without one), or "empty" */
+        amqp_rpc_reply_t r = amqp_basic_get(c, 1, amqp_cstring_bytes(queue),
+                                            0);
+        check(r, "basic.get");
+        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) {
+            printf("empty\n");
+        } else {
+            amqp_message_t m;
+            check(amqp_read_message(c, 1, &m, 0), "read message");
+            long long n = 0;
+            amqp_table_t *h = &m.properties.headers;
+            for (int i = 0; (m.properties._flags & AMQP_BASIC_HEADERS_FLAG) &&
+                            i < h->num_entries; i++) {
+                amqp_table_entry_t *e = &h->entries[i];
+                if (e->key.len != 16 ||
+                    memcmp(e->key.bytes, "x-delivery-count", 16) != 0)
+                    continue;
+                switch (e->value.kind) {
+                case AMQP_FIELD_KIND_I64: n = e->value.value.i64; break;
+                case AMQP_FIELD_KIND_I32: n = e->value.value.i32; break;
+                case AMQP_FIELD_KIND_U32: n = e->value.value.u32; break;
+                default: n = -1;
+                }
+            }
+            printf("%lld\n", n);
+            amqp_destroy_message(&m);
+        }
+        /* no ack: closing the connection gives the message back */
     } else if (strcmp(cmd, "declare") == 0 && argc >= 5) {
         /* declare QUEUE MAX_PRIORITY [DLX DLRK]: a durable queue */
         amqp_table_entry_t a[3];
