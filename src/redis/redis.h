@@ -157,6 +157,11 @@ struct tm_redis_task {
     struct tm_redis_held *held; /* batches this process holds */
     char *pause_key;           /* "<queue>.paused.<group>" (pause.c) */
     atomic_int paused;         /* 1 while the task's intake is paused */
+    /* settle thread: refused answers' log lines (reply.c) */
+    int64_t reply_log_ms;      /* start of the current log window */
+    unsigned reply_logged;     /* lines written in it */
+    unsigned long reply_unlogged; /* refusals not logged since the last
+                                     line */
     char errstr[256];
 };
 
