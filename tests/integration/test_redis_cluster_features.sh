@@ -166,13 +166,13 @@ for k in "$OTHER.q" "$OTHER.str" "$OTHER.answers"; do
 	ccli XADD "${TAG[4]}" '*' body '{"a":1,"b":1}' reply_to "$k" >/dev/null
 done
 wait_until "[[ \$(ccli XLEN '$OTHER.answers') == 2 ]]" 30
-wait_metric taskmill_replies_refused_total 'task="add"' 2 30
 wait_until "[[ \$(ccli XPENDING '${TAG[4]}' taskmill | sed -n 1p) == 0 ]]" 30
 assert_eq 1 "$(ccli XLEN "$OTHER.q")" "entries of $OTHER.q"
 assert_eq -1 "$(ccli PTTL "$OTHER.q")" "PTTL of $OTHER.q"
 assert_eq 1 "$(ccli XINFO GROUPS "$OTHER.q" | grep -cx grp)" "group of $OTHER.q"
 assert_eq keep "$(ccli GET "$OTHER.str")" "$OTHER.str"
 assert_eq -1 "$(ccli PTTL "$OTHER.str")" "PTTL of $OTHER.str"
+wait_metric taskmill_replies_refused_total 'task="add"' 2 30
 grep -q "reply_to '$OTHER.q' refused: it is a stream with consumer groups" "$DAEMON_LOG" ||
 	fail "no refusal logged for $OTHER.q"
 grep -q "reply_to '$OTHER.str' refused: it holds a string" "$DAEMON_LOG" ||
