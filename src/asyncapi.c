@@ -362,9 +362,12 @@ static void add_task(cJSON *channels, cJSON *operations, cJSON *models,
                     "optionally, correlation_id): an entry added to the "
                     "stream the request's reply_to names, its field body "
                     "holding this payload (or, when the task failed, an "
-                    "error object), beside outcome, attempts, in_reply_to "
+                    "error object), beside taskmill_reply (the task's name, "
+                    "the first field), outcome, attempts, in_reply_to "
                     "(the request's id) and correlation_id; the stream "
-                    "expires after the task's reply_ttl.", ct->name);
+                    "expires after the task's reply_ttl. A reply_to that "
+                    "exists and is not such a reply stream is not "
+                    "answered.", ct->name);
     else
         tm_snprintf(text, sizeof text, "The result of task '%s' for a "
                     "request (a message with the properties reply_to and "

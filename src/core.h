@@ -35,6 +35,9 @@ struct tm_task_stats {
     atomic_ullong outcomes[TM_OUT_COUNT];
     atomic_ullong retries;
     atomic_ullong dead_lettered;
+    atomic_ullong replies_refused;      /* answers not written: reply_to
+                                           is no reply stream (written by
+                                           the broker's settle) */
     atomic_ullong rate_limited;         /* waits of intake held back by
                                            rate_limit or concurrency
                                            (written by intake) */

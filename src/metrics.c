@@ -263,6 +263,10 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     task_series(&b, d, "taskmill_dead_letter_total", "counter",
                 "Messages dead-lettered.",
                 offsetof(struct tm_task_stats, dead_lettered), 0);
+    task_series(&b, d, "taskmill_replies_refused_total", "counter",
+                "Answers not written because the request's reply_to names "
+                "a key that is not a reply stream (Redis).",
+                offsetof(struct tm_task_stats, replies_refused), 0);
     task_series(&b, d, "taskmill_rate_limited_total", "counter",
                 "Waits of the task's intake held back by rate_limit or "
                 "concurrency.",

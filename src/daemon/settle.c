@@ -244,6 +244,7 @@ void tm_settle_carry(struct tm_task_stats *dst,
         TM_CARRY(hist[b]);
     TM_CARRY(retries);
     TM_CARRY(dead_lettered);
+    TM_CARRY(replies_refused);
     TM_CARRY(dur_sum_us);
 #undef TM_CARRY
     /* written by the intake threads, which may run during a fold: added,

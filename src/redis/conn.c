@@ -39,10 +39,13 @@ int tm_redis_reply_error(struct tm_rconn *c, redisReply *r, char *buf,
 int tm_redis_error_moves(const char *err)
 {
     /* READONLY: a master turned replica; MASTERDOWN: a replica lost its
-     * master; UNBLOCKED: a blocking read ended by a change of role */
+     * master; UNBLOCKED: a blocking read ended by a change of role, but
+     * not one ended because its stream was deleted (TM_REDIS_KEY_GONE:
+     * the connection is fine, see intake.c) */
     return strncmp(err, "READONLY", 8) == 0 ||
            strncmp(err, "MASTERDOWN", 10) == 0 ||
-           strncmp(err, "UNBLOCKED", 9) == 0;
+           (strncmp(err, "UNBLOCKED", 9) == 0 &&
+            strstr(err, TM_REDIS_KEY_GONE) == NULL);
 }
 
 /* tm_redis_command runs one command given as argv and returns its reply, or
@@ -244,7 +247,8 @@ void tm_redis_mark_down(struct tm_redis *rb)
 }
 
 /* tm_redis_ensure_group creates the task's consumer group at the start of
- * the stream (creating the stream too); an existing group is used as is. */
+ * the stream (creating the stream too; 1); an existing group is used as
+ * is (0). */
 int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
                           const struct tm_redis_task *rt, char *buf,
                           size_t size, int *dead)
@@ -257,7 +261,7 @@ int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
                                       eb, sizeof eb, dead);
     if (r != NULL) {
         freeReplyObject(r);
-        return 0;
+        return 1;
     }
     if (!*dead && strncmp(eb, "BUSYGROUP", 9) == 0)
         return 0;

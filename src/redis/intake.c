@@ -263,17 +263,41 @@ static void intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
     tm_redis_link_close(rb, &l->link);
 }
 
-/* read_failed handles a failed read: a deleted stream or group is
- * created again on the next call (0); anything else is a lost connection
- * or a broker refusing the read (-1: reconnect with backoff). */
+/* group_lost says whether err refused a read because a stream or group
+ * it reads is gone: NOGROUP, or a blocked read ended by the deletion of
+ * its stream (the connection is fine in both cases). */
+static int group_lost(const char *err)
+{
+    return strstr(err, "NOGROUP") != NULL ||
+           (strncmp(err, "UNBLOCKED", 9) == 0 &&
+            strstr(err, TM_REDIS_KEY_GONE) != NULL);
+}
+
+/* regroup handles a read of the tasks ti[0 .. k) refused by group_lost:
+ * which of their groups is gone the error may not say (NOGROUP names the
+ * first stream it found without one, an ended block none), so each of
+ * them is made sure of again before the next read, and task_ready warns
+ * for the ones it had to create again. */
+static void regroup(struct tm_redis *rb, struct tm_redis_lane *l,
+                    const char *err, const size_t *ti, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        rb->tasks[ti[i]].group_gen = l->link.gen - 1;
+    tm_log_write(TM_LOG_DEBUG, SRC, rb->tasks[ti[0]].cfg->name, NULL,
+                 "read of %zu stream(s) refused: %s; making sure of their "
+                 "groups again", k, err);
+}
+
+/* read_failed handles a failed read of task rt alone: a deleted stream
+ * or group is created again on the next call (0; task_ready warns);
+ * anything else is a lost connection or a broker refusing the read (-1:
+ * reconnect with backoff). */
 static int read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
                        const char *what)
 {
-    if (strstr(rt->errstr, "NOGROUP") != NULL) {
-        tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, NULL,
-                     "group '%s' is gone from '%s'; creating it again",
-                     rt->cfg->group, rt->cfg->queue);
-        rt->group_gen = rt->lane->link.gen - 1;
+    if (group_lost(rt->errstr)) {
+        size_t ti = (size_t)(rt - rb->tasks);
+        regroup(rb, rt->lane, rt->errstr, &ti, 1);
         return 0;
     }
     intake_failed(rb, rt, what);
@@ -485,11 +509,18 @@ static int task_ready(struct tm_redis *rb, struct tm_redis_task *rt)
     int dead = 0;
     if (rt->group_gen == l->link.gen)
         return 0;
-    if (tm_redis_ensure_group(rb, &l->link, rt, rt->errstr,
-                              sizeof rt->errstr, &dead) != 0) {
+    int made = tm_redis_ensure_group(rb, &l->link, rt, rt->errstr,
+                                     sizeof rt->errstr, &dead);
+    if (made < 0) {
         intake_failed(rb, rt, "XGROUP CREATE");
         return -1;
     }
+    if (made == 1 && rt->group_seen)
+        tm_log_write(TM_LOG_WARNING, SRC, t->name, NULL,
+                     "group '%s' was gone from '%s' (the stream or its "
+                     "group was deleted); created it again, at the "
+                     "stream's start", t->group, t->queue);
+    rt->group_seen = 1;
     rt->group_gen = l->link.gen;
     if (!rt->was_up)
         tm_log_write(TM_LOG_INFO, SRC, t->name, NULL,
@@ -739,9 +770,11 @@ static int read_new(struct tm_redis *rb, struct tm_redis_lane *l,
             intake_failed(rb, first, "XREADGROUP");
             return -1;
         }
-        /* NOGROUP names no stream: make sure of every group again */
-        for (size_t i = 0; i < k; i++)
-            rb->tasks[l->argti[from + i]].group_gen = l->link.gen - 1;
+        if (group_lost(first->errstr)) {
+            /* of any stream of the read, not necessarily first's */
+            regroup(rb, l, first->errstr, &l->argti[from], k);
+            return 0;
+        }
         return read_failed(rb, first, "XREADGROUP");
     }
     size_t next = ahead_count(rb, l, r, &l->argti[from], &l->argroom[from],
@@ -790,9 +823,8 @@ static int take_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
         l->argroom[j] = room[l->ahead_ti[j]];
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        if (strstr(r->str, "NOGROUP") != NULL)
-            for (size_t j = 0; j < k; j++)
-                rb->tasks[l->argti[j]].group_gen = l->link.gen - 1;
+        if (group_lost(r->str))
+            regroup(rb, l, r->str, l->argti, k);
         tm_rarena_reply_free(r, arena);
         tm_rarena_unref(arena);
         return 0;

@@ -76,7 +76,7 @@ static int rb_connect_all(struct tm_broker *b)
     }
     for (size_t i = 0; i < rb->ntasks; i++) {
         if (tm_redis_ensure_group(rb, &rb->settle, &rb->tasks[i], eb,
-                                  sizeof eb, &dead) != 0) {
+                                  sizeof eb, &dead) < 0) {
             tm_broker_set_error(b, dead ? ECONNREFUSED : EIO,
                                 "task '%s': XGROUP CREATE %s %s: %s",
                                 rb->tasks[i].cfg->name,

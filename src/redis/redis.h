@@ -42,6 +42,9 @@
 #define TM_REDIS_BLOCK_SLACK_MS 5000
 /* Longest Redis stream id: two 20-digit numbers and a dash. */
 #define TM_REDIS_ID_MAX 48
+/* The text of the error that ends a blocked XREADGROUP whose stream was
+ * deleted (Redis 7: "UNBLOCKED the stream key no longer exists"). */
+#define TM_REDIS_KEY_GONE "the stream key no longer exists"
 /* Entries per XACK command and per read. */
 #define TM_REDIS_ACK_CHUNK 1024
 /* The fewest entries a read sent ahead asks for, whatever the prefetch
@@ -137,6 +140,9 @@ struct tm_redis_task {
     struct tm_redis_lane *lane; /* the intake lane that reads it */
     unsigned group_gen;        /* lane->link.gen when its group was made
                                   sure of; another value: not yet */
+    int group_seen;            /* intake: its group was made sure of once
+                                  (a group created after that had been
+                                  deleted, with or without its stream) */
     int history_done;          /* own pending entries read again */
     uint32_t reads;            /* intake: batches made (held->seq) */
     char history_from[TM_REDIS_ID_MAX + 1]; /* "(id": next history read */
@@ -157,6 +163,11 @@ struct tm_redis_task {
     struct tm_redis_held *held; /* batches this process holds */
     char *pause_key;           /* "<queue>.paused.<group>" (pause.c) */
     atomic_int paused;         /* 1 while the task's intake is paused */
+    /* settle thread: refused answers' log lines (reply.c) */
+    int64_t reply_log_ms;      /* start of the current log window */
+    unsigned reply_logged;     /* lines written in it */
+    unsigned long reply_unlogged; /* refusals not logged since the last
+                                     line */
     char errstr[256];
 };
 
@@ -323,8 +334,8 @@ struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
 void tm_redis_mark_up(struct tm_redis *rb);
 void tm_redis_mark_down(struct tm_redis *rb);
 /* tm_redis_ensure_group creates task rt's consumer group (and stream) on
- * link lk when missing; 0, or -1 with the reason (*dead: connection
- * lost). */
+ * link lk when missing; 1 when it created it, 0 when it was there, or -1
+ * with the reason (*dead: connection lost). */
 int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
                           const struct tm_redis_task *rt, char *buf,
                           size_t size, int *dead);

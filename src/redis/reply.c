@@ -4,10 +4,23 @@
  * A request is an entry with the field reply_to (a stream key) and
  * optionally correlation_id. Its final outcome (success, duplicate,
  * rejected, dead-lettered after its retries, invalid) is answered by an
- * entry added to reply_to, fields body (the result, null, or an error
- * object), outcome, attempts, in_reply_to (the request's id) and
- * correlation_id when the request had one; reply_to then expires after
- * the task's reply_ttl. A retry answers nothing.
+ * entry added to reply_to, fields taskmill_reply (the task's name, the
+ * marker of a reply stream, always the entry's first field), body (the
+ * result, null, or an error object), outcome, attempts, in_reply_to (the
+ * request's id) and correlation_id when the request had one; reply_to
+ * then expires after the task's reply_ttl. A retry answers nothing.
+ *
+ * A producer chooses reply_to, so the answer is written only to a key
+ * that cannot be anything but a reply stream: one that does not exist,
+ * or a stream without consumer groups, with an expiry, whose newest
+ * entry starts with the marker (the newest entry: trimming takes the
+ * oldest). Any other reply_to (a task queue, a dead-letter stream, any
+ * key of another type, a stream without expiry) is refused: nothing is
+ * written to it, its expiry is left alone, the request is settled as
+ * usual, the refusal is logged (TM_REPLY_LOG_BURST lines per task per
+ * TM_REPLY_LOG_MS at most) and counted in the task's replies_refused.
+ * The check and the write are one script (reply_check below), so no
+ * command of another client comes between them.
  *
  * The answer is written by the script that acknowledges the request
  * (final_script), pipelined with the other settlements: no round trip of
@@ -16,12 +29,13 @@
  * before the script leaves the request pending, to be run again and
  * answered then: at least once. In cluster mode a reply_to in another
  * slot than the queue cannot be written by that script: the answer is
- * then its own command, sent to reply_to's node, and the script is sent
- * only once the answer's reply came (settle.c), so it is written before
- * the acknowledgement and may, after a crash between the two, be
- * written twice (at least once). An answer Redis refuses (reply_to holds
- * another type) is logged and dropped; the request is acknowledged all
- * the same, for a requester's mistake must not hold the queue.
+ * then its own script (answer_script, same check), sent to reply_to's
+ * node, and the final script is sent only once the answer's reply came
+ * (settle.c), so it is written before the acknowledgement and may, after
+ * a crash between the two, be written twice (at least once). An answer
+ * refused, or that Redis fails, is logged and dropped; the request is
+ * acknowledged all the same, for a requester's mistake must not hold the
+ * queue.
  *
  * The same script records a success under its dedup key (dedup.c). */
 #include "redis/redis.h"
@@ -35,11 +49,41 @@
 
 #include <cjson/cJSON.h>
 
+#include "core.h"
 #include "log.h"
 #include "redis/slot.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
+
+/* Log lines of refused answers per task: at most TM_REPLY_LOG_BURST per
+ * TM_REPLY_LOG_MS (a producer can send any number of such requests). */
+#define TM_REPLY_LOG_MS 10000
+#define TM_REPLY_LOG_BURST 8
+
+/* reply_check defines refusal(k): false when an answer may be written to
+ * key k (it does not exist, or is a reply stream: no consumer groups, an
+ * expiry, its newest entry starts with the marker field taskmill_reply),
+ * else why not. Read-only, so a refused key is left as it was. */
+#define TM_REPLY_CHECK                                                    \
+    "local function refusal(k)\n"                                          \
+    "  local t = redis.call('TYPE', k)['ok']\n"                            \
+    "  if t == 'none' then return false end\n"                             \
+    "  if t ~= 'stream' then return 'it holds a ' .. t .. ', not a "        \
+    "stream' end\n"                                                        \
+    "  if #redis.call('XINFO', 'GROUPS', k) > 0 then\n"                    \
+    "    return 'it is a stream with consumer groups (a task queue?)'\n"   \
+    "  end\n"                                                              \
+    "  if redis.call('PTTL', k) < 0 then\n"                                \
+    "    return 'it is a stream without expiry, not a reply stream'\n"     \
+    "  end\n"                                                              \
+    "  local e = redis.call('XREVRANGE', k, '+', '-', 'COUNT', 1)\n"       \
+    "  if #e == 0 or type(e[1][2]) ~= 'table' or\n"                        \
+    "      e[1][2][1] ~= 'taskmill_reply' then\n"                          \
+    "    return 'its newest entry is not a taskmill answer'\n"             \
+    "  end\n"                                                              \
+    "  return false\n"                                                     \
+    "end\n"
 
 /* Settle one message that answers a request or records a dedup key, when
  * ARGV[2] is still pending in the group: with ARGV[5] > 0 and outcome
@@ -47,13 +91,16 @@
  * unless it exists, and when it does, the outcome becomes duplicate with
  * the stored body; with ARGV[3] = 1 add the dead letter to KEYS[2] (body
  * copied from the entry, fields ARGV[11..]); with ARGV[4] > 0 answer on
- * KEYS[3] and expire it after ARGV[4] ms; then XACK. Unused keys are
- * given as KEYS[1]. KEYS: stream, dead-letter stream, reply_to, dedup
- * key. ARGV: group, id, dead, reply_ttl, dedup_ttl, outcome, attempts,
- * answer body, correlation id, 1 when there is one, dead-letter fields.
- * Returns {0} when the entry was not pending, else {1 or 2 (turned into
- * a duplicate), the answer's error or ''}. */
+ * KEYS[3] unless refusal() refuses it, and expire it after ARGV[4] ms;
+ * then XACK. Unused keys are given as KEYS[1]. KEYS: stream, dead-letter
+ * stream, reply_to, dedup key. ARGV: group, id, dead, reply_ttl,
+ * dedup_ttl, outcome, attempts, answer body, correlation id, 1 when
+ * there is one, then the dead-letter fields, always starting with
+ * 'task', the task's name (the answer's marker value). Returns {0} when
+ * the entry was not pending, else {1 or 2 (turned into a duplicate), the
+ * answer's error or '', why the answer was refused or ''}. */
 static const char final_script[] =
+    TM_REPLY_CHECK
     "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2],"
     " 1)\n"
     "if #p == 0 then return {0} end\n"
@@ -75,10 +122,13 @@ static const char final_script[] =
     "  end\n"
     "  redis.call('XADD', KEYS[2], '*', 'body', b, unpack(ARGV, 11))\n"
     "end\n"
-    "local aerr = ''\n"
+    "local aerr, why = '', ''\n"
     "if ARGV[4] ~= '0' then\n"
-    "  local a = {'body', body, 'outcome', outcome, 'attempts', ARGV[7],\n"
-    "    'in_reply_to', ARGV[2]}\n"
+    "  why = refusal(KEYS[3]) or ''\n"
+    "end\n"
+    "if ARGV[4] ~= '0' and why == '' then\n"
+    "  local a = {'taskmill_reply', ARGV[12], 'body', body,\n"
+    "    'outcome', outcome, 'attempts', ARGV[7], 'in_reply_to', ARGV[2]}\n"
     "  if ARGV[10] == '1' then\n"
     "    a[#a + 1] = 'correlation_id'\n"
     "    a[#a + 1] = ARGV[9]\n"
@@ -88,14 +138,19 @@ static const char final_script[] =
     "  else redis.call('PEXPIRE', KEYS[3], ARGV[4]) end\n"
     "end\n"
     "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
-    "return {ret, aerr}\n";
+    "return {ret, aerr, why}\n";
 
 /* answer_script writes an answer on its own (cluster mode, reply_to in
- * another slot): XADD the field/value pairs ARGV[2..] to KEYS[1], then
- * expire it after ARGV[1] ms. */
+ * another slot): unless refusal() refuses KEYS[1], XADD the field/value
+ * pairs ARGV[2..] (the first one the marker) to it, then expire it after
+ * ARGV[1] ms. Returns '' when written, else why it was refused. */
 static const char answer_script[] =
+    TM_REPLY_CHECK
+    "local why = refusal(KEYS[1])\n"
+    "if why then return why end\n"
     "redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))\n"
-    "return redis.call('PEXPIRE', KEYS[1], ARGV[1])\n";
+    "redis.call('PEXPIRE', KEYS[1], ARGV[1])\n"
+    "return ''\n";
 
 /* Size of a UUID's text with its NUL. */
 #define TM_REDIS_UUID_LEN 37
@@ -215,8 +270,9 @@ void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
         /* its own command, in reply_to's slot, before the final script */
         assert(answers(m) && !here);
         const char *av[] = {"EVAL", answer_script, "1", m->reply_to,
-                            attl, "body", f->body, "outcome", outcome,
-                            "attempts", attempts, "in_reply_to", m->id,
+                            attl, "taskmill_reply", t->name, "body",
+                            f->body, "outcome", outcome, "attempts",
+                            attempts, "in_reply_to", m->id,
                             "correlation_id", corr};
         size_t n = sizeof av / sizeof av[0];
         static_assert(sizeof av / sizeof av[0] <= 28, "argv fits");
@@ -225,8 +281,8 @@ void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
             f->lens[i] = strlen(av[i]);
         }
         f->lens[3] = m->reply_to_len;
-        f->lens[12] = m->id_len;
-        f->lens[14] = corr_len;
+        f->lens[14] = m->id_len;
+        f->lens[16] = corr_len;
         f->argc = (int)n - (corr_len > 0 ? 0 : 2);
         f->slot = tm_redis_key_slot(m->reply_to, m->reply_to_len);
         return;
@@ -254,7 +310,9 @@ void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
     f->lens[8] = m->id_len;
     f->lens[15] = corr_len;
     f->lens[26] = m->id_len;
-    f->argc = (int)n - (dead ? 0 : 10);
+    /* without a dead letter, its fields but the first ("task", the
+     * task's name: the answer's marker value) are left out */
+    f->argc = (int)n - (dead ? 0 : 8);
     f->slot = rb->tasks[m->task_index].slot;
 }
 
@@ -266,6 +324,39 @@ void tm_redis_final_free(struct tm_redis_final *f)
     f->body = NULL;
 }
 
+/* refused counts and logs an answer to m's reply_to refused for why:
+ * the message is settled all the same. Settle thread only. */
+static void refused(struct tm_redis *rb, const struct tm_msg *m,
+                    const char *why, size_t why_len)
+{
+    struct tm_redis_task *rt = &rb->tasks[m->task_index];
+    atomic_fetch_add_explicit(&m->task->stats.replies_refused, 1,
+                              memory_order_relaxed);
+    int64_t now = tm_now_ms();
+    if (rt->reply_log_ms == 0 || now - rt->reply_log_ms >= TM_REPLY_LOG_MS) {
+        rt->reply_log_ms = now;
+        rt->reply_logged = 0;
+    }
+    if (rt->reply_logged >= TM_REPLY_LOG_BURST) {
+        rt->reply_unlogged++;
+        return;
+    }
+    rt->reply_logged++;
+    if (rt->reply_unlogged > 0)
+        tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, m->id,
+                     "reply_to '%.*s' refused: %.*s; no answer written, "
+                     "the request is settled as usual (%lu more refused "
+                     "answers not logged before this one)",
+                     (int)m->reply_to_len, m->reply_to, (int)why_len, why,
+                     rt->reply_unlogged);
+    else
+        tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, m->id,
+                     "reply_to '%.*s' refused: %.*s; no answer written, "
+                     "the request is settled as usual",
+                     (int)m->reply_to_len, m->reply_to, (int)why_len, why);
+    rt->reply_unlogged = 0;
+}
+
 void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
                          const redisReply *r, int answer_only)
 {
@@ -273,9 +364,11 @@ void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
     if (answer_only) {
         if (r->type == REDIS_REPLY_ERROR)
             tm_log_write(TM_LOG_WARNING, SRC, t->name, m->id,
-                         "answer to '%.*s' refused: %s; the requester "
+                         "answer to '%.*s' failed: %s; the requester "
                          "gets none", (int)m->reply_to_len, m->reply_to,
                          r->str);
+        else if (r->type == REDIS_REPLY_STRING && r->len > 0)
+            refused(rb, m, r->str, r->len);
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
@@ -297,9 +390,12 @@ void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
     if (r->elements >= 2 && r->element[1]->type == REDIS_REPLY_STRING &&
         r->element[1]->len > 0)
         tm_log_write(TM_LOG_WARNING, SRC, t->name, m->id,
-                     "answer to '%.*s' refused: %s; the requester gets "
+                     "answer to '%.*s' failed: %s; the requester gets "
                      "none", (int)m->reply_to_len, m->reply_to,
                      r->element[1]->str);
+    if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_STRING &&
+        r->element[2]->len > 0)
+        refused(rb, m, r->element[2]->str, r->element[2]->len);
 }
 
 /* ---- the CLI's request ---------------------------------------------- */

@@ -432,12 +432,12 @@ static int redo(struct tm_redis *rb, struct tm_msg **msgs, size_t c,
         span_done(rb, msgs, sp, r);
         freeReplyObject(r);
     } else if (!dead && sp->answer_only) {
-        /* refused: logged, and the request is settled all the same */
+        /* failed: logged, and the request is settled all the same */
         sp->answered = 1;
         tm_log_write(TM_LOG_WARNING, SRC,
                      rb->tasks[msgs[sp->from]->task_index].cfg->name,
                      msgs[sp->from]->id,
-                     "answer refused: %s; the requester gets none", eb);
+                     "answer failed: %s; the requester gets none", eb);
     } else if (!dead) {
         span_refused(rb, msgs, sp, eb);
     }

@@ -106,6 +106,7 @@ for fam in taskmill_tasks_total:counter taskmill_retries_total:counter \
 	taskmill_pool_size:gauge taskmill_pool_busy:gauge taskmill_broker_up:gauge \
 	taskmill_broker_reconnects_total:counter taskmill_worker_restarts_total:counter \
 	taskmill_dead_letter_total:counter taskmill_rate_limited_total:counter \
+	taskmill_replies_refused_total:counter \
 	taskmill_queue_depth:gauge \
 	taskmill_queue_pending:gauge taskmill_dead_letter_depth:gauge \
 	taskmill_build_info:gauge process_resident_memory_bytes:gauge \

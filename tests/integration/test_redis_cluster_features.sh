@@ -9,7 +9,8 @@
 #     order, and the pause read covers each slot apart);
 #   - a rate limit of 5/s holds: 20 runs take at least 3 s;
 #   - a request gets its answer (emit --wait), and a request whose
-#     reply_to is in a slot of another master gets it there;
+#     reply_to is in a slot of another master gets it there, unless that
+#     key is no reply stream (a queue, a string): then it is refused;
 #   - a dedup key runs once, its later copies are duplicates.
 . "$TM_SRCDIR/tests/integration/lib_redis.sh"
 . "$TM_SRCDIR/tests/integration/lib_redis_topology.sh"
@@ -156,6 +157,27 @@ assert_match 'body \{"sum":2\} outcome success' "$answer" "the answer"
 assert_match 'correlation_id c1' "$answer" "the answer's correlation id"
 wait_until "[[ \$(ccli XPENDING '${TAG[4]}' taskmill | sed -n 1p) == 0 ]]" 30
 note "answers written, in the queue's slot and in $OTHER's"
+# refused in another slot: a queue with a backlog and a group, a string;
+# a second answer to the reply stream there is written
+ccli XADD "$OTHER.q" '*' body '{"n":1}' >/dev/null
+ccli XGROUP CREATE "$OTHER.q" grp 0 >/dev/null
+ccli SET "$OTHER.str" keep >/dev/null
+for k in "$OTHER.q" "$OTHER.str" "$OTHER.answers"; do
+	ccli XADD "${TAG[4]}" '*' body '{"a":1,"b":1}' reply_to "$k" >/dev/null
+done
+wait_until "[[ \$(ccli XLEN '$OTHER.answers') == 2 ]]" 30
+wait_until "[[ \$(ccli XPENDING '${TAG[4]}' taskmill | sed -n 1p) == 0 ]]" 30
+assert_eq 1 "$(ccli XLEN "$OTHER.q")" "entries of $OTHER.q"
+assert_eq -1 "$(ccli PTTL "$OTHER.q")" "PTTL of $OTHER.q"
+assert_eq 1 "$(ccli XINFO GROUPS "$OTHER.q" | grep -cx grp)" "group of $OTHER.q"
+assert_eq keep "$(ccli GET "$OTHER.str")" "$OTHER.str"
+assert_eq -1 "$(ccli PTTL "$OTHER.str")" "PTTL of $OTHER.str"
+wait_metric taskmill_replies_refused_total 'task="add"' 2 30
+grep -q "reply_to '$OTHER.q' refused: it is a stream with consumer groups" "$DAEMON_LOG" ||
+	fail "no refusal logged for $OTHER.q"
+grep -q "reply_to '$OTHER.str' refused: it holds a string" "$DAEMON_LOG" ||
+	fail "no refusal logged for $OTHER.str"
+note "answers to keys in $OTHER's slot that are no reply streams refused"
 
 # ---- a dedup key runs once
 ccli XADD "${TAG[5]}" '*' body '{"n":"dd-1"}' dedup_key k1 >/dev/null

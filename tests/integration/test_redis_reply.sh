@@ -87,7 +87,7 @@ note "raw answer: $ans"
 assert_eq success "$(jq -r .outcome <<<"$ans")" "raw answer outcome"
 assert_eq 1 "$(jq -r .attempts <<<"$ans")" "raw answer attempts"
 assert_eq 42 "$(jq -r .body.sum <<<"$ans")" "raw answer body"
-assert_eq '["attempts","body","correlation_id","in_reply_to","outcome"]' \
+assert_eq '["attempts","body","correlation_id","in_reply_to","outcome","taskmill_reply"]' \
 	"$(jq -c .fields <<<"$ans")" "raw answer fields"
 
 # A failing request is retried once (max_retries: 1), then dead-lettered:
@@ -110,8 +110,10 @@ fields=$(rcall EVAL "local e = redis.call('XRANGE', KEYS[1], '-', '+')[1][2]
 	for i = 1, #e, 2 do k[#k + 1] = e[i] end
 	table.sort(k)
 	return table.concat(k, ',')" 1 my.replies.nocorr)
-assert_eq "attempts,body,in_reply_to,outcome" "$fields" "fields without a correlation id"
-assert_eq "$id" "$(rcall EVAL "return redis.call('XRANGE', KEYS[1], '-', '+')[1][2][8]" 1 my.replies.nocorr)" "in_reply_to"
+assert_eq "attempts,body,in_reply_to,outcome,taskmill_reply" "$fields" "fields without a correlation id"
+assert_eq "taskmill_reply add" "$(rcall EVAL "local f = redis.call('XRANGE', KEYS[1], '-', '+')[1][2]
+	return f[1] .. ' ' .. f[2]" 1 my.replies.nocorr)" "the answer's first field: the marker, the task's name"
+assert_eq "$id" "$(rcall EVAL "return redis.call('XRANGE', KEYS[1], '-', '+')[1][2][10]" 1 my.replies.nocorr)" "in_reply_to"
 
 # An invalid body is answered too (it never runs: 0 attempts).
 rcall XADD q.rpc '*' body 'not json' reply_to my.replies.bad >/dev/null
@@ -122,10 +124,11 @@ assert_eq 0 "$(xfield my.replies.bad "$bad" attempts)" "attempts of an invalid r
 assert_eq invalid "$(xfield my.replies.bad "$bad" body | jq -r .outcome)" "error object of an invalid request"
 
 # A reply_to that is not a stream: the answer is refused and logged, the
-# request is acknowledged all the same.
+# request is acknowledged all the same (test_redis_reply_refused.sh has
+# every other kind of key).
 rcall SET my.replies.str x >/dev/null
 rcall XADD q.rpc '*' body '{"a":1,"b":1}' reply_to my.replies.str >/dev/null
-wait_until "grep -q \"answer to 'my.replies.str' refused\" $DAEMON_LOG" 10
+wait_until "grep -q \"reply_to 'my.replies.str' refused: it holds a string\" $DAEMON_LOG" 10
 wait_until '[[ $(xpending q.rpc) == 0 ]]' 10
 
 assert_eq 200 "$(http_code /ping)" "/ping"

@@ -161,6 +161,10 @@ START_TEST(answer_in_the_script_or_before_it)
     ck_assert_str_eq(f.argv[3], "elsewhere");
     ck_assert_uint_eq(f.slot, tm_redis_key_slot("elsewhere", 9));
     ck_assert_ptr_null(strstr(f.argv[1], "XACK"));
+    /* checked first; the answer's first field is the marker */
+    ck_assert_ptr_nonnull(strstr(f.argv[1], "refusal(KEYS[1])"));
+    ck_assert_str_eq(f.argv[5], "taskmill_reply");
+    ck_assert_str_eq(f.argv[6], "add");
     tm_redis_final_free(&f);
     /* then the script, in the queue's slot, its reply_to key unused */
     memset(&f, 0, sizeof f);
@@ -179,6 +183,11 @@ START_TEST(answer_in_the_script_or_before_it)
     tm_redis_final_argv(&rb, &m, 0, &f);
     ck_assert_str_eq(f.argv[5], "{add}.reply.x");
     ck_assert_str_eq(f.argv[10], "300000");
+    ck_assert_ptr_nonnull(strstr(f.argv[1], "refusal(KEYS[3])"));
+    /* no dead letter: its fields but "task" (the marker's value) left out */
+    ck_assert_int_eq(f.argc, 19);
+    ck_assert_str_eq(f.argv[17], "task");
+    ck_assert_str_eq(f.argv[18], "add");
     tm_redis_final_free(&f);
 
     /* standalone: any key in one script */
