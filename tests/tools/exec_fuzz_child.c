@@ -240,7 +240,10 @@ int main(int argc, char **argv)
     case 5: {
         static const int sigs[] = {SIGSEGV, SIGABRT, SIGKILL, SIGTERM,
                                    SIGBUS, SIGFPE, SIGHUP, SIGUSR1, SIGPIPE};
-        raise(sigs[pick(sizeof sigs / sizeof sigs[0])]);
+        int sig = sigs[pick(sizeof sigs / sizeof sigs[0])];
+        /* the default action: a sanitizer's handler would report it */
+        signal(sig, SIG_DFL);
+        raise(sig);
         return 2;
     }
     case 6: /* past any deadline, dies of SIGTERM */
