@@ -125,6 +125,26 @@ for kind in thread fork; do
 	assert_eq "$n" "$(grep -c '^mem: denied' <<<"$REPORT")" "$kind pool: mem denied for every taskmill ancestor"
 done
 
+# `taskmill invoke` runs the command itself: the same holds for it.
+conf thread
+rm -f "$WD"/out/*
+TM_RC=0
+env TASKMILL_BROKER_URL="redis://$ACL_USER:$PW@127.0.0.1:$REDIS_PORT/0" \
+	TASKMILL_HTTP_TOKEN="$TOKEN" SECRET_X="$SECRET" LANG=C.UTF-8 TZ=UTC0 \
+	timeout -k 5 60 "$WD/as-user" invoke -c "$CONF" probe '{}' \
+	>"$TM_OUT" 2>"$TM_ERR" || TM_RC=$?
+assert_eq 0 "$TM_RC" "invoke: exit status ($(head -c 300 "$TM_ERR"))"
+REPORT=$(cat "$WD/out/invoke-1")
+note "invoke: probe report:"
+sed 's/^/    /' "$WD/out/invoke-1" >&2
+check_clean_env invoke
+assert_eq 1 "$(grep -c '^== ancestor .* taskmill$' <<<"$REPORT")" "invoke: the taskmill process above the command"
+for s in "$PW" "$TOKEN" "$SECRET"; do
+	! grep -q -F -e "$s" <<<"$REPORT" || fail "invoke: the command read a secret: $(grep -F -e "$s" <<<"$REPORT" | head -3)"
+done
+grep -q '^environ: denied' <<<"$REPORT" || fail "invoke: taskmill's environ is open to the command"
+grep -q '^mem: denied' <<<"$REPORT" || fail "invoke: taskmill's mem is open to the command"
+
 # The opt-out: the daemon stays dumpable, its environ is open to its own
 # uid again (the trade-off docs/operations.md states); the command's
 # environment is clean all the same.
