@@ -265,6 +265,16 @@ check-tsan:
 	TM_BUILD=$(abspath build-tsan) $$wrap tests/integration/run.sh \
 		$(TSAN_TESTS)
 
+# The exec host's fuzzer (tests/integration/test_host_exec_fuzz.sh): its
+# TM_FUZZ_SECONDS is 20 in check-integration, and in check-tsan (a
+# thread-pool daemon), and 600 in check-soak.
+TSAN_TESTS += host_exec_fuzz
+.PHONY: check-soak-exec-fuzz
+check-soak: check-soak-exec-fuzz
+check-soak-exec-fuzz: all test-plugins
+	@TM_FUZZ_SECONDS=600 TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-900} \
+		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh host_exec_fuzz
+
 # The soak test at full size (tests/integration/test_soak.sh; make check
 # runs it with 20,000 messages): 200,000 messages through 2 daemons under
 # random faults; the summary (counts, duplicate rate, time) is printed at

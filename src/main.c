@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 
 #include "cli/cli.h"
@@ -31,8 +33,31 @@ static void raise_nofile(void)
     }
 }
 
+/* keep_private makes the process non-dumpable, before anything is read:
+ * then its /proc/PID/environ, mem, maps and fd links are open only to
+ * processes with CAP_SYS_PTRACE (root), not to others of the same uid such
+ * as task code (exec commands, Python subprocesses) that would otherwise
+ * read the broker URL's password or the HTTP token there. The flag is kept
+ * across fork (the fork pool's workers) and reset by execve (an exec
+ * command is dumpable again, which exposes only its own environment). It
+ * also means no core dump and no ptrace attach by the same uid: with
+ * TASKMILL_DUMPABLE=1 in the environment the process stays dumpable (see
+ * docs/operations.md). */
+static void keep_private(void)
+{
+    const char *keep = getenv("TASKMILL_DUMPABLE");
+    if (keep != NULL && strcmp(keep, "1") == 0)
+        return;
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+        char eb[TM_STRERRNO_BUF];
+        tm_log_warn("daemon", "cannot make the process non-dumpable: %s",
+                    tm_strerror(errno, eb, sizeof eb));
+    }
+}
+
 int main(int argc, char **argv)
 {
+    keep_private();
     if (argc >= 2 && (strcmp(argv[1], "--version") == 0 ||
                       strcmp(argv[1], "-V") == 0)) {
         printf("taskmill %s\n", TM_VERSION);

@@ -8,13 +8,17 @@
 #include <string.h>
 #include <unistd.h>
 
-extern char **environ;
-
 /* Defaults of the limits (config keys max_output, max_log_lines,
  * kill_grace_ms). max_output matches the daemon's default max_payload. */
 #define EXEC_DEF_MAX_OUTPUT (1024u * 1024u)
 #define EXEC_DEF_LOG_LINES 20u
 #define EXEC_DEF_KILL_GRACE_MS 2000
+
+/* env_pass names the daemon's variables a child gets (when set); PATH is
+ * EXEC_DEF_PATH when the daemon has none. */
+static const char *const env_pass[] = {"PATH", "LANG", "TZ"};
+#define EXEC_ENV_PASS (sizeof env_pass / sizeof env_pass[0])
+#define EXEC_DEF_PATH "/usr/local/bin:/usr/bin:/bin"
 
 static char *dup_str(const char *s)
 {
@@ -72,7 +76,7 @@ static char *resolve(const struct tm_exhost_task *t, const char *argv0)
         if (strncmp(t->env[i], "PATH=", 5) == 0)
             path = t->env[i] + 5;
     if (path == NULL)
-        path = "/usr/local/bin:/usr/bin:/bin";
+        path = EXEC_DEF_PATH;
     while (found == NULL && *path != '\0') {
         const char *end = strchr(path, ':');
         size_t dl = end != NULL ? (size_t)(end - path) : strlen(path);
@@ -154,23 +158,22 @@ struct tm_exhost_task *tm_exhost_task_new(const struct tm_task_env *env)
         goto out;
     }
     nextra = cenv != NULL ? (size_t)cJSON_GetArraySize(cenv) : 0;
-    size_t ninit = 0;
-    while (environ != NULL && environ[ninit] != NULL)
-        ninit++;
-    t->env = calloc(ninit + nextra + 1, sizeof *t->env);
+    /* the child's environment is built from nothing: the allowed names
+     * below, the run's TASKMILL_* (run.c) and the config's env; the rest
+     * of the daemon's (its credentials included) never reaches it */
+    t->env = calloc(EXEC_ENV_PASS + nextra + 1, sizeof *t->env);
     if (t->env == NULL) {
         why = "out of memory";
         goto out;
     }
-    for (size_t i = 0; i < ninit; i++) {
-        /* the run sets TASKMILL_* itself */
-        if (strncmp(environ[i], "TASKMILL_", 9) == 0)
-            continue;
-        if ((t->env[t->nenv] = dup_str(environ[i])) == NULL) {
+    for (size_t i = 0; i < EXEC_ENV_PASS; i++) {
+        const char *v = getenv(env_pass[i]);
+        if (v == NULL && strcmp(env_pass[i], "PATH") == 0)
+            v = EXEC_DEF_PATH;
+        if (v != NULL && env_set(t, env_pass[i], v) != 0) {
             why = "out of memory";
             goto out;
         }
-        t->nenv++;
     }
     if (cenv != NULL) {
         cJSON_ArrayForEach(it, cenv) {

@@ -17,8 +17,9 @@ struct tm_exhost_task {
     char *task;          /* the task's name, for TASKMILL_TASK */
     char *path;          /* argv[0] resolved against PATH at init */
     char **argv;         /* NULL-terminated command */
-    char **env;          /* NULL-terminated "K=V": the daemon's environment
-                            at init with the config's env applied */
+    char **env;          /* NULL-terminated "K=V": PATH, LANG and TZ of
+                            the daemon (PATH defaulted) with the config's
+                            env applied; nothing else of the daemon's */
     size_t nenv;
     char *cwd;           /* NULL: the daemon's */
     size_t max_output;   /* stdout bytes kept; more fails the run */

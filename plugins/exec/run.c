@@ -25,7 +25,7 @@
 #define EXEC_TERM_GRACE_MS 300
 /* EXEC_DRAIN_MS: after the command exits, how long its pipes may stay
  * open (held by something that left its process group) before the run
- * stops reading them. */
+ * stops reading them; the deadline cuts it shorter. */
 #define EXEC_DRAIN_MS 1000
 
 /* struct run is one run's state. Invariant: pid > 0 until reaped is set;
@@ -306,8 +306,11 @@ static void pump(struct run *r)
                 close_fd(&r->in_fd);
             }
         }
+        /* once reaped, the pipes are read until closed, for at most
+         * EXEC_DRAIN_MS and never past the deadline: a process that left
+         * the group holding them cannot stretch the run */
         if (r->reaped && ((r->out_fd < 0 && r->err_fd < 0) ||
-                          now >= r->drain_until))
+                          now >= r->drain_until || h->should_stop(r->call)))
             break;
         if (!r->reaped && (r->overflow || h->should_stop(r->call)))
             stop_group(r, now);
