@@ -13,8 +13,9 @@
 //             a delay shows in Scheduled and runs later; a screenshot
 //             with live figures.
 //   readonly  no http.token: the write buttons are disabled, the reason
-//             shown; the page fits a phone's width; Tab reaches the
-//             controls.
+//             shown; no dead-letter body is asked for, and the reason is
+//             shown there too; the page fits a phone's width; Tab reaches
+//             the controls.
 // Prints "ok: WHAT" lines; exits 1 with "FAIL: WHAT" on the first failure.
 import puppeteer from 'puppeteer-core';
 
@@ -97,6 +98,15 @@ try {
           !note.hidden && note.textContent.includes('http.token');
       }));
     ok('without a token the write buttons are disabled, the reason shown');
+    // no bodies without a token: the page asks for none (a 403 would
+    // count as a failed request) and says why
+    await until('dead letters replaced by the reason', () =>
+      page.evaluate(() => {
+        const s = document.getElementById('dlq-status').textContent;
+        return s.includes('http.token') && s.includes('aggregate') &&
+          document.querySelectorAll('#dlq li').length === 0;
+      }));
+    ok('without a token no dead-letter body is asked for, the reason shown');
     // a phone's width: nothing wider than the screen but the task table,
     // which scrolls in its own box; the keyboard reaches the controls
     await page.setViewport({ width: 390, height: 844 });
