@@ -7,7 +7,8 @@
 # http.allowed_hosts (names compared without case, with or without a port;
 # a request without Host, HTTP/1.0, is served); /ping, /healthz and
 # /metrics answer any Host. A reload changes http.allowed_hosts; a bad
-# list is refused at load with FILE:LINE:COL, exit 2.
+# list is refused at load with FILE:LINE:COL, exit 2. The Kubernetes
+# example ships no sample Secret and does not start without its token.
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 need_tools jq curl nc
 
@@ -136,3 +137,22 @@ bad_hosts "a scheme" "['https://host.example']" "not a host name"
 bad_hosts "an empty name" "['']" "must not be empty"
 bad_hosts "a wildcard" "['*.example.com']" "not a host name"
 bad_hosts "a label over 63" "[$(printf 'a%.0s' {1..64}).example]" "not a host name"
+
+# ---- 4: the Kubernetes example ships no sample secret, and its pods do
+# not start without the token
+K8S=$TM_SRCDIR/conf/kubernetes/taskmill.yaml
+if grep -qE '^kind: Secret' "$K8S" || grep -qiE 'change-me' "$K8S"; then
+	fail "conf/kubernetes/taskmill.yaml ships a sample Secret"
+fi
+awk '/taskmill\.yaml: \|/ { on = 1; next } on && /^[^ ]/ { on = 0 }
+	on { sub(/^    /, ""); print }' "$K8S" >"$TEST_DIR/k8s.yaml"
+echo pw >"$TEST_DIR/k8s.pw"
+sed -i -e "s|^plugin_dir: [^ ]*|plugin_dir: $TM_PLUGINS|" \
+	-e "s|password_file: .*|password_file: $TEST_DIR/k8s.pw|" "$TEST_DIR/k8s.yaml"
+grep -q 'token: ${TASKMILL_HTTP_TOKEN} ' "$TEST_DIR/k8s.yaml" || fail "the example's http.token is not \${TASKMILL_HTTP_TOKEN} without a default"
+unset TASKMILL_HTTP_TOKEN
+POD_NAME=p tm check -c "$TEST_DIR/k8s.yaml"
+assert_eq 2 "$TM_RC" "the Kubernetes example without TASKMILL_HTTP_TOKEN"
+assert_match "k8s.yaml:[0-9]+:[0-9]+: http.token: environment variable 'TASKMILL_HTTP_TOKEN' is not set" "$(cat "$TM_ERR")" "why it does not start"
+POD_NAME=p TASKMILL_HTTP_TOKEN=x tm check -c "$TEST_DIR/k8s.yaml"
+assert_eq 0 "$TM_RC" "the Kubernetes example with the token (stderr: $(head -c 300 "$TM_ERR"))"
