@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -53,18 +54,40 @@ void tm_sched_session_error(struct tm_sched_session *ss, const char *fmt,
     va_end(ap);
 }
 
+void tm_dlq_entries_free_one(struct tm_dlq_entry *e)
+{
+    tm_free(e->id);
+    tm_free(e->origin_id);
+    tm_free(e->task);
+    tm_free(e->error);
+    tm_free(e->body);
+    memset(e, 0, sizeof *e);
+}
+
 void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n)
 {
     if (e == NULL)
         return;
-    for (size_t i = 0; i < n; i++) {
-        tm_free(e[i].id);
-        tm_free(e[i].origin_id);
-        tm_free(e[i].task);
-        tm_free(e[i].error);
-        tm_free(e[i].body);
-    }
+    for (size_t i = 0; i < n; i++)
+        tm_dlq_entries_free_one(&e[i]);
     tm_free(e);
+}
+
+size_t tm_dlq_utf8_cut(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = n, back = 0;
+    /* back over at most three continuation bytes to the last lead byte */
+    while (i > 0 && back < 3 && (u[i - 1] & 0xC0) == 0x80) {
+        i--;
+        back++;
+    }
+    if (i == 0 || u[i - 1] < 0xC0)
+        return n; /* ends in ASCII, or in bytes that were not UTF-8 */
+    size_t want = u[i - 1] >= 0xF0 ? 4 : u[i - 1] >= 0xE0 ? 3 : 2;
+    /* the last sequence is whole when its lead and continuations make
+     * want bytes; else the cut goes before its lead */
+    return back + 1 >= want ? n : i - 1;
 }
 
 size_t tm_broker_nodes(const struct tm_cfg *cfg, struct tm_broker *b,

@@ -22,6 +22,27 @@ struct tm_dlq_entry {
     char *body;
     long attempts;
     int64_t failed_at; /* epoch ms */
+    size_t body_len;   /* the stored body's length: more than the bytes of
+                          body when truncated (dlq_browse only) */
+    int truncated;     /* dlq_browse cut body or error to body_max */
+};
+
+/*
+ * struct tm_dlq_query asks dlq_browse for one page of a task's dead
+ * letters, newest first, or for one entry. The bounds hold for what is
+ * kept from the broker, not only for what is returned.
+ */
+struct tm_dlq_query {
+    const char *id;     /* non-NULL: only this entry, body and error whole
+                           (after, max and bytes_max are ignored) */
+    const char *after;  /* non-NULL: the entries older than this one
+                           (exclusive), as a previous page's last entry */
+    size_t max;         /* entries at most, 1 or more */
+    size_t body_max;    /* a body or error longer is cut to this many bytes
+                           and the entry flagged truncated */
+    size_t bytes_max;   /* the page's kept bytes (bodies and errors) stop
+                           before exceeding this; the first entry is always
+                           kept */
 };
 
 /* struct tm_broker_node is one node of the broker deployment, as
@@ -132,6 +153,13 @@ struct tm_broker_ops {
      * *n entries (free with tm_dlq_entries_free). */
     int (*dlq_list)(struct tm_broker *b, const struct tm_cfg_task *t,
                     size_t max, struct tm_dlq_entry **out, size_t *n);
+    /* dlq_browse returns one page of q (see struct tm_dlq_query) in a new
+     * array of *n entries (free with tm_dlq_entries_free); *more is set
+     * when older entries follow its last one. With q->id, *n is 0 when
+     * there is no such entry. */
+    int (*dlq_browse)(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const struct tm_dlq_query *q, struct tm_dlq_entry **out,
+                      size_t *n, int *more);
     /* dlq_replay moves one entry (id) or all (id NULL) back to the task's
      * queue; dlq_purge deletes one or all. Both return the count moved. */
     long (*dlq_replay)(struct tm_broker *b, const struct tm_cfg_task *t,
@@ -327,6 +355,14 @@ void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n);
+/* tm_dlq_entries_free_one frees the strings of one entry (not e) and
+ * clears it. */
+void tm_dlq_entries_free_one(struct tm_dlq_entry *e);
+
+/* tm_dlq_utf8_cut returns the length, at most n, of the longest prefix of
+ * s[0..n) that does not end inside a UTF-8 sequence: where a cut at n
+ * bytes must back off so the text stays valid UTF-8. */
+size_t tm_dlq_utf8_cut(const char *s, size_t n);
 
 /* tm_broker_nodes fills out[0..k) with the nodes of cfg's broker (b may
  * be NULL: none connected) and their state, and returns k: the adapter's

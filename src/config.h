@@ -134,6 +134,10 @@ struct tm_cfg {
     char *instance;          /* default "<hostname>-<pid>" */
     char *http_listen;       /* NULL = HTTP disabled; "host:port" */
     char *http_token;        /* NULL = no token */
+    char **http_allowed_hosts; /* host names (lower case) the console and
+                                  the API answer besides IP literals and
+                                  localhost; reloadable */
+    size_t http_nallowed_hosts;
     int64_t shutdown_timeout_ms; /* default 30000 */
     int log_level;           /* enum tm_log_level, default TM_LOG_INFO */
     enum tm_log_format log_format; /* default text */

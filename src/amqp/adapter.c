@@ -193,6 +193,7 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .tick_ms = ab_tick_ms,
     .publish = tm_amqp_publish,
     .dlq_list = tm_amqp_dlq_list,
+    .dlq_browse = tm_amqp_dlq_browse,
     .dlq_replay = tm_amqp_dlq_replay,
     .dlq_purge = tm_amqp_dlq_purge,
     .destroy = ab_destroy,

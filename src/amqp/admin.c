@@ -455,9 +455,11 @@ static char *broker_death_error(const struct tm_cfg_task *t,
     return e;
 }
 
-/* dlq_fill makes the entry of a dead letter of task t. */
+/* dlq_fill makes the entry of a dead letter of task t; a body or error
+ * over body_max bytes is cut there (at a UTF-8 boundary) and the entry
+ * flagged truncated, so that no more of it is kept. */
 static void dlq_fill(const struct tm_cfg_task *t, const amqp_message_t *msg,
-                     struct tm_dlq_entry *e)
+                     struct tm_dlq_entry *e, size_t body_max)
 {
     const amqp_basic_properties_t *p = &msg->properties;
     const amqp_table_t *h = (p->_flags & AMQP_BASIC_HEADERS_FLAG)
@@ -494,7 +496,17 @@ static void dlq_fill(const struct tm_cfg_task *t, const amqp_message_t *msg,
         else if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
             e->failed_at = (int64_t)p->timestamp * 1000;
     }
-    e->body = tm_amqp_bytes_dup(msg->body);
+    e->body_len = msg->body.len;
+    size_t keep = msg->body.len;
+    if (keep > body_max) {
+        keep = tm_dlq_utf8_cut(msg->body.bytes, body_max);
+        e->truncated = 1;
+    }
+    e->body = tm_strndup(msg->body.bytes, keep);
+    if (e->error != NULL && strlen(e->error) > body_max) {
+        e->error[tm_dlq_utf8_cut(e->error, body_max)] = '\0';
+        e->truncated = 1;
+    }
 }
 
 int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
@@ -531,7 +543,7 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
             cap = cap ? cap * 2 : 64;
             v = tm_realloc(v, cap * sizeof *v);
         }
-        dlq_fill(t, &dm.msg, &v[k++]);
+        dlq_fill(t, &dm.msg, &v[k++], SIZE_MAX);
         sym_amqp_destroy_message(&dm.msg);
         sym_amqp_maybe_release_buffers(ab->cli);
     }
@@ -554,6 +566,103 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
     }
     *out = v;
     *n = k;
+    return 0;
+}
+
+/*
+ * tm_amqp_dlq_browse pages a dead-letter queue, newest first, although
+ * the queue gives its oldest first: it browses from the head (every
+ * message read unacknowledged, then all given back in place with one
+ * nack, as dlq_list) up to q->after (exclusive) or the queue's end, and
+ * keeps only a window of the newest entries read so far: at most q->max,
+ * bodies cut at q->body_max, at most q->bytes_max bytes, older ones
+ * dropped as newer ones come. So what is kept is bounded by the page,
+ * whatever the queue holds; what is read is the queue up to the cursor,
+ * one message at a time. The count at the first read bounds the walk
+ * when dead letters keep arriving. With q->id, the walk stops at that
+ * entry and keeps its body whole.
+ */
+int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const struct tm_dlq_query *q,
+                       struct tm_dlq_entry **out, size_t *n, int *more)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    *out = NULL;
+    *n = 0;
+    *more = 0;
+    if (cli_declare(ab, t) != 0)
+        return -1;
+    size_t cap = q->id != NULL || q->max == 0 ? 1 : q->max;
+    size_t body_max = q->id != NULL ? SIZE_MAX : q->body_max;
+    /* the window: ring[(head + i) % cap] for i < k, oldest first; bytes
+     * counts their bodies and errors */
+    struct tm_dlq_entry *ring = tm_calloc(cap, sizeof *ring);
+    size_t head = 0, k = 0, bytes = 0;
+    int dropped = 0;
+    uint64_t last = 0;
+    long budget = -1;
+    int rc = 0;
+    while (budget != 0) {
+        struct dlq_msg dm;
+        long left = 0;
+        int got = dlq_get(ab, t, &dm, &left);
+        if (got < 0) {
+            rc = -1;
+            break;
+        }
+        if (got == 0)
+            break;
+        if (budget < 0)
+            budget = left + 1;
+        budget--;
+        last = dm.tag;
+        char *mid = dlq_id(&dm.msg);
+        int stop = q->id != NULL ? strcmp(mid, q->id) == 0
+                                 : q->after != NULL &&
+                                       strcmp(mid, q->after) == 0;
+        int keep = q->id != NULL ? stop : !stop;
+        tm_free(mid);
+        if (keep) {
+            struct tm_dlq_entry e;
+            dlq_fill(t, &dm.msg, &e, body_max);
+            size_t cost = strlen(e.body) + (e.error ? strlen(e.error) : 0);
+            while (k > 0 && (k == cap || bytes + cost > q->bytes_max)) {
+                struct tm_dlq_entry *old = &ring[head];
+                bytes -= strlen(old->body) +
+                         (old->error ? strlen(old->error) : 0);
+                tm_dlq_entries_free_one(old);
+                head = (head + 1) % cap;
+                k--;
+                dropped = 1;
+            }
+            ring[(head + k) % cap] = e;
+            k++;
+            bytes += cost;
+        }
+        sym_amqp_destroy_message(&dm.msg);
+        sym_amqp_maybe_release_buffers(ab->cli);
+        if (stop)
+            break;
+    }
+    if (rc == 0 && last != 0 &&
+        sym_amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, last, /* multiple = */ 1,
+                            /* requeue = */ 1) != AMQP_STATUS_OK) {
+        tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
+                            t->dead_letter);
+        rc = -1;
+    }
+    struct tm_dlq_entry *v = k > 0 ? tm_calloc(k, sizeof *v) : NULL;
+    /* newest first */
+    for (size_t i = 0; i < k; i++)
+        v[i] = ring[(head + k - 1 - i) % cap];
+    tm_free(ring);
+    if (rc != 0) {
+        tm_dlq_entries_free(v, k);
+        return -1;
+    }
+    *out = v;
+    *n = k;
+    *more = q->id == NULL && dropped;
     return 0;
 }
 

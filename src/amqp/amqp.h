@@ -503,6 +503,9 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
                     int *task_failed);
 int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
                      size_t max, struct tm_dlq_entry **out, size_t *n);
+int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const struct tm_dlq_query *q,
+                       struct tm_dlq_entry **out, size_t *n, int *more);
 long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
                         const char *id);
 long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,

@@ -237,6 +237,9 @@ void tm_cfg_free(struct tm_cfg *cfg)
     tm_free(cfg->instance);
     tm_free(cfg->http_listen);
     tm_free(cfg->http_token);
+    for (size_t i = 0; i < cfg->http_nallowed_hosts; i++)
+        tm_free(cfg->http_allowed_hosts[i]);
+    tm_free(cfg->http_allowed_hosts);
     tm_free(cfg);
 }
 

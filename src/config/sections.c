@@ -115,12 +115,95 @@ static int valid_listen(const char *s)
     return v <= 65535;
 }
 
+/* Names in http.allowed_hosts at most. */
+#define CFG_MAX_ALLOWED_HOSTS 64
+
+/* valid_host_name accepts a DNS name as a Host header carries it: labels
+ * of 1 to 63 letters, digits and '-' (not first or last), joined by
+ * dots, 253 bytes at most, no port. */
+static int valid_host_name(const char *s)
+{
+    size_t n = strlen(s), label = 0;
+    if (n == 0 || n > 253)
+        return 0;
+    for (size_t i = 0; i <= n; i++) {
+        char ch = s[i];
+        if (ch == '.' || ch == '\0') {
+            if (label == 0 || s[i - 1] == '-')
+                return 0;
+            label = 0;
+            continue;
+        }
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || (ch == '-' && label > 0);
+        if (!ok || ++label > 63)
+            return 0;
+    }
+    return 1;
+}
+
+/* parse_allowed_hosts reads http.allowed_hosts: a list of host names,
+ * kept in lower case (Host is compared without regard to case). */
+static int parse_allowed_hosts(struct ctx *c, const yaml_node_t *val,
+                               const char *path)
+{
+    struct tm_cfg *cfg = c->cfg;
+    char shown[CFG_CLIP + 8], ipath[CFG_PATH_LEN];
+    if (tm_cfg_is_null(val))
+        return 0;
+    if (val->type != YAML_SEQUENCE_NODE) {
+        tm_cfg_fail(c, tm_cfg_mark_of(val), "%s: expected a list of host "
+                    "names, like [taskmill.example.com], got a %s", path,
+                    tm_cfg_node_kind(val));
+        return -1;
+    }
+    size_t count = (size_t)(val->data.sequence.items.top -
+                            val->data.sequence.items.start);
+    if (count > CFG_MAX_ALLOWED_HOSTS) {
+        tm_cfg_fail(c, tm_cfg_mark_of(val), "%s: %zu names; at most %d",
+                    path, count, CFG_MAX_ALLOWED_HOSTS);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->http_nallowed_hosts; i++)
+        tm_free(cfg->http_allowed_hosts[i]);
+    tm_free(cfg->http_allowed_hosts);
+    cfg->http_allowed_hosts = tm_calloc(count ? count : 1, sizeof(char *));
+    cfg->http_nallowed_hosts = 0;
+    int rc = 0;
+    for (yaml_node_item_t *it = val->data.sequence.items.start;
+         it < val->data.sequence.items.top; it++) {
+        const yaml_node_t *item = tm_cfg_node_at(c, *it);
+        tm_snprintf(ipath, sizeof ipath, "%s[%zu]", path,
+                    (size_t)(it - val->data.sequence.items.start));
+        char *s = NULL;
+        if (tm_cfg_get_string(c, item, item, ipath, &s) < 0) {
+            rc = -1;
+            continue;
+        }
+        if (!valid_host_name(s)) {
+            tm_cfg_fail(c, tm_cfg_mark_of(item), "%s: '%s' is not a host "
+                        "name (letters, digits, '-' and dots, no port or "
+                        "scheme)", ipath, tm_cfg_clip(s, shown, sizeof shown));
+            tm_free(s);
+            rc = -1;
+            continue;
+        }
+        for (char *p = s; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p - 'A' + 'a');
+        cfg->http_allowed_hosts[cfg->http_nallowed_hosts++] = s;
+    }
+    return rc;
+}
+
 static int cb_http_key(struct ctx *c, int i, const yaml_node_t *key,
                        const yaml_node_t *val, const char *path, void *arg)
 {
     struct tm_cfg *cfg = c->cfg;
     char shown[CFG_CLIP + 8];
     (void)arg;
+    if (i == 2)
+        return parse_allowed_hosts(c, val, path);
     /* A null or empty value (e.g. ${TOKEN:-}) means "not set". */
     if (tm_cfg_is_null(val))
         return 0;
@@ -147,7 +230,7 @@ static int cb_http_key(struct ctx *c, int i, const yaml_node_t *key,
 int tm_cfg_parse_http(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v)
 {
-    static const char *const keys[] = { "listen", "token" };
+    static const char *const keys[] = { "listen", "token", "allowed_hosts" };
     return tm_cfg_walk_section(c, k, v, "http", keys, NELEM(keys), cb_http_key,
                         NULL);
 }

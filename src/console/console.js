@@ -10,6 +10,9 @@ const SPARK_POINTS = 150;            /* 5 minutes at one point per 2 s */
 const TOKEN_KEY = 'taskmill.token';
 const READONLY_WHY = 'read-only: set http.token in the daemon\'s ' +
   'configuration to allow changes';
+const NOBODIES_WHY = 'Dead-letter bodies are not shown: without ' +
+  'http.token the daemon serves aggregate figures only. Set http.token ' +
+  'in its configuration to browse them.';
 
 const state = { tasks: [], writable: false, history: {}, last: {},
                 schemas: null, needToken: false };
@@ -30,8 +33,9 @@ function showError(text) {
 }
 
 /* api calls the admin API; resolves to the parsed JSON answer, rejects
- * with an Error whose text is the daemon's. 401 asks for the token. */
-async function api(method, path, body) {
+ * with an Error whose text is the daemon's. 401 asks for the token. With
+ * meta, meta.link is set to the answer's Link header. */
+async function api(method, path, body, meta) {
   const headers = { Accept: 'application/json' };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = 'Bearer ' + token;
@@ -40,6 +44,7 @@ async function api(method, path, body) {
                                 credentials: 'omit', cache: 'no-store' });
   let j = null;
   try { j = await r.json(); } catch (e) { j = null; }
+  if (meta) meta.link = r.headers.get('Link');
   if (r.status === 401 || (r.status === 403 && j && j.error === 'wrong token')) {
     state.needToken = true;
     $('token-form').hidden = false;
@@ -224,14 +229,51 @@ function dlqPath(suffix) {
     '/dead-letters' + (suffix || '');
 }
 
-async function loadDeadLetters() {
+/* nextAfter is the after= cursor of a Link rel="next" header, or null
+ * on the last page. */
+function nextAfter(link) {
+  const m = /<([^>]*)>;\s*rel="next"/.exec(link || '');
+  if (!m) return null;
+  return new URL(m[1], location.href).searchParams.get('after');
+}
+
+/* wholeBody replaces a cut body with the whole one, read from the entry's
+ * own URL. */
+async function wholeBody(id, pre, btn) {
+  try {
+    const d = await api('GET', dlqPath('/' + encodeURIComponent(id)));
+    pre.textContent = d.body;
+    btn.remove();
+  } catch (e) {
+    $('dlq-status').textContent = e.message;
+  }
+}
+
+/* loadDeadLetters shows the newest page of the task's dead letters, or
+ * with after the page older than that entry. */
+async function loadDeadLetters(after) {
   if (!$('dlq-task').value) return;
   const list = $('dlq');
+  $('dlq-older').hidden = true;
+  if (!state.writable) {
+    /* no token: the daemon answers 403 to any request for bodies */
+    list.replaceChildren();
+    $('dlq-status').textContent = NOBODIES_WHY;
+    return;
+  }
   try {
-    const entries = await api('GET', dlqPath('?limit=100'));
+    const q = '?limit=100' + (typeof after === 'string'
+      ? '&after=' + encodeURIComponent(after) : '');
+    const meta = {};
+    const entries = await api('GET', dlqPath(q), undefined, meta);
+    const older = nextAfter(meta.link);
     list.replaceChildren();
     $('dlq-status').textContent = entries.length === 0
-      ? 'No dead letters.' : entries.length + ' dead letter(s), newest first.';
+      ? 'No dead letters' + (typeof after === 'string' ? ' older.' : '.')
+      : entries.length + ' dead letter(s), newest first' +
+        (older ? '; older ones on the next page.' : '.');
+    $('dlq-older').hidden = !older;
+    $('dlq-older').dataset.after = older || '';
     for (const d of entries) {
       const li = el('li');
       li.dataset.id = d.id;
@@ -242,8 +284,16 @@ async function loadDeadLetters() {
         'note'));
       li.appendChild(head);
       li.appendChild(el('div', 'Error: ' + d.error, 'dlq-error'));
-      li.appendChild(el('pre', d.body, 'dlq-body'));
+      const pre = el('pre', d.body, 'dlq-body');
+      li.appendChild(pre);
       const bar = el('div', null, 'bar');
+      if (d.truncated) {
+        const wb = el('button', 'Whole body (' + d.body_bytes + ' bytes)',
+                      'whole');
+        wb.type = 'button';
+        wb.addEventListener('click', () => wholeBody(d.id, pre, wb));
+        bar.appendChild(wb);
+      }
       const rp = el('button', 'Replay', 'write replay');
       rp.type = 'button';
       rp.addEventListener('click', () => move('POST',
@@ -392,10 +442,12 @@ function start() {
     sessionStorage.setItem(TOKEN_KEY, $('token').value.trim());
     $('token').value = '';
     state.schemas = null;
-    refresh().then(loadDeadLetters);
+    refresh().then(() => loadDeadLetters());
   });
-  $('dlq-task').addEventListener('change', loadDeadLetters);
-  $('dlq-refresh').addEventListener('click', loadDeadLetters);
+  $('dlq-task').addEventListener('change', () => loadDeadLetters());
+  $('dlq-refresh').addEventListener('click', () => loadDeadLetters());
+  $('dlq-older').addEventListener('click', () =>
+    loadDeadLetters($('dlq-older').dataset.after));
   $('dlq-replay-all').addEventListener('click', () => {
     if (confirm('Replay every dead letter of task ' + $('dlq-task').value +
                 '?'))

@@ -50,9 +50,23 @@ void tm_http_secure_headers(struct MHD_Response *resp)
 
 /* send_json queues status with text (copied) plus a newline as the JSON
  * body; www_auth, allow: optional headers. */
+static enum MHD_Result send_json_link(struct MHD_Connection *conn,
+                                      unsigned status, const char *text,
+                                      const char *www_auth,
+                                      const char *allow, const char *link);
+
 static enum MHD_Result send_json(struct MHD_Connection *conn,
                                  unsigned status, const char *text,
                                  const char *www_auth, const char *allow)
+{
+    return send_json_link(conn, status, text, www_auth, allow, NULL);
+}
+
+/* send_json_link is send_json with an optional Link header. */
+static enum MHD_Result send_json_link(struct MHD_Connection *conn,
+                                      unsigned status, const char *text,
+                                      const char *www_auth,
+                                      const char *allow, const char *link)
 {
     size_t n = strlen(text);
     char *body = tm_malloc(n + 2);
@@ -74,6 +88,8 @@ static enum MHD_Result send_json(struct MHD_Connection *conn,
                                 www_auth);
     if (allow != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    if (link != NULL)
+        MHD_add_response_header(resp, "Link", link);
     enum MHD_Result ret = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -190,6 +206,7 @@ struct route {
     int tasks;                 /* GET /api/v1/tasks */
     enum tm_api_op op;         /* else this operation */
     int write;                 /* changes something: needs the token */
+    int bodies;                /* returns message bodies: needs the token */
     char task[TM_API_NAME_MAX + 1];
     char id[TM_API_ID_MAX + 1];
     const char *allow;         /* for 405: the methods the path takes */
@@ -262,6 +279,7 @@ static unsigned parse_route(const char *path, const char *method,
         rt->allow = "GET, HEAD, DELETE";
         rt->op = get ? TM_API_DLQ_LIST : TM_API_DLQ_PURGE;
         rt->write = del;
+        rt->bodies = get;
         return get || del ? 0 : 405;
     }
     if (strcmp(p, "replay") == 0) {
@@ -273,10 +291,11 @@ static unsigned parse_route(const char *path, const char *method,
     if (segment(&p, rt->id, sizeof rt->id) <= 0)
         return 404;
     if (*p == '\0') {
-        rt->op = TM_API_DLQ_PURGE;
-        rt->write = 1;
-        rt->allow = "DELETE";
-        return del ? 0 : 405;
+        rt->op = get ? TM_API_DLQ_GET : TM_API_DLQ_PURGE;
+        rt->write = del;
+        rt->bodies = get;
+        rt->allow = "GET, HEAD, DELETE";
+        return get || del ? 0 : 405;
     }
     if (strcmp(p, "replay") == 0) {
         rt->op = TM_API_DLQ_REPLAY;
@@ -426,6 +445,7 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     code = 0;
     size_t limit = 0;
     int64_t due_ms = 0;
+    const char *after = NULL;
     if (!no_task && t == NULL) {
         code = 404;
         tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
@@ -437,10 +457,22 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
         code = 403;
         tm_snprintf(msg, sizeof msg, "the API is read-only: set http.token "
                     "in the configuration to allow changes");
+    } else if (rt.bodies && !has_token) {
+        code = 403;
+        tm_snprintf(msg, sizeof msg, "message bodies are served only with "
+                    "http.token set: without it the API shows aggregate "
+                    "figures only");
     } else if (rt.op == TM_API_DLQ_LIST && parse_limit(conn, &limit) != 0) {
         code = 400;
         tm_snprintf(msg, sizeof msg, "limit: expected a number from 1 to "
                     "%d", TM_API_LIST_MAX);
+    } else if (rt.op == TM_API_DLQ_LIST &&
+               (after = MHD_lookup_connection_value(
+                    conn, MHD_GET_ARGUMENT_KIND, "after")) != NULL &&
+               !id_ok(kind, after)) {
+        code = 400;
+        tm_snprintf(msg, sizeof msg, "after: '%.*s' is not a dead-letter id "
+                    "of this broker", TM_API_ID_MAX, after);
     } else if (rt.op == TM_API_PUBLISH) {
         code = parse_due(conn, kind, &due_ms, msg, sizeof msg);
     }
@@ -456,6 +488,7 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     tm_snprintf(r->task, sizeof r->task, "%s", rt.task);
     tm_snprintf(r->id, sizeof r->id, "%s", rt.id);
     r->limit = limit;
+    tm_snprintf(r->after, sizeof r->after, "%s", after != NULL ? after : "");
     r->due_ms = due_ms;
     r->max = rt.op == TM_API_PUBLISH ? max_payload : TM_API_OTHER_BODY_MAX;
     *out = r;
@@ -548,6 +581,30 @@ static enum MHD_Result last_call(struct MHD_Connection *conn,
     return MHD_YES;
 }
 
+/* next_link is the Link header of a dead-letter page that has a next
+ * one: the same request with after= the page's last entry (RFC 8288,
+ * rel="next"), the id percent-encoded. Returns a new string. */
+static char *next_link(const struct tm_api_req *r)
+{
+    char id[3 * TM_API_ID_MAX + 1];
+    size_t k = 0;
+    for (const char *p = r->next_after; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+        if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
+            (c >= 'a' && c <= 'z') || c == '-' || c == '.' || c == '_' ||
+            c == '~') {
+            id[k++] = (char)c;
+        } else {
+            tm_snprintf(id + k, sizeof id - k, "%%%02X", c);
+            k += 3;
+        }
+    }
+    id[k] = '\0';
+    /* task names are letters, digits, '_', '.' and '-': safe in a path */
+    return tm_asprintf("<" API_PREFIX "tasks/%s/dead-letters?limit=%zu"
+                       "&after=%s>; rel=\"next\"", r->task, r->limit, id);
+}
+
 enum MHD_Result tm_http_api_answer(struct tm_daemon *d,
                                    struct MHD_Connection *conn,
                                    const char *url, const char *method,
@@ -588,10 +645,13 @@ enum MHD_Result tm_http_api_answer(struct tm_daemon *d,
         *queued = ret == MHD_YES;
         break;
     }
-    case TM_API_DONE:
-        ret = send_json(conn, r->status, r->answer, NULL, NULL);
+    case TM_API_DONE: {
+        char *link = r->next_after[0] != '\0' ? next_link(r) : NULL;
+        ret = send_json_link(conn, r->status, r->answer, NULL, NULL, link);
+        tm_free(link);
         *queued = ret == MHD_YES;
         break;
+    }
     case TM_API_QUEUED:
     case TM_API_RUNNING:
         break; /* not called while suspended */

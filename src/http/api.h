@@ -19,8 +19,16 @@ enum tm_api_op {
     TM_API_PUBLISH = 4,
     TM_API_PAUSE = 5,
     TM_API_RESUME = 6,
-    TM_API_SCHEDULES = 7       /* GET /api/v1/schedules: no task */
+    TM_API_SCHEDULES = 7,      /* GET /api/v1/schedules: no task */
+    TM_API_DLQ_GET = 8         /* one dead letter (id), body whole */
 };
+
+/* Bounds of a dead-letter page: a body or error longer than
+ * TM_API_BODY_MAX bytes is cut and flagged; the entries of one answer
+ * stop before their JSON text passes TM_API_PAGE_BYTES (the first entry
+ * always goes), and so does what is kept from the broker. */
+#define TM_API_BODY_MAX (64 * 1024)
+#define TM_API_PAGE_BYTES (4 * 1024 * 1024)
 
 /* Where a request stands (struct tm_api_req.state). */
 enum tm_api_state {
@@ -52,6 +60,7 @@ struct tm_api_req {
     char task[TM_API_NAME_MAX + 1];
     char id[TM_API_ID_MAX + 1];         /* "" = all */
     size_t limit;                       /* DLQ_LIST: entries at most */
+    char after[TM_API_ID_MAX + 1];      /* DLQ_LIST: ?after=, "" = none */
     int64_t due_ms;                     /* PUBLISH: not before this (epoch
                                            ms, ?delay= or ?at=); 0 = now */
     char *body;                         /* PUBLISH: the body received */
@@ -61,6 +70,8 @@ struct tm_api_req {
     /* the answer, once DONE: HTTP status and JSON text (owned) */
     unsigned status;
     char *answer;
+    char next_after[TM_API_ID_MAX + 1]; /* DLQ_LIST: the next page's after=
+                                           ("" = this is the last page) */
     struct tm_api_req *prev, *next;     /* the worker's list */
 };
 

@@ -101,6 +101,7 @@ struct job {
     char task[TM_API_NAME_MAX + 1];
     char id[TM_API_ID_MAX + 1];
     size_t limit;
+    char after[TM_API_ID_MAX + 1];   /* DLQ_LIST: "" = from the newest */
     int64_t due_ms;    /* PUBLISH: epoch ms, 0 = now */
     char *body;
     size_t len;
@@ -124,7 +125,100 @@ static cJSON *entry_json(const struct tm_dlq_entry *e)
     }
     cJSON_AddStringToObject(o, "error", e->error != NULL ? e->error : "");
     cJSON_AddStringToObject(o, "body", e->body != NULL ? e->body : "");
+    cJSON_AddBoolToObject(o, "truncated", e->truncated);
+    cJSON_AddNumberToObject(o, "body_bytes", (double)e->body_len);
     return o;
+}
+
+/* json_len is the length of s as a JSON string, quotes included (as
+ * cJSON escapes it: a two-byte escape for quote, backslash and \b \f \n
+ * \r \t, six bytes for the other control characters). */
+static size_t json_len(const char *s)
+{
+    size_t n = 2;
+    for (; s != NULL && *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' ||
+            c == '\r' || c == '\t')
+            n += 2;
+        else if (c < 0x20)
+            n += 6;
+        else
+            n++;
+    }
+    return n;
+}
+
+/* entry_cost bounds the JSON text of entry_json(e) from above: its
+ * strings as escaped, plus the names, numbers and punctuation. */
+static size_t entry_cost(const struct tm_dlq_entry *e)
+{
+    return json_len(e->id) + json_len(e->origin_id) + json_len(e->error) +
+           json_len(e->body) + 200;
+}
+
+/* run_list answers one page of t's dead letters: at most job->limit
+ * entries, bodies cut at TM_API_BODY_MAX, and no more entries than fit
+ * TM_API_PAGE_BYTES of JSON; out->next_after names the last entry when older
+ * ones follow it. */
+static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const struct job *job, struct tm_api_req *out)
+{
+    if (b->ops->dlq_browse == NULL) {
+        tm_api_error(out, 501, "the %s broker cannot page dead letters",
+                     b->ops->kind);
+        return;
+    }
+    struct tm_dlq_query q = {.after = job->after[0] != '\0' ? job->after
+                                                            : NULL,
+                             .max = job->limit,
+                             .body_max = TM_API_BODY_MAX,
+                             .bytes_max = TM_API_PAGE_BYTES};
+    struct tm_dlq_entry *e = NULL;
+    size_t n = 0;
+    int more = 0;
+    if (b->ops->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
+        tm_api_error(out, 502, "broker: %s", b->errstr);
+        return;
+    }
+    cJSON *a = cJSON_CreateArray();
+    size_t used = 2, i = 0;
+    for (; i < n; i++) {
+        size_t cost = entry_cost(&e[i]) + 1;
+        if (i > 0 && used + cost > TM_API_PAGE_BYTES)
+            break;
+        used += cost;
+        cJSON_AddItemToArray(a, entry_json(&e[i]));
+    }
+    if ((more || i < n) && i > 0)
+        tm_snprintf(out->next_after, sizeof out->next_after, "%s", e[i - 1].id);
+    tm_dlq_entries_free(e, n);
+    tm_api_finish(out, 200, a);
+}
+
+/* run_get answers one dead letter of t, body whole, or 404. */
+static void run_get(struct tm_broker *b, const struct tm_cfg_task *t,
+                    const struct job *job, struct tm_api_req *out)
+{
+    if (b->ops->dlq_browse == NULL) {
+        tm_api_error(out, 501, "the %s broker cannot read one dead letter",
+                     b->ops->kind);
+        return;
+    }
+    struct tm_dlq_query q = {.id = job->id, .max = 1};
+    struct tm_dlq_entry *e = NULL;
+    size_t n = 0;
+    int more = 0;
+    if (b->ops->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
+        tm_api_error(out, 502, "broker: %s", b->errstr);
+        return;
+    }
+    if (n == 0)
+        tm_api_error(out, 404, "no dead letter '%s' in '%s'", job->id,
+                     t->dead_letter);
+    else
+        tm_api_finish(out, 200, entry_json(&e[0]));
+    tm_dlq_entries_free(e, n);
 }
 
 /* set_pause writes task t's pause state with b, tells d's own intake at
@@ -222,20 +316,12 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
     case TM_API_SCHEDULES:
         run_schedules(b, out);
         break;
-    case TM_API_DLQ_LIST: {
-        struct tm_dlq_entry *e = NULL;
-        size_t n = 0;
-        if (b->ops->dlq_list(b, t, job->limit, &e, &n) != 0) {
-            tm_api_error(out, 502, "broker: %s", b->errstr);
-            break;
-        }
-        cJSON *a = cJSON_CreateArray();
-        for (size_t i = 0; i < n; i++)
-            cJSON_AddItemToArray(a, entry_json(&e[i]));
-        tm_dlq_entries_free(e, n);
-        tm_api_finish(out, 200, a);
+    case TM_API_DLQ_LIST:
+        run_list(b, t, job, out);
         break;
-    }
+    case TM_API_DLQ_GET:
+        run_get(b, t, job, out);
+        break;
     case TM_API_DLQ_REPLAY:
     case TM_API_DLQ_PURGE: {
         int replay = job->op == TM_API_DLQ_REPLAY;
@@ -351,6 +437,7 @@ static void *worker_main(void *arg)
                           .due_ms = r->due_ms, .len = r->len};
         tm_snprintf(job.task, sizeof job.task, "%s", r->task);
         tm_snprintf(job.id, sizeof job.id, "%s", r->id);
+        tm_snprintf(job.after, sizeof job.after, "%s", r->after);
         job.body = r->body != NULL ? tm_strndup(r->body, r->len) : NULL;
         r->state = TM_API_RUNNING;
         w->running = r;
@@ -368,6 +455,7 @@ static void *worker_main(void *arg)
             tm_free(r->answer);
             r->answer = out.answer;
             r->status = out.status;
+            memcpy(r->next_after, out.next_after, sizeof r->next_after);
             out.answer = NULL;
             settle_req(w, r);
         }

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <arpa/inet.h>
+
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 
@@ -299,6 +301,64 @@ int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
     return ok;
 }
 
+/* port_ok accepts the ":PORT" part of a Host header: "" or ':' and 1 to
+ * 5 digits. */
+static int port_ok(const char *p)
+{
+    if (*p == '\0')
+        return 1;
+    if (*p != ':')
+        return 0;
+    size_t n = strspn(p + 1, "0123456789");
+    return n >= 1 && n <= 5 && p[1 + n] == '\0';
+}
+
+/*
+ * host_ok checks a Host header value against DNS rebinding: an IPv4
+ * literal, a bracketed IPv6 literal, "localhost" (each with or without a
+ * port), or one of http.allowed_hosts (as configured now; gen_lock is
+ * taken here). A name may end in one dot; names compare without regard
+ * to case.
+ */
+static int host_ok(struct tm_daemon *d, const char *v)
+{
+    char host[256];
+    unsigned char addr[16];
+    if (v[0] == '[') {
+        const char *end = strchr(v, ']');
+        if (end == NULL || (size_t)(end - v - 1) >= sizeof host)
+            return 0;
+        tm_snprintf(host, sizeof host, "%.*s", (int)(end - v - 1), v + 1);
+        return port_ok(end + 1) && inet_pton(AF_INET6, host, addr) == 1;
+    }
+    size_t n = strcspn(v, ":");
+    if (n == 0 || n >= sizeof host || !port_ok(v + n))
+        return 0;
+    memcpy(host, v, n);
+    host[n] = '\0';
+    if (inet_pton(AF_INET, host, addr) == 1)
+        return 1;
+    if (host[n - 1] == '.')
+        host[--n] = '\0';
+    if (strcasecmp(host, "localhost") == 0)
+        return 1;
+    int ok = 0;
+    pthread_rwlock_rdlock(&d->gen_lock);
+    for (size_t i = 0; i < d->cfg->http_nallowed_hosts && !ok; i++)
+        ok = strcasecmp(host, d->cfg->http_allowed_hosts[i]) == 0;
+    pthread_rwlock_unlock(&d->gen_lock);
+    return ok;
+}
+
+int tm_http_host_ok(struct tm_daemon *d, struct MHD_Connection *conn)
+{
+    const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_HOST);
+    /* no Host at all (HTTP/1.0; MHD refuses an HTTP/1.1 request without
+     * one): not a browser, which always sends it, so no rebinding */
+    return v == NULL || host_ok(d, v);
+}
+
 /* Marks a request whose headers were seen (MHD's per-request pointer). */
 static int request_seen;
 
@@ -313,6 +373,26 @@ void tm_http_request_done(void *req_cls)
         tm_http_api_req_free(req_cls);
 }
 
+/* misdirected answers 421 to a request whose Host is not this daemon's
+ * (see host_ok); any body it has is not read. */
+static enum MHD_Result misdirected(struct MHD_Connection *conn, int *queued)
+{
+    static const char text[] =
+        "{\"error\":\"misdirected request: the Host header is not an IP "
+        "address, localhost or a name of http.allowed_hosts\"}\n";
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        sizeof text - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, TYPE_JSON);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    tm_http_secure_headers(resp);
+    enum MHD_Result ret = MHD_queue_response(conn, 421, resp);
+    MHD_destroy_response(resp);
+    *queued = ret == MHD_YES;
+    return ret;
+}
+
 enum MHD_Result tm_http_answer(struct tm_daemon *d,
                                struct MHD_Connection *conn, const char *url,
                                const char *method, const char *upload_data,
@@ -321,6 +401,12 @@ enum MHD_Result tm_http_answer(struct tm_daemon *d,
 {
     struct reply r = {0};
     *queued = 0;
+    /* the probes and the scraper answer any Host; the rest is checked
+     * once, on the headers */
+    int probe = strcmp(url, "/ping") == 0 || strcmp(url, "/healthz") == 0 ||
+                strcmp(url, "/metrics") == 0;
+    if (!probe && *req_cls == NULL && !tm_http_host_ok(d, conn))
+        return misdirected(conn, queued);
     if (tm_http_api_path(url))
         return tm_http_api_answer(d, conn, url, method, upload_data,
                                   upload_data_size, req_cls, queued);

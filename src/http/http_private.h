@@ -68,6 +68,11 @@ void tm_http_request_done(void *req_cls);
 int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
                      int *presented);
 
+/* tm_http_host_ok returns 1 when the request's Host header names this
+ * daemon: an IP literal, localhost, one of http.allowed_hosts, or no Host
+ * at all (see endpoints.c); 0 when the answer must be 421. */
+int tm_http_host_ok(struct tm_daemon *d, struct MHD_Connection *conn);
+
 /* ---- console.c ---- */
 
 /* tm_http_console_path returns 1 for a path of the console's files. */

@@ -412,8 +412,10 @@ struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen)
     h->depth = tm_http_depth_start(d);
     tm_log_info(SRC, "listening on %s%s", d->cfg->http_listen,
                 d->cfg->http_token != NULL
-                    ? " (/status and /asyncapi.json need the bearer token)"
-                    : "");
+                    ? " (the console, the API, /status and /asyncapi.json "
+                      "need the bearer token)"
+                    : " (no http.token: aggregate figures only, no message "
+                      "bodies, no changes)");
     return h;
 fail:
     tm_http_stop(h);

@@ -301,6 +301,143 @@ int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
     return 0;
 }
 
+/*
+ * browse_script reads one page of a dead-letter stream inside Redis,
+ * newest first, so that no more than the page crosses the network: it
+ * walks XREVRANGE from ARGV[1] ("+" or "(ID", exclusive) in chunks of
+ * ARGV[5] entries (so the server itself never holds more than a chunk of
+ * whole entries), cuts every field value longer than ARGV[3] bytes, and
+ * stops at ARGV[2] entries or before the kept values pass ARGV[4] bytes
+ * (the first entry is always kept). Returns {entries, more}: each entry
+ * {id, {field, value, ...}, {full length of each value, ...}}; more is 1
+ * when an older entry follows the last one returned.
+ */
+static const char browse_script[] =
+    "local key, from = KEYS[1], ARGV[1]\n"
+    "local max, cut, budget, chunk = tonumber(ARGV[2]), tonumber(ARGV[3]),"
+    " tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "local out, used = {}, 0\n"
+    "while true do\n"
+    "  local r = redis.call('XREVRANGE', key, from, '-', 'COUNT', chunk)\n"
+    "  for _, e in ipairs(r) do\n"
+    "    if #out >= max then return {out, 1} end\n"
+    "    local f, kept, lens, size = e[2], {}, {}, 0\n"
+    "    for j = 1, #f, 2 do\n"
+    "      local v = f[j + 1]\n"
+    "      lens[#lens + 1] = #v\n"
+    "      if #v > cut then v = string.sub(v, 1, cut) end\n"
+    "      kept[#kept + 1] = f[j]\n"
+    "      kept[#kept + 1] = v\n"
+    "      size = size + #f[j] + #v\n"
+    "    end\n"
+    "    if #out > 0 and used + size > budget then return {out, 1} end\n"
+    "    used = used + size\n"
+    "    out[#out + 1] = {e[1], kept, lens}\n"
+    "    from = '(' .. e[1]\n"
+    "  end\n"
+    "  if #r < chunk then return {out, 0} end\n"
+    "end\n";
+
+/* Entries XREVRANGE returns per call inside browse_script. */
+#define TM_REDIS_BROWSE_CHUNK 8
+
+/* browse_entry fills d from one entry of browse_script's answer, cut at
+ * body_max. Returns 0, or -1 when the entry is not of that shape. */
+static int browse_entry(const redisReply *x, size_t body_max,
+                        struct tm_dlq_entry *d)
+{
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 ||
+        x->element[0]->type != REDIS_REPLY_STRING ||
+        x->element[1]->type != REDIS_REPLY_ARRAY ||
+        x->element[2]->type != REDIS_REPLY_ARRAY ||
+        x->element[2]->elements * 2 != x->element[1]->elements)
+        return -1;
+    redisReply entry = {.type = REDIS_REPLY_ARRAY, .elements = 2,
+                        .element = x->element};
+    entry_to_dlq(&entry, d);
+    const redisReply *f = x->element[1], *lens = x->element[2];
+    for (size_t i = 0; i < lens->elements; i++) {
+        const redisReply *k = f->element[2 * i], *l = lens->element[i];
+        long long full = l->type == REDIS_REPLY_INTEGER ? l->integer : 0;
+        if (k->type != REDIS_REPLY_STRING)
+            continue;
+        if (full > (long long)body_max)
+            d->truncated = 1;
+        if (strcmp(k->str, "body") == 0)
+            d->body_len = full > 0 ? (size_t)full : 0;
+    }
+    /* a cut inside a UTF-8 sequence backs off to its start (a whole
+     * value is left as it is) */
+    if (d->truncated && d->body != NULL)
+        d->body[tm_dlq_utf8_cut(d->body, strlen(d->body))] = '\0';
+    if (d->truncated && d->error != NULL)
+        d->error[tm_dlq_utf8_cut(d->error, strlen(d->error))] = '\0';
+    return 0;
+}
+
+int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const struct tm_dlq_query *q,
+                        struct tm_dlq_entry **out, size_t *n, int *more)
+{
+    struct tm_redis *rb = (struct tm_redis *)b;
+    *out = NULL;
+    *n = 0;
+    *more = 0;
+    if (q->id != NULL) {
+        /* one entry, whole */
+        const char *argv[] = {"XRANGE", t->dead_letter, q->id, q->id};
+        redisReply *r = tm_redis_cli_command(rb, 4, argv, NULL, 1, 0);
+        if (r == NULL)
+            return -1;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+            r->element[0]->type == REDIS_REPLY_ARRAY &&
+            r->element[0]->elements == 2) {
+            struct tm_dlq_entry *e = tm_calloc(1, sizeof *e);
+            entry_to_dlq(r->element[0], e);
+            e->body_len = e->body != NULL ? strlen(e->body) : 0;
+            *out = e;
+            *n = 1;
+        }
+        freeReplyObject(r);
+        return 0;
+    }
+    char from[TM_REDIS_ID_MAX + 2], max[24], cut[24], budget[24], chunk[24];
+    if (q->after != NULL)
+        tm_snprintf(from, sizeof from, "(%s", q->after);
+    else
+        tm_snprintf(from, sizeof from, "+");
+    tm_snprintf(max, sizeof max, "%zu", q->max);
+    tm_snprintf(cut, sizeof cut, "%zu", q->body_max);
+    tm_snprintf(budget, sizeof budget, "%zu", q->bytes_max);
+    tm_snprintf(chunk, sizeof chunk, "%d", TM_REDIS_BROWSE_CHUNK);
+    const char *argv[] = {"EVAL", browse_script, "1", t->dead_letter, from,
+                          max, cut, budget, chunk};
+    redisReply *r = tm_redis_cli_command(rb, 9, argv, NULL, 3, 0);
+    if (r == NULL)
+        return -1;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_ARRAY) {
+        tm_broker_set_error(b, EINVAL, "dead-letter browse of '%s': an "
+                            "answer of an unexpected shape", t->dead_letter);
+        freeReplyObject(r);
+        return -1;
+    }
+    const redisReply *a = r->element[0];
+    if (a->elements > 0) {
+        struct tm_dlq_entry *e = tm_calloc(a->elements, sizeof *e);
+        size_t k = 0;
+        for (size_t i = 0; i < a->elements; i++)
+            if (browse_entry(a->element[i], q->body_max, &e[k]) == 0)
+                k++;
+        *out = e;
+        *n = k;
+    }
+    *more = r->element[1]->type == REDIS_REPLY_INTEGER &&
+            r->element[1]->integer != 0;
+    freeReplyObject(r);
+    return 0;
+}
+
 long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
                           const char *id)
 {

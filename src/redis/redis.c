@@ -140,6 +140,7 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .tick_ms = tm_redis_tick_ms,
     .publish = tm_redis_publish,
     .dlq_list = tm_redis_dlq_list,
+    .dlq_browse = tm_redis_dlq_browse,
     .dlq_replay = tm_redis_dlq_replay,
     .dlq_purge = tm_redis_dlq_purge,
     .destroy = rb_destroy,

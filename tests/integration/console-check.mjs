@@ -4,7 +4,8 @@
 //             wrong one shows an error; then with the token (set before
 //             the page loads): no console error, no failed request,
 //             figures as /api/v1/tasks (depths, scheduled, outcomes,
-//             paused), dead letters rendered as text,
+//             paused), dead letters rendered as text, a body over 64 KiB
+//             cut with a "Whole body" button that shows all of it,
 //             replay one, "purge all" asks first, the send form sends.
 //   live      http.token = TOKEN too, strictly as above: the configured
 //             schedule "yearly" is listed with its next slot; pause in
@@ -13,8 +14,9 @@
 //             a delay shows in Scheduled and runs later; a screenshot
 //             with live figures.
 //   readonly  no http.token: the write buttons are disabled, the reason
-//             shown; the page fits a phone's width; Tab reaches the
-//             controls.
+//             shown; no dead-letter body is asked for, and the reason is
+//             shown there too; the page fits a phone's width; Tab reaches
+//             the controls.
 // Prints "ok: WHAT" lines; exits 1 with "FAIL: WHAT" on the first failure.
 import puppeteer from 'puppeteer-core';
 
@@ -97,6 +99,15 @@ try {
           !note.hidden && note.textContent.includes('http.token');
       }));
     ok('without a token the write buttons are disabled, the reason shown');
+    // no bodies without a token: the page asks for none (a 403 would
+    // count as a failed request) and says why
+    await until('dead letters replaced by the reason', () =>
+      page.evaluate(() => {
+        const s = document.getElementById('dlq-status').textContent;
+        return s.includes('http.token') && s.includes('aggregate') &&
+          document.querySelectorAll('#dlq li').length === 0;
+      }));
+    ok('without a token no dead-letter body is asked for, the reason shown');
     // a phone's width: nothing wider than the screen but the task table,
     // which scrolls in its own box; the keyboard reaches the controls
     await page.setViewport({ width: 390, height: 844 });
@@ -196,6 +207,22 @@ try {
     if (!xss.text.includes('<img src=x onerror=alert(1)>'))
       fail('the body with markup is not shown as text: ' + xss.text);
     ok('a body with markup renders as text (no img element)');
+
+    // the newest body is over 64 KiB: cut, with a button that reads the
+    // whole one from the entry's own URL
+    const whole = await page.$eval('#dlq li:first-child button.whole',
+      b => b.textContent).catch(() => null);
+    if (!whole || !whole.includes('100010 bytes'))
+      fail('no "Whole body" button on the cut body: ' + whole);
+    const shownLen = await page.$eval('#dlq li:first-child .dlq-body',
+      e => e.textContent.length);
+    if (shownLen !== 65536) fail(`the cut body shows ${shownLen} characters`);
+    await page.click('#dlq li:first-child button.whole');
+    await until('the whole body shown', () => page.evaluate(() =>
+      document.querySelector('#dlq li:first-child .dlq-body')
+        .textContent.length === 100010 &&
+      !document.querySelector('#dlq li:first-child button.whole')));
+    ok('a body over 64 KiB is cut, and "Whole body" shows all of it');
 
     // "purge all" asks first; dismissed, nothing is purged
     const before = (await page.$$('#dlq li')).length;

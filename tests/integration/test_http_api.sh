@@ -1,7 +1,8 @@
 # The admin API under /api/v1/ on Redis: every route, every error status,
-# the token rules (401 without, 403 with a wrong one; read-only without a
-# token configured), dead letters listed newest first with their bodies,
-# replayed and purged one and all, messages published and validated,
+# the token rules (401 without, 403 with a wrong one; without a token
+# configured read-only and no message bodies), dead letters listed newest
+# first with their bodies, replayed and purged one and all, messages
+# published and validated,
 # delayed messages (?delay=, ?at=) kept in the scheduled set until due and
 # a bad or too long delay refused; and a hung broker (its path
 # blackholed) keeps an API call waiting while /ping and /metrics still
@@ -43,8 +44,9 @@ expect_json '[.tasks[].name] == ["add", "rej"]' "task names in config order"
 expect_json '.tasks[0].queue == "q.api.add" and .tasks[0].limits.max_payload == 64 and .tasks[0].limits.prefetch == 16' "add's queue and limits"
 expect_json '.tasks[0] | has("rate_1s") and has("rate_60s") and has("p50_ms") and has("p99_ms") and has("inflight") and has("circuit") and has("outcomes") and has("queue_depth") and has("pending") and has("dead_letters")' "per task figures"
 expect_json '.broker.kind == "redis" and .broker.connected == true and .pool.kind == "thread" and .writable == false' "broker, pool, read-only"
-expect_code 200 /api/v1/tasks/rej/dead-letters
-expect_json '. == []' "no dead letters yet"
+# no message bodies without a token
+expect_code 403 /api/v1/tasks/rej/dead-letters
+expect_json '.error | test("http.token")' "dead letters refused naming http.token"
 
 set -f # the paths below hold a "?"
 for w in "-X POST /api/v1/tasks/add/messages" \
@@ -73,11 +75,6 @@ assert_match GET "$(resp_header Allow)" "Allow of /api/v1/tasks"
 expect_code 405 -X PUT /api/v1/tasks/add/dead-letters
 expect_code 405 /api/v1/tasks/add/messages
 expect_code 405 -X GET /api/v1/tasks/add/dead-letters/replay
-for l in 0 1001 abc -1 '5%20'; do
-	expect_code 400 "/api/v1/tasks/add/dead-letters?limit=$l"
-	expect_json '.error | test("limit")' "limit=$l refused"
-done
-expect_code 200 "/api/v1/tasks/add/dead-letters?limit=1000"
 for id in abc 1 1-x -1 123456789012345678901-1; do
 	expect_code 400 -X DELETE "/api/v1/tasks/add/dead-letters/$id"
 	expect_json '.error | test("id")' "id '$id' refused"
@@ -98,6 +95,13 @@ expect_json '.error == "wrong token"' "403 body"
 expect_code 403 -H "Authorization: Bearer ${TOKEN}x" -X POST -d '{"a":1,"b":2}' /api/v1/tasks/add/messages
 expect_code 401 -X DELETE /api/v1/tasks/rej/dead-letters
 expect_code 401 /api/v1/tasks/nope/dead-letters
+expect_code 200 "${AUTH[@]}" /api/v1/tasks/rej/dead-letters
+expect_json '. == []' "no dead letters yet"
+for l in 0 1001 abc -1 '5%20'; do
+	expect_code 400 "${AUTH[@]}" "/api/v1/tasks/add/dead-letters?limit=$l"
+	expect_json '.error | test("limit")' "limit=$l refused"
+done
+expect_code 200 "${AUTH[@]}" "/api/v1/tasks/add/dead-letters?limit=1000"
 expect_code 200 "${AUTH[@]}" /api/v1/tasks
 expect_json '.writable == true' "writable with a token"
 

@@ -71,6 +71,10 @@ wait_metric taskmill_dead_letter_total 'task="rej"' 1 30
 expect_code 201 "${AUTH[@]}" -X POST -d '{"mode":"reject","note":"<img src=x onerror=alert(1)>"}' /api/v1/tasks/rej/messages
 wait_metric taskmill_dead_letter_total 'task="rej"' 2 30
 wait_metric taskmill_tasks_total 'task="add",outcome="success"' 3 30
+# and one whose body (100010 bytes) is over the 64 KiB a page shows
+rcall EVAL "redis.call('XADD', KEYS[1], '*', 'body',
+  '{\"big\":\"' .. string.rep('z', 100000) .. '\"}', 'task', 'rej',
+  'error', 'test', 'attempts', '1') return 1" 1 q.console.rej.dlq >/dev/null
 
 browser token "$TOKEN"
 stop_daemon

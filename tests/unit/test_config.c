@@ -151,6 +151,42 @@ START_TEST(test_design_example_redis_priority)
 }
 END_TEST
 
+START_TEST(test_http_allowed_hosts)
+{
+    char err[512] = "";
+    struct tm_cfg *cfg = load_text(
+        "http:\n  listen: 127.0.0.1:9999\n"
+        "  allowed_hosts: [TaskMill.Example.com, a-b.c, x, localhost]\n"
+        "tasks:\n  add: { plugin: add.so }\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->http_nallowed_hosts, 4);
+    ck_assert_str_eq(cfg->http_allowed_hosts[0], "taskmill.example.com");
+    ck_assert_str_eq(cfg->http_allowed_hosts[1], "a-b.c");
+    ck_assert_str_eq(cfg->http_allowed_hosts[2], "x");
+    ck_assert_str_eq(cfg->http_allowed_hosts[3], "localhost");
+    tm_cfg_free(cfg);
+    cfg = load_text("http:\n  listen: 127.0.0.1:9999\n  allowed_hosts: []\n"
+                    "tasks:\n  add: { plugin: add.so }\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_uint_eq(cfg->http_nallowed_hosts, 0);
+    tm_cfg_free(cfg);
+    static const char *const bad[] = {"[-a.example]", "[a-.example]",
+                                      "[a..example]", "['a b']", "[.]", "[x.]",
+                                      "['[::1]']", "{a: b}", "[[a]]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char yaml[256];
+        tm_snprintf(yaml, sizeof yaml, "http:\n  listen: 127.0.0.1:9999\n"
+                    "  allowed_hosts: %s\ntasks:\n  add: { plugin: add.so }\n",
+                    bad[i]);
+        cfg = load_text(yaml, err, sizeof err);
+        ck_assert_msg(cfg == NULL, "accepted %s", bad[i]);
+        ck_assert_msg(strstr(err, ":3:") != NULL &&
+                          strstr(err, "http.allowed_hosts") != NULL,
+                      "%s: %s", bad[i], err);
+    }
+}
+END_TEST
+
 START_TEST(test_defaults)
 {
     char err[512] = "", host[256], expect[PATH_MAX];
@@ -180,6 +216,7 @@ START_TEST(test_defaults)
     ck_assert_str_eq(cfg->instance, expect);
     ck_assert_ptr_null(cfg->http_listen);
     ck_assert_ptr_null(cfg->http_token);
+    ck_assert_uint_eq(cfg->http_nallowed_hosts, 0);
     ck_assert_int_eq(cfg->shutdown_timeout_ms, 30000);
     ck_assert_int_eq(cfg->log_level, TM_LOG_INFO);
     ck_assert_int_eq(cfg->log_format, TM_LOG_TEXT);
@@ -732,6 +769,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_design_example);
     tcase_add_test(tc, test_design_example_redis_priority);
     tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_http_allowed_hosts);
     tcase_add_test(tc, test_flow_keys);
     tcase_add_test(tc, test_derived_defaults);
     tcase_add_test(tc, test_http_without_listen);

@@ -76,7 +76,8 @@ static const struct bad bad_configs[] = {
       "unknown key 'uri' in broker; expected one of: url, password_file, "
       "tls, redis, amqp" },
     { "http: { port: 80 }\n" TASK, "1:9",
-      "unknown key 'port' in http; expected one of: listen, token" },
+      "unknown key 'port' in http; expected one of: listen, token, "
+      "allowed_hosts" },
     { "log: { level: info, colour: no }\n" TASK, "1:21",
       "unknown key 'colour' in log; expected one of: level, format" },
     { TASK "    prefech: 4\n", "4:5", "unknown key 'prefech' in tasks.add; "

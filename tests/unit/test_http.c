@@ -17,6 +17,19 @@
 
 /* ---- connection table ---- */
 
+/* a cut of a dead letter's body never ends inside a UTF-8 sequence */
+START_TEST(dlq_utf8_cut_backs_off_to_a_character_start)
+{
+    const char *s = "ab\xc3\xa9" "\xe2\x82\xac" "\xf0\x9f\x98\x80";
+    /* a, b, é (2 bytes), € (3), 😀 (4) */
+    static const size_t want[] = {0, 1, 2, 2, 4, 4, 4, 7, 7, 7, 7, 11};
+    for (size_t n = 0; n < sizeof want / sizeof want[0]; n++)
+        ck_assert_uint_eq(tm_dlq_utf8_cut(s, n), want[n]);
+    /* continuation bytes without their lead are left alone */
+    ck_assert_uint_eq(tm_dlq_utf8_cut("a\x80\x80\x80\x80", 5), 5);
+}
+END_TEST
+
 START_TEST(conns_shed_the_longest_waiting_first)
 {
     struct tm_http_conns t;
@@ -157,6 +170,7 @@ static Suite *http_suite(void)
     Suite *s = suite_create("http");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, dlq_utf8_cut_backs_off_to_a_character_start);
     tcase_add_test(tc, conns_shed_the_longest_waiting_first);
     tcase_add_test(tc, depth_refresher_does_not_hold_the_generation_lock);
     suite_add_tcase(s, tc);
