@@ -36,6 +36,8 @@ static PyObject *stopped;   /* taskmill.Stopped */
 
 /* the run of this thread, for _taskmill.log and should_stop */
 static __thread struct tm_call *cur_call;
+/* stop_trace is installed on this thread (by _taskmill._stopping) */
+static __thread int tracing;
 static const struct tm_host *log_host;
 
 /* The runs in progress, for the watchdog. Lock order: GIL, then
@@ -43,7 +45,7 @@ static const struct tm_host *log_host;
 struct py_slot {
     struct tm_call *call;
     unsigned long tid; /* PyThread_get_thread_ident() of the run */
-    int signalled;
+    int signalled;     /* a Stopped was raised in it at least once */
 };
 static pthread_mutex_t runs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct py_slot runs[PY_MAX_RUNS];
@@ -73,10 +75,46 @@ static PyObject *m_should_stop(PyObject *self, PyObject *args)
     return PyBool_FromLong(call != NULL && call->host->should_stop(call));
 }
 
+/* stop_trace raises Stopped at every line the thread runs: installed
+ * only in a run past its deadline, so that code which catches a Stopped
+ * (a bare `except:`) is stopped again in its handler, before it can loop
+ * back into its `try:`. */
+static int stop_trace(PyObject *obj, PyFrameObject *frame, int what,
+                      PyObject *arg)
+{
+    (void)obj;
+    (void)frame;
+    (void)arg;
+    if (what != PyTrace_LINE && what != PyTrace_CALL)
+        return 0;
+    PyErr_SetNone(stopped);
+    return -1;
+}
+
+/* m_stopping is Stopped.__init__ (a C function, so that making a Stopped
+ * runs no Python line stop_trace could raise in again), called in the
+ * thread the Stopped is raised in when it is made: when that thread's run
+ * is past its deadline, it installs stop_trace there (removed by
+ * tm_pyhost_run when the run returns). The arguments stay in the
+ * exception's args (BaseException.__new__ stored them). */
+static PyObject *m_stopping(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    struct tm_call *call = cur_call;
+    if (call != NULL && !tracing && call->host->should_stop(call)) {
+        PyEval_SetTrace(stop_trace, NULL);
+        tracing = 1;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef m_methods[] = {
     {"log", m_log, METH_VARARGS, "log(level, text) for the current run"},
     {"should_stop", m_should_stop, METH_NOARGS,
      "whether the current run should stop"},
+    {"_stopping", m_stopping, METH_VARARGS,
+     "a Stopped is being raised: keep stopping a run past its deadline"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef m_def = {PyModuleDef_HEAD_INIT, "_taskmill",
@@ -91,9 +129,11 @@ static PyObject *init_taskmill_c(void)
 /* ------------------------------------------------------------- watchdog */
 
 /* watchdog raises Stopped in runs past their deadline, between two
- * bytecodes of theirs (a blocking call is not cut short: in the fork pool
- * the pool kills the child; in the thread pool the run ends as a timeout
- * when the call returns). */
+ * bytecodes of theirs, and again every PY_WATCH_MS until the run returns:
+ * a run that catches one gets the next (and, from the first one caught
+ * on, stop_trace raises it again at every line). A blocking call is not
+ * cut short: in the fork pool the pool kills the child; in the thread
+ * pool the run ends as a timeout when the call returns. */
 static void *watchdog(void *arg)
 {
     (void)arg;
@@ -103,7 +143,7 @@ static void *watchdog(void *arg)
         int due = 0;
         pthread_mutex_lock(&runs_lock);
         for (int i = 0; i < PY_MAX_RUNS; i++)
-            if (runs[i].call != NULL && !runs[i].signalled &&
+            if (runs[i].call != NULL &&
                 runs[i].call->host->should_stop(runs[i].call))
                 due = 1;
         pthread_mutex_unlock(&runs_lock);
@@ -112,7 +152,7 @@ static void *watchdog(void *arg)
         PyGILState_STATE g = PyGILState_Ensure();
         pthread_mutex_lock(&runs_lock);
         for (int i = 0; i < PY_MAX_RUNS; i++) {
-            if (runs[i].call != NULL && !runs[i].signalled &&
+            if (runs[i].call != NULL &&
                 runs[i].call->host->should_stop(runs[i].call)) {
                 PyThreadState_SetAsyncExc(runs[i].tid, stopped);
                 runs[i].signalled = 1;
@@ -306,9 +346,19 @@ static void unwatch(int slot)
     runs[slot].call = NULL;
     pthread_mutex_unlock(&runs_lock);
     /* a Stopped raised too late for this run must not hit the next one:
-     * still under the GIL, so the watchdog cannot set another */
+     * still under the GIL, and the slot is free, so the watchdog cannot
+     * set another for this thread until its next run is watched */
     if (signalled)
         PyThreadState_SetAsyncExc(PyThread_get_thread_ident(), NULL);
+}
+
+/* untrace removes stop_trace from this thread; under the GIL. */
+static void untrace(void)
+{
+    if (tracing) {
+        PyEval_SetTrace(NULL, NULL);
+        tracing = 0;
+    }
 }
 
 /* outcome turns _run's answer into the run's outcome. */
@@ -367,20 +417,18 @@ int tm_pyhost_run(void *fn, struct tm_call *call)
         glue_run, "Os#sIL", (PyObject *)fn, call->body,
         (Py_ssize_t)call->body_len, call->id, call->attempt,
         epoch_deadline(call));
+    untrace();
     unwatch(slot);
     if (res == NULL) {
         /* raised outside the task's own frame (a Stopped that came
          * between two of _run's bytecodes, or no memory) */
+        /* the type's C name: reading __name__ could run a metaclass's
+         * code */
         PyObject *exc = take_exception();
-        PyObject *name = exc != NULL ? PyObject_GetAttrString(
-                                           (PyObject *)Py_TYPE(exc),
-                                           "__name__")
-                                     : NULL;
-        const char *n = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
         char msg[160];
-        snprintf(msg, sizeof msg, "%s", n != NULL ? n : "error");
+        snprintf(msg, sizeof msg, "%s",
+                 exc != NULL ? Py_TYPE(exc)->tp_name : "error");
         PyErr_Clear();
-        Py_XDECREF(name);
         Py_XDECREF(exc);
         tm_error(call, msg);
     }
