@@ -53,9 +53,10 @@ extern "C" {
  * fields are added at the end; the daemon accepts any minor and reads only
  * the fields the plugin's struct_size covers, and a plugin calls a host
  * function only when the host table's struct_size covers it (the wrappers
- * below check). Minor 1 added the JSON helpers. */
+ * below check). Minor 1 added the JSON helpers, minor 2 the descriptor's
+ * config_keys. */
 #define TM_TASK_ABI_MAJOR 1
-#define TM_TASK_ABI_MINOR 1
+#define TM_TASK_ABI_MINOR 2
 
 /* TM_TASK_MAGIC marks a descriptor ("TMPL" in ASCII). */
 #define TM_TASK_MAGIC 0x544d504cu
@@ -221,7 +222,14 @@ struct tm_task_plugin {
     /* cb_run processes one message. Required. Returns a tm_task_result. */
     int (*cb_run)(struct tm_call *call);
 
-    void *spare[8];
+    /* ABI 1.2: config_keys, when not NULL, is a NULL-terminated list of
+     * the keys the task's `config:` mapping may have at its top level;
+     * the daemon refuses any other key (a misspelling) before cb_init,
+     * with the key's place in the file. NULL: any key (the plugin checks
+     * its own). It takes the place of a spare pointer: the descriptor's
+     * size and layout are those of 1.1. */
+    const char *const *config_keys;
+    void *spare[7];
 };
 
 /* TM_TASK_DECLARE(...) defines the exported descriptor function. Pass the
