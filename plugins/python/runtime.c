@@ -6,10 +6,16 @@
 
 #include <assert.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /*
  * One interpreter per process. It is started by the first
@@ -27,8 +33,13 @@
  * timeout. */
 #define PY_MAX_RUNS 256
 
+/* PY_PROBE_MS: how long tm_pyhost_probe waits for the module's import. */
+#define PY_PROBE_MS 60000
+
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static int start_rc = -1;
+/* the interpreter runs in this process (start() succeeded) */
+static atomic_int started;
 static char start_err[256];
 static PyObject *glue_load; /* taskmill._load */
 static PyObject *glue_run;  /* taskmill._run */
@@ -228,6 +239,7 @@ static void start(void)
     }
     pthread_attr_destroy(&attr);
     start_rc = 0;
+    atomic_store(&started, 1);
 out:
     Py_XDECREF(res);
     /* the interpreter lives until the process ends; let go of the GIL */
@@ -298,6 +310,70 @@ void *tm_pyhost_load(const struct tm_pyhost_task *t,
     Py_XDECREF(json);
     PyGILState_Release(g);
     return fn;
+}
+
+int tm_pyhost_probe(const struct tm_pyhost_task *t,
+                    const struct tm_task_env *log_env)
+{
+    /* an interpreter already running here (the thread pool's workers of
+     * an earlier configuration) is forked with the GIL held, as os.fork
+     * does, so that the child's copy is consistent */
+    int held = atomic_load(&started);
+    PyGILState_STATE g = PyGILState_UNLOCKED;
+    if (held) {
+        g = PyGILState_Ensure();
+        PyOS_BeforeFork();
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* the child: import, say how it went by the exit status, and end
+         * without running anything inherited (atexit, stdio buffers) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (held)
+            PyOS_AfterFork_Child();
+        else if (tm_pyhost_runtime_start(log_env) != 0)
+            _exit(1);
+        void *fn = tm_pyhost_load(t, log_env);
+        _exit(fn != NULL ? 0 : 1);
+    }
+    int fork_errno = errno;
+    if (held) {
+        PyOS_AfterFork_Parent();
+        PyGILState_Release(g);
+    }
+    if (pid < 0) {
+        tm_env_log(log_env, TM_LOG_ERR, "cannot fork to import the module: "
+                   "%s", strerror(fork_errno));
+        return -1;
+    }
+    int status = 0;
+    struct timespec tick = {0, 10 * 1000000L};
+    for (long waited = 0;; waited += 10) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR) {
+            tm_env_log(log_env, TM_LOG_ERR, "the module's import: waitpid: "
+                       "%s", strerror(errno));
+            return -1;
+        }
+        if (waited >= PY_PROBE_MS) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            tm_env_log(log_env, TM_LOG_ERR, "module '%s' did not import "
+                       "within %d s", t->module, PY_PROBE_MS / 1000);
+            return -1;
+        }
+        nanosleep(&tick, NULL);
+    }
+    if (WIFSIGNALED(status)) {
+        tm_env_log(log_env, TM_LOG_ERR, "module '%s': its import was killed "
+                   "by signal %d", t->module, WTERMSIG(status));
+        return -1;
+    }
+    /* a failure was logged by the child */
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
 void tm_pyhost_unload(void *fn)
