@@ -54,7 +54,7 @@ extern "C" {
  * the fields the plugin's struct_size covers, and a plugin calls a host
  * function only when the host table's struct_size covers it (the wrappers
  * below check). Minor 1 added the JSON helpers, minor 2 the descriptor's
- * config_keys. */
+ * config_keys and flags. */
 #define TM_TASK_ABI_MAJOR 1
 #define TM_TASK_ABI_MINOR 2
 
@@ -226,11 +226,20 @@ struct tm_task_plugin {
      * the keys the task's `config:` mapping may have at its top level;
      * the daemon refuses any other key (a misspelling) before cb_init,
      * with the key's place in the file. NULL: any key (the plugin checks
-     * its own). It takes the place of a spare pointer: the descriptor's
-     * size and layout are those of 1.1. */
+     * its own). It and flags take the place of two spare pointers: the
+     * descriptor's size is that of 1.1. */
     const char *const *config_keys;
-    void *spare[7];
+    /* ABI 1.2: TM_TASK_F_* bits (0 in older plugins). */
+    uintptr_t flags;
+    void *spare[6];
 };
+
+/* TM_TASK_F_INIT_ON_RELOAD: the task's code lives in files cb_init reads
+ * (a script, a module, an executable), which can change while its config
+ * and the plugin file do not: a reload runs cb_init again for the task (a
+ * fresh task data) instead of keeping the running one, so that a reload
+ * refuses what a start would. */
+#define TM_TASK_F_INIT_ON_RELOAD 0x1u
 
 /* TM_TASK_DECLARE(...) defines the exported descriptor function. Pass the
  * descriptor's fields as designated initializers. */

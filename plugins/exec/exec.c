@@ -35,4 +35,5 @@ TM_TASK_DECLARE(
     .cb_fini = cb_fini,
     .cb_run = cb_run,
     .config_keys = config_keys,
+    .flags = TM_TASK_F_INIT_ON_RELOAD,
 )

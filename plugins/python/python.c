@@ -144,4 +144,5 @@ TM_TASK_DECLARE(
     .cb_worker_fini = cb_worker_fini,
     .cb_run = cb_run,
     .config_keys = config_keys,
+    .flags = TM_TASK_F_INIT_ON_RELOAD,
 )

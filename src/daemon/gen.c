@@ -78,8 +78,10 @@ static void add_line(char *err, size_t errlen, const char *line)
 
 /* load_tasks loads and initialises the plugins of cfg's tasks. With prev
  * (a reload), an unchanged task whose plugin file did not change keeps
- * prev's plugin, task data and all; any other task loads its file again
- * (a copy of its own, see tm_plugin_load). A plugin that does not load is
+ * prev's plugin, task data and all, unless its plugin asks for a new
+ * cb_init at every reload (TM_TASK_F_INIT_ON_RELOAD: a language host,
+ * whose script or module may have changed); any other task loads its
+ * file again (a copy of its own, see tm_plugin_load). A plugin that does not load is
  * refused at the task's plugin: value; a config key the plugin does not
  * know, at the key; a refusal by cb_init (a script or module that does
  * not load, a missing executable), at the task's config: key (plugin:
@@ -104,7 +106,8 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
         tasks[i].index = i;
         for (size_t j = 0; j < nprev; j++) {
             const struct tm_task *o = &prev->tasks[j];
-            if (!changed[j] && same_task(o->cfg, t)) {
+            if (!changed[j] && same_task(o->cfg, t) &&
+                !(o->plugin->desc.flags & TM_TASK_F_INIT_ON_RELOAD)) {
                 tm_plugin_ref(o->plugin);
                 tasks[i].plugin = o->plugin;
                 break;
