@@ -81,11 +81,11 @@ static void add_line(char *err, size_t errlen, const char *line)
  * prev's plugin, task data and all, unless its plugin asks for a new
  * cb_init at every reload (TM_TASK_F_INIT_ON_RELOAD: a language host,
  * whose script or module may have changed); any other task loads its
- * file again (a copy of its own, see tm_plugin_load). A plugin that does not load is
- * refused at the task's plugin: value; a config key the plugin does not
- * know, at the key; a refusal by cb_init (a script or module that does
- * not load, a missing executable), at the task's config: key (plugin:
- * when the task has none). With all, every task is tried and err has one
+ * file again (a copy of its own, see tm_plugin_load). A plugin that does
+ * not load is refused at the task's plugin: value; a config key the
+ * plugin does not know, at the key; a refusal by cb_init (a script or
+ * module that does not load, a missing executable), at the task's
+ * config: key (plugin: when the task has none). With all, every task is tried and err has one
  * line per refused task; otherwise the first refusal ends it. */
 static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
                       const struct tm_gen *prev, int all, char *err,
