@@ -36,9 +36,23 @@ static int same_task(const struct tm_cfg_task *a, const struct tm_cfg_task *b)
            strcmp(a->config_json, b->config_json) == 0;
 }
 
+/* the config: keys the daemon reads for any plugin (asyncapi.c: the
+ * schemas of a task whose plugin declares none) */
+static const char *const daemon_config_keys[] = {"request_schema",
+                                                 "response_schema", NULL};
+
+/* listed says whether name is in the NULL-terminated list. */
+static int listed(const char *const *list, const char *name)
+{
+    for (size_t i = 0; list[i] != NULL; i++)
+        if (strcmp(list[i], name) == 0)
+            return 1;
+    return 0;
+}
+
 /* check_keys refuses a key of t's `config:` mapping that p's plugin does
- * not list in its descriptor's config_keys (when it lists them): one line
- * at the key in err. Returns 0 or -1. */
+ * not list in its descriptor's config_keys (when it lists them) and the
+ * daemon does not read: one line at the key in err. Returns 0 or -1. */
 static int check_keys(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
                       const struct tm_plugin *p, char *err, size_t errlen)
 {
@@ -47,11 +61,9 @@ static int check_keys(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
         return 0;
     for (size_t k = 0; k < t->nconfig_keys; k++) {
         const struct tm_cfg_key *ck = &t->config_keys[k];
-        size_t i = 0;
-        while (known[i] != NULL && strcmp(known[i], ck->name) != 0)
-            i++;
-        if (known[i] != NULL)
+        if (listed(known, ck->name) || listed(daemon_config_keys, ck->name))
             continue;
+        size_t i;
         char list[512];
         size_t len = 0;
         list[0] = '\0';

@@ -141,10 +141,14 @@ tasks:
     config: { module: good, path: [$MODDIR] }
   ok2:
     plugin: lua.so
-    config: { script: $TEST_DIR/good.lua }
+    config:
+      script: $TEST_DIR/good.lua
+      request_schema: { type: object }
+      response_schema: { type: object }
   ok3:
     plugin: exec.so
     config: { command: [/bin/cat], cwd: / }
 YAML
 )
+# (the schemas are the daemon's keys, accepted for any plugin)
 assert_eq 0 "$TM_RC" "good tasks: exit status"
