@@ -40,6 +40,9 @@ static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static int start_rc = -1;
 /* the interpreter runs in this process (start() succeeded) */
 static atomic_int started;
+/* this process only imports (tm_pyhost_probe's child): no watchdog, no
+ * thread started after a fork of a process with threads */
+static int probing;
 static char start_err[256];
 static PyObject *glue_load; /* taskmill._load */
 static PyObject *glue_run;  /* taskmill._run */
@@ -228,6 +231,10 @@ static void start(void)
     Py_INCREF(glue_load);
     Py_INCREF(glue_run);
     Py_INCREF(stopped);
+    if (probing) {
+        start_rc = 0;
+        goto out;
+    }
     pthread_t tid;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -329,6 +336,7 @@ int tm_pyhost_probe(const struct tm_pyhost_task *t,
         /* the child: import, say how it went by the exit status, and end
          * without running anything inherited (atexit, stdio buffers) */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        probing = 1;
         if (held)
             PyOS_AfterFork_Child();
         else if (tm_pyhost_runtime_start(log_env) != 0)
