@@ -287,6 +287,15 @@ check-soak: all test-plugins
 		tests/integration/test_soak.sh || rc=$$?; \
 	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; exit $$rc
 
+# The Python host's fuzzer (test_fuzz_python.sh) for 10 minutes; `make
+# check` runs it for 20 s.
+check-soak: check-soak-fuzz-python
+check-soak-fuzz-python: all test-plugins
+	@TM_FUZZ_SECONDS=$${TM_FUZZ_SECONDS:-600} \
+		TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-900} \
+		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh fuzz_python
+.PHONY: check-soak-fuzz-python
+
 # The RabbitMQ cluster tests at full size (test_amqp_cluster_*: three
 # nodes on loopback; the failover test with 50,000 messages instead of
 # the 5,000 of check-integration).

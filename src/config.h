@@ -52,6 +52,14 @@ struct tm_tls {
     bool verify;         /* default true */
 };
 
+/* struct tm_cfg_key is a key of a task's `config:` mapping (the top
+ * level) and where it is written, so that a plugin's refusal of a key
+ * points at it. */
+struct tm_cfg_key {
+    char *name;
+    struct tm_mark at;
+};
+
 struct tm_cfg_task {
     char *name;
     char *plugin;            /* as written, e.g. "add.so" */
@@ -89,6 +97,10 @@ struct tm_cfg_task {
     int64_t reply_ttl_ms;    /* default 5 min; Redis reply streams' expiry */
     struct tm_mark at;       /* the task's name key */
     struct tm_mark plugin_at; /* the plugin: value, for plugin refusals */
+    struct tm_mark config_at; /* the config: key (0:0 when absent), for
+                                 refusals of the config by the plugin */
+    struct tm_cfg_key *config_keys; /* config:'s top-level keys, in order */
+    size_t nconfig_keys;
 };
 
 enum tm_catch_up { TM_CATCH_UP_SKIP = 1, TM_CATCH_UP_ONCE = 2 };

@@ -156,8 +156,9 @@ struct tm_daemon {
 
 /*
  * tm_tasks_load loads and initialises every task's plugin. Returns 0, or
- * -1 with one line "FILE:LINE:COL: message" at the task's plugin: key in
- * err. Loaded plugins are stored in tasks[i].plugin; free them with
+ * -1 with one line "FILE:LINE:COL: message" per refused task in err (at
+ * the task's plugin: value, the config key the plugin does not know, or
+ * the task's config: key when cb_init refused it), every task tried. Loaded plugins are stored in tasks[i].plugin; free them with
  * tm_tasks_unload() also on failure.
  */
 int tm_tasks_load(const struct tm_cfg *cfg, struct tm_task *tasks,

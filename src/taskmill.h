@@ -53,9 +53,10 @@ extern "C" {
  * fields are added at the end; the daemon accepts any minor and reads only
  * the fields the plugin's struct_size covers, and a plugin calls a host
  * function only when the host table's struct_size covers it (the wrappers
- * below check). Minor 1 added the JSON helpers. */
+ * below check). Minor 1 added the JSON helpers, minor 2 the descriptor's
+ * config_keys and flags. */
 #define TM_TASK_ABI_MAJOR 1
-#define TM_TASK_ABI_MINOR 1
+#define TM_TASK_ABI_MINOR 2
 
 /* TM_TASK_MAGIC marks a descriptor ("TMPL" in ASCII). */
 #define TM_TASK_MAGIC 0x544d504cu
@@ -221,8 +222,24 @@ struct tm_task_plugin {
     /* cb_run processes one message. Required. Returns a tm_task_result. */
     int (*cb_run)(struct tm_call *call);
 
-    void *spare[8];
+    /* ABI 1.2: config_keys, when not NULL, is a NULL-terminated list of
+     * the keys the task's `config:` mapping may have at its top level;
+     * the daemon refuses any other key (a misspelling) before cb_init,
+     * with the key's place in the file. NULL: any key (the plugin checks
+     * its own). It and flags take the place of two spare pointers: the
+     * descriptor's size is that of 1.1. */
+    const char *const *config_keys;
+    /* ABI 1.2: TM_TASK_F_* bits (0 in older plugins). */
+    uintptr_t flags;
+    void *spare[6];
 };
+
+/* TM_TASK_F_INIT_ON_RELOAD: the task's code lives in files cb_init reads
+ * (a script, a module, an executable), which can change while its config
+ * and the plugin file do not: a reload runs cb_init again for the task (a
+ * fresh task data) instead of keeping the running one, so that a reload
+ * refuses what a start would. */
+#define TM_TASK_F_INIT_ON_RELOAD 0x1u
 
 /* TM_TASK_DECLARE(...) defines the exported descriptor function. Pass the
  * descriptor's fields as designated initializers. */

@@ -20,6 +20,11 @@ static int cb_run(struct tm_call *call)
     return tm_exhost_run(call->task_data, call);
 }
 
+/* the keys of a task's config: (the daemon refuses others) */
+static const char *const config_keys[] = {"command", "env", "cwd",
+                                          "max_output", "max_log_lines",
+                                          "kill_grace_ms", NULL};
+
 TM_TASK_DECLARE(
     .name = "exec",
     .version = "1.0.0",
@@ -29,4 +34,6 @@ TM_TASK_DECLARE(
     .cb_init = cb_init,
     .cb_fini = cb_fini,
     .cb_run = cb_run,
+    .config_keys = config_keys,
+    .flags = TM_TASK_F_INIT_ON_RELOAD,
 )

@@ -145,6 +145,10 @@ static int cb_run(struct tm_call *call)
     return tm_luahost_run(w, call);
 }
 
+/* the keys of a task's config: (the daemon refuses others) */
+static const char *const config_keys[] = {"script", "function",
+                                          "memory_limit", "unsafe", NULL};
+
 TM_TASK_DECLARE(
     .name = "lua",
     .version = "1.0.0",
@@ -155,4 +159,6 @@ TM_TASK_DECLARE(
     .cb_worker_init = cb_worker_init,
     .cb_worker_fini = cb_worker_fini,
     .cb_run = cb_run,
+    .config_keys = config_keys,
+    .flags = TM_TASK_F_INIT_ON_RELOAD,
 )

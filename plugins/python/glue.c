@@ -22,7 +22,10 @@ const char tm_pyhost_glue_source[] =
     "\n"
     "class Stopped(BaseException):\n"
     "    \"\"\"Raised in a run past its deadline (not an Exception, so that\n"
-    "    `except Exception` does not swallow it).\"\"\"\n"
+    "    `except Exception` does not swallow it), again and again until\n"
+    "    the run returns.\"\"\"\n"
+    "\n"
+    "    __init__ = _taskmill._stopping\n"
     "\n"
     "\n"
     "_LEVELS = {\"error\": 3, \"warning\": 4, \"info\": 6, \"debug\": 7}\n"
@@ -97,5 +100,5 @@ const char tm_pyhost_glue_source[] =
     "        return (1, None)\n"
     "    try:\n"
     "        return (1, _dumps(r))\n"
-    "    except (TypeError, ValueError, RecursionError) as e:\n"
+    "    except Exception as e:\n"
     "        return (4, f\"invalid result: {type(e).__name__}: {e}\")\n";

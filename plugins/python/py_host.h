@@ -23,6 +23,13 @@ int tm_pyhost_runtime_start(const struct tm_task_env *log_env);
  * an opaque pointer; NULL after logging why. */
 void *tm_pyhost_load(const struct tm_pyhost_task *t,
                      const struct tm_task_env *log_env);
+/* tm_pyhost_probe imports the task's module and looks up its function as
+ * cb_worker_init does, in a short-lived child process (so that the
+ * interpreter never starts in the process that forks the workers), and
+ * waits for it (at most 60 s). Returns 0, or -1 after it or the child
+ * logged why. */
+int tm_pyhost_probe(const struct tm_pyhost_task *t,
+                    const struct tm_task_env *log_env);
 /* tm_pyhost_unload drops what tm_pyhost_load returned. */
 void tm_pyhost_unload(void *fn);
 

@@ -26,8 +26,10 @@ static void task_free(struct tm_pyhost_task *t)
     free(t);
 }
 
-/* cb_init only reads the config: the interpreter must not start in the
- * process that forks the workers. */
+/* cb_init reads the config and imports the module the way cb_worker_init
+ * does, but in a child process (tm_pyhost_probe): the interpreter must not
+ * start in the process that forks the workers, and a module that does not
+ * import refuses the task here, at `taskmill check`, start and reload. */
 static int cb_init(const struct tm_task_env *env, void **task_data)
 {
     struct tm_pyhost_task *t = calloc(1, sizeof *t);
@@ -81,6 +83,8 @@ static int cb_init(const struct tm_task_env *env, void **task_data)
         why = "out of memory";
         goto out;
     }
+    if (tm_pyhost_probe(t, env) != 0)
+        goto out;
     *task_data = t;
     t = NULL;
     rc = 0;
@@ -125,6 +129,10 @@ static int cb_run(struct tm_call *call)
     return tm_pyhost_run(call->worker_data, call);
 }
 
+/* the keys of a task's config: (the daemon refuses others) */
+static const char *const config_keys[] = {"module", "function", "path",
+                                          NULL};
+
 TM_TASK_DECLARE(
     .name = "python",
     .version = "1.0.0",
@@ -135,4 +143,6 @@ TM_TASK_DECLARE(
     .cb_worker_init = cb_worker_init,
     .cb_worker_fini = cb_worker_fini,
     .cb_run = cb_run,
+    .config_keys = config_keys,
+    .flags = TM_TASK_F_INIT_ON_RELOAD,
 )

@@ -6,10 +6,16 @@
 
 #include <assert.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /*
  * One interpreter per process. It is started by the first
@@ -27,8 +33,16 @@
  * timeout. */
 #define PY_MAX_RUNS 256
 
+/* PY_PROBE_MS: how long tm_pyhost_probe waits for the module's import. */
+#define PY_PROBE_MS 60000
+
 static pthread_once_t start_once = PTHREAD_ONCE_INIT;
 static int start_rc = -1;
+/* the interpreter runs in this process (start() succeeded) */
+static atomic_int started;
+/* this process only imports (tm_pyhost_probe's child): no watchdog, no
+ * thread started after a fork of a process with threads */
+static int probing;
 static char start_err[256];
 static PyObject *glue_load; /* taskmill._load */
 static PyObject *glue_run;  /* taskmill._run */
@@ -36,6 +50,8 @@ static PyObject *stopped;   /* taskmill.Stopped */
 
 /* the run of this thread, for _taskmill.log and should_stop */
 static __thread struct tm_call *cur_call;
+/* stop_trace is installed on this thread (by _taskmill._stopping) */
+static __thread int tracing;
 static const struct tm_host *log_host;
 
 /* The runs in progress, for the watchdog. Lock order: GIL, then
@@ -43,7 +59,7 @@ static const struct tm_host *log_host;
 struct py_slot {
     struct tm_call *call;
     unsigned long tid; /* PyThread_get_thread_ident() of the run */
-    int signalled;
+    int signalled;     /* a Stopped was raised in it at least once */
 };
 static pthread_mutex_t runs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct py_slot runs[PY_MAX_RUNS];
@@ -73,10 +89,46 @@ static PyObject *m_should_stop(PyObject *self, PyObject *args)
     return PyBool_FromLong(call != NULL && call->host->should_stop(call));
 }
 
+/* stop_trace raises Stopped at every line the thread runs: installed
+ * only in a run past its deadline, so that code which catches a Stopped
+ * (a bare `except:`) is stopped again in its handler, before it can loop
+ * back into its `try:`. */
+static int stop_trace(PyObject *obj, PyFrameObject *frame, int what,
+                      PyObject *arg)
+{
+    (void)obj;
+    (void)frame;
+    (void)arg;
+    if (what != PyTrace_LINE && what != PyTrace_CALL)
+        return 0;
+    PyErr_SetNone(stopped);
+    return -1;
+}
+
+/* m_stopping is Stopped.__init__ (a C function, so that making a Stopped
+ * runs no Python line stop_trace could raise in again), called in the
+ * thread the Stopped is raised in when it is made: when that thread's run
+ * is past its deadline, it installs stop_trace there (removed by
+ * tm_pyhost_run when the run returns). The arguments stay in the
+ * exception's args (BaseException.__new__ stored them). */
+static PyObject *m_stopping(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    struct tm_call *call = cur_call;
+    if (call != NULL && !tracing && call->host->should_stop(call)) {
+        PyEval_SetTrace(stop_trace, NULL);
+        tracing = 1;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef m_methods[] = {
     {"log", m_log, METH_VARARGS, "log(level, text) for the current run"},
     {"should_stop", m_should_stop, METH_NOARGS,
      "whether the current run should stop"},
+    {"_stopping", m_stopping, METH_VARARGS,
+     "a Stopped is being raised: keep stopping a run past its deadline"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef m_def = {PyModuleDef_HEAD_INIT, "_taskmill",
@@ -91,9 +143,11 @@ static PyObject *init_taskmill_c(void)
 /* ------------------------------------------------------------- watchdog */
 
 /* watchdog raises Stopped in runs past their deadline, between two
- * bytecodes of theirs (a blocking call is not cut short: in the fork pool
- * the pool kills the child; in the thread pool the run ends as a timeout
- * when the call returns). */
+ * bytecodes of theirs, and again every PY_WATCH_MS until the run returns:
+ * a run that catches one gets the next (and, from the first one caught
+ * on, stop_trace raises it again at every line). A blocking call is not
+ * cut short: in the fork pool the pool kills the child; in the thread
+ * pool the run ends as a timeout when the call returns. */
 static void *watchdog(void *arg)
 {
     (void)arg;
@@ -103,7 +157,7 @@ static void *watchdog(void *arg)
         int due = 0;
         pthread_mutex_lock(&runs_lock);
         for (int i = 0; i < PY_MAX_RUNS; i++)
-            if (runs[i].call != NULL && !runs[i].signalled &&
+            if (runs[i].call != NULL &&
                 runs[i].call->host->should_stop(runs[i].call))
                 due = 1;
         pthread_mutex_unlock(&runs_lock);
@@ -112,7 +166,7 @@ static void *watchdog(void *arg)
         PyGILState_STATE g = PyGILState_Ensure();
         pthread_mutex_lock(&runs_lock);
         for (int i = 0; i < PY_MAX_RUNS; i++) {
-            if (runs[i].call != NULL && !runs[i].signalled &&
+            if (runs[i].call != NULL &&
                 runs[i].call->host->should_stop(runs[i].call)) {
                 PyThreadState_SetAsyncExc(runs[i].tid, stopped);
                 runs[i].signalled = 1;
@@ -177,6 +231,10 @@ static void start(void)
     Py_INCREF(glue_load);
     Py_INCREF(glue_run);
     Py_INCREF(stopped);
+    if (probing) {
+        start_rc = 0;
+        goto out;
+    }
     pthread_t tid;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -188,6 +246,7 @@ static void start(void)
     }
     pthread_attr_destroy(&attr);
     start_rc = 0;
+    atomic_store(&started, 1);
 out:
     Py_XDECREF(res);
     /* the interpreter lives until the process ends; let go of the GIL */
@@ -260,6 +319,71 @@ void *tm_pyhost_load(const struct tm_pyhost_task *t,
     return fn;
 }
 
+int tm_pyhost_probe(const struct tm_pyhost_task *t,
+                    const struct tm_task_env *log_env)
+{
+    /* an interpreter already running here (the thread pool's workers of
+     * an earlier configuration) is forked with the GIL held, as os.fork
+     * does, so that the child's copy is consistent */
+    int held = atomic_load(&started);
+    PyGILState_STATE g = PyGILState_UNLOCKED;
+    if (held) {
+        g = PyGILState_Ensure();
+        PyOS_BeforeFork();
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* the child: import, say how it went by the exit status, and end
+         * without running anything inherited (atexit, stdio buffers) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        probing = 1;
+        if (held)
+            PyOS_AfterFork_Child();
+        else if (tm_pyhost_runtime_start(log_env) != 0)
+            _exit(1);
+        void *fn = tm_pyhost_load(t, log_env);
+        _exit(fn != NULL ? 0 : 1);
+    }
+    int fork_errno = errno;
+    if (held) {
+        PyOS_AfterFork_Parent();
+        PyGILState_Release(g);
+    }
+    if (pid < 0) {
+        tm_env_log(log_env, TM_LOG_ERR, "cannot fork to import the module: "
+                   "%s", strerror(fork_errno));
+        return -1;
+    }
+    int status = 0;
+    struct timespec tick = {0, 10 * 1000000L};
+    for (long waited = 0;; waited += 10) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 && errno != EINTR) {
+            tm_env_log(log_env, TM_LOG_ERR, "the module's import: waitpid: "
+                       "%s", strerror(errno));
+            return -1;
+        }
+        if (waited >= PY_PROBE_MS) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            tm_env_log(log_env, TM_LOG_ERR, "module '%s' did not import "
+                       "within %d s", t->module, PY_PROBE_MS / 1000);
+            return -1;
+        }
+        nanosleep(&tick, NULL);
+    }
+    if (WIFSIGNALED(status)) {
+        tm_env_log(log_env, TM_LOG_ERR, "module '%s': its import was killed "
+                   "by signal %d", t->module, WTERMSIG(status));
+        return -1;
+    }
+    /* a failure was logged by the child */
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
 void tm_pyhost_unload(void *fn)
 {
     if (fn == NULL)
@@ -306,9 +430,19 @@ static void unwatch(int slot)
     runs[slot].call = NULL;
     pthread_mutex_unlock(&runs_lock);
     /* a Stopped raised too late for this run must not hit the next one:
-     * still under the GIL, so the watchdog cannot set another */
+     * still under the GIL, and the slot is free, so the watchdog cannot
+     * set another for this thread until its next run is watched */
     if (signalled)
         PyThreadState_SetAsyncExc(PyThread_get_thread_ident(), NULL);
+}
+
+/* untrace removes stop_trace from this thread; under the GIL. */
+static void untrace(void)
+{
+    if (tracing) {
+        PyEval_SetTrace(NULL, NULL);
+        tracing = 0;
+    }
 }
 
 /* outcome turns _run's answer into the run's outcome. */
@@ -367,20 +501,18 @@ int tm_pyhost_run(void *fn, struct tm_call *call)
         glue_run, "Os#sIL", (PyObject *)fn, call->body,
         (Py_ssize_t)call->body_len, call->id, call->attempt,
         epoch_deadline(call));
+    untrace();
     unwatch(slot);
     if (res == NULL) {
         /* raised outside the task's own frame (a Stopped that came
          * between two of _run's bytecodes, or no memory) */
+        /* the type's C name: reading __name__ could run a metaclass's
+         * code */
         PyObject *exc = take_exception();
-        PyObject *name = exc != NULL ? PyObject_GetAttrString(
-                                           (PyObject *)Py_TYPE(exc),
-                                           "__name__")
-                                     : NULL;
-        const char *n = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
         char msg[160];
-        snprintf(msg, sizeof msg, "%s", n != NULL ? n : "error");
+        snprintf(msg, sizeof msg, "%s",
+                 exc != NULL ? Py_TYPE(exc)->tp_name : "error");
         PyErr_Clear();
-        Py_XDECREF(name);
         Py_XDECREF(exc);
         tm_error(call, msg);
     }

@@ -218,6 +218,9 @@ void tm_cfg_free(struct tm_cfg *cfg)
         tm_free(t->group);
         tm_free(t->dead_letter);
         tm_free(t->config_json);
+        for (size_t k = 0; k < t->nconfig_keys; k++)
+            tm_free(t->config_keys[k].name);
+        tm_free(t->config_keys);
     }
     tm_free(cfg->tasks);
     for (size_t i = 0; i < cfg->nschedules; i++)

@@ -216,6 +216,25 @@ static int cb_task_key(struct ctx *c, int i, const yaml_node_t *key,
         break;
     case TK_CONFIG:
         r = tm_cfg_get_mapping_json(c, val, path, &t->config_json);
+        t->config_at = tm_cfg_mark_of(key);
+        if (r == 0 && val->type == YAML_MAPPING_NODE) {
+            /* the keys' places (a mapping, checked above, whose keys are
+             * scalars, or the JSON conversion had failed) */
+            size_t n = (size_t)(val->data.mapping.pairs.top -
+                                val->data.mapping.pairs.start);
+            for (size_t k = 0; k < t->nconfig_keys; k++)
+                tm_free(t->config_keys[k].name);
+            tm_free(t->config_keys);
+            t->nconfig_keys = 0;
+            t->config_keys = tm_calloc(n ? n : 1, sizeof *t->config_keys);
+            for (yaml_node_pair_t *p = val->data.mapping.pairs.start;
+                 p < val->data.mapping.pairs.top; p++) {
+                const yaml_node_t *k = tm_cfg_node_at(c, p->key);
+                struct tm_cfg_key *ck = &t->config_keys[t->nconfig_keys++];
+                ck->name = tm_strdup(tm_cfg_scalar_raw(k));
+                ck->at = tm_cfg_mark_of(k);
+            }
+        }
         break;
     case TK_CIRCUIT_FAILURES:
         r = tm_cfg_get_int(c, key, val, path, 0, 1000000, &x);

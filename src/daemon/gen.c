@@ -36,27 +36,90 @@ static int same_task(const struct tm_cfg_task *a, const struct tm_cfg_task *b)
            strcmp(a->config_json, b->config_json) == 0;
 }
 
+/* the config: keys the daemon reads for any plugin (asyncapi.c: the
+ * schemas of a task whose plugin declares none) */
+static const char *const daemon_config_keys[] = {"request_schema",
+                                                 "response_schema", NULL};
+
+/* listed says whether name is in the NULL-terminated list. */
+static int listed(const char *const *list, const char *name)
+{
+    for (size_t i = 0; list[i] != NULL; i++)
+        if (strcmp(list[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+/* check_keys refuses a key of t's `config:` mapping that p's plugin does
+ * not list in its descriptor's config_keys (when it lists them) and the
+ * daemon does not read: one line at the key in err. Returns 0 or -1. */
+static int check_keys(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
+                      const struct tm_plugin *p, char *err, size_t errlen)
+{
+    const char *const *known = p->desc.config_keys;
+    if (known == NULL)
+        return 0;
+    for (size_t k = 0; k < t->nconfig_keys; k++) {
+        const struct tm_cfg_key *ck = &t->config_keys[k];
+        if (listed(known, ck->name) || listed(daemon_config_keys, ck->name))
+            continue;
+        size_t i;
+        char list[512];
+        size_t len = 0;
+        list[0] = '\0';
+        for (i = 0; known[i] != NULL && len + 1 < sizeof list; i++)
+            len += (size_t)tm_snprintf(list + len, sizeof list - len, "%s%s",
+                                       i > 0 ? ", " : "", known[i]);
+        tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.config.%s: unknown key "
+                    "for plugin '%s' (known: %s)", cfg->path, ck->at.line,
+                    ck->at.col, t->name, ck->name, p->desc.name, list);
+        return -1;
+    }
+    return 0;
+}
+
+/* add_line appends line to the error text err (a new line after the
+ * first). */
+static void add_line(char *err, size_t errlen, const char *line)
+{
+    size_t len = strlen(err);
+    if (len + 1 < errlen)
+        tm_snprintf(err + len, errlen - len, "%s%s", len > 0 ? "\n" : "",
+                    line);
+}
+
 /* load_tasks loads and initialises the plugins of cfg's tasks. With prev
  * (a reload), an unchanged task whose plugin file did not change keeps
- * prev's plugin, task data and all; any other task loads its file again
- * (a copy of its own, see tm_plugin_load). */
+ * prev's plugin, task data and all, unless its plugin asks for a new
+ * cb_init at every reload (TM_TASK_F_INIT_ON_RELOAD: a language host,
+ * whose script or module may have changed); any other task loads its
+ * file again (a copy of its own, see tm_plugin_load). A plugin that does
+ * not load is refused at the task's plugin: value; a config key the
+ * plugin does not know, at the key; a refusal by cb_init (a script or
+ * module that does not load, a missing executable), at the task's
+ * config: key (plugin: when the task has none). With all, every task is tried and err has one
+ * line per refused task; otherwise the first refusal ends it. */
 static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
-                      const struct tm_gen *prev, char *err, size_t errlen)
+                      const struct tm_gen *prev, int all, char *err,
+                      size_t errlen)
 {
-    char reason[1024];
-    int rc = -1;
+    char reason[1024], line[1400];
+    int failed = 0;
     /* whether each of prev's plugin files changed: one stat each */
     size_t nprev = prev != NULL ? prev->ntasks : 0;
     char *changed = tm_calloc(nprev ? nprev : 1, 1);
     for (size_t j = 0; j < nprev; j++)
         changed[j] = (char)tm_plugin_changed(prev->tasks[j].plugin);
-    for (size_t i = 0; i < cfg->ntasks; i++) {
+    if (errlen > 0)
+        err[0] = '\0';
+    for (size_t i = 0; i < cfg->ntasks && (all || !failed); i++) {
         const struct tm_cfg_task *t = &cfg->tasks[i];
         tasks[i].cfg = t;
         tasks[i].index = i;
         for (size_t j = 0; j < nprev; j++) {
             const struct tm_task *o = &prev->tasks[j];
-            if (!changed[j] && same_task(o->cfg, t)) {
+            if (!changed[j] && same_task(o->cfg, t) &&
+                !(o->plugin->desc.flags & TM_TASK_F_INIT_ON_RELOAD)) {
                 tm_plugin_ref(o->plugin);
                 tasks[i].plugin = o->plugin;
                 break;
@@ -64,19 +127,27 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
         }
         if (tasks[i].plugin != NULL)
             continue;
+        struct tm_mark at = t->plugin_at;
+        const char *key = "plugin";
         tasks[i].plugin = tm_plugin_load(t->plugin_path, reason,
                                          sizeof reason);
         if (tasks[i].plugin == NULL)
             goto fail;
         for (size_t j = 0; j < i; j++) {
             const struct tm_plugin *o = tasks[j].plugin;
-            if (strcmp(o->desc.name, tasks[i].plugin->desc.name) == 0 &&
+            if (o != NULL &&
+                strcmp(o->desc.name, tasks[i].plugin->desc.name) == 0 &&
                 strcmp(o->path, tasks[i].plugin->path) != 0) {
                 tm_snprintf(reason, sizeof reason,
                             "%s: plugin name '%s' is already loaded from %s",
                             t->plugin_path, o->desc.name, o->path);
                 goto fail;
             }
+        }
+        if (check_keys(cfg, t, tasks[i].plugin, line, sizeof line) != 0) {
+            add_line(err, errlen, line);
+            failed = 1;
+            continue;
         }
         struct tm_task_env env = {
             .struct_size = sizeof env,
@@ -86,24 +157,28 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
             .host = tm_exec_host(),
         };
         if (tm_plugin_init(tasks[i].plugin, &env, reason,
-                           sizeof reason) != 0)
+                           sizeof reason) != 0) {
+            if (t->config_at.line > 0) {
+                at = t->config_at;
+                key = "config";
+            }
             goto fail;
+        }
         continue;
     fail:
-        tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.plugin: %s", cfg->path,
-                    t->plugin_at.line, t->plugin_at.col, t->name, reason);
-        goto out;
+        tm_snprintf(line, sizeof line, "%s:%d:%d: tasks.%s.%s: %s", cfg->path,
+                    at.line, at.col, t->name, key, reason);
+        add_line(err, errlen, line);
+        failed = 1;
     }
-    rc = 0;
-out:
     tm_free(changed);
-    return rc;
+    return failed ? -1 : 0;
 }
 
 int tm_tasks_load(const struct tm_cfg *cfg, struct tm_task *tasks,
                   char *err, size_t errlen)
 {
-    return load_tasks(cfg, tasks, NULL, err, errlen);
+    return load_tasks(cfg, tasks, NULL, 1, err, errlen);
 }
 
 void tm_tasks_unload(struct tm_task *tasks, size_t n)
@@ -179,7 +254,8 @@ void tm_gen_free(struct tm_gen *g)
 /* tm_gen_create loads a generation for cfg (taken over, also on failure):
  * plugins, broker adapter, pool (not started). With prev, unchanged tasks
  * keep their plugins and every task keeps its counters. Returns NULL with
- * one line in err. */
+ * the reason in err: one line, but at start (no prev) one line per task
+ * its plugin refused. */
 struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
                                  struct tm_gen *prev, char *err,
                                  size_t errlen)
@@ -204,7 +280,9 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
         g->tasks[i].abandon = &g->abandon;
         g->task_ptrs[i] = &g->tasks[i];
     }
-    if (load_tasks(cfg, g->tasks, prev, err, errlen) != 0)
+    /* at start every refusal is told (like the config reader's); a
+     * reload's refusal is one line (the log, /status) */
+    if (load_tasks(cfg, g->tasks, prev, prev == NULL, err, errlen) != 0)
         goto fail;
     g->broker = tm_broker_new(cfg, err, errlen);
     if (g->broker == NULL)

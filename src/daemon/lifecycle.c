@@ -124,7 +124,7 @@ static void main_wait(struct tm_daemon *d, int64_t ms)
 int tm_daemon_run(struct tm_cfg *cfg)
 {
     struct tm_daemon *d = &the_daemon;
-    char err[1024];
+    char err[8192]; /* a line per refused task */
     int status = 1;
     memset(d, 0, sizeof *d);
     d->config_path = tm_strdup(cfg->path);

@@ -300,15 +300,22 @@ void tm_fork_child_main(const struct tm_fork_child *a)
     static struct tm_fork_buf in; /* a body that came on the socket */
     static struct tm_fork_buf rb; /* what the parent sent, read in bulk */
     static struct child_ring cr;
+    /* refused[t]: task t's worker init failed here; this process answers
+     * its messages rejected and runs the other tasks as usual (exiting
+     * would fail every task's messages, and a new child would fail the
+     * same way: a crash loop) */
+    static char *refused;
     wdata = tm_calloc(a->ntasks ? a->ntasks : 1, sizeof *wdata);
+    refused = tm_calloc(a->ntasks ? a->ntasks : 1, 1);
     for (size_t t = 0; t < a->ntasks; t++) {
         const struct tm_task_plugin *d = &a->tasks[t]->plugin->desc;
         if (d->cb_worker_init != NULL &&
             d->cb_worker_init(a->tasks[t]->plugin->task_data,
                               &wdata[t]) != 0) {
-            tm_log_err(SRC, "worker %u: task '%s' refused its worker init",
+            tm_log_err(SRC, "worker %u: task '%s' refused its worker init: "
+                       "its messages are rejected by this worker",
                        a->index, a->tasks[t]->cfg->name);
-            _exit(3);
+            refused[t] = 1;
         }
     }
     /* the parent's first words: the rings */
@@ -368,7 +375,13 @@ void tm_fork_child_main(const struct tm_fork_child *a)
         m.invalid = rq.invalid_len > 0 ? invalid : NULL;
         m.attempt = rq.attempt;
         /* a body read from the socket may have been waited for */
-        if (run_from != 0 && rec.kind == TM_RING_FRAME)
+        if (refused[rq.task_index]) {
+            m.t_start_ns = run_from != 0 ? run_from : tm_now_ns();
+            m.t_end_ns = tm_now_ns();
+            m.outcome = TM_OUT_REJECTED;
+            m.error = tm_strdup("the task's worker init failed in this "
+                                "worker process (see the log)");
+        } else if (run_from != 0 && rec.kind == TM_RING_FRAME)
             tm_exec_run_from(&m, wdata[rq.task_index], run_from);
         else
             tm_exec_run(&m, wdata[rq.task_index]);
@@ -405,7 +418,7 @@ void tm_fork_child_main(const struct tm_fork_child *a)
     }
     for (size_t t = 0; t < a->ntasks; t++) {
         const struct tm_task_plugin *d = &a->tasks[t]->plugin->desc;
-        if (d->cb_worker_fini != NULL)
+        if (d->cb_worker_fini != NULL && !refused[t])
             d->cb_worker_fini(a->tasks[t]->plugin->task_data, wdata[t]);
     }
     /* _exit: no atexit handlers or stdio flushes inherited from the

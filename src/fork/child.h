@@ -24,8 +24,9 @@ struct tm_fork_child {
  * it runs every task's cb_worker_init, then reads requests from a->fd and
  * answers each with one reply frame (fork/wire.h) until the parent closes
  * the socket or max_tasks were run, then runs cb_worker_fini and _exits
- * (0; 3 when a worker init refused; 4 on a malformed request). Never
- * returns.
+ * (0; 4 on a malformed request). A task whose worker init refused here is
+ * not run by this process: its messages are answered rejected, with a
+ * reason; the other tasks run. Never returns.
  */
 void tm_fork_child_main(const struct tm_fork_child *a)
     __attribute__((noreturn));

@@ -107,7 +107,7 @@ for kind in thread fork; do
 	sed -i 's/^VERSION = 1$/VERSION = 2/' "$MODDIR/pytask.py"
 	touch -d '+2 seconds' "$MODDIR/pytask.py"
 	kill -HUP "$DAEMON_PID"
-	wait_until "grep -q 'reload' '$DAEMON_LOG'" 20
+	wait_until "grep -q 'as configuration 2' '$DAEMON_LOG'" 20
 	wait_ping
 	rcall XADD q.py '*' body '{"mode":"version"}' >/dev/null
 	wait_until "grep -q 'module version 2' '$DAEMON_LOG'" 30

@@ -391,6 +391,44 @@ START_TEST(test_env_in_config)
 }
 END_TEST
 
+/* A task's config: key and its top-level keys keep their places, for the
+ * refusals of a plugin (the descriptor's config_keys). */
+START_TEST(test_config_key_places)
+{
+    char err[512] = "";
+    struct tm_cfg *cfg = load_text(
+        "broker: { url: \"redis://127.0.0.1/0\" }\n"
+        "tasks:\n"
+        "  a:\n"
+        "    plugin: add.so\n"
+        "    config:\n"
+        "      module: m\n"
+        "      nested: { inner: 1 }\n"
+        "  b: { plugin: add.so, config: { x: 1 } }\n"
+        "  c: { plugin: add.so }\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    const struct tm_cfg_task *a = &cfg->tasks[0];
+    ck_assert_int_eq(a->config_at.line, 5);
+    ck_assert_int_eq(a->config_at.col, 5);
+    ck_assert_uint_eq(a->nconfig_keys, 2);
+    ck_assert_str_eq(a->config_keys[0].name, "module");
+    ck_assert_int_eq(a->config_keys[0].at.line, 6);
+    ck_assert_int_eq(a->config_keys[0].at.col, 7);
+    ck_assert_str_eq(a->config_keys[1].name, "nested");
+    ck_assert_int_eq(a->config_keys[1].at.line, 7);
+    const struct tm_cfg_task *b = &cfg->tasks[1];
+    ck_assert_int_eq(b->config_at.line, 8);
+    ck_assert_int_eq(b->config_at.col, 24);
+    ck_assert_uint_eq(b->nconfig_keys, 1);
+    ck_assert_str_eq(b->config_keys[0].name, "x");
+    ck_assert_int_eq(b->config_keys[0].at.col, 34);
+    const struct tm_cfg_task *c = &cfg->tasks[2];
+    ck_assert_int_eq(c->config_at.line, 0);
+    ck_assert_uint_eq(c->nconfig_keys, 0);
+    tm_cfg_free(cfg);
+}
+END_TEST
+
 START_TEST(test_password_file)
 {
     char err[512] = "";
@@ -767,6 +805,7 @@ static Suite *config_suite(void)
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
     tcase_add_test(tc, test_design_example);
+    tcase_add_test(tc, test_config_key_places);
     tcase_add_test(tc, test_design_example_redis_priority);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_http_allowed_hosts);
