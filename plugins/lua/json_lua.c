@@ -12,11 +12,17 @@
 /* the registry key of the array metatable (its address is unique) */
 static const char array_mt_key = 'A';
 
+/* The array metatable is protected: getmetatable() of an array gives the
+ * string "array" and setmetatable() on one fails, so task code can neither
+ * change the shared table (a __gc there would make every array a
+ * finalizer) nor unmark an array. The bridge reads it raw. */
 void tm_ljson_setup(lua_State *L)
 {
-    lua_newtable(L);
+    lua_createtable(L, 0, 2);
     lua_pushliteral(L, "array");
     lua_setfield(L, -2, "__name");
+    lua_pushliteral(L, "array");
+    lua_setfield(L, -2, "__metatable");
     lua_rawsetp(L, LUA_REGISTRYINDEX, &array_mt_key);
 }
 
