@@ -192,9 +192,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
 -include $(UNIT_BINS:=.d)
 
-# The Lua host's JSON bridge, tested with the daemon's builder.
+# The Lua host's JSON bridge, tested with the daemon's builder, and the
+# fuzzer of the host's boundary (the whole host compiled in).
 ifneq ($(and $(filter lua,$(PLUGINS)),yes),yes)
-UNIT_BINS := $(filter-out $(BUILD)/tests/test_host_lua_json,$(UNIT_BINS))
+UNIT_BINS := $(filter-out $(BUILD)/tests/test_host_lua_json \
+	$(BUILD)/tests/test_host_lua_fuzz,$(UNIT_BINS))
 endif
 # Two sources in one step leave no dependency file of the test's own
 # (-MF would hold json_lua.c's): the tests/unit header it includes is
@@ -208,6 +210,17 @@ $(BUILD)/tests/test_host_lua_json: tests/unit/test_host_lua_json.c \
 		$< plugins/lua/json_lua.c $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
 		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
 
+LUA_HOST_SRCS = plugins/lua/state.c plugins/lua/json_lua.c \
+	plugins/lua/pattern.c
+$(BUILD)/tests/test_host_lua_fuzz: tests/unit/test_host_lua_fuzz.c \
+		tests/unit/unit_main.h $(LUA_HOST_SRCS) \
+		$(wildcard plugins/lua/*.h) $(CORE_OBJS) | $(BUILD)/tests
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) \
+		$(shell $(PKG_CONFIG) --cflags lua5.4) -Isrc -Iplugins/lua -o $@ \
+		$< $(LUA_HOST_SRCS) $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
+		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
+
 unit-bins: $(UNIT_BINS)
 
 $(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests \
@@ -216,10 +229,13 @@ $(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests \
 
 # Unit tests: each binary is a check suite; they find the build through
 # TM_BUILD (plugins, test plugins) and the sources through TM_SRCDIR.
+# TM_FUZZ_SECONDS: how long each host's fuzzer runs in check-unit (a few
+# seconds, so that make check stays bounded; check-soak runs them longer).
+TM_FUZZ_SECONDS ?= 10
 check-unit: all test-plugins unit-bins
 	@set -e; for t in $(UNIT_BINS); do \
 		echo "== $$t"; TM_BUILD=$(abspath $(BUILD)) TM_SRCDIR=$(CURDIR) \
-		CK_FORK=yes $$t; done
+		TM_FUZZ_SECONDS=$(TM_FUZZ_SECONDS) CK_FORK=yes $$t; done
 
 # Integration tests: real redis-server (and later rabbitmq-server) started
 # by the harness on loopback ports in a scratch directory, TM_TEST_JOBS
@@ -269,13 +285,18 @@ check-tsan:
 # runs it with 20,000 messages): 200,000 messages through 2 daemons under
 # random faults; the summary (counts, duplicate rate, time) is printed at
 # the end.
-check-soak: all test-plugins
+# Then the Lua host's fuzzer for TM_SOAK_FUZZ_SECONDS (10 minutes).
+TM_SOAK_FUZZ_SECONDS ?= 600
+check-soak: all test-plugins unit-bins
 	@rm -f $(abspath $(BUILD))/soak-report.txt; \
 	rc=0; SOAK=1 SOAK_REPORT=$(abspath $(BUILD))/soak-report.txt \
 		TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-1800} \
 		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
 		tests/integration/test_soak.sh || rc=$$?; \
-	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; exit $$rc
+	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; \
+	$(if $(filter lua,$(PLUGINS)),TM_FUZZ_SECONDS=$(TM_SOAK_FUZZ_SECONDS) \
+		CK_FORK=yes $(BUILD)/tests/test_host_lua_fuzz || rc=$$?;) \
+	exit $$rc
 
 # The RabbitMQ cluster tests at full size (test_amqp_cluster_*: three
 # nodes on loopback; the failover test with 50,000 messages instead of
