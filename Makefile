@@ -103,6 +103,7 @@ UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 	test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
+	@$(if $(and $(filter auto,$(USE_LUA)),$(if $(HAVE_LUA),,x)),echo "note: lua.so not built: liblua5.4-dev missing (make deps installs it)",:)
 
 plugins: $(PLUGIN_SOS)
 
@@ -257,7 +258,8 @@ check-asan:
 # both pools (fork_*), reloads by SIGHUP and by plugin_watch with HTTP
 # reading during them (ops_reload*, redis_retry_reload), and every way of
 # stopping: drained, abandoned, second signal (ops_lifecycle, *sigterm);
-# the schedule firing thread across a reload (schedule_reload).
+# the schedule firing thread across a reload (schedule_reload); hostile
+# task code in the thread pool (host_lua_hostile).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
@@ -265,7 +267,7 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	ops_reload_status ops_lifecycle sigterm http_endpoints http_burst \
 	redis_retry redis_retry_reload redis_restart amqp_ack amqp_retry_dlq \
 	amqp_sigterm fork_thread_parity fork_sigterm fork_zygote schedule_reload \
-	fork_ring_edges fork_pack_slow
+	fork_ring_edges fork_pack_slow host_lua_hostile
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \
@@ -306,11 +308,16 @@ check-cluster: all test-plugins
 		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
 		$(patsubst tests/integration/test_%.sh,%,$(wildcard tests/integration/test_amqp_cluster_*.sh))
 
+# make check builds every language host: USE_LUA / USE_PYTHON auto become
+# yes, so a missing library fails the build naming its package (make deps,
+# which runs first, installs them); an explicit no still leaves one out.
+CHECK_HOSTS = USE_LUA=$(if $(filter auto,$(USE_LUA)),yes,$(USE_LUA)) \
+	USE_PYTHON=$(if $(filter auto,$(USE_PYTHON)),yes,$(USE_PYTHON))
 check: deps
-	@$(MAKE) --no-print-directory check-unit
-	@$(MAKE) --no-print-directory check-integration
-	@$(MAKE) --no-print-directory check-asan
-	@$(MAKE) --no-print-directory check-tsan
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-unit
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-integration
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-asan
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-tsan
 
 demo: deps-demo
 	@$(MAKE) --no-print-directory all
