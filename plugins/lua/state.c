@@ -48,13 +48,13 @@ static struct tm_luahost_worker *worker_of(lua_State *L)
     return ud;
 }
 
+static void hook(lua_State *L, lua_Debug *ar);
+
 /* stop_run marks the run stopped and raises the stop error on L (the
  * running thread). Once stopped, the hook of that thread runs at every
  * instruction and fails each time, so a pcall in the script cannot
  * swallow the stop: the instruction that would call pcall again fails
  * outside it. Other threads' hooks fail at their next count. */
-static void hook(lua_State *L, lua_Debug *ar);
-
 static int stop_run(lua_State *L, struct tm_luahost_worker *w)
 {
     w->stopped = 1;
