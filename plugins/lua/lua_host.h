@@ -40,6 +40,13 @@ int tm_ljson_decode(lua_State *L, const char *json, size_t len,
  * reason in err[size] (the builder may have failed on its own). */
 int tm_ljson_encode(lua_State *L, int idx, struct tm_json *jb,
                     const char *key, char *err, size_t size);
+/* tm_ljson_encode_until is tm_ljson_encode that asks stop(ud) every 4096
+ * values and fails ("stopped: ...") once it says yes: the text is capped
+ * (16 MiB) but a shared subtable is written once per reference, so the
+ * work is bounded by the deadline too. */
+int tm_ljson_encode_until(lua_State *L, int idx, struct tm_json *jb,
+                          const char *key, char *err, size_t size,
+                          int (*stop)(void *ud), void *ud);
 
 /* TM_LUA_MIN_MEMORY: the smallest memory_limit (but 0, none) a task may
  * set: about four times what a state with its libraries, the JSON bridge

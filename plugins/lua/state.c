@@ -533,6 +533,13 @@ static int set_error_of(lua_State *L, struct tm_call *call, int st)
     return TM_TASK_ERROR;
 }
 
+/* run_should_stop: the run's stop check for the result's conversion */
+static int run_should_stop(void *ud)
+{
+    struct tm_luahost_worker *w = ud;
+    return w->call->host->should_stop(w->call);
+}
+
 /* run_steps is the whole run in one protected call: the task's function
  * (under msgh), then reading its error or converting its result. Sets
  * w->rc; an error raised by the reading steps themselves (out of memory)
@@ -556,7 +563,8 @@ static int run_steps(lua_State *L)
         return 0;
     }
     w->jb = tm_json_new(call->host);
-    if (tm_ljson_encode(L, -1, w->jb, NULL, err, sizeof err) != 0) {
+    if (tm_ljson_encode_until(L, -1, w->jb, NULL, err, sizeof err,
+                              run_should_stop, w) != 0) {
         char msg[300];
         snprintf(msg, sizeof msg, "invalid result: %s", err);
         tm_error(call, msg);

@@ -64,6 +64,13 @@ function modes.return_deep()
   return t
 end
 
+-- a shared subtable is written once per reference: 2^40 of them
+function modes.return_dag()
+  local t = {}
+  for _ = 1, 40 do t = { a = t, b = t } end
+  return t
+end
+
 -- deadline holes
 function modes.coroutine_load() coroutine.resume(looper) end
 function modes.coroutine_wrap_load() wrapped() end

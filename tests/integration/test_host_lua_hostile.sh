@@ -69,6 +69,8 @@ invoke_body '{"mode":"return_cycle"}'
 assert_match 'error: invalid result: nested too deep' "$OUT" "return_cycle: reason"
 invoke_body '{"mode":"return_deep"}'
 assert_match 'error: invalid result: nested too deep' "$OUT" "return_deep: reason"
+invoke_body '{"mode":"return_dag"}'
+assert_match 'outcome: (error|timeout)' "$OUT" "return_dag: outcome"
 
 # 4a. a coroutine made while the script loaded is stopped at the deadline
 for m in coroutine_load coroutine_wrap_load; do
