@@ -231,8 +231,9 @@ $(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests \
 # Unit tests: each binary is a check suite; they find the build through
 # TM_BUILD (plugins, test plugins) and the sources through TM_SRCDIR.
 # TM_FUZZ_SECONDS: how long each host's fuzzer runs in check-unit (a few
-# seconds, so that make check stays bounded; check-soak runs them longer).
-TM_FUZZ_SECONDS ?= 10
+# seconds, so that make check, which runs check-unit plain, under ASan and
+# under TSan, stays bounded; check-soak runs them longer).
+TM_FUZZ_SECONDS ?= 8
 check-unit: all test-plugins unit-bins
 	@set -e; for t in $(UNIT_BINS); do \
 		echo "== $$t"; TM_BUILD=$(abspath $(BUILD)) TM_SRCDIR=$(CURDIR) \

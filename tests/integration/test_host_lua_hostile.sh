@@ -108,6 +108,17 @@ for lim in 5000 8000 16000; do
 	grep -q "memory_limit.*minimum" "$TM_ERR" || fail "check with memory_limit $lim: no word of the minimum: $(cat "$TM_ERR")"
 	grep -qE "taskmill.yaml:[0-9]+:[0-9]+: " "$TM_ERR" || fail "check with memory_limit $lim: no FILE:LINE:COL"
 done
+tm run -c "$CONF"
+assert_eq 2 "$TM_RC" "run with memory_limit 16000: exit status"
+grep -q "memory_limit.*minimum" "$TM_ERR" || fail "run with memory_limit 16000: no word of the minimum"
+# at the minimum, a script that needs more fails to load: exit 2, no abort
+cp "$SCRIPT" "$TEST_DIR/hostile.lua.orig"
+printf 'BIG = string.rep("x", 1 << 20)\n' >>"$SCRIPT"
+write_config "$CONF" < <(tasks_yaml 262144)
+tm check -c "$CONF"
+assert_eq 2 "$TM_RC" "check of a script larger than memory_limit: exit status"
+grep -q "not enough memory" "$TM_ERR" || fail "check of a script larger than memory_limit: $(cat "$TM_ERR")"
+cp "$TEST_DIR/hostile.lua.orig" "$SCRIPT"
 
 # The thread-pool daemon: every hostile mode ends as an outcome and the
 # daemon stays up; a reload with a tiny memory_limit is refused.

@@ -9,8 +9,9 @@
  * It asserts that nothing crashes (a Lua panic aborts the test's process)
  * and that no run, load or close ends later than its deadline + 1 s.
  *
- * TM_FUZZ_SECONDS (default 10) bounds the time it runs; TM_FUZZ_SEED
- * repeats a run (the seed is printed, and with it each failing script);
+ * TM_FUZZ_SECONDS (10 when unset; make check-unit passes 8) bounds the
+ * time it runs; TM_FUZZ_SEED repeats a run (the seed is printed, and with
+ * it each failing script);
  * TM_FUZZ_ACTION=N generates only actions of kind N (see gen_action). */
 #include <check.h>
 #include <errno.h>
