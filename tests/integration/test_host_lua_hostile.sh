@@ -155,3 +155,7 @@ wait_metric taskmill_tasks_total 'task="lu",outcome="success"' 4 30
 rc=0
 stop_daemon || rc=$?
 assert_eq 0 "$rc" "daemon exit status"
+# the old configuration's workers closed their states and finished
+if grep -q 'reached with tasks still running' "$DAEMON_LOG"; then
+	fail "a worker of the old configuration never finished (its state's close ran on): $(grep 'reached with tasks still running' "$DAEMON_LOG" | head -1)"
+fi
