@@ -3,7 +3,7 @@
 # and depth, a coroutine made at load, __gc finalizers during a run, after
 # it and at close, backtracking and plain string patterns, C loops driven by
 # __len or huge counts; each ends as an outcome by the deadline + 1 s,
-# through `invoke` and in a thread-pool daemon that stays up. A memory_limit
+# through `invoke` and in a daemon of each pool that stays up. A memory_limit
 # below the minimum is a config error in check and a refused reload.
 CONF=$TEST_DIR/taskmill.yaml
 SCRIPT=$TEST_DIR/hostile.lua
@@ -120,21 +120,31 @@ assert_eq 2 "$TM_RC" "check of a script larger than memory_limit: exit status"
 grep -q "not enough memory" "$TM_ERR" || fail "check of a script larger than memory_limit: $(cat "$TM_ERR")"
 cp "$TEST_DIR/hostile.lua.orig" "$SCRIPT"
 
-# The thread-pool daemon: every hostile mode ends as an outcome and the
-# daemon stays up; a reload with a tiny memory_limit is refused.
-write_config "$CONF" pool_kind=thread pool_size=2 < <(tasks_yaml)
-modes=(reject_meta reject_reason_table error_table error_nil return_meta
-	return_cycle coroutine_load gc_run gc_after pattern table_move ok)
-for m in "${modes[@]}"; do
-	rcall XADD q.lu '*' body "{\"mode\":\"$m\"}" >/dev/null
-done
-start_daemon "$CONF"
-wait_ping
-wait_metric taskmill_tasks_total 'task="lu",outcome="rejected"' 2 30
-wait_metric taskmill_tasks_total 'task="lu",outcome="timeout"' 3 30
-wait_metric taskmill_tasks_total 'task="lu",outcome="success"' 2 30
-wait_metric taskmill_tasks_total 'task="lu",outcome="error"' 5 30
-daemon_alive "$DAEMON_PID" || fail "the daemon died on hostile Lua code"
+# A daemon in each pool: every hostile mode ends as an outcome and the
+# daemon stays up. The thread-pool one goes on below: a reload with a tiny
+# memory_limit is refused.
+daemon_modes() {
+	rcli FLUSHALL >/dev/null
+	write_config "$CONF" pool_kind=$1 pool_size=2 < <(tasks_yaml)
+	local m modes=(reject_meta reject_reason_table error_table error_nil
+		return_meta return_cycle coroutine_load gc_run gc_after pattern
+		table_move ok)
+	for m in "${modes[@]}"; do
+		rcall XADD q.lu '*' body "{\"mode\":\"$m\"}" >/dev/null
+	done
+	start_daemon "$CONF"
+	wait_ping
+	wait_metric taskmill_tasks_total 'task="lu",outcome="rejected"' 2 30
+	wait_metric taskmill_tasks_total 'task="lu",outcome="timeout"' 3 30
+	wait_metric taskmill_tasks_total 'task="lu",outcome="success"' 2 30
+	wait_metric taskmill_tasks_total 'task="lu",outcome="error"' 5 30
+	daemon_alive "$DAEMON_PID" || fail "$1 pool: the daemon died on hostile Lua code"
+}
+daemon_modes fork
+rc=0
+stop_daemon || rc=$?
+assert_eq 0 "$rc" "fork pool: daemon exit status"
+daemon_modes thread
 
 write_config "$CONF" pool_kind=thread pool_size=2 http_port=$HTTP_PORT < <(tasks_yaml 8000)
 kill -HUP "$DAEMON_PID"
