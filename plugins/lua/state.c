@@ -540,13 +540,10 @@ static int run_should_stop(void *ud)
     return w->call->host->should_stop(w->call);
 }
 
-/* run_steps is the whole run in one protected call: the task's function
- * (under msgh), then reading its error or converting its result. Sets
- * w->rc; an error raised by the reading steps themselves (out of memory)
- * is caught by the caller's lua_pcall. */
-static int run_steps(lua_State *L)
+/* outcome calls the task's function (under msgh) and reads its error or
+ * converts its result; sets w->rc. */
+static void outcome(lua_State *L, struct tm_luahost_worker *w)
 {
-    struct tm_luahost_worker *w = lua_touserdata(L, 1);
     struct tm_call *call = w->call;
     char err[256];
 
@@ -556,11 +553,11 @@ static int run_steps(lua_State *L)
     int st = lua_pcall(L, 0, 1, 1);
     if (st != LUA_OK) {
         w->rc = set_error_of(L, call, st);
-        return 0;
+        return;
     }
     if (lua_isnil(L, -1)) {
         w->rc = TM_TASK_OK;
-        return 0;
+        return;
     }
     w->jb = tm_json_new(call->host);
     if (tm_ljson_encode_until(L, -1, w->jb, NULL, err, sizeof err,
@@ -568,11 +565,24 @@ static int run_steps(lua_State *L)
         char msg[300];
         snprintf(msg, sizeof msg, "invalid result: %s", err);
         tm_error(call, msg);
-        return 0;
+        return;
     }
     struct tm_json *jb = w->jb;
     w->jb = NULL; /* tm_json_result frees it */
     w->rc = tm_json_result(call, jb) == 0 ? TM_TASK_OK : TM_TASK_ERROR;
+}
+
+/* run_steps is the whole run in one protected call: the outcome, then a
+ * collection step that gives back what the run left, so the next run
+ * starts with room (no script code runs in it: no finalizers). An error
+ * raised by the steps after the function (out of memory) is caught by the
+ * caller's lua_pcall. */
+static int run_steps(lua_State *L)
+{
+    struct tm_luahost_worker *w = lua_touserdata(L, 1);
+    outcome(L, w);
+    lua_settop(L, 0);
+    lua_gc(L, LUA_GCSTEP, 0);
     return 0;
 }
 
@@ -606,10 +616,6 @@ int tm_luahost_run(struct tm_luahost_worker *w, struct tm_call *call)
                            : "the Lua host failed to read the run's outcome");
         rc = TM_TASK_ERROR;
     }
-    lua_settop(w->L, 0);
-    /* give back what the run left, so the next one starts with room; no
-     * script code runs in a collection (no finalizers) */
-    lua_gc(w->L, LUA_GCSTEP, 0);
     w->call = NULL;
     return rc;
 }
