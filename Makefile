@@ -103,6 +103,7 @@ UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 	test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
+	@$(if $(and $(filter auto,$(USE_LUA)),$(if $(HAVE_LUA),,x)),echo "note: lua.so not built: liblua5.4-dev missing (make deps installs it)",:)
 
 plugins: $(PLUGIN_SOS)
 
@@ -192,9 +193,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
 -include $(UNIT_BINS:=.d)
 
-# The Lua host's JSON bridge, tested with the daemon's builder.
+# The Lua host's JSON bridge, tested with the daemon's builder, and the
+# fuzzer of the host's boundary (the whole host compiled in).
 ifneq ($(and $(filter lua,$(PLUGINS)),yes),yes)
-UNIT_BINS := $(filter-out $(BUILD)/tests/test_host_lua_json,$(UNIT_BINS))
+UNIT_BINS := $(filter-out $(BUILD)/tests/test_host_lua_json \
+	$(BUILD)/tests/test_host_lua_fuzz,$(UNIT_BINS))
 endif
 # Two sources in one step leave no dependency file of the test's own
 # (-MF would hold json_lua.c's): the tests/unit header it includes is
@@ -208,6 +211,17 @@ $(BUILD)/tests/test_host_lua_json: tests/unit/test_host_lua_json.c \
 		$< plugins/lua/json_lua.c $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
 		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
 
+LUA_HOST_SRCS = plugins/lua/state.c plugins/lua/json_lua.c \
+	plugins/lua/pattern.c
+$(BUILD)/tests/test_host_lua_fuzz: tests/unit/test_host_lua_fuzz.c \
+		tests/unit/unit_main.h $(LUA_HOST_SRCS) \
+		$(wildcard plugins/lua/*.h) $(CORE_OBJS) | $(BUILD)/tests
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) \
+		$(shell $(PKG_CONFIG) --cflags lua5.4) -Isrc -Iplugins/lua -o $@ \
+		$< $(LUA_HOST_SRCS) $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
+		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
+
 unit-bins: $(UNIT_BINS)
 
 $(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests \
@@ -216,10 +230,14 @@ $(BUILD)/obj $(BUILD)/plugins $(BUILD)/test-plugins $(BUILD)/tests \
 
 # Unit tests: each binary is a check suite; they find the build through
 # TM_BUILD (plugins, test plugins) and the sources through TM_SRCDIR.
+# TM_FUZZ_SECONDS: how long each host's fuzzer runs in check-unit (a few
+# seconds, so that make check, which runs check-unit plain, under ASan and
+# under TSan, stays bounded; check-soak runs them longer).
+TM_FUZZ_SECONDS ?= 8
 check-unit: all test-plugins unit-bins
 	@set -e; for t in $(UNIT_BINS); do \
 		echo "== $$t"; TM_BUILD=$(abspath $(BUILD)) TM_SRCDIR=$(CURDIR) \
-		CK_FORK=yes $$t; done
+		TM_FUZZ_SECONDS=$(TM_FUZZ_SECONDS) CK_FORK=yes $$t; done
 
 # Integration tests: real redis-server (and later rabbitmq-server) started
 # by the harness on loopback ports in a scratch directory, TM_TEST_JOBS
@@ -241,7 +259,8 @@ check-asan:
 # both pools (fork_*), reloads by SIGHUP and by plugin_watch with HTTP
 # reading during them (ops_reload*, redis_retry_reload), and every way of
 # stopping: drained, abandoned, second signal (ops_lifecycle, *sigterm);
-# the schedule firing thread across a reload (schedule_reload).
+# the schedule firing thread across a reload (schedule_reload); hostile
+# task code in the thread pool (host_lua_hostile).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
@@ -249,7 +268,7 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	ops_reload_status ops_lifecycle sigterm http_endpoints http_burst \
 	redis_retry redis_retry_reload redis_restart amqp_ack amqp_retry_dlq \
 	amqp_sigterm fork_thread_parity fork_sigterm fork_zygote schedule_reload \
-	fork_ring_edges fork_pack_slow
+	fork_ring_edges fork_pack_slow host_lua_hostile
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \
@@ -279,13 +298,18 @@ check-soak-exec-fuzz: all test-plugins
 # runs it with 20,000 messages): 200,000 messages through 2 daemons under
 # random faults; the summary (counts, duplicate rate, time) is printed at
 # the end.
-check-soak: all test-plugins
+# Then the Lua host's fuzzer for TM_SOAK_FUZZ_SECONDS (10 minutes).
+TM_SOAK_FUZZ_SECONDS ?= 600
+check-soak: all test-plugins unit-bins
 	@rm -f $(abspath $(BUILD))/soak-report.txt; \
 	rc=0; SOAK=1 SOAK_REPORT=$(abspath $(BUILD))/soak-report.txt \
 		TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-1800} \
 		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
 		tests/integration/test_soak.sh || rc=$$?; \
-	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; exit $$rc
+	cat $(abspath $(BUILD))/soak-report.txt 2>/dev/null; \
+	$(if $(filter lua,$(PLUGINS)),TM_FUZZ_SECONDS=$(TM_SOAK_FUZZ_SECONDS) \
+		CK_FORK=yes $(BUILD)/tests/test_host_lua_fuzz || rc=$$?;) \
+	exit $$rc
 
 # The Python host's fuzzer (test_fuzz_python.sh) for 10 minutes; `make
 # check` runs it for 20 s.
@@ -304,11 +328,16 @@ check-cluster: all test-plugins
 		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh \
 		$(patsubst tests/integration/test_%.sh,%,$(wildcard tests/integration/test_amqp_cluster_*.sh))
 
+# make check builds every language host: USE_LUA / USE_PYTHON auto become
+# yes, so a missing library fails the build naming its package (make deps,
+# which runs first, installs them); an explicit no still leaves one out.
+CHECK_HOSTS = USE_LUA=$(if $(filter auto,$(USE_LUA)),yes,$(USE_LUA)) \
+	USE_PYTHON=$(if $(filter auto,$(USE_PYTHON)),yes,$(USE_PYTHON))
 check: deps
-	@$(MAKE) --no-print-directory check-unit
-	@$(MAKE) --no-print-directory check-integration
-	@$(MAKE) --no-print-directory check-asan
-	@$(MAKE) --no-print-directory check-tsan
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-unit
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-integration
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-asan
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-tsan
 
 demo: deps-demo
 	@$(MAKE) --no-print-directory all

@@ -12,11 +12,17 @@
 /* the registry key of the array metatable (its address is unique) */
 static const char array_mt_key = 'A';
 
+/* The array metatable is protected: getmetatable() of an array gives the
+ * string "array" and setmetatable() on one fails, so task code can neither
+ * change the shared table (a __gc there would make every array a
+ * finalizer) nor unmark an array. The bridge reads it raw. */
 void tm_ljson_setup(lua_State *L)
 {
-    lua_newtable(L);
+    lua_createtable(L, 0, 2);
     lua_pushliteral(L, "array");
     lua_setfield(L, -2, "__name");
+    lua_pushliteral(L, "array");
+    lua_setfield(L, -2, "__metatable");
     lua_rawsetp(L, LUA_REGISTRYINDEX, &array_mt_key);
 }
 
@@ -360,11 +366,22 @@ static int is_array(lua_State *L, int idx)
     return count == n;
 }
 
+/* struct enc_stop: the caller's stop check, asked every ENC_STOP_EVERY
+ * values (NULL: never). */
+struct enc_stop {
+    int (*stop)(void *ud);
+    void *ud;
+    unsigned n;
+};
+#define ENC_STOP_EVERY 4096
+
 static int enc_value(lua_State *L, int idx, struct tm_json *jb,
-                     const char *key, int depth, char *err, size_t size);
+                     const char *key, int depth, char *err, size_t size,
+                     struct enc_stop *es);
 
 static int enc_table(lua_State *L, int idx, struct tm_json *jb,
-                     const char *key, int depth, char *err, size_t size)
+                     const char *key, int depth, char *err, size_t size,
+                     struct enc_stop *es)
 {
     if (depth >= TM_LJSON_MAX_DEPTH) {
         snprintf(err, size, "nested too deep (or a table contains itself)");
@@ -380,7 +397,7 @@ static int enc_table(lua_State *L, int idx, struct tm_json *jb,
         for (lua_Unsigned i = 1; i <= n; i++) {
             lua_rawgeti(L, idx, (lua_Integer)i);
             int rc = enc_value(L, lua_gettop(L), jb, NULL, depth + 1, err,
-                               size);
+                               size, es);
             lua_pop(L, 1);
             if (rc != 0)
                 return -1;
@@ -403,7 +420,8 @@ static int enc_table(lua_State *L, int idx, struct tm_json *jb,
             lua_pop(L, 2);
             return -1;
         }
-        int rc = enc_value(L, lua_gettop(L), jb, k, depth + 1, err, size);
+        int rc = enc_value(L, lua_gettop(L), jb, k, depth + 1, err, size,
+                           es);
         lua_pop(L, 1);
         if (rc != 0) {
             lua_pop(L, 1);
@@ -414,10 +432,17 @@ static int enc_table(lua_State *L, int idx, struct tm_json *jb,
 }
 
 static int enc_value(lua_State *L, int idx, struct tm_json *jb,
-                     const char *key, int depth, char *err, size_t size)
+                     const char *key, int depth, char *err, size_t size,
+                     struct enc_stop *es)
 {
     size_t len;
     const char *s;
+
+    if (es->stop != NULL && ++es->n % ENC_STOP_EVERY == 0 &&
+        es->stop(es->ud)) {
+        snprintf(err, size, "stopped: the deadline passed");
+        return -1;
+    }
 
     switch (lua_type(L, idx)) {
     case LUA_TNIL:
@@ -440,7 +465,7 @@ static int enc_value(lua_State *L, int idx, struct tm_json *jb,
             return tm_json_add_null(jb, key);
         break;
     case LUA_TTABLE:
-        return enc_table(L, idx, jb, key, depth, err, size);
+        return enc_table(L, idx, jb, key, depth, err, size, es);
     default:
         break;
     }
@@ -452,8 +477,16 @@ static int enc_value(lua_State *L, int idx, struct tm_json *jb,
 int tm_ljson_encode(lua_State *L, int idx, struct tm_json *jb,
                     const char *key, char *err, size_t size)
 {
+    return tm_ljson_encode_until(L, idx, jb, key, err, size, NULL, NULL);
+}
+
+int tm_ljson_encode_until(lua_State *L, int idx, struct tm_json *jb,
+                          const char *key, char *err, size_t size,
+                          int (*stop)(void *ud), void *ud)
+{
+    struct enc_stop es = {.stop = stop, .ud = ud};
     err[0] = '\0';
-    int rc = enc_value(L, lua_absindex(L, idx), jb, key, 0, err, size);
+    int rc = enc_value(L, lua_absindex(L, idx), jb, key, 0, err, size, &es);
     if (rc != 0 && err[0] == '\0') {
         const char *why = tm_json_error(jb);
         snprintf(err, size, "%s", why != NULL ? why : "cannot build JSON");

@@ -60,6 +60,12 @@ static int cb_init(const struct tm_task_env *env, void **task_data)
             goto out;
         }
         mem = m->valuedouble;
+        if (mem > 0 && mem < TM_LUA_MIN_MEMORY) {
+            tm_env_log(env, TM_LOG_ERR, "config 'memory_limit' is %.0f "
+                       "bytes, below the minimum a Lua state needs (%d "
+                       "bytes; 0 = no limit)", mem, TM_LUA_MIN_MEMORY);
+            goto out;
+        }
     }
     if (u != NULL && !cJSON_IsBool(u)) {
         why = "config 'unsafe' must be true or false";
