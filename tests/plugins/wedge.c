@@ -1,0 +1,79 @@
+/* wedge.c - test plugin for runs that outlive their deadline in the
+ * thread pool: a run never looks at should_stop(). Body {"ms": N}:
+ *   N >= 0  sleeps N ms in one piece, then checks that its worker data
+ *           (cb_worker_init) is still alive and succeeds with
+ *           {"slept": N}
+ *   N < 0   never returns (sleeps in a loop): wedged code
+ * Worker data is stamped live by cb_worker_init and cleared by
+ * cb_worker_fini, so a run whose worker data was finalised under it
+ * fails with an error saying so. */
+#define _POSIX_C_SOURCE 200809L
+#include <taskmill.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Stamp of live worker data; fini clears it before freeing. */
+#define WEDGE_WORKER_MAGIC 0x57454447u /* "WEDG" */
+
+static int cb_worker_init(void *task_data, void **worker_data)
+{
+    (void)task_data;
+    uint32_t *w = malloc(sizeof *w);
+    if (w == NULL)
+        return -1;
+    *w = WEDGE_WORKER_MAGIC;
+    *worker_data = w;
+    return 0;
+}
+
+static void cb_worker_fini(void *task_data, void *worker_data)
+{
+    (void)task_data;
+    uint32_t *w = worker_data;
+    *w = 0;
+    free(w);
+}
+
+static void nap(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int cb_run(struct tm_call *call)
+{
+    int64_t ms = 0;
+    if (tm_json_get_int_range(call->host, call->body, "ms", -1, 600000,
+                              &ms) != TM_JSON_OK) {
+        tm_error(call, "field 'ms' must be an integer from -1 to 600000");
+        return TM_TASK_REJECT;
+    }
+    if (ms < 0)
+        for (;;)
+            nap(1000);
+    nap((long)ms);
+    const uint32_t *w = call->worker_data;
+    if (w == NULL || *w != WEDGE_WORKER_MAGIC) {
+        tm_error(call, "worker data was finalised under a running call");
+        return TM_TASK_ERROR;
+    }
+    char out[64];
+    snprintf(out, sizeof out, "{\"slept\":%lld}", (long long)ms);
+    return tm_result(call, out) == 0 ? TM_TASK_OK : TM_TASK_ERROR;
+}
+
+TM_TASK_DECLARE(
+    .name = "test-wedge",
+    .version = "1.0.0",
+    .description = "test plugin: sleeps ignoring should_stop(), or never "
+                   "returns",
+    .cb_worker_init = cb_worker_init,
+    .cb_worker_fini = cb_worker_fini,
+    .cb_run = cb_run,
+)
