@@ -515,6 +515,12 @@ static void take_run(struct tpool *tp, struct tp_worker *w, uint_fast64_t s)
 static void fill_slots(struct tpool *tp)
 {
     struct tm_pool *p = &tp->base;
+    pthread_mutex_lock(&tp->mu);
+    int draining = tp->draining;
+    pthread_mutex_unlock(&tp->mu);
+    /* a draining pool runs nothing more: no worker init for it */
+    if (draining)
+        return;
     for (unsigned i = 0; i < p->size; i++) {
         if (tp->workers[i] != NULL || tm_now_ns() < tp->refill_ns)
             continue;
