@@ -106,7 +106,7 @@ for fam in taskmill_tasks_total:counter taskmill_retries_total:counter \
 	taskmill_pool_size:gauge taskmill_pool_busy:gauge taskmill_broker_up:gauge \
 	taskmill_broker_reconnects_total:counter taskmill_worker_restarts_total:counter \
 	taskmill_dead_letter_total:counter taskmill_rate_limited_total:counter \
-	taskmill_queue_depth:gauge \
+	taskmill_queue_depth:gauge taskmill_runs_stuck:gauge \
 	taskmill_queue_pending:gauge taskmill_dead_letter_depth:gauge \
 	taskmill_build_info:gauge process_resident_memory_bytes:gauge \
 	process_cpu_seconds_total:counter process_open_fds:gauge \
@@ -115,6 +115,7 @@ for fam in taskmill_tasks_total:counter taskmill_retries_total:counter \
 	grep -q "^# HELP ${fam%%:*} ." "$RESP_BODY" || fail "/metrics has no HELP for ${fam%%:*}"
 done
 grep -q '^taskmill_build_info{version="[^"]*"} 1$' "$RESP_BODY" || fail "taskmill_build_info sample"
+grep -qx 'taskmill_runs_stuck{task="noop"} 0' "$RESP_BODY" || fail "taskmill_runs_stuck{noop} sample"
 grep -q '^taskmill_task_duration_seconds_bucket{task="noop",le="0.0001"} ' "$RESP_BODY" || fail "100 us bucket"
 grep -q '^taskmill_task_duration_seconds_bucket{task="noop",le="300"} ' "$RESP_BODY" || fail "5 min bucket"
 assert_eq 1 "$(metric taskmill_broker_up)" "taskmill_broker_up"
