@@ -778,11 +778,9 @@ static int tp_drain(struct tm_pool *p, int64_t deadline_ns)
             wait = 100000000LL;
         tm_cond_wait_ns(&tp->idle, &tp->mu, wait);
     }
-    if (tp->stuck > 0) {
-        tm_log_warn("pool:thread", "%u run(s) settled at their deadline "
-                       "as timeouts are still in task code", tp->stuck);
+    /* settled, but their code runs on: the plugins must stay loaded */
+    if (tp->stuck > 0)
         rc = -1;
-    }
     tp->stop = 1;
     pthread_cond_broadcast(&tp->not_empty);
     pthread_mutex_unlock(&tp->mu);

@@ -83,5 +83,8 @@ rc=0
 stop_daemon 15 || rc=$?
 assert_le 8000 "$DAEMON_STOP_MS" "ms from SIGTERM to exit (shutdown_timeout 5 s)"
 assert_eq 1 "$rc" "exit status with runs still in task code"
-grep -q "3 run(s) settled at their deadline as timeouts are still in task code" \
-	"$DAEMON_LOG" || fail "the drain did not say what it left running"
+grep -q "configuration 1: 3 run(s) settled as timeouts at their deadline are still in task code" \
+	"$DAEMON_LOG" || fail "the stop did not say what it left running"
+if grep "shutdown_timeout of .* reached" "$DAEMON_LOG" >&2; then
+	fail "the stop says runs were abandoned to be delivered again (above)"
+fi
