@@ -82,6 +82,13 @@ struct tm_msg {
                                    within dedup_ttl; not run, settled with
                                    outcome duplicate (result: the first
                                    success's, when the broker kept it) */
+    int held;                   /* settled while its run's code still reads
+                                   its storage (id, body, bctx): the thread
+                                   pool's watchdog holds the batch for that
+                                   code (tm_batch_hold), and a broker whose
+                                   settlement frees the storage (RabbitMQ's
+                                   delivery) leaves it to the batch's
+                                   release instead */
 };
 
 /*

@@ -463,6 +463,7 @@ static void take_run(struct tpool *tp, struct tp_worker *w, uint_fast64_t s)
     long long limit_ms = (long long)m->task->cfg->timeout_ms;
     m->outcome = TM_OUT_TIMEOUT;
     m->t_end_ns = deadline;
+    m->held = 1;
     tm_msg_set_error(m, "ran past the limit of %lld ms; still running",
                      limit_ms);
     tm_batch_hold(m->batch);
