@@ -1,8 +1,10 @@
 /* wedge.c - test plugin for runs that outlive their deadline in the
  * thread pool: a run never looks at should_stop(). Body {"ms": N}:
- *   N >= 0  sleeps N ms in one piece, then checks that its worker data
- *           (cb_worker_init) is still alive and succeeds with
- *           {"slept": N}
+ *   N >= 0  sleeps N ms in one piece, then reads its body again, logs
+ *           (through the host, which names the message), checks that
+ *           its worker data (cb_worker_init) is still alive and
+ *           succeeds with {"slept": N}: a run the daemon settled at its
+ *           deadline meanwhile uses all of these after the settlement
  *   N < 0   never returns (sleeps in a loop): wedged code
  * Worker data is stamped live by cb_worker_init and cleared by
  * cb_worker_fini, so a run whose worker data was finalised under it
@@ -58,6 +60,15 @@ static int cb_run(struct tm_call *call)
         for (;;)
             nap(1000);
     nap((long)ms);
+    int64_t again = -2;
+    if (tm_json_get_int_range(call->host, call->body, "ms", -1, 600000,
+                              &again) != TM_JSON_OK ||
+        again != ms) {
+        tm_error(call, "the body changed under a running call");
+        return TM_TASK_ERROR;
+    }
+    tm_log(call, TM_LOG_INFO, "slept %lld ms on message %s",
+           (long long)ms, call->id);
     const uint32_t *w = call->worker_data;
     if (w == NULL || *w != WEDGE_WORKER_MAGIC) {
         tm_error(call, "worker data was finalised under a running call");
