@@ -54,6 +54,8 @@ struct tp_worker {
     unsigned index;           /* its slot in pool->workers */
     int started;
     int in_call;              /* under pool->mu: runs a chunk it took */
+    int init_here;            /* a replacement: its thread runs the
+                                 tasks' cb_worker_init (fill_slots) */
     void **wdata;             /* per task: cb_worker_init's data */
     struct tm_run_watch watch; /* the run in task code, for the watchdog */
     /* The chunk it took: chunk[0 .. k), chunk[at] the run in task code,
@@ -96,8 +98,9 @@ struct tpool {
                                  yet, as the drain does with the queue */
     int stop;                 /* workers exit when the queue is empty */
     /* size slots; NULL while the watchdog has not replaced a stuck
-     * worker. Changed by tp_start, then by the watchdog alone while it
-     * runs, then by tp_destroy once it stopped. */
+     * worker. Set by tp_start, then changed under mu (by the watchdog,
+     * and by a replacement whose init was refused), then by tp_destroy
+     * once the watchdog stopped. */
     struct tp_worker **workers;
     unsigned live;            /* workers taking from the queue (under mu) */
     unsigned stuck;           /* of running: runs settled at their
@@ -279,6 +282,62 @@ static void stuck_return(struct tp_worker *w)
     tm_free(w);
 }
 
+/* worker_init runs every task's cb_worker_init for w. Returns 0, or -1,
+ * logged, when a task refused (the inits done are finalised then). */
+static int worker_init(struct tp_worker *w)
+{
+    struct tm_pool *p = &w->pool->base;
+    for (size_t t = 0; t < p->ntasks; t++) {
+        const struct tm_task_plugin *d = &p->tasks[t]->plugin->desc;
+        if (d->cb_worker_init != NULL &&
+            d->cb_worker_init(p->tasks[t]->plugin->task_data,
+                              &w->wdata[t]) != 0) {
+            tm_log_err("pool:thread", "worker %u: task '%s' refused "
+                       "its worker init", w->index, p->tasks[t]->cfg->name);
+            for (size_t u = 0; u < t; u++) {
+                const struct tm_task_plugin *du = &p->tasks[u]->plugin->desc;
+                if (du->cb_worker_fini != NULL)
+                    du->cb_worker_fini(p->tasks[u]->plugin->task_data,
+                                       w->wdata[u]);
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static struct tp_worker *worker_alloc(struct tpool *tp, unsigned i)
+{
+    struct tp_worker *w = tm_calloc(1, sizeof *w);
+    w->pool = tp;
+    w->index = i;
+    w->wdata = tm_calloc(tp->base.ntasks ? tp->base.ntasks : 1,
+                         sizeof(void *));
+    return w;
+}
+
+/* init_refused ends the thread of a replacement worker whose init a task
+ * refused (worker_init finalised the rest): it leaves the pool's counts,
+ * and its slot for the watchdog to fill again after TP_REFILL_NS, unless
+ * the pool is being destroyed, which then joins it and frees it. */
+static void init_refused(struct tp_worker *w)
+{
+    struct tpool *tp = w->pool;
+    pthread_mutex_lock(&tp->mu);
+    tp->live--;
+    tp->refill_ns = tm_now_ns() + TP_REFILL_NS;
+    int own = !tp->stop;
+    if (own) {
+        tp->workers[w->index] = NULL;
+        pthread_detach(pthread_self());
+    }
+    pthread_mutex_unlock(&tp->mu);
+    if (own) {
+        tm_free(w->wdata);
+        tm_free(w);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct tp_worker *w = arg;
@@ -287,6 +346,11 @@ static void *worker_main(void *arg)
 
     /* a crash in task code is reported from here (see crash.h) */
     tm_crash_thread_init();
+    if (w->init_here && worker_init(w) != 0) {
+        tm_crash_thread_fini();
+        init_refused(w);
+        return NULL;
+    }
     for (;;) {
         size_t k = 0;
         pthread_mutex_lock(&tp->mu);
@@ -395,68 +459,25 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* worker_new makes the worker of slot i and runs every task's
- * cb_worker_init for it, in the calling thread (so that a refusal is
- * reported there); the data is then used by the worker's thread only.
- * Returns NULL, logged, when a task refused. */
-static struct tp_worker *worker_new(struct tpool *tp, unsigned i)
-{
-    struct tm_pool *p = &tp->base;
-    struct tp_worker *w = tm_calloc(1, sizeof *w);
-    w->pool = tp;
-    w->index = i;
-    w->wdata = tm_calloc(p->ntasks ? p->ntasks : 1, sizeof(void *));
-    for (size_t t = 0; t < p->ntasks; t++) {
-        const struct tm_task_plugin *d = &p->tasks[t]->plugin->desc;
-        if (d->cb_worker_init != NULL &&
-            d->cb_worker_init(p->tasks[t]->plugin->task_data,
-                              &w->wdata[t]) != 0) {
-            tm_log_err("pool:thread", "worker %u: task '%s' refused "
-                       "its worker init", i, p->tasks[t]->cfg->name);
-            for (size_t u = 0; u < t; u++) {
-                const struct tm_task_plugin *du = &p->tasks[u]->plugin->desc;
-                if (du->cb_worker_fini != NULL)
-                    du->cb_worker_fini(p->tasks[u]->plugin->task_data,
-                                       w->wdata[u]);
-            }
-            tm_free(w->wdata);
-            tm_free(w);
-            return NULL;
-        }
-    }
-    return w;
-}
-
-/* worker_free finalises and frees a worker whose thread never started. */
-static void worker_free(struct tp_worker *w)
-{
-    worker_fini(w);
-    tm_free(w->wdata);
-    tm_free(w);
-}
-
 /* take_run settles the run that worker w published as state s, if it is
  * still in task code, as a timeout at its deadline, and the rest of w's
- * chunk with it; w becomes stuck (see struct tp_worker) and its slot
- * empty, for fill_slots. The run's code keeps reading the message's id
- * and body, and the message itself (host calls), until it returns: the
- * batch is held for it (tm_batch_hold) until then, and nothing the run
- * does from now on writes to the message (tm_exec_run_watched). Runs in
- * the watchdog. */
-static void take_run(struct tpool *tp, struct tp_worker *w, uint_fast64_t s)
+ * chunk with it, under tp->mu; it returns what is to be passed to done,
+ * or NULL when the run ended meanwhile. w becomes stuck (see struct
+ * tp_worker) and its slot empty, for fill_slots. The run's code keeps
+ * reading the message's id and body, and the message itself (host
+ * calls), until it returns: the batch is held for it (tm_batch_hold, and
+ * m->held for the broker) until then, and nothing the run does from now
+ * on writes to the message (tm_exec_run_watched). Runs in the watchdog. */
+static struct tm_msg *take_run(struct tpool *tp, struct tp_worker *w,
+                               uint_fast64_t s)
 {
-    struct tm_pool *p = &tp->base;
-    pthread_mutex_lock(&tp->mu);
     uint_fast64_t want = s;
+    /* a stopped pool: the drain let go of what still runs */
     if (tp->stop ||
         !atomic_compare_exchange_strong_explicit(
             &w->watch.state, &want, s | TM_RUN_TAKEN, memory_order_acq_rel,
-            memory_order_relaxed)) {
-        /* returned meanwhile, or the pool stopped: the drain let go of
-         * what still runs */
-        pthread_mutex_unlock(&tp->mu);
-        return;
-    }
+            memory_order_relaxed))
+        return NULL;
     struct tm_msg *m = w->chunk[w->at];
     int64_t deadline = atomic_load_explicit(&w->watch.deadline_ns,
                                             memory_order_relaxed);
@@ -499,80 +520,60 @@ static void take_run(struct tpool *tp, struct tp_worker *w, uint_fast64_t s)
     w->started = 0;
     if (tp->running == tp->stuck)
         pthread_cond_broadcast(&tp->idle);
-    /* the message is the settle thread's once handed over: what is logged
-     * of it is read first (the id lives in the held batch) */
     tm_log_write(TM_LOG_WARNING, "task", m->task->cfg->name, m->id,
                  "ran past the limit of %lld ms and is still running: "
                  "settled as timeout; worker %u replaced", limit_ms,
                  w->index);
-    pthread_mutex_unlock(&tp->mu);
-    p->done(p->done_ctx, list);
+    return list;
 }
 
-/* fill_slots starts a replacement worker, with fresh worker data, in
- * each empty slot (a stuck worker's), unless the pool is stopping. A
- * refused worker init is tried again TP_REFILL_NS later. Runs in the
- * watchdog, which alone changes the slots while it runs. */
+/* fill_slots starts a replacement worker in each empty slot (a stuck
+ * worker's), under tp->mu, unless the pool is draining. The new thread
+ * runs the tasks' cb_worker_init itself (init_here), so that no task's
+ * init ever holds up the watchdog; one that is refused leaves its slot
+ * empty again, tried again TP_REFILL_NS later. Runs in the watchdog. */
 static void fill_slots(struct tpool *tp)
 {
     struct tm_pool *p = &tp->base;
-    pthread_mutex_lock(&tp->mu);
-    int draining = tp->draining;
-    pthread_mutex_unlock(&tp->mu);
-    /* a draining pool runs nothing more: no worker init for it */
-    if (draining)
+    if (tp->draining)
         return;
     for (unsigned i = 0; i < p->size; i++) {
         if (tp->workers[i] != NULL || tm_now_ns() < tp->refill_ns)
             continue;
-        struct tp_worker *w = worker_new(tp, i);
-        if (w == NULL) {
-            tp->refill_ns = tm_now_ns() + TP_REFILL_NS;
-            continue;
-        }
-        pthread_mutex_lock(&tp->mu);
-        int stopping = tp->draining;
-        if (!stopping) {
-            tp->live++;
-            tp->workers[i] = w;
-        }
-        pthread_mutex_unlock(&tp->mu);
-        if (stopping) {
-            worker_free(w);
-            return;
-        }
+        struct tp_worker *w = worker_alloc(tp, i);
+        w->init_here = 1;
         int rc = pthread_create(&w->thread, NULL, worker_main, w);
         if (rc != 0) {
             char eb[TM_STRERRNO_BUF];
             tm_log_err("pool:thread", "cannot start a worker in place of "
                        "stuck worker %u: %s", i,
                        tm_strerror(rc, eb, sizeof eb));
-            pthread_mutex_lock(&tp->mu);
-            tp->live--;
-            tp->workers[i] = NULL;
-            pthread_mutex_unlock(&tp->mu);
-            worker_free(w);
+            tm_free(w->wdata);
+            tm_free(w);
             tp->refill_ns = tm_now_ns() + TP_REFILL_NS;
             continue;
         }
         w->started = 1;
+        tp->workers[i] = w;
+        tp->live++;
         atomic_fetch_add(&p->restarts, 1);
     }
 }
 
-/* watch_main is the watchdog: it looks at the workers' published runs
- * (struct tm_run_watch) without a lock, settles those TP_STUCK_GRACE_NS
- * past their deadline (take_run) and replaces their workers
- * (fill_slots). It sleeps until the next deadline it saw, or watch_ns. */
+/* watch_main is the watchdog: under tp->mu, once per watch_ns or at the
+ * next deadline it saw, it looks at the workers' published runs (struct
+ * tm_run_watch; the workers publish without the lock), settles those
+ * TP_STUCK_GRACE_NS past their deadline (take_run), hands them to done
+ * without the lock, and replaces their workers (fill_slots). */
 static void *watch_main(void *arg)
 {
     struct tpool *tp = arg;
     struct tm_pool *p = &tp->base;
     pthread_mutex_lock(&tp->mu);
     while (!tp->watch_stop) {
-        pthread_mutex_unlock(&tp->mu);
         int64_t now = tm_now_ns();
         int64_t next = now + tp->watch_ns;
+        struct tm_msg *settled = NULL;
         for (unsigned i = 0; i < p->size; i++) {
             struct tp_worker *w = tp->workers[i];
             if (w == NULL)
@@ -589,10 +590,22 @@ static void *watch_main(void *arg)
                     next = due;
                 continue;
             }
-            take_run(tp, w, s);
+            struct tm_msg *list = take_run(tp, w, s);
+            if (list != NULL) {
+                struct tm_msg *tail = list;
+                while (tail->next != NULL)
+                    tail = tail->next;
+                tail->next = settled;
+                settled = list;
+            }
         }
         fill_slots(tp);
-        pthread_mutex_lock(&tp->mu);
+        if (settled != NULL) {
+            pthread_mutex_unlock(&tp->mu);
+            p->done(p->done_ctx, settled);
+            pthread_mutex_lock(&tp->mu);
+            continue; /* look again: time went by */
+        }
         int64_t wait = next - tm_now_ns();
         if (!tp->watch_stop && wait > 0)
             tm_cond_wait_ns(&tp->watch_cv, &tp->mu, wait);
@@ -642,9 +655,15 @@ static int tp_start(struct tm_pool *p)
 {
     struct tpool *tp = (struct tpool *)p;
     for (unsigned i = 0; i < p->size; i++) {
-        struct tp_worker *w = worker_new(tp, i);
-        if (w == NULL)
+        /* cb_worker_init runs here, before the thread starts, so a
+         * refusal is reported synchronously; the data is then only used
+         * by it */
+        struct tp_worker *w = worker_alloc(tp, i);
+        if (worker_init(w) != 0) {
+            tm_free(w->wdata);
+            tm_free(w);
             goto fail;
+        }
         tp->workers[i] = w;
         pthread_mutex_lock(&tp->mu);
         tp->live++;
