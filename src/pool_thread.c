@@ -346,10 +346,14 @@ static void *worker_main(void *arg)
 
     /* a crash in task code is reported from here (see crash.h) */
     tm_crash_thread_init();
-    if (w->init_here && worker_init(w) != 0) {
-        tm_crash_thread_fini();
-        init_refused(w);
-        return NULL;
+    if (w->init_here) {
+        if (worker_init(w) != 0) {
+            tm_crash_thread_fini();
+            init_refused(w);
+            return NULL;
+        }
+        /* a stuck worker replaced */
+        atomic_fetch_add(&p->restarts, 1);
     }
     for (;;) {
         size_t k = 0;
@@ -556,7 +560,6 @@ static void fill_slots(struct tpool *tp)
         w->started = 1;
         tp->workers[i] = w;
         tp->live++;
-        atomic_fetch_add(&p->restarts, 1);
     }
 }
 

@@ -8,11 +8,14 @@
  *   N < 0   never returns (sleeps in a loop): wedged code
  * Worker data is stamped live by cb_worker_init and cleared by
  * cb_worker_fini, so a run whose worker data was finalised under it
- * fails with an error saying so. */
+ * fails with an error saying so. Config key "worker_inits": N lets the
+ * first N worker inits of the task succeed and refuses the others (no
+ * limit without it). */
 #define _POSIX_C_SOURCE 200809L
 #include <taskmill.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +25,40 @@
 /* Stamp of live worker data; fini clears it before freeing. */
 #define WEDGE_WORKER_MAGIC 0x57454447u /* "WEDG" */
 
+/* what cb_init read from the config */
+struct wedge_task {
+    int64_t worker_inits; /* -1: no limit */
+    atomic_llong inits;   /* worker inits so far */
+};
+
+static int cb_init(const struct tm_task_env *env, void **task_data)
+{
+    struct wedge_task *t = malloc(sizeof *t);
+    if (t == NULL)
+        return -1;
+    t->worker_inits = -1;
+    atomic_init(&t->inits, 0);
+    if (env->config_json != NULL &&
+        tm_json_get_int_range(env->host, env->config_json, "worker_inits",
+                              0, 1000000, &t->worker_inits) == TM_JSON_BAD_TEXT) {
+        free(t);
+        return -1;
+    }
+    *task_data = t;
+    return 0;
+}
+
+static void cb_fini(void *task_data)
+{
+    free(task_data);
+}
+
 static int cb_worker_init(void *task_data, void **worker_data)
 {
-    (void)task_data;
+    struct wedge_task *t = task_data;
+    long long n = atomic_fetch_add(&t->inits, 1) + 1;
+    if (t->worker_inits >= 0 && n > t->worker_inits)
+        return -1;
     uint32_t *w = malloc(sizeof *w);
     if (w == NULL)
         return -1;
@@ -84,6 +118,8 @@ TM_TASK_DECLARE(
     .version = "1.0.0",
     .description = "test plugin: sleeps ignoring should_stop(), or never "
                    "returns",
+    .cb_init = cb_init,
+    .cb_fini = cb_fini,
     .cb_worker_init = cb_worker_init,
     .cb_worker_fini = cb_worker_fini,
     .cb_run = cb_run,
