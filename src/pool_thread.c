@@ -106,6 +106,10 @@ struct tpool {
     unsigned stuck;           /* of running: runs settled at their
                                  deadline still in task code (under mu) */
     struct tp_worker *stuck_list; /* their workers (under mu) */
+    unsigned handing;         /* lists the watchdog settled and is
+                                 handing to done (under mu): a drain
+                                 waits for them, so that the settle
+                                 thread, stopped after it, gets them */
     /* the watchdog: started when a task has a timeout */
     pthread_t watch_thread;
     int watch_started;
@@ -604,9 +608,12 @@ static void *watch_main(void *arg)
         }
         fill_slots(tp);
         if (settled != NULL) {
+            tp->handing++;
             pthread_mutex_unlock(&tp->mu);
             p->done(p->done_ctx, settled);
             pthread_mutex_lock(&tp->mu);
+            tp->handing--;
+            pthread_cond_broadcast(&tp->idle);
             continue; /* look again: time went by */
         }
         int64_t wait = next - tm_now_ns();
@@ -790,7 +797,7 @@ static int tp_drain(struct tm_pool *p, int64_t deadline_ns)
     /* the watchdog goes on settling runs past their deadline meanwhile:
      * a stuck run is not waited for */
     int rc = 0;
-    while (tp->running > tp->stuck) {
+    while (tp->running > tp->stuck || tp->handing > 0) {
         int64_t now = tm_now_ns();
         if (now >= deadline_ns) {
             rc = -1;
