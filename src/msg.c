@@ -38,8 +38,7 @@ void tm_msg_release(struct tm_msg *m)
     m->error = NULL;
     tm_free(m->result);
     m->result = NULL;
-    if (m->batch != NULL)
-        tm_batch_drop(m->batch);
+    tm_batch_drop(m->batch);
 }
 
 void tm_batch_hold(struct tm_batch *b)
@@ -49,6 +48,8 @@ void tm_batch_hold(struct tm_batch *b)
 
 void tm_batch_drop(struct tm_batch *b)
 {
+    if (b == NULL)
+        return;
     if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
         if (b->release != NULL)
             b->release(b);

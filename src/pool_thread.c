@@ -495,7 +495,8 @@ static struct tm_msg *take_run(struct tpool *tp, struct tp_worker *w,
     m->held = 1;
     tm_msg_set_error(m, "ran past the limit of %lld ms; still running",
                      limit_ms);
-    tm_batch_hold(m->batch);
+    if (m->batch != NULL)
+        tm_batch_hold(m->batch);
     w->held = m->batch;
     w->stuck_task = m->task_index;
     w->stuck_id = m->id;
