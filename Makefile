@@ -260,7 +260,11 @@ check-asan:
 # reading during them (ops_reload*, redis_retry_reload), and every way of
 # stopping: drained, abandoned, second signal (ops_lifecycle, *sigterm);
 # the schedule firing thread across a reload (schedule_reload); hostile
-# task code in the thread pool (host_lua_hostile).
+# task code in the thread pool (host_lua_hostile); the thread
+# pool's watchdog settling and replacing stuck runs, and a reload keeping
+# the old configuration until they return (thread_stuck,
+# thread_late, thread_stuck_reload, thread_stuck_refill, amqp_thread_late,
+# host_python_stuck).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
@@ -268,7 +272,8 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	ops_reload_status ops_lifecycle sigterm http_endpoints http_burst \
 	redis_retry redis_retry_reload redis_restart amqp_ack amqp_retry_dlq \
 	amqp_sigterm fork_thread_parity fork_sigterm fork_zygote schedule_reload \
-	fork_ring_edges fork_pack_slow host_lua_hostile
+	fork_ring_edges fork_pack_slow host_lua_hostile thread_stuck thread_late \
+	thread_stuck_reload thread_stuck_refill amqp_thread_late host_python_stuck
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \

@@ -13,10 +13,17 @@
 /* Largest result a plugin may set: results travel in replies and logs. */
 #define TM_RESULT_MAX (16u * 1024u * 1024u)
 
-/* struct tm_run is a call plus what the host needs to file its result. */
+/* struct tm_run is a call plus what the host needs to file its result.
+ * What the plugin sets while it runs (error, result) is kept here, not in
+ * the message: a watched run that outlives its deadline is settled by the
+ * pool's watchdog while its code may still call the host, and the
+ * settlement owns the message from then on (tm_exec_run_watched). */
 struct tm_run {
     struct tm_call call;
     struct tm_msg *m;
+    char *error;      /* owned, or NULL */
+    char *result;     /* owned, or NULL */
+    size_t result_len;
 };
 
 static struct tm_run *run_of(const struct tm_call *call)
@@ -51,22 +58,23 @@ static int cb_host_set_result(struct tm_call *call, const char *json,
 {
     if (json == NULL || len > TM_RESULT_MAX)
         return -1;
-    struct tm_msg *m = run_of(call)->m;
+    struct tm_run *r = run_of(call);
     char *copy = tm_malloc(len + 1);
     memcpy(copy, json, len);
     copy[len] = '\0';
-    tm_free(m->result);
-    m->result = copy;
-    m->result_len = len;
+    tm_free(r->result);
+    r->result = copy;
+    r->result_len = len;
     return 0;
 }
 
 static void cb_host_set_error(struct tm_call *call, const char *msg)
 {
-    struct tm_msg *m = run_of(call)->m;
-    tm_msg_set_error(m, "%s", msg != NULL ? msg : "");
+    struct tm_run *r = run_of(call);
+    tm_free(r->error);
+    r->error = tm_strdup(msg != NULL ? msg : "");
     /* one line, whatever the plugin wrote */
-    for (char *p = m->error; *p != '\0'; p++)
+    for (char *p = r->error; *p != '\0'; p++)
         if (*p == '\n' || *p == '\r')
             *p = ' ';
 }
@@ -92,17 +100,18 @@ static int cb_host_should_stop(const struct tm_call *call)
  * buffer changes hands, no copy. */
 static int cb_host_json_result(struct tm_call *call, struct tm_json *jb)
 {
-    struct tm_msg *m = run_of(call)->m;
+    struct tm_run *r = run_of(call);
     char *text;
     size_t len;
     const char *why = tm_hjson_take(jb, &text, &len);
     if (why != NULL) {
-        tm_msg_set_error(m, "cannot build the result: %s", why);
+        tm_free(r->error);
+        r->error = tm_asprintf("cannot build the result: %s", why);
         return -1;
     }
-    tm_free(m->result);
-    m->result = text;
-    m->result_len = len;
+    tm_free(r->result);
+    r->result = text;
+    r->result_len = len;
     return 0;
 }
 
@@ -176,13 +185,50 @@ void tm_exec_run(struct tm_msg *m, void *worker_data)
 
 void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns)
 {
+    (void)tm_exec_run_watched(m, worker_data, start_ns, NULL);
+}
+
+/* watch_begin publishes a run with a deadline in watch: the deadline
+ * first, then the state with release order, so that the watchdog, which
+ * reads the state with acquire order, sees the deadline and everything
+ * the worker wrote before the run (pool_thread.c: its chunk). Returns
+ * the state published. */
+static uint_fast64_t watch_begin(struct tm_run_watch *watch,
+                                 int64_t deadline_ns)
+{
+    /* only this thread changes the run number; TAKEN is never set here:
+     * a taken worker never runs again */
+    uint_fast64_t s = atomic_load_explicit(&watch->state,
+                                           memory_order_relaxed);
+    uint_fast64_t next = ((s >> 2) + 1) << 2 | TM_RUN_ACTIVE;
+    atomic_store_explicit(&watch->deadline_ns, deadline_ns,
+                          memory_order_relaxed);
+    atomic_store_explicit(&watch->state, next, memory_order_release);
+    return next;
+}
+
+/* watch_end ends the published run s: 0 when it is still this thread's
+ * to file, -1 when the watchdog took it (set TM_RUN_TAKEN) first. */
+static int watch_end(struct tm_run_watch *watch, uint_fast64_t s)
+{
+    uint_fast64_t want = s;
+    return atomic_compare_exchange_strong_explicit(
+               &watch->state, &want, s & ~(uint_fast64_t)TM_RUN_ACTIVE,
+               memory_order_acq_rel, memory_order_acquire)
+               ? 0
+               : -1;
+}
+
+int tm_exec_run_watched(struct tm_msg *m, void *worker_data,
+                        int64_t start_ns, struct tm_run_watch *watch)
+{
     struct tm_task *task = m->task;
     const struct tm_cfg_task *t = task->cfg;
     m->t_start_ns = start_ns;
     if (validate_body(m, t) != 0) {
         m->outcome = TM_OUT_INVALID;
         m->t_end_ns = tm_now_ns();
-        return;
+        return 0;
     }
     if (t->max_retries >= 0 && m->attempt > (unsigned)t->max_retries + 1) {
         /* redelivered past the limit without being settled: the consumers
@@ -192,7 +238,7 @@ void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns)
                          "runs failed or their consumer died; not run "
                          "again", m->attempt, t->max_retries);
         m->t_end_ns = tm_now_ns();
-        return;
+        return 0;
     }
     struct tm_run r = {
         .call = {
@@ -210,8 +256,29 @@ void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns)
         },
         .m = m,
     };
+    /* a run with a deadline is published for the pool's watchdog, which
+     * may settle it as a timeout while it runs; without a deadline there
+     * is nothing to watch, and the fast path pays nothing */
+    uint_fast64_t ws = 0;
+    if (watch != NULL && r.call.deadline_ms > 0)
+        ws = watch_begin(watch, m->t_start_ns + t->timeout_ms * 1000000LL);
     int rc = task->plugin->desc.cb_run(&r.call);
-    m->t_end_ns = tm_now_ns();
+    int64_t end_ns = tm_now_ns();
+    if (ws != 0 && watch_end(watch, ws) != 0) {
+        /* settled at its deadline by the watchdog, which owns m now:
+         * nothing of the run is filed, m is not written */
+        tm_free(r.error);
+        tm_free(r.result);
+        return -1;
+    }
+    m->t_end_ns = end_ns;
+    /* m->error and m->result are NULL before a run (validate_body and
+     * the retry limit above return before it) */
+    tm_free(m->error);
+    m->error = r.error;
+    tm_free(m->result);
+    m->result = r.result;
+    m->result_len = r.result_len;
     if (r.call.deadline_ms > 0 &&
         m->t_end_ns / 1000000LL >= r.call.deadline_ms) {
         /* cooperative timeout (thread pool): a late result is discarded */
@@ -222,7 +289,7 @@ void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns)
         tm_msg_set_error(m, "ran %lld ms, past the limit of %lld ms",
                          (long long)((m->t_end_ns - m->t_start_ns) / 1000000),
                          (long long)t->timeout_ms);
-        return;
+        return 0;
     }
     switch (rc) {
     case TM_TASK_OK:
@@ -257,4 +324,5 @@ void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns)
         tm_msg_set_error(m, "task returned %d, not a tm_task_result", rc);
         break;
     }
+    return 0;
 }

@@ -323,6 +323,24 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     family(&b, "taskmill_pool_busy", "gauge",
            "Workers running a task now.");
     mb_printf(&b, "taskmill_pool_busy %u\n", pbusy);
+    {
+        /* per task, counted from the pool's list: empty but for runs
+         * that never returned */
+        struct tm_pool_stuck *st;
+        size_t ns = tm_pool_stuck_runs(d->pool, &st);
+        family(&b, "taskmill_runs_stuck", "gauge",
+               "Runs settled at their deadline as a timeout whose code "
+               "has not returned (thread pool); each holds a thread "
+               "beside the pool's workers.");
+        for (size_t i = 0; i < d->ntasks; i++) {
+            unsigned n = 0;
+            for (size_t k = 0; k < ns; k++)
+                n += st[k].task_index == i;
+            label(d->tasks[i].cfg->name, lb, sizeof lb);
+            mb_printf(&b, "taskmill_runs_stuck{task=\"%s\"} %u\n", lb, n);
+        }
+        tm_free(st);
+    }
     family(&b, "taskmill_worker_restarts_total", "counter",
            "Workers replaced after a crash, timeout or recycling.");
     mb_printf(&b, "taskmill_worker_restarts_total %lu\n", restarts);

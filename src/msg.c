@@ -38,9 +38,19 @@ void tm_msg_release(struct tm_msg *m)
     m->error = NULL;
     tm_free(m->result);
     m->result = NULL;
-    struct tm_batch *b = m->batch;
-    if (b != NULL && atomic_fetch_sub_explicit(&b->refs, 1,
-                                               memory_order_acq_rel) == 1) {
+    tm_batch_drop(m->batch);
+}
+
+void tm_batch_hold(struct tm_batch *b)
+{
+    atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+void tm_batch_drop(struct tm_batch *b)
+{
+    if (b == NULL)
+        return;
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
         if (b->release != NULL)
             b->release(b);
         else

@@ -82,11 +82,19 @@ struct tm_msg {
                                    within dedup_ttl; not run, settled with
                                    outcome duplicate (result: the first
                                    success's, when the broker kept it) */
+    int held;                   /* settled while its run's code still reads
+                                   its storage (id, body, bctx): the thread
+                                   pool's watchdog holds the batch for that
+                                   code (tm_batch_hold), and a broker whose
+                                   settlement frees the storage (RabbitMQ's
+                                   delivery) leaves it to the batch's
+                                   release instead */
 };
 
 /*
  * struct tm_batch owns the storage of n messages read in one broker call.
- * refs counts messages not yet released; the last tm_msg_release() calls
+ * refs counts messages not yet released (and holds, tm_batch_hold); the
+ * last tm_msg_release() or tm_batch_drop() calls
  * release(), which the broker sets to free its storage (and the batch).
  */
 struct tm_batch {
@@ -103,6 +111,14 @@ struct tm_batch *tm_batch_new(size_t n);
 /* tm_msg_release frees the message's error and result and drops its
  * reference on the batch (releasing the batch with the last one). */
 void tm_msg_release(struct tm_msg *m);
+
+/* tm_batch_hold takes one more reference on b, for code that still reads
+ * a message's storage (id, body) after the message was released: a run
+ * settled at its deadline whose code has not returned (pool_thread.c).
+ * tm_batch_drop gives it back, releasing the batch with the last (NULL:
+ * nothing). */
+void tm_batch_hold(struct tm_batch *b);
+void tm_batch_drop(struct tm_batch *b);
 
 /* tm_msg_set_error replaces m->error with a copy of the formatted text. */
 void tm_msg_set_error(struct tm_msg *m, const char *fmt, ...)

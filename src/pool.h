@@ -12,6 +12,39 @@
 struct tm_pool;
 struct tm_task;
 
+/*
+ * struct tm_run_watch is where a worker publishes its run for the pool's
+ * watchdog (pool_thread.c): per worker, so that the hot path takes no
+ * lock. state holds the worker's run number << 2 | TM_RUN_ACTIVE while a
+ * run with a deadline is in its task's code, | TM_RUN_TAKEN once the
+ * watchdog settled that run at its deadline. Whichever of the worker
+ * (ending the run) and the watchdog (taking it) changes the state first
+ * files the run; the other leaves the message alone.
+ */
+#define TM_RUN_ACTIVE 1u
+#define TM_RUN_TAKEN 2u
+struct tm_run_watch {
+    atomic_uint_fast64_t state;
+    atomic_llong deadline_ns;   /* monotonic, of the active run */
+};
+
+/* tm_exec_run_watched (exec.c) is tm_exec_run_from publishing a run that
+ * has a deadline in watch. Returns 0, or -1 when the watchdog took the
+ * run while it was in its code: then the watchdog settled m, and nothing
+ * of m was written after the run started (what the plugin set is thrown
+ * away). */
+int tm_exec_run_watched(struct tm_msg *m, void *worker_data,
+                        int64_t start_ns, struct tm_run_watch *watch);
+
+/* struct tm_pool_stuck describes a run settled at its deadline as a
+ * timeout whose code has not returned yet. */
+#define TM_POOL_STUCK_ID_MAX 128
+struct tm_pool_stuck {
+    size_t task_index;          /* index in the pool's tasks */
+    char id[TM_POOL_STUCK_ID_MAX]; /* message id, cut to fit */
+    int64_t deadline_ns;        /* monotonic: when it should have ended */
+};
+
 /* tm_pool_done_fn receives finished messages (a list linked by next) from
  * whichever thread finished them; it must be cheap and thread-safe. */
 typedef void (*tm_pool_done_fn)(void *ctx, struct tm_msg *list);
@@ -55,12 +88,21 @@ struct tm_pool_ops {
 
     /* drain stops intake, lets running messages finish until deadline_ns
      * (monotonic) and passes queued, never-started messages to done with
-     * outcome TM_OUT_NONE. Returns 0 when everything finished in time, -1
-     * when runs were abandoned at the deadline. */
+     * outcome TM_OUT_NONE. Runs already settled at their own deadline
+     * (stuck) are not waited for. Returns 0 when everything finished in
+     * time, -1 when runs were abandoned at the deadline or stuck runs
+     * are still in task code (the plugins must stay loaded). */
     int (*drain)(struct tm_pool *p, int64_t deadline_ns);
 
     /* busy returns how many workers are running a message now. */
     unsigned (*busy)(struct tm_pool *p);
+
+    /* stuck, optional, copies up to max of the runs settled at their
+     * deadline that have not returned (struct tm_pool_stuck) to out and
+     * returns how many there are. NULL: the pool has none (the fork pool
+     * kills a child past its limit). */
+    size_t (*stuck)(struct tm_pool *p, struct tm_pool_stuck *out,
+                    size_t max);
 
     /* destroy stops the workers (after drain) and frees the pool. */
     void (*destroy)(struct tm_pool *p);
@@ -79,6 +121,11 @@ struct tm_pool {
 
 /* tm_pool_ops_for returns the pool kind's operations, or NULL. */
 const struct tm_pool_ops *tm_pool_ops_for(enum tm_pool_kind kind);
+
+/* tm_pool_stuck_runs sets *out to an allocated array (tm_free it) of
+ * the pool's stuck runs (tm_pool_ops.stuck) and returns its length; 0 and
+ * NULL when there are none (p may be NULL). */
+size_t tm_pool_stuck_runs(struct tm_pool *p, struct tm_pool_stuck **out);
 
 extern const struct tm_pool_ops tm_pool_thread_ops;
 extern const struct tm_pool_ops tm_pool_fork_ops;

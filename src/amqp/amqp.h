@@ -117,6 +117,10 @@ struct tm_amqp_delivery {
     size_t body_len;
     size_t body_got;
     char *body;                    /* body_len + 1 bytes */
+    atomic_uint extra_owners;      /* owners besides the first: a settlement
+                                      record and the batch of a held message
+                                      (struct tm_msg.held) each free it, the
+                                      last one for real */
     char mem[];                    /* storage of the strings and the body */
 };
 

@@ -16,6 +16,13 @@ void tm_amqp_delivery_free(struct tm_amqp_delivery *d)
 {
     if (d == NULL)
         return;
+    unsigned extra = atomic_load_explicit(&d->extra_owners,
+                                          memory_order_acquire);
+    while (extra > 0)
+        if (atomic_compare_exchange_weak_explicit(
+                &d->extra_owners, &extra, extra - 1, memory_order_acq_rel,
+                memory_order_acquire))
+            return; /* another owner frees it */
     if (d->has_pool)
         sym_empty_amqp_pool(&d->pool);
     tm_free(d);
@@ -273,6 +280,7 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
     /* the body is written by the body frames: no need to zero it */
     struct tm_amqp_delivery *d = tm_malloc(sizeof *d + need);
     memset(d, 0, sizeof *d);
+    atomic_init(&d->extra_owners, 0);
     char *w = d->mem;
 #define TM_AMQP_COPY(field, b)                         \
     do {                                          \

@@ -287,7 +287,15 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
             continue;
         }
         r.d = d;
-        m->bctx = NULL;
+        if (m->held)
+            /* the run's code still reads the delivery (its id and body):
+             * the batch keeps it too, until that code returned (the
+             * batch's release frees bctx), and the last owner frees it.
+             * Settled once: this settlement never fails (see above). */
+            atomic_fetch_add_explicit(&d->extra_owners, 1,
+                                      memory_order_relaxed);
+        else
+            m->bctx = NULL;
         r.error = m->error;
         m->error = NULL;
         r.result = m->result;

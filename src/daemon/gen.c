@@ -403,10 +403,21 @@ int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
     if (drained != 0) {
         /* should_stop() says yes to this generation's calls only */
         atomic_store(&g->abandon, 1);
-        tm_log_err(TM_DAEMON_SRC, "configuration %u: shutdown_timeout of "
-                   "%lld ms reached with tasks still running; they are "
-                   "abandoned and will be delivered again", g->id,
-                   (long long)g->cfg->shutdown_timeout_ms);
+        /* runs the pool settled at their deadline (stuck) are not
+         * delivered again; the others are */
+        struct tm_pool_stuck *st;
+        size_t nstuck = tm_pool_stuck_runs(g->pool, &st);
+        tm_free(st);
+        if (nstuck > 0 && nstuck >= g->pool->ops->busy(g->pool))
+            tm_log_warn(TM_DAEMON_SRC, "configuration %u: %zu run(s) "
+                        "settled as timeouts at their deadline are still "
+                        "in task code; its plugins stay loaded until they "
+                        "return", g->id, nstuck);
+        else
+            tm_log_err(TM_DAEMON_SRC, "configuration %u: shutdown_timeout "
+                       "of %lld ms reached with tasks still running; they "
+                       "are abandoned and will be delivered again", g->id,
+                       (long long)g->cfg->shutdown_timeout_ms);
     }
     /* finished messages still get acknowledged, within a short grace */
     g->settle_deadline_ns = (drained == 0 ? deadline : tm_now_ns()) +

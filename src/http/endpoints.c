@@ -167,6 +167,24 @@ void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d)
     cJSON_AddNumberToObject(p, "busy", d->pool != NULL
                                            ? d->pool->ops->busy(d->pool)
                                            : 0);
+    /* runs settled at their deadline whose code never returned */
+    struct tm_pool_stuck *st;
+    size_t ns = tm_pool_stuck_runs(d->pool, &st);
+    int64_t now_ns = tm_now_ns();
+    cJSON *sa = cJSON_AddArrayToObject(p, "stuck");
+    for (size_t i = 0; i < ns; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "task",
+                                st[i].task_index < d->ntasks
+                                    ? d->tasks[st[i].task_index].cfg->name
+                                    : "");
+        cJSON_AddStringToObject(o, "id", st[i].id);
+        cJSON_AddNumberToObject(
+            o, "past_deadline_ms",
+            (double)((now_ns - st[i].deadline_ns) / 1000000));
+        cJSON_AddItemToArray(sa, o);
+    }
+    tm_free(st);
 }
 
 static void cb_status(struct tm_daemon *d, struct reply *r)

@@ -63,6 +63,15 @@ assert_eq 1 "$(grep -c . <<<"$new" || true)" "new children ($new)"
 wait_tags_gone 1000 "$gone"
 note "hung child $gone gone; replacement $new"
 
+# A run killed at its limit is over: not stuck.
+metrics_body=$(curl -sf -m 5 "http://127.0.0.1:$HTTP_PORT/metrics")
+grep -qxF 'taskmill_runs_stuck{task="fail"} 0' <<<"$metrics_body" ||
+	fail "no sample taskmill_runs_stuck{task=\"fail\"} 0 in /metrics"
+grep -qxF 'taskmill_runs_stuck{task="noop"} 0' <<<"$metrics_body" ||
+	fail "no sample taskmill_runs_stuck{task=\"noop\"} 0 in /metrics"
+stuck=$(curl -sf -m 5 "http://127.0.0.1:$HTTP_PORT/status" | jq -c .pool.stuck)
+assert_eq '[]' "$stuck" "/status pool.stuck"
+
 # The pool is still usable.
 for i in 1 2 3 4; do
 	rcall XADD q.noop '*' body "{\"n\":$i}" >/dev/null

@@ -72,7 +72,7 @@ expect_json '.broker | keys == ["connected","kind","node","nodes","url"]' "broke
 expect_json ".broker.node == \"redis://127.0.0.1:$REDIS_PORT/0\" and .broker.nodes == [{\"node\":\"redis://127.0.0.1:$REDIS_PORT/0\",\"up\":true}]" "broker node and nodes"
 expect_json '.broker.kind == "redis" and .broker.connected == true' "broker kind/connected"
 expect_json ".broker.url == \"redis://127.0.0.1:$REDIS_PORT/0\"" "broker url"
-expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy}' "pool kind/size"
+expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy,"stuck":[]}' "pool kind/size, no stuck run"
 expect_json '.pool.busy | type == "number" and . >= 0 and . <= 2' "pool busy"
 expect_json '.tasks | keys == ["add","noop","slow.one"]' "task names"
 for t in add noop slow.one; do
@@ -107,7 +107,7 @@ for fam in taskmill_tasks_total:counter taskmill_retries_total:counter \
 	taskmill_broker_reconnects_total:counter taskmill_worker_restarts_total:counter \
 	taskmill_dead_letter_total:counter taskmill_rate_limited_total:counter \
 	taskmill_replies_refused_total:counter \
-	taskmill_queue_depth:gauge \
+	taskmill_queue_depth:gauge taskmill_runs_stuck:gauge \
 	taskmill_queue_pending:gauge taskmill_dead_letter_depth:gauge \
 	taskmill_build_info:gauge process_resident_memory_bytes:gauge \
 	process_cpu_seconds_total:counter process_open_fds:gauge \
@@ -116,6 +116,7 @@ for fam in taskmill_tasks_total:counter taskmill_retries_total:counter \
 	grep -q "^# HELP ${fam%%:*} ." "$RESP_BODY" || fail "/metrics has no HELP for ${fam%%:*}"
 done
 grep -q '^taskmill_build_info{version="[^"]*"} 1$' "$RESP_BODY" || fail "taskmill_build_info sample"
+grep -qx 'taskmill_runs_stuck{task="noop"} 0' "$RESP_BODY" || fail "taskmill_runs_stuck{noop} sample"
 grep -q '^taskmill_task_duration_seconds_bucket{task="noop",le="0.0001"} ' "$RESP_BODY" || fail "100 us bucket"
 grep -q '^taskmill_task_duration_seconds_bucket{task="noop",le="300"} ' "$RESP_BODY" || fail "5 min bucket"
 assert_eq 1 "$(metric taskmill_broker_up)" "taskmill_broker_up"
