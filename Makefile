@@ -264,7 +264,7 @@ check-asan:
 # pool's watchdog settling and replacing stuck runs, and a reload keeping
 # the old configuration until they return (thread_stuck,
 # thread_late, thread_stuck_reload, thread_stuck_refill, amqp_thread_late,
-# host_python_stuck).
+# host_python_stuck); a Python run that catches Stopped (host_python_stopped).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
@@ -273,7 +273,8 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	redis_retry redis_retry_reload redis_restart amqp_ack amqp_retry_dlq \
 	amqp_sigterm fork_thread_parity fork_sigterm fork_zygote schedule_reload \
 	fork_ring_edges fork_pack_slow host_lua_hostile thread_stuck thread_late \
-	thread_stuck_reload thread_stuck_refill amqp_thread_late host_python_stuck
+	thread_stuck_reload thread_stuck_refill amqp_thread_late host_python_stuck \
+	host_python_stopped
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \
