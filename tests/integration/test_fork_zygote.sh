@@ -77,7 +77,7 @@ wait_children "$POOL" 15
 for tag in $(daemon_children); do
 	assert_eq "$zygote" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag"
 done
-assert_eq 0 "$(grep -c 'no worker zygote\|zygote is forked while\|zygote.*is gone' "$DAEMON_LOG" || true)" \
+assert_eq 0 "$(grep -c 'no worker zygote\|is forked while\|zygote.*is gone' "$DAEMON_LOG" || true)" \
 	"zygote warnings in the log"
 
 # a zygote killed takes its workers along; the seed forks a new one,
