@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fork/zygote.h"
 #include "schedule/fire.h"
 #include "util.h"
 
@@ -344,6 +345,12 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     family(&b, "taskmill_worker_restarts_total", "counter",
            "Workers replaced after a crash, timeout or recycling.");
     mb_printf(&b, "taskmill_worker_restarts_total %lu\n", restarts);
+    if (d->cfg->pool_kind == TM_POOL_FORK) {
+        family(&b, "taskmill_zygote_restarts_total", "counter",
+               "Fork pool: worker zygotes started again after one died.");
+        mb_printf(&b, "taskmill_zygote_restarts_total %lu\n",
+                  tm_zygote_restarts());
+    }
     family(&b, "taskmill_broker_up", "gauge",
            "1 while the broker connection is up.");
     mb_printf(&b, "taskmill_broker_up %d\n",

@@ -64,6 +64,14 @@ struct tm_pool_ops {
                               struct tm_task **tasks, size_t ntasks,
                               tm_pool_done_fn done, void *done_ctx);
 
+    /* prepare, optional, is called for a reload's pool right after
+     * create, before the running configuration's intake stops: what it
+     * refuses (-1 with a reason in err, FILE:LINE:COL: ... when it is a
+     * task's) refuses the reload with nothing stopped. The fork pool
+     * has its worker zygote load the generation there (each new task's
+     * cb_init). NULL: nothing to do. */
+    int (*prepare)(struct tm_pool *p, char *err, size_t errlen);
+
     /* start starts the workers; each runs every task's cb_worker_init.
      * Returns 0, or -1 (nothing left running). */
     int (*start)(struct tm_pool *p);

@@ -369,67 +369,18 @@ static void check_timers(struct fpool *fp, int64_t now, int64_t *next,
     }
 }
 
-/* fork_direct forks child c from the dispatcher thread: only when there
- * is no zygote. Returns its pid with its socket in *fd, or -1. */
-static pid_t fork_direct(struct fpool *fp, struct fp_child *c, int *fd)
-{
-    int sv[2];
-    char eb[TM_STRERRNO_BUF];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-        tm_log_err(SRC, "socketpair: %s", tm_strerror(errno, eb, sizeof eb));
-        return -1;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        tm_log_err(SRC, "fork: %s", tm_strerror(errno, eb, sizeof eb));
-        close(sv[0]);
-        close(sv[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        /* other children's sockets and rings and the parent's wake-up
-         * belong to the parent: a task must not see its siblings' bodies
-         * nor write their answers */
-        close(sv[0]);
-        for (unsigned i = 0; i < fp->base.size; i++) {
-            if (fp->kids[i].fd >= 0)
-                close(fp->kids[i].fd);
-            tm_fork_link_close(&fp->kids[i].link);
-        }
-        close(fp->wake_fd);
-        struct tm_fork_child a = {
-            .tasks = fp->base.tasks,
-            .ntasks = fp->base.ntasks,
-            .index = c->index,
-            .fd = sv[1],
-            .parent_pid = fp->parent_pid,
-            .max_tasks = fp->max_tasks,
-        };
-        tm_fork_child_main(&a);
-    }
-    close(sv[1]);
-    *fd = sv[0];
-    return pid;
-}
-
-/* spawn starts child c, forked by the zygote when there is one. Returns
- * 0, or -1 with a restart scheduled. */
+/* spawn starts child c, forked by the zygote (never by this process,
+ * which has threads). Returns 0, or -1 with a restart scheduled: when the
+ * zygote is down, at the time it may be back. */
 static int spawn(struct fpool *fp, struct fp_child *c)
 {
     int fd = -1;
-    pid_t pid = -1;
-    c->zygote = 0;
-    if (fp->zgen != 0) {
-        pid = tm_zygote_spawn(fp->zgen, c->index, fp->max_tasks, &fd);
-        if (pid > 0)
-            c->zygote = 1;
-        else
-            fp->zgen = 0; /* gone: this pool forks from now on */
-    }
-    if (pid < 0)
-        pid = fork_direct(fp, c, &fd);
+    int64_t retry = 0;
+    pid_t pid = tm_zygote_spawn(fp->zgen, c->index, fp->max_tasks, &fd,
+                                &c->zygote, &retry);
     if (pid < 0) {
-        c->respawn_at_ns = tm_now_ns() + FP_RESTART_MAX_NS;
+        c->respawn_at_ns =
+            retry > 0 ? retry : tm_now_ns() + FP_RESTART_MAX_NS;
         return -1;
     }
     if (set_nonblock(fd) != 0)
@@ -664,22 +615,30 @@ static struct tm_pool *fp_create(const struct tm_cfg *cfg,
     return &fp->base;
 }
 
+/* fp_prepare (a reload's pool) has the zygote load the pool's tasks:
+ * their cb_init runs there, before the running configuration stops. */
+static int fp_prepare(struct tm_pool *p, char *err, size_t errlen)
+{
+    struct fpool *fp = (struct fpool *)p;
+    if (tm_zygote_attach(fp->cfg, p->tasks, p->ntasks, &fp->zgen, err,
+                         errlen) != 0)
+        return -1;
+    fp->zattached = fp->zgen;
+    return 0;
+}
+
 static int fp_start(struct tm_pool *p)
 {
     struct fpool *fp = (struct fpool *)p;
     char err[512];
-    fp->parent_pid = getpid();
-    /* the first pool starts the zygote while the daemon has no other
-     * thread; later ones (reloads) have it load their tasks */
-    if (tm_zygote_attach(fp->cfg, p->tasks, p->ntasks, &fp->zgen, err,
-                         sizeof err) != 0) {
-        tm_log_err(SRC, "%s", err);
-        return -1;
+    /* the first pool starts the zygote (its seed) here, while the daemon
+     * has no other thread; a reload's was attached by fp_prepare */
+    if (fp->zattached == 0) {
+        if (fp_prepare(p, err, sizeof err) != 0) {
+            tm_log_err(SRC, "%s", err);
+            return -1;
+        }
     }
-    fp->zattached = fp->zgen;
-    if (fp->zgen == 0)
-        tm_log_warn(SRC, "no worker zygote: workers are forked by the "
-                    "pool's dispatcher thread");
     fp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (fp->wake_fd < 0) {
         char eb[TM_STRERRNO_BUF];
@@ -827,6 +786,7 @@ static void fp_destroy(struct tm_pool *p)
 const struct tm_pool_ops tm_pool_fork_ops = {
     .kind = "fork",
     .create = fp_create,
+    .prepare = fp_prepare,
     .start = fp_start,
     .submit = fp_submit,
     .drain = fp_drain,

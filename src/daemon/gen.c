@@ -98,7 +98,15 @@ static void add_line(char *err, size_t errlen, const char *line)
  * plugin does not know, at the key; a refusal by cb_init (a script or
  * module that does not load, a missing executable), at the task's
  * config: key (plugin: when the task has none). With all, every task is tried and err has one
- * line per refused task; otherwise the first refusal ends it. */
+ * line per refused task; otherwise the first refusal ends it.
+ *
+ * A reload of a fork pool (prev, pool.kind fork) loads and checks the
+ * plugins here but runs no cb_init: the pool's worker zygote loads the
+ * generation and runs each new task's cb_init there, once, making the
+ * task data its workers inherit, and refuses the reload at the same
+ * place when an init fails (fork/zygote.c). The daemon's copies of those
+ * plugins stay uninitialised (no cb_fini either): no run happens in the
+ * daemon in a fork pool. */
 static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
                       const struct tm_gen *prev, int all, char *err,
                       size_t errlen)
@@ -149,6 +157,8 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
             failed = 1;
             continue;
         }
+        if (prev != NULL && cfg->pool_kind == TM_POOL_FORK)
+            continue; /* the zygote runs its cb_init */
         struct tm_task_env env = {
             .struct_size = sizeof env,
             .task = t->name,
@@ -301,6 +311,9 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
         goto fail;
     }
     g->pool = pops->create(cfg, g->task_ptrs, g->ntasks, tm_settle_pool_done, g);
+    if (prev != NULL && pops->prepare != NULL &&
+        pops->prepare(g->pool, err, errlen) != 0)
+        goto fail;
     if (prev != NULL) {
         g->prev = prev;
         g->snap = tm_calloc(g->ntasks, sizeof *g->snap);

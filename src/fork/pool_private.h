@@ -139,7 +139,8 @@ struct fp_child {
     int64_t born_ns;
     int64_t respawn_at_ns;      /* 0: no restart pending */
     unsigned young_deaths;
-    int zygote;                 /* forked by the zygote, which reaps it */
+    unsigned zygote;            /* the zygote that forked it and reaps it
+                                 * (tm_zygote_spawn) */
 };
 
 struct fpool {
@@ -170,10 +171,9 @@ struct fpool {
     uint64_t pushed;
     pthread_t thread;
     int thread_started;
-    pid_t parent_pid;
     struct fp_child *kids;
     const struct tm_cfg *cfg;   /* borrowed; outlives the pool */
-    unsigned zgen;              /* generation in the zygote; 0: none */
+    unsigned zgen;              /* generation in the zygote */
     unsigned zattached;         /* the same, as attached (to detach) */
 };
 

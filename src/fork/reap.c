@@ -51,27 +51,13 @@ static const char *sig_name(int sig, char *buf, size_t size)
 int tm_fp_wait_child(const struct fp_child *c, int64_t until)
 {
     int status = 0;
-    if (c->zygote) {
-        if (tm_zygote_wait(c->pid, until, &status) == 0)
-            return status;
-        kill(c->pid, SIGKILL);
-        if (tm_zygote_wait(c->pid, tm_now_ns() + FP_KILL_GRACE_NS,
-                           &status) != 0)
-            status = SIGKILL; /* as WIFSIGNALED/WTERMSIG read it */
+    if (tm_zygote_wait(c->zygote, c->pid, until, &status) == 0)
         return status;
-    }
-    for (;;) {
-        pid_t r = waitpid(c->pid, &status, WNOHANG);
-        if (r == c->pid || (r < 0 && errno != EINTR))
-            return status;
-        if (tm_now_ns() >= until) {
-            kill(c->pid, SIGKILL);
-            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-            }
-            return status;
-        }
-        tm_sleep_ms(2);
-    }
+    kill(c->pid, SIGKILL);
+    if (tm_zygote_wait(c->zygote, c->pid, tm_now_ns() + FP_KILL_GRACE_NS,
+                       &status) != 0)
+        status = SIGKILL; /* as WIFSIGNALED/WTERMSIG read it */
+    return status;
 }
 
 /* damp notes that task t's run crashed or timed out: from the second in a

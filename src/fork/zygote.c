@@ -155,8 +155,11 @@ static void z_free_gen(struct zy_gen *g)
 }
 
 /* z_plugin_for finds a plugin of a live generation that the task t can
- * keep (same file, unchanged, same plugin config). Any other is loaded
- * anew: tm_plugin_load maps a private copy, never the file in place. */
+ * keep: same name, file (unchanged), queue and plugin config, as the
+ * daemon's reload keeps a task's plugin (daemon/gen.c), and never one
+ * whose plugin asks for a cb_init at every reload
+ * (TM_TASK_F_INIT_ON_RELOAD). Any other is loaded anew: tm_plugin_load
+ * maps a private copy, never the file in place. */
 static struct tm_plugin *z_plugin_for(const struct tm_cfg_task *t)
 {
     for (size_t i = z_ngens; i-- > 0;) {
@@ -167,7 +170,9 @@ static struct tm_plugin *z_plugin_for(const struct tm_cfg_task *t)
                 strcmp(o->cfg->plugin_path, t->plugin_path) != 0)
                 continue;
             if (strcmp(o->cfg->name, t->name) == 0 &&
+                strcmp(o->cfg->queue, t->queue) == 0 &&
                 strcmp(o->cfg->config_json, t->config_json) == 0 &&
+                !(o->plugin->desc.flags & TM_TASK_F_INIT_ON_RELOAD) &&
                 !tm_plugin_changed(o->plugin))
                 return o->plugin;
         }
@@ -176,8 +181,11 @@ static struct tm_plugin *z_plugin_for(const struct tm_cfg_task *t)
 }
 
 /* z_load loads generation rq->gen from the configuration file, which must
- * still describe the tasks the daemon loaded. Returns 0, or -1 with a
- * reason in err. */
+ * still describe the tasks the daemon loaded, and runs the cb_init of
+ * each task that keeps no plugin of a live generation: the one cb_init of
+ * that task in the fork pool for this generation (the daemon ran none,
+ * daemon/gen.c). Returns 0, or -1 with a reason in err, placed in the
+ * file as the daemon places a refusal (FILE:LINE:COL: tasks.NAME.KEY). */
 static int z_load(const struct zy_req *rq, char *err, size_t errlen)
 {
     struct zy_gen g = {.id = rq->gen};
@@ -212,7 +220,9 @@ static int z_load(const struct zy_req *rq, char *err, size_t errlen)
         g.own[i].plugin = tm_plugin_load(t->plugin_path, reason,
                                          sizeof reason);
         if (g.own[i].plugin == NULL) {
-            tm_snprintf(err, errlen, "task '%s': %s", t->name, reason);
+            tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.plugin: %s",
+                        rq->path, t->plugin_at.line, t->plugin_at.col,
+                        t->name, reason);
             goto out;
         }
         struct tm_task_env env = {
@@ -224,7 +234,14 @@ static int z_load(const struct zy_req *rq, char *err, size_t errlen)
         };
         if (tm_plugin_init(g.own[i].plugin, &env, reason,
                            sizeof reason) != 0) {
-            tm_snprintf(err, errlen, "task '%s': %s", t->name, reason);
+            struct tm_mark at = t->plugin_at;
+            const char *key = "plugin";
+            if (t->config_at.line > 0) {
+                at = t->config_at;
+                key = "config";
+            }
+            tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.%s: %s", rq->path,
+                        at.line, at.col, t->name, key, reason);
             goto out;
         }
     }
@@ -308,14 +325,15 @@ static int z_reap(void)
     }
 }
 
-void tm_zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
+void tm_zygote_main(int ctl, pid_t parent_pid, struct tm_task **tasks,
                     size_t ntasks)
 {
     z_ctl = ctl;
     prctl(PR_SET_NAME, ZY_NAME);
-    /* die with the daemon; its workers die with it in turn */
+    /* die with the seed (which dies with the daemon); its workers die
+     * with it in turn */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != daemon_pid)
+    if (getppid() != parent_pid)
         _exit(1);
     sigset_t chld;
     sigemptyset(&chld);
@@ -380,3 +398,112 @@ void tm_zygote_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
     _exit(0);
 }
 
+
+/* ---- the seed process -------------------------------------------------- */
+
+/* How long the seed, told to end, waits for its zygote to exit before it
+ * ends anyway (the zygote then dies of its parent-death signal). */
+#define ZY_SEED_GRACE_MS 2000
+
+/* s_fork_zygote forks a zygote with tasks as its generation 1. Returns its
+ * pid with the seed's end of its control socket in *fd, or -1 with a
+ * reason in err. */
+static pid_t s_fork_zygote(int ctl, int sfd, struct tm_task **tasks,
+                           size_t ntasks, int *fd, char *err, size_t errlen)
+{
+    char eb[TM_STRERRNO_BUF];
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        tm_snprintf(err, errlen, "socketpair: %s",
+                    tm_strerror(errno, eb, sizeof eb));
+        return -1;
+    }
+    pid_t self = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        tm_snprintf(err, errlen, "fork: %s",
+                    tm_strerror(errno, eb, sizeof eb));
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(ctl);
+        close(sfd);
+        close(sv[0]);
+        tm_zygote_main(sv[1], self, tasks, ntasks);
+    }
+    close(sv[1]);
+    *fd = sv[0];
+    return pid;
+}
+
+void tm_zygote_seed_main(int ctl, pid_t daemon_pid, struct tm_task **tasks,
+                         size_t ntasks)
+{
+    prctl(PR_SET_NAME, ZY_SEED_NAME);
+    /* die with the daemon; a zygote dies with the seed in turn */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != daemon_pid)
+        _exit(1);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0)
+        _exit(1);
+    /* what the daemon's start-up freed goes back before any zygote is
+     * forked (see tm_zygote_main) */
+    malloc_trim(0);
+    unsigned alive = 0; /* zygotes not reaped yet */
+    static struct zy_req rq;
+    for (;;) {
+        struct pollfd pfd[2] = {{.fd = ctl, .events = POLLIN},
+                                {.fd = sfd, .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (pfd[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            }
+            int status;
+            while (waitpid(-1, &status, WNOHANG) > 0)
+                alive--;
+        }
+        if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        ssize_t n = tm_zy_recv(ctl, &rq, sizeof rq, NULL, 1);
+        if (n < 0 && errno == EAGAIN)
+            continue;
+        if (n != (ssize_t)sizeof rq)
+            break; /* the daemon is gone or done */
+        struct zy_msg m = {.kind = ZY_REPLY, .rc = -1};
+        int fd = -1;
+        if (rq.op == ZY_ZYGOTE) {
+            m.pid = s_fork_zygote(ctl, sfd, tasks, ntasks, &fd, m.err,
+                                  sizeof m.err);
+            if (m.pid > 0) {
+                m.rc = 0;
+                alive++;
+            }
+        } else {
+            tm_snprintf(m.err, sizeof m.err, "unknown request %u", rq.op);
+        }
+        int sent = tm_zy_send(ctl, &m, sizeof m, fd);
+        if (fd >= 0)
+            close(fd);
+        if (sent != 0)
+            break;
+    }
+    /* the daemon closed the zygote's socket before this one: give the
+     * zygote its time to end on its own */
+    for (int ms = 0; alive > 0 && ms < ZY_SEED_GRACE_MS; ms++) {
+        int status;
+        while (alive > 0 && waitpid(-1, &status, WNOHANG) > 0)
+            alive--;
+        if (alive > 0)
+            tm_sleep_ms(1);
+    }
+    _exit(0);
+}

@@ -85,12 +85,28 @@ describe_tag() {
 		"$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | head -c 120 || true)"
 }
 
-# zygote_of PID: print the pid of the daemon's worker zygote (its child
-# named tm-zygote, which forks the fork pool's workers); status 1 if none.
-zygote_of() {
+# seed_of PID: print the pid of the daemon's zygote seed (its child named
+# tm-zygote-seed, which forks every zygote); status 1 if none.
+seed_of() {
 	local pid
 	for pid in $(pgrep -P "$1" 2>/dev/null || true); do
-		if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tm-zygote ]]; then
+		if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tm-zygote-seed ]]; then
+			echo "$pid"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# zygote_of PID: print the pid of the daemon's worker zygote (the child
+# named tm-zygote of its seed, which forks the fork pool's workers), not
+# counting one that has exited and is not reaped yet; status 1 if none.
+zygote_of() {
+	local pid seed
+	seed=$(seed_of "$1") || return 1
+	for pid in $(pgrep -P "$seed" 2>/dev/null || true); do
+		if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == tm-zygote &&
+			$(proc_field "$pid" 3) != Z ]]; then
 			echo "$pid"
 			return 0
 		fi
@@ -99,16 +115,14 @@ zygote_of() {
 }
 
 # daemon_children [PID]: tags of every worker process of the daemon: the
-# children of its zygote, or its own children when it has none (zombies
-# included: a child not reaped yet is still a child), one per line,
-# sorted. Prints nothing when there is none.
+# children of its zygote (zombies included: a child not reaped yet is
+# still a child), one per line, sorted. Prints nothing when there is none
+# (no zygote, as while one is being restarted, or no worker).
 daemon_children() {
 	local ppid=${1:-$DAEMON_PID} pid zygote
 	[[ -n $ppid ]] || fail "daemon_children: no daemon pid"
-	if zygote=$(zygote_of "$ppid"); then
-		ppid=$zygote
-	fi
-	for pid in $(pgrep -P "$ppid" 2>/dev/null || true); do
+	zygote=$(zygote_of "$ppid") || return 0
+	for pid in $(pgrep -P "$zygote" 2>/dev/null || true); do
 		pid_tag "$pid" || true
 	done | sort
 }

@@ -1,11 +1,13 @@
-# Fork pool: workers are forked by a zygote, a single-threaded process the
-# daemon forks before it starts any thread, never by a thread of the
-# daemon, so no worker inherits a lock another thread held. The daemon's
-# only child is the zygote; the workers, first ones and replacements, are
-# the zygote's children. A reload's new tasks are loaded by the zygote
-# itself (its cb_init makes the task data the new workers use), as the
-# daemon has threads by then. A zygote that dies takes its workers along
-# and the pool goes on forking them itself.
+# Fork pool: workers are forked by a zygote, a single-threaded process
+# forked by the zygote seed, which the daemon forks before it starts any
+# thread; never by a thread of the daemon, so no worker inherits a lock
+# another thread held. The daemon's only child is the seed, the seed's
+# the zygote; the workers, first ones and replacements, are the zygote's
+# children. A reload's new tasks are loaded by the zygote itself (its
+# cb_init makes the task data the new workers use), as the daemon has
+# threads by then. A zygote that dies takes its workers along and is
+# restarted by the seed; the new workers are its children, never the
+# daemon's (test_fork_zygote_restart.sh: repeated deaths, the backoff).
 . "$TM_SRCDIR/tests/integration/lib_fork.sh"
 
 POOL=2
@@ -36,9 +38,12 @@ threads() { awk '/^Threads:/ { print $2 }' "/proc/$1/status"; }
 # forked zygote: one more than the zygote's code has
 zygote_threads=1
 [[ $TM_BUILD == *build-tsan ]] && zygote_threads=2
-zygote=$(zygote_of "$DAEMON_PID") || fail "the daemon has no tm-zygote child"
-note "zygote pid $zygote; daemon threads $(threads "$DAEMON_PID")"
-assert_eq "$zygote" "$(pgrep -P "$DAEMON_PID" | paste -sd ' ')" "the daemon's children"
+seed=$(seed_of "$DAEMON_PID") || fail "the daemon has no tm-zygote-seed child"
+zygote=$(zygote_of "$DAEMON_PID") || fail "the seed has no tm-zygote child"
+note "seed pid $seed, zygote pid $zygote; daemon threads $(threads "$DAEMON_PID")"
+assert_eq "$seed" "$(pgrep -P "$DAEMON_PID" | paste -sd ' ')" "the daemon's children"
+assert_eq "$zygote" "$(pgrep -P "$seed" | paste -sd ' ')" "the seed's children"
+assert_le "$zygote_threads" "$(threads "$seed")" "threads of the seed"
 assert_le "$zygote_threads" "$(threads "$zygote")" "threads of the zygote"
 assert_ge 2 "$(threads "$DAEMON_PID")" "threads of the daemon"
 first=$(daemon_children | paste -sd ' ')
@@ -48,7 +53,8 @@ rcall XADD q.f '*' body '{"mode":"crash"}' >/dev/null
 wait_metric taskmill_tasks_total 'task="f",outcome="crashed"' 1 15
 wait_children "$POOL"
 assert_ne "$first" "$(daemon_children | paste -sd ' ')" "workers after a crash"
-assert_eq "$zygote" "$(pgrep -P "$DAEMON_PID" | paste -sd ' ')" "the daemon's children after a crash"
+assert_eq "$seed" "$(pgrep -P "$DAEMON_PID" | paste -sd ' ')" "the daemon's children after a crash"
+assert_eq "$zygote" "$(zygote_of "$DAEMON_PID")" "the zygote after a crash"
 
 # the first configuration's task data was made by the daemon (inherited)
 rcall XADD q.a '*' body '{"n":1}' >/dev/null
@@ -71,21 +77,31 @@ wait_children "$POOL" 15
 for tag in $(daemon_children); do
 	assert_eq "$zygote" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag"
 done
-assert_eq 0 "$(grep -c 'no worker zygote\|zygote is forked while\|zygote.*is gone' "$DAEMON_LOG" || true)" \
+assert_eq 0 "$(grep -c 'no worker zygote\|is forked while\|zygote.*is gone' "$DAEMON_LOG" || true)" \
 	"zygote warnings in the log"
 
-# a zygote killed takes its workers along; the pool then forks itself
+# a zygote killed takes its workers along; the seed forks a new one,
+# which forks the new workers
 kill -KILL "$zygote"
 wait_until "grep -q 'zygote (pid $zygote) is gone' '$DAEMON_LOG'" 15
+wait_until "grep -q 'worker zygote restarted' '$DAEMON_LOG'" 15
 wait_children "$POOL" 15
+zygote2=$(zygote_of "$DAEMON_PID") || fail "no zygote after the restart"
+assert_ne "$zygote" "$zygote2" "the zygote after its death"
+assert_eq "$seed" "$(proc_field "$zygote2" 4)" "parent of the new zygote"
+assert_le "$zygote_threads" "$(threads "$zygote2")" "threads of the new zygote"
 for tag in $(daemon_children); do
-	assert_eq "$DAEMON_PID" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag without a zygote"
+	assert_eq "$zygote2" "$(proc_field "${tag%%:*}" 4)" "parent of worker $tag after the restart"
 	# its own rings only (two mappings), none of its siblings'
 	assert_eq 2 "$(grep -c taskmill-fork-ring "/proc/${tag%%:*}/maps" || true)" \
-		"ring mappings of worker $tag forked by the pool"
+		"ring mappings of worker $tag forked by the new zygote"
 done
+assert_eq "$seed" "$(pgrep -P "$DAEMON_PID" | paste -sd ' ')" "the daemon's children after the restart"
 rcall XADD q.a '*' body '{"n":2}' >/dev/null
 wait_metric taskmill_tasks_total 'task="a",outcome="success"' 2 15
+rcall XADD q.b '*' body '{"n":2}' >/dev/null
+wait_metric taskmill_tasks_total 'task="b",outcome="success"' 2 15
+wait_metric taskmill_zygote_restarts_total '' 1 5
 daemon_alive || fail "daemon died with its zygote"
 
 rc=0
