@@ -264,7 +264,9 @@ check-asan:
 # pool's watchdog settling and replacing stuck runs, and a reload keeping
 # the old configuration until they return (thread_stuck,
 # thread_late, thread_stuck_reload, thread_stuck_refill, amqp_thread_late,
-# host_python_stuck); a Python run that catches Stopped (host_python_stopped).
+# host_python_stuck); a Python run that catches Stopped (host_python_stopped);
+# the fork pool's zygote restarted and a reload's cb_init run once
+# (fork_zygote_restart, fork_reload_init).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
