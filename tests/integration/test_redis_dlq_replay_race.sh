@@ -11,8 +11,11 @@
 #    come back to the queue, each body once, the dead-letter stream ends
 #    empty, and the task runs each body once.
 # 3. Purge race: rounds of 4 purges at once (CLI and API) over dead
-#    letters: the purge counts of a round add up to what was there.
+#    letters, every command of the CLI and the daemon delayed 100 ms
+#    each way by a proxy (so that a purge of several steps would overlap
+#    another): the purge counts of a round add up to what was there.
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
+. "$TM_SRCDIR/tests/integration/lib_fault.sh"
 need_tools jq curl
 
 TOKEN=replay-race-token
@@ -102,8 +105,9 @@ dead_letters() {
 	assert_eq "$1" "$(xlen q.add.dlq)" "dead letters written"
 }
 
-# race OP: 2 CLI `dlq OP add` and 2 API POSTs at once; prints the four
-# counts they reported, one a line (an error is fatal).
+# race OP: 2 CLI `dlq OP add` (with CLI_CONF) and 2 API calls at once;
+# prints the four counts they reported, one a line (an error is fatal).
+CLI_CONF=$CONF_B
 race() {
 	local op=$1 i path
 	if [[ $op == replay ]]; then path=/api/v1/tasks/add/dead-letters/replay; else path=/api/v1/tasks/add/dead-letters; fi
@@ -111,7 +115,7 @@ race() {
 	[[ $op == purge ]] && method=DELETE
 	local pids=()
 	for i in 1 2; do
-		timeout -k 2 60 "$TM_BIN" dlq -c "$CONF_B" "$op" add >"$TEST_DIR/race.cli$i.out" 2>"$TEST_DIR/race.cli$i.err" &
+		timeout -k 2 60 "$TM_BIN" dlq -c "$CLI_CONF" "$op" add >"$TEST_DIR/race.cli$i.out" 2>"$TEST_DIR/race.cli$i.err" &
 		pids+=($!)
 		curl -s -m 60 -o "$TEST_DIR/race.api$i.out" -w '%{http_code}' "${AUTH[@]}" -X "$method" \
 			"http://127.0.0.1:$HTTP_PORT$path" >"$TEST_DIR/race.api$i.code" 2>/dev/null &
@@ -158,6 +162,16 @@ assert_eq "$N" "$(wc -l <"$JOURNAL")" "runs of the replayed messages"
 assert_eq "$N" "$(cut -d' ' -f2- "$JOURNAL" | sort -u | wc -l)" "distinct bodies run"
 
 # ---- 3: four purges at once, in rounds; each entry counted once
+fault_proxy_start R "$REDIS_PORT"
+CLI_CONF=$TEST_DIR/slow.yaml
+sed "s|redis://127.0.0.1:$REDIS_PORT/|redis://127.0.0.1:$FAULT_PORT_R/|" "$CONF_B" >"$CLI_CONF"
+grep -q "$FAULT_PORT_R" "$CLI_CONF" || fail "no proxy port in $CLI_CONF"
+fault_proxy R "delay 100"
+rc=0
+stop_daemon || rc=$?
+assert_eq 0 "$rc" "exit status of the fixed daemon"
+start_daemon "$CLI_CONF"
+wait_ping
 for round in 1 2 3 4 5; do
 	dead_letters 200 "$((round + 1))"
 	race purge >"$TEST_DIR/purge.counts"
