@@ -552,6 +552,8 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
                             /* requeue = */ 1) != AMQP_STATUS_OK) {
         tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
                             t->dead_letter);
+        /* closing the connection gives back what it holds */
+        cli_lost(ab);
         rc = -1;
     }
     if (rc != 0) {
@@ -649,6 +651,8 @@ int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
                             /* requeue = */ 1) != AMQP_STATUS_OK) {
         tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
                             t->dead_letter);
+        /* closing the connection gives back what it holds */
+        cli_lost(ab);
         rc = -1;
     }
     struct tm_dlq_entry *v = k > 0 ? tm_calloc(k, sizeof *v) : NULL;
@@ -669,7 +673,17 @@ int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
 /* dlq_walk visits the dead letters, oldest first: each one matching id
  * (all when id is NULL) is replayed to the task queue (replay) or
  * dropped, then acknowledged; the others go back where they were.
- * Returns the count handled, or -1. */
+ * Returns the count handled, or -1. Concurrent walks (other CLI
+ * processes, the API of other daemons) never handle one message twice:
+ * a message got here is unacknowledged, delivered to no one else until
+ * it is acknowledged (replayed or dropped) or given back; a walk by id
+ * that does not find its message (another walk holds it) handles
+ * nothing. A failure gives back every message held (the connection is
+ * closed): a replayed message is acknowledged on the channel its next
+ * basic.get goes on, so only one whose publish confirm or ack is not
+ * known to have reached RabbitMQ (no confirm in time, a connection lost
+ * meanwhile) can come back and be replayed again: at least once, never
+ * lost. */
 static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
                      const char *id, int replay)
 {
@@ -729,7 +743,13 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
             tm_free(h.e);
             tm_free(origin);
             if (rc != 0) {
+                /* not replayed, or not known to be (no confirm in
+                 * time): this one and the ones held back go back to
+                 * the dead-letter queue now, not when the broker object
+                 * is destroyed */
                 sym_amqp_destroy_message(&dm.msg);
+                if (ab->cli != NULL)
+                    cli_lost(ab);
                 return -1;
             }
         }

@@ -12,13 +12,48 @@
 
 #define SRC TM_REDIS_SRC
 
-/* Replay one dead-letter entry: XADD the body to the stream, XDEL it
- * from the dead-letter stream. KEYS: stream, dlq. ARGV: dlq id, body. */
+/* replay_script replays the dead letters from ARGV[1] ("-", "(ID" or
+ * ID) to ARGV[2] (an ID), at most ARGV[3] of them: each entry read here
+ * is added to the stream and deleted from the dead-letter stream in this
+ * one script, so an entry is replayed once however many replays run at
+ * once (a concurrent one no longer finds it). The message comes back
+ * with every field of the entry, byte for byte, but the dead letter's
+ * own (task, error, attempts, failed_at, origin_id): its body and its
+ * metadata (dedup_key, reply_to, correlation_id, traceparent, and any
+ * other a producer set, copied into the dead letter when it was
+ * written). XADD comes before XDEL: a failing XADD (OOM, a key of the
+ * wrong type) stops the script with the entry still in place. KEYS:
+ * stream, dlq. Returns {replayed, entries read, id of the last read or
+ * ''}. */
 static const char replay_script[] =
-    "local id = redis.call('XADD', KEYS[1], '*', 'body', ARGV[2])\n"
-    "redis.call('XDEL', KEYS[2], ARGV[1])\n"
-    "return id\n";
+    "local r = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[2], 'COUNT',"
+    " ARGV[3])\n"
+    "local own = {task = true, error = true, attempts = true,"
+    " failed_at = true, origin_id = true}\n"
+    "local n = 0\n"
+    "for _, e in ipairs(r) do\n"
+    "  local f, m = e[2], {'body', ''}\n"
+    "  for i = 1, #f - 1, 2 do\n"
+    "    if f[i] == 'body' then m[2] = f[i + 1]\n"
+    "    elseif not own[f[i]] then\n"
+    "      m[#m + 1] = f[i]; m[#m + 1] = f[i + 1]\n"
+    "    end\n"
+    "  end\n"
+    "  redis.call('XADD', KEYS[1], '*', unpack(m))\n"
+    "  n = n + redis.call('XDEL', KEYS[2], e[1])\n"
+    "end\n"
+    "return {n, #r, #r > 0 and r[#r][1] or ''}\n";
 
+/* Dead letters replay_script moves per call. */
+#define TM_REDIS_REPLAY_CHUNK 100
+
+/* purge_script deletes the dead-letter stream KEYS[1] and returns how
+ * many entries it held, in one step: concurrent purges count each entry
+ * once. */
+static const char purge_script[] =
+    "local n = redis.call('XLEN', KEYS[1])\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "return n\n";
 
 /* Command timeout of the depth connection: a slow answer only delays the
  * next refresh of /metrics, never a task. */
@@ -446,7 +481,7 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     /* replay up to the newest entry there is now: a message that fails
      * again is dead-lettered again, and must not be replayed twice by the
      * same command */
-    char last[TM_REDIS_ID_MAX], from[TM_REDIS_ID_MAX + 1];
+    char last[TM_REDIS_ID_MAX], from[TM_REDIS_ID_MAX + 1], count[24];
     if (id != NULL) {
         tm_snprintf(last, sizeof last, "%s", id);
         tm_snprintf(from, sizeof from, "%s", id);
@@ -466,39 +501,31 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
             return 0;
         tm_snprintf(from, sizeof from, "-");
     }
+    tm_snprintf(count, sizeof count, "%d",
+                id != NULL ? 1 : TM_REDIS_REPLAY_CHUNK);
     for (;;) {
-        const char *argv[] = {"XRANGE", t->dead_letter, from, last, "COUNT",
-                              "100"};
-        redisReply *r = tm_redis_cli_command(rb, 6, argv, NULL, 1, 0);
+        const char *argv[] = {"EVAL", replay_script, "2", t->queue,
+                              t->dead_letter, from, last, count};
+        redisReply *r = tm_redis_cli_command(rb, 8, argv, NULL, 3, 0);
         if (r == NULL)
             return -1;
-        size_t got = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
-        for (size_t i = 0; i < got; i++) {
-            const redisReply *e = r->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2)
-                continue;
-            /* the body as stored, every byte of it */
-            const redisReply *body =
-                tm_redis_reply_field(e->element[1], "body");
-            const char *sargv[] = {"EVAL", replay_script, "2", t->queue,
-                                   t->dead_letter, e->element[0]->str,
-                                   body != NULL ? body->str : ""};
-            size_t lens[7];
-            for (size_t k = 0; k < 6; k++)
-                lens[k] = strlen(sargv[k]);
-            lens[6] = body != NULL ? body->len : 0;
-            redisReply *x = tm_redis_cli_command(rb, 7, sargv, lens, 3, 0);
-            if (x == NULL) {
-                freeReplyObject(r);
-                return -1;
-            }
-            freeReplyObject(x);
-            moved++;
-            /* the next page starts after this entry */
-            tm_snprintf(from, sizeof from, "(%s", e->element[0]->str);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER ||
+            r->element[1]->type != REDIS_REPLY_INTEGER ||
+            r->element[2]->type != REDIS_REPLY_STRING) {
+            tm_broker_set_error(b, EINVAL, "dead-letter replay of '%s': an "
+                                "answer of an unexpected shape",
+                                t->dead_letter);
+            freeReplyObject(r);
+            return -1;
         }
+        moved += (long)r->element[0]->integer;
+        long long got = r->element[1]->integer;
+        /* the next chunk starts after the last entry read */
+        if (got > 0)
+            tm_snprintf(from, sizeof from, "(%s", r->element[2]->str);
         freeReplyObject(r);
-        if (id != NULL || got < 100)
+        if (id != NULL || got < TM_REDIS_REPLAY_CHUNK)
             break;
     }
     return moved;
@@ -508,25 +535,17 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                          const char *id)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
+    redisReply *r;
     if (id != NULL) {
         const char *argv[] = {"XDEL", t->dead_letter, id};
-        redisReply *r = tm_redis_cli_command(rb, 3, argv, NULL, 1, 0);
-        if (r == NULL)
-            return -1;
-        long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
-        freeReplyObject(r);
-        return n;
+        r = tm_redis_cli_command(rb, 3, argv, NULL, 1, 0);
+    } else {
+        const char *argv[] = {"EVAL", purge_script, "1", t->dead_letter};
+        r = tm_redis_cli_command(rb, 4, argv, NULL, 3, 0);
     }
-    const char *largv[] = {"XLEN", t->dead_letter};
-    redisReply *r = tm_redis_cli_command(rb, 2, largv, NULL, 1, 0);
     if (r == NULL)
         return -1;
     long n = r->type == REDIS_REPLY_INTEGER ? (long)r->integer : 0;
-    freeReplyObject(r);
-    const char *dargv[] = {"DEL", t->dead_letter};
-    r = tm_redis_cli_command(rb, 2, dargv, NULL, 1, 0);
-    if (r == NULL)
-        return -1;
     freeReplyObject(r);
     return n;
 }

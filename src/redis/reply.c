@@ -90,7 +90,10 @@
  * success, SET KEYS[4] (the dedup key) to the answer body for ARGV[5] ms
  * unless it exists, and when it does, the outcome becomes duplicate with
  * the stored body; with ARGV[3] = 1 add the dead letter to KEYS[2] (body
- * copied from the entry, fields ARGV[11..]); with ARGV[4] > 0 answer on
+ * copied from the entry, fields ARGV[11..], then every other field of the
+ * entry, its metadata: dedup_key, reply_to, correlation_id, traceparent
+ * and any other a producer set, a field named as one of ARGV[11..] left
+ * out, so a replay can give them back); with ARGV[4] > 0 answer on
  * KEYS[3] unless refusal() refuses it, and expire it after ARGV[4] ms;
  * then XACK. Unused keys are given as KEYS[1]. KEYS: stream, dead-letter
  * stream, reply_to, dedup key. ARGV: group, id, dead, reply_ttl,
@@ -112,15 +115,21 @@ static const char final_script[] =
     "  end\n"
     "end\n"
     "if ARGV[3] == '1' then\n"
-    "  local b = ''\n"
+    "  local d, own = {'body', ''}, {body = true}\n"
+    "  for i = 11, #ARGV - 1, 2 do\n"
+    "    d[#d + 1] = ARGV[i]; d[#d + 1] = ARGV[i + 1]; own[ARGV[i]] = true\n"
+    "  end\n"
     "  local r = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])\n"
     "  if #r > 0 and type(r[1][2]) == 'table' then\n"
     "    local f = r[1][2]\n"
     "    for i = 1, #f - 1, 2 do\n"
-    "      if f[i] == 'body' then b = f[i + 1] break end\n"
+    "      if f[i] == 'body' then d[2] = f[i + 1]\n"
+    "      elseif not own[f[i]] then\n"
+    "        d[#d + 1] = f[i]; d[#d + 1] = f[i + 1]; own[f[i]] = true\n"
+    "      end\n"
     "    end\n"
     "  end\n"
-    "  redis.call('XADD', KEYS[2], '*', 'body', b, unpack(ARGV, 11))\n"
+    "  redis.call('XADD', KEYS[2], '*', unpack(d))\n"
     "end\n"
     "local aerr, why = '', ''\n"
     "if ARGV[4] ~= '0' then\n"

@@ -36,21 +36,30 @@
  * fails (OOM, READONLY, WRONGTYPE) the script stops before XACK: the
  * entry stays pending and the caller keeps the message unsettled.
  * KEYS: stream, dlq. ARGV: group, id, then field/value pairs. Returns the
- * dead letter's id, or 0 when the entry was not pending. */
+ * dead letter's id, or 0 when the entry was not pending. The dead
+ * letter also carries every other field of the entry (its metadata:
+ * dedup_key, reply_to, correlation_id, traceparent, any other a producer
+ * set), a field named as one of ARGV's left out, so that a replay gives
+ * the message back whole. */
 static const char dead_script[] =
     "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2],"
     " 1)\n"
     "if #p == 0 then return 0 end\n"
-    "local body = ''\n"
+    "local d, own = {'body', ''}, {body = true}\n"
+    "for i = 3, #ARGV - 1, 2 do\n"
+    "  d[#d + 1] = ARGV[i]; d[#d + 1] = ARGV[i + 1]; own[ARGV[i]] = true\n"
+    "end\n"
     "local r = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])\n"
     "if #r > 0 and type(r[1][2]) == 'table' then\n"
     "  local f = r[1][2]\n"
     "  for i = 1, #f - 1, 2 do\n"
-    "    if f[i] == 'body' then body = f[i + 1] break end\n"
+    "    if f[i] == 'body' then d[2] = f[i + 1]\n"
+    "    elseif not own[f[i]] then\n"
+    "      d[#d + 1] = f[i]; d[#d + 1] = f[i + 1]; own[f[i]] = true\n"
+    "    end\n"
     "  end\n"
     "end\n"
-    "local id = redis.call('XADD', KEYS[2], '*', 'body', body,"
-    " unpack(ARGV, 3))\n"
+    "local id = redis.call('XADD', KEYS[2], '*', unpack(d))\n"
     "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
     "return id\n";
 

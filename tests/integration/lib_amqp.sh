@@ -150,7 +150,7 @@ int main(int argc, char **argv)
 {
     if (argc < 4) {
         fprintf(stderr, "usage: amqptool PORT count|publish|rpc|take|"
-                "declare QUEUE ...\n");
+                "meta|props|declare QUEUE ...\n");
         return 2;
     }
     const char *cmd = argv[2], *queue = argv[3];
@@ -309,6 +309,75 @@ int main(int argc, char **argv)
             amqp_destroy_message(&m);
         }
         /* no ack: closing the connection gives the message back */
+    } else if (strcmp(cmd, "meta") == 0 && argc >= 8) {
+        /* meta QUEUE BODY ID REPLY_TO CORRELATION_ID [NAME=VALUE...]: one
+         * message with these properties and string headers, confirmed */
+        amqp_table_entry_t h[16];
+        int nh = 0;
+        for (int i = 8; i < argc && nh < 16; i++) {
+            const char *eq = strchr(argv[i], '=');
+            if (eq == NULL)
+                return 2;
+            h[nh].key.bytes = argv[i];
+            h[nh].key.len = (size_t)(eq - argv[i]);
+            h[nh].value.kind = AMQP_FIELD_KIND_UTF8;
+            h[nh].value.value.bytes = amqp_cstring_bytes(eq + 1);
+            nh++;
+        }
+        amqp_confirm_select(c, 1);
+        check(amqp_get_rpc_reply(c), "confirm.select");
+        amqp_basic_properties_t p;
+        memset(&p, 0, sizeof p);
+        p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG |
+                   AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG |
+                   AMQP_BASIC_HEADERS_FLAG;
+        p.delivery_mode = 2;
+        p.message_id = amqp_cstring_bytes(argv[5]);
+        p.reply_to = amqp_cstring_bytes(argv[6]);
+        p.correlation_id = amqp_cstring_bytes(argv[7]);
+        p.headers.num_entries = nh;
+        p.headers.entries = h;
+        if (amqp_basic_publish(c, 1, amqp_empty_bytes,
+                               amqp_cstring_bytes(queue), 1, 0, &p,
+                               amqp_cstring_bytes(argv[4])) != 0) {
+            fprintf(stderr, "amqptool: publish failed\n");
+            return 1;
+        }
+        wait_confirms(1);
+    } else if (strcmp(cmd, "props") == 0) {
+        /* props QUEUE: basic.get one message (acknowledged) and print its
+         * reply_to, correlation_id and message_id properties and its
+         * string headers, one "name=value" a line; or "empty" */
+        amqp_rpc_reply_t r = amqp_basic_get(c, 1, amqp_cstring_bytes(queue),
+                                            1);
+        check(r, "basic.get");
+        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) {
+            printf("empty\n");
+        } else {
+            amqp_message_t m;
+            check(amqp_read_message(c, 1, &m, 0), "read message");
+            amqp_basic_properties_t *p = &m.properties;
+            if (p->_flags & AMQP_BASIC_REPLY_TO_FLAG)
+                printf("reply_to=%.*s\n", (int)p->reply_to.len,
+                       (char *)p->reply_to.bytes);
+            if (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)
+                printf("correlation_id=%.*s\n", (int)p->correlation_id.len,
+                       (char *)p->correlation_id.bytes);
+            if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+                printf("message_id=%.*s\n", (int)p->message_id.len,
+                       (char *)p->message_id.bytes);
+            for (int i = 0; (p->_flags & AMQP_BASIC_HEADERS_FLAG) &&
+                            i < p->headers.num_entries; i++) {
+                amqp_table_entry_t *e = &p->headers.entries[i];
+                if (e->value.kind == AMQP_FIELD_KIND_UTF8 ||
+                    e->value.kind == AMQP_FIELD_KIND_BYTES)
+                    printf("%.*s=%.*s\n", (int)e->key.len,
+                           (char *)e->key.bytes,
+                           (int)e->value.value.bytes.len,
+                           (char *)e->value.value.bytes.bytes);
+            }
+            amqp_destroy_message(&m);
+        }
     } else if (strcmp(cmd, "declare") == 0 && argc >= 5) {
         /* declare QUEUE MAX_PRIORITY [DLX DLRK]: a durable queue */
         amqp_table_entry_t a[3];
