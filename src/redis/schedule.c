@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "schedule/fire.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
@@ -21,7 +22,8 @@
  * fire_script publishes one slot unless it or a later one was fired.
  * KEYS[1] the task's stream, KEYS[2] the schedule's last-slot key
  * ("<queue>.sched.<schedule>", in the stream's hash slot). ARGV[1] the
- * slot (epoch ms), ARGV[2] the body, ARGV[3] the schedule's name.
+ * slot (epoch ms), ARGV[2] the body, ARGV[3] the schedule's name,
+ * ARGV[4] the entry's dedup key.
  * Returns {1, slot} when it added the entry, {0, last} when the key
  * already held this slot or a later one. The key only ever grows, and it
  * changes in the same script as the XADD: a slot is added once, and a
@@ -35,7 +37,7 @@ static const char fire_script[] =
     "end\n"
     "redis.call('SET', KEYS[2], ARGV[1])\n"
     "redis.call('XADD', KEYS[1], '*', 'body', ARGV[2], 'schedule', ARGV[3],"
-    " 'slot', ARGV[1])\n"
+    " 'slot', ARGV[1], 'dedup_key', ARGV[4])\n"
     "return {1, ARGV[1]}\n";
 
 /* struct tm_redis_sched is the Redis schedule session: a link of its own
@@ -96,7 +98,7 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
     const struct tm_cfg_task *t = tm_cfg_find_task(ss->b->cfg, s->task);
     char slot[24], eb[256];
     int rc = -1, dead = 0;
-    char *key = NULL;
+    char *key = NULL, *dkey = NULL;
     redisReply *r = NULL;
     if (last_ms != NULL)
         *last_ms = -1;
@@ -108,10 +110,11 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
     }
     key = tm_redis_sched_key(t, s->name);
     tm_snprintf(slot, sizeof slot, "%lld", (long long)slot_ms);
+    dkey = tm_sched_dedup_key(s->name, slot_ms);
     const char *argv[] = {"EVAL", fire_script, "2", t->queue, key, slot,
-                          s->body_json, s->name};
+                          s->body_json, s->name, dkey};
     r = tm_redis_link_run((struct tm_redis *)ss->b, &rs->link,
-                          tm_redis_key_slot(t->queue, strlen(t->queue)), 8,
+                          tm_redis_key_slot(t->queue, strlen(t->queue)), 9,
                           argv, NULL, 0, 0, eb, sizeof eb, &dead);
     if (r == NULL) {
         tm_sched_session_error(ss, "schedule '%s': %s", s->name, eb);
@@ -129,6 +132,7 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
 out:
     if (r != NULL)
         freeReplyObject(r);
+    tm_free(dkey);
     tm_free(key);
     return rc;
 }

@@ -25,6 +25,11 @@
 #define TM_FIRE_BACKOFF_MIN_MS 200
 #define TM_FIRE_BACKOFF_MAX_MS 5000
 
+char *tm_sched_dedup_key(const char *name, int64_t slot_ms)
+{
+    return tm_asprintf("schedule:%s:%lld", name, (long long)slot_ms);
+}
+
 /* ---- counts ------------------------------------------------------------- */
 
 struct stat_row {
