@@ -73,6 +73,7 @@ TEST_PACKAGES=(
 	procps
 	socat
 	openssl
+	faketime # a daemon with its clock off (test_schedule_clock_skew)
 	gawk
 	liblua5.4-dev
 	python3-dev

@@ -246,7 +246,11 @@ struct tm_broker_ops {
      * then the last slot fired, >= slot_ms), or another daemon leads s
      * (*last_ms = -1: the caller tries the slot again later, for the
      * lead may pass to it); -1 on a failure: the session is then broken,
-     * to be closed and opened again. last_ms may be NULL. Failures of
+     * to be closed and opened again; 2 when the broker has a clock and
+     * slot_ms is later than its now plus TM_SCHED_EARLY_MS: nothing was
+     * published or marked (*last_ms then the broker's now, epoch ms), so
+     * that no daemon's fast clock can mark a future slot fired and
+     * silence it for the others. last_ms may be NULL. Failures of
      * sched_fire, sched_last and sched_serve are described in
      * ss->errstr.
      *
@@ -256,6 +260,11 @@ struct tm_broker_ops {
      * sched_serve, optional, waits up to timeout_ms while keeping the
      * session alive (heartbeats, leadership changes): NULL means the
      * session needs no serving between calls. 0, or -1 when broken.
+     *
+     * sched_clock, optional (NULL: the broker has no clock), reads the
+     * broker's clock and stores in *skew_ms this daemon's clock
+     * (tm_sched_now_ms) minus the broker's, the broker's reading
+     * corrected by half the round trip. 0, or -1 when broken.
      *
      * sched_close closes the session; NULL accepted.
      */
@@ -267,6 +276,7 @@ struct tm_broker_ops {
     int (*sched_last)(struct tm_sched_session *ss,
                       const struct tm_cfg_schedule *s, int64_t *slot_ms);
     int (*sched_serve)(struct tm_sched_session *ss, int64_t timeout_ms);
+    int (*sched_clock)(struct tm_sched_session *ss, int64_t *skew_ms);
     void (*sched_close)(struct tm_sched_session *ss);
 
     /* publish_at adds one message to the task's queue that runs no

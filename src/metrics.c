@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fork/zygote.h"
+#include "schedule/clock.h"
 #include "schedule/fire.h"
 #include "util.h"
 
@@ -73,6 +74,14 @@ static void schedule_metrics(struct tm_daemon *d, struct mbuf *b)
     char lb[256];
     if (cfg->nschedules == 0 || d->sched_stats == NULL)
         return;
+    int64_t skew;
+    if (tm_sched_skew_ms(&skew)) {
+        family(b, "taskmill_clock_skew_seconds", "gauge",
+               "This daemon's clock minus the broker's (Redis TIME), as "
+               "last measured by the schedule firing thread.");
+        mb_printf(b, "taskmill_clock_skew_seconds %.3f\n",
+                  (double)skew / 1000.0);
+    }
     family(b, "taskmill_schedule_fired_total", "counter",
            "Slots of the schedule this daemon published.");
     for (size_t i = 0; i < cfg->nschedules; i++) {

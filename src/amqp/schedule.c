@@ -11,11 +11,11 @@
  * consumer, which then knows the last slot fired and leads.
  *
  * The leader fires slot S in one AMQP transaction on its consuming
- * channel: the task message (message_id "<name>:<S>", headers x-schedule
- * and x-slot), the new state S to the lock queue, S to the last-value
- * queue "taskmill.schedule.<name>.last" (x-max-length 1: the newest
- * only, for `taskmill schedules` and the API), and the ack of the old
- * state. A leader killed before tx.commit changed nothing; after it, all
+ * channel: the task message (message_id "<name>:<S>", headers x-schedule,
+ * x-slot and x-dedup-key "schedule:<name>:<S>"), the new state S to the
+ * lock queue, S to the last-value queue "taskmill.schedule.<name>.last"
+ * (x-max-length 1: the newest only, for `taskmill schedules` and the
+ * API), and the ack of the old state. A leader killed before tx.commit changed nothing; after it, all
  * of it took place. So the next leader never fires a slot the old one
  * fired, and never misses one the old one did not.
  *
@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "schedule/fire.h"
 #include "util.h"
 
 #define SRC TM_AMQP_SRC
@@ -446,6 +447,8 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
     struct tm_amqp_hdrs h = {0};
     tm_amqp_hdr_str(&h, "x-schedule", s->name, TM_AMQP_SHORTSTR_MAX);
     tm_amqp_hdr_i64(&h, "x-slot", slot_ms);
+    char *dkey = tm_sched_dedup_key(s->name, slot_ms);
+    tm_amqp_hdr_str(&h, "x-dedup-key", dkey, strlen(dkey));
     p._flags |= AMQP_BASIC_HEADERS_FLAG;
     p.headers = tm_amqp_hdr_table(&h);
     int rc = sym_amqp_basic_publish(as->c, TM_AMQP_SCH_LEAD,
@@ -453,6 +456,7 @@ int tm_amqp_sched_fire(struct tm_sched_session *ss,
                                     sym_amqp_cstring_bytes(t->queue), 0, 0,
                                     &p, sym_amqp_cstring_bytes(s->body_json));
     tm_free(h.e);
+    tm_free(dkey);
     if (rc != AMQP_STATUS_OK) {
         tm_sched_session_error(&as->base, "schedule '%s': publish: %s",
                                s->name, sym_amqp_error_string2(rc));

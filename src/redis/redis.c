@@ -153,6 +153,7 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .sched_open = tm_redis_sched_open,
     .sched_fire = tm_redis_sched_fire,
     .sched_last = tm_redis_sched_last,
+    .sched_clock = tm_redis_sched_clock,
     .sched_close = tm_redis_sched_close,
     .publish_at = tm_redis_publish_at,
     .scheduled = tm_redis_scheduled,

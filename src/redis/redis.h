@@ -686,6 +686,7 @@ int tm_redis_sched_fire(struct tm_sched_session *ss,
                         int64_t *last_ms);
 int tm_redis_sched_last(struct tm_sched_session *ss,
                         const struct tm_cfg_schedule *s, int64_t *slot_ms);
+int tm_redis_sched_clock(struct tm_sched_session *ss, int64_t *skew_ms);
 void tm_redis_sched_close(struct tm_sched_session *ss);
 
 #endif /* TASKMILL_REDIS_H */

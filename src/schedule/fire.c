@@ -25,6 +25,11 @@
 #define TM_FIRE_BACKOFF_MIN_MS 200
 #define TM_FIRE_BACKOFF_MAX_MS 5000
 
+char *tm_sched_dedup_key(const char *name, int64_t slot_ms)
+{
+    return tm_asprintf("schedule:%s:%lld", name, (long long)slot_ms);
+}
+
 /* ---- counts ------------------------------------------------------------- */
 
 struct stat_row {
@@ -126,10 +131,14 @@ struct tm_fire {
     pthread_cond_t cv;         /* stop */
     atomic_int stop;
     struct tm_sched_session *ss; /* the thread's; NULL while closed */
-    int64_t started_ms;        /* when tm_fire_start ran: schedules are
-                                  placed from then, so that slots passing
-                                  while the first session opens are
-                                  fired late, not skipped */
+    int64_t started_ms;        /* when tm_fire_start ran, on this
+                                  daemon's clock: schedules are placed
+                                  from then (on the broker's clock: minus
+                                  the skew), so that slots passing while
+                                  the first session opens are fired late,
+                                  not skipped */
+    int64_t skew_at;           /* monotonic ms of the last skew
+                                  measurement of this thread, 0: none */
 };
 
 /* wait_ms sleeps up to ms, or until a stop is asked. */
@@ -207,9 +216,20 @@ static int fire_due(struct tm_fire *f, struct cursor *c, int64_t now)
     }
     while (c->next <= now && !atomic_load(&f->stop)) {
         int64_t last = -1;
+        int64_t asked = tm_sched_now_ms();
         int rc = f->b->ops->sched_fire(f->ss, c->s, c->next, &last);
         if (rc < 0)
             return -1;
+        if (rc == 2) {
+            /* the slot is in the future on the broker's clock (last is
+             * its now): this daemon's clock jumped ahead since the last
+             * measurement. Note the skew (no round-trip correction: it
+             * is far beyond it), and go on from the broker's now */
+            tm_sched_skew_note(asked - last);
+            f->skew_at = tm_now_ms();
+            c->next = next_after(c->s, last - 1);
+            break;
+        }
         c->follower = rc == 0 && last < 0;
         if (c->follower)
             break;
@@ -223,6 +243,22 @@ static int fire_due(struct tm_fire *f, struct cursor *c, int64_t now)
         assert(n > c->next);
         c->next = n;
     }
+    return 0;
+}
+
+/* measure_skew measures the skew from the broker's clock when the
+ * broker has one and the last measurement is TM_SCHED_SKEW_EVERY_MS old
+ * (or there was none). 0, or -1 when the session broke. */
+static int measure_skew(struct tm_fire *f)
+{
+    int64_t skew, mono = tm_now_ms();
+    if (f->b->ops->sched_clock == NULL ||
+        (f->skew_at != 0 && mono - f->skew_at < TM_SCHED_SKEW_EVERY_MS))
+        return 0;
+    if (f->b->ops->sched_clock(f->ss, &skew) != 0)
+        return -1;
+    tm_sched_skew_note(skew);
+    f->skew_at = mono != 0 ? mono : 1;
     return 0;
 }
 
@@ -254,12 +290,15 @@ static void *fire_main(void *arg)
                 continue;
             }
         }
-        int64_t now = tm_sched_now_ms();
-        int broken = 0;
+        int broken = measure_skew(f) != 0;
+        /* slots are decided on the broker's clock where it has one */
+        int64_t skew;
+        tm_sched_skew_ms(&skew);
+        int64_t now = tm_sched_now_ms() - skew;
         int64_t wake = INT64_MAX;
         for (size_t i = 0; i < f->n && !broken; i++) {
             struct cursor *c = &f->cur[i];
-            if (!c->started && place(f, c, f->started_ms) != 0)
+            if (!c->started && place(f, c, f->started_ms - skew) != 0)
                 broken = 1;
             else if (fire_due(f, c, now) != 0)
                 broken = 1;
@@ -284,7 +323,7 @@ static void *fire_main(void *arg)
         logged = 0;
         backoff = TM_FIRE_BACKOFF_MIN_MS;
         int64_t ms = wake == INT64_MAX ? TM_FIRE_TURN_MS
-                                       : wake - tm_sched_now_ms();
+                                       : wake - tm_sched_broker_now_ms();
         if (ms > TM_FIRE_TURN_MS)
             ms = TM_FIRE_TURN_MS;
         if (ms < 0)

@@ -13,6 +13,15 @@ struct tm_broker;
 #define TM_FIRE_GRACE_MS 60000
 
 /*
+ * tm_sched_dedup_key is the dedup key each fired message of slot slot_ms
+ * of schedule name carries, "schedule:<name>:<slot>" with the slot in
+ * epoch milliseconds (UTC, decimal, as the message's slot field): the
+ * same on every daemon and broker, so that a task with dedup_ttl runs a
+ * slot published twice (after a failover) once. The caller frees it.
+ */
+char *tm_sched_dedup_key(const char *name, int64_t slot_ms);
+
+/*
  * struct tm_sched_stats keeps, per schedule name, the fires this process
  * made and the last slot fired as this process knows it (its own fires
  * and what it read from the broker). It outlives configurations, so that

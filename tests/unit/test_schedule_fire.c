@@ -1,8 +1,8 @@
 /* test_schedule_fire.c - unit tests for the firing thread
  * (src/schedule/fire.c), on a broker of its own that keeps the last slot
  * of each schedule in memory, with the schedule clock driven by the test:
- * catch-up at start, late slots, the grace, and a lead that passes to
- * this daemon. */
+ * catch-up at start, late slots, the grace, a lead that passes to this
+ * daemon, and a broker with a clock against a daemon's fast clock. */
 #include "schedule/clock.h"
 #include "schedule/fire.h"
 
@@ -302,6 +302,110 @@ START_TEST(reload_goes_on_from_the_old_cursor)
 }
 END_TEST
 
+/* ------------------------------------------- a broker with a clock */
+
+/* broker_now is the fake broker's clock (epoch ms), apart from the
+ * daemon's (fake_now). */
+static atomic_llong broker_now;
+
+/* clock_fire is fake_fire on a broker with a clock: a slot more than
+ * TM_SCHED_EARLY_MS past its now is refused (2, *last its now). */
+static int clock_fire(struct tm_sched_session *ss,
+                      const struct tm_cfg_schedule *s, int64_t slot,
+                      int64_t *last)
+{
+    int64_t now = atomic_load(&broker_now);
+    if (slot > now + TM_SCHED_EARLY_MS) {
+        *last = now;
+        return 2;
+    }
+    return fake_fire(ss, s, slot, last);
+}
+
+static int clock_skew(struct tm_sched_session *ss, int64_t *skew)
+{
+    (void)ss;
+    *skew = atomic_load(&fake_now) - atomic_load(&broker_now);
+    return 0;
+}
+
+static const struct tm_broker_ops clock_ops = {
+    .kind = "fake-clock",
+    .sched_open = fake_open,
+    .sched_fire = clock_fire,
+    .sched_last = fake_last,
+    .sched_clock = clock_skew,
+    .sched_close = fake_close,
+};
+
+#define DAY_MS 86400000LL
+
+/* advance moves both clocks on by ms. */
+static void advance(int64_t ms)
+{
+    atomic_fetch_add(&fake_now, ms);
+    atomic_fetch_add(&broker_now, ms);
+}
+
+/* A daemon whose clock is a day ahead fires on the broker's clock: the
+ * skew is measured when the session opens, the slots are the broker's,
+ * and none of the daemon's future is fired. */
+START_TEST(a_fast_clock_fires_on_the_broker_clock)
+{
+    struct tm_sched_stats *st = tm_sched_stats_new();
+    setup(TM_CATCH_UP_SKIP, T0 - 2000, T0 + 500 + DAY_MS);
+    atomic_store(&broker_now, T0 + 500);
+    broker.ops = &clock_ops;
+    struct tm_fire *f = tm_fire_start(&broker, st, NULL);
+    ck_assert_ptr_nonnull(f);
+    settle();
+    ck_assert_int_eq(nfired(), 0);
+    int64_t skew;
+    ck_assert_int_eq(tm_sched_skew_ms(&skew), 1);
+    ck_assert_int_eq(skew, DAY_MS);
+    advance(2000);
+    wait_fired(1);
+    ck_assert_int_eq(fired(0), T0 + 2000);
+    advance(2000);
+    wait_fired(2);
+    ck_assert_int_eq(fired(1), T0 + 4000);
+    tm_fire_free(f);
+    tm_sched_stats_free(st);
+}
+END_TEST
+
+/* A daemon's clock that jumps a day ahead after the skew was measured:
+ * the broker refuses its future slot, the refusal gives the skew, and
+ * the daemon goes on with the broker's slots. */
+START_TEST(a_clock_jump_is_refused_and_measured)
+{
+    struct tm_sched_stats *st = tm_sched_stats_new();
+    setup(TM_CATCH_UP_SKIP, T0 - 2000, T0 + 500);
+    atomic_store(&broker_now, T0 + 500);
+    broker.ops = &clock_ops;
+    struct tm_fire *f = tm_fire_start(&broker, st, NULL);
+    ck_assert_ptr_nonnull(f);
+    advance(2000);
+    wait_fired(1);
+    ck_assert_int_eq(fired(0), T0 + 2000);
+    /* the next measurement is TM_SCHED_SKEW_EVERY_MS away (monotonic) */
+    atomic_fetch_add(&fake_now, DAY_MS);
+    settle();
+    ck_assert_int_eq(nfired(), 1);
+    int64_t skew;
+    ck_assert_int_eq(tm_sched_skew_ms(&skew), 1);
+    ck_assert(skew > DAY_MS - 1000 && skew <= DAY_MS);
+    advance(2000);
+    wait_fired(2);
+    ck_assert_int_eq(fired(1), T0 + 4000);
+    pthread_mutex_lock(&fb.mu);
+    ck_assert_int_eq(fb.last, T0 + 4000);
+    pthread_mutex_unlock(&fb.mu);
+    tm_fire_free(f);
+    tm_sched_stats_free(st);
+}
+END_TEST
+
 static Suite *fire_suite(void)
 {
     Suite *s = suite_create("schedule_fire");
@@ -312,6 +416,8 @@ static Suite *fire_suite(void)
     tcase_add_test(tc, late_slots_and_the_grace);
     tcase_add_test(tc, a_lead_passed_on_fires_what_was_left);
     tcase_add_test(tc, reload_goes_on_from_the_old_cursor);
+    tcase_add_test(tc, a_fast_clock_fires_on_the_broker_clock);
+    tcase_add_test(tc, a_clock_jump_is_refused_and_measured);
     suite_add_tcase(s, tc);
     return s;
 }
