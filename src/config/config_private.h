@@ -193,6 +193,8 @@ int tm_cfg_parse_log(struct ctx *c, const yaml_node_t *k,
 extern const struct tm_cfg_section tm_cfg_sec_top, tm_cfg_sec_broker,
     tm_cfg_sec_tls, tm_cfg_sec_redis, tm_cfg_sec_amqp, tm_cfg_sec_pool,
     tm_cfg_sec_http, tm_cfg_sec_log, tm_cfg_sec_task, tm_cfg_sec_schedule;
+/* tm_cfg_section_known says whether sec is one of them (tm_cfg_section_at) */
+bool tm_cfg_section_known(const struct tm_cfg_section *sec);
 
 /* document.c */
 int tm_cfg_parse_top(struct ctx *c, const yaml_node_t *root);

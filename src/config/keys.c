@@ -221,6 +221,14 @@ const struct tm_cfg_section *tm_cfg_section_at(size_t i)
     return i < NELEM(all_sections) ? all_sections[i] : NULL;
 }
 
+bool tm_cfg_section_known(const struct tm_cfg_section *sec)
+{
+    for (size_t i = 0; i < NELEM(all_sections); i++)
+        if (all_sections[i] == sec)
+            return true;
+    return false;
+}
+
 size_t tm_cfg_restart_changes(const struct tm_cfg *a, const struct tm_cfg *b,
                               char *buf, size_t size)
 {

@@ -394,6 +394,8 @@ int tm_cfg_walk_section(struct ctx *c, const yaml_node_t *k,
                         void *arg)
 {
     char path[CFG_PATH_LEN];
+    /* a section of the table only: a reload compares its keys */
+    assert(tm_cfg_section_known(sec));
     int rc = tm_cfg_want_mapping(c, k, v, where, true);
     if (rc != 0)
         return rc < 0 ? -1 : 0;
