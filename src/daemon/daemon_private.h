@@ -104,7 +104,8 @@ void tm_flow_out(struct tm_task *t);
 
 /* tm_flow_share gives each task of the created generation g its shared
  * count: its predecessor's in g->prev (g->snap_from), else a new one.
- * tm_flow_unshare drops g's references (tm_gen_free). */
+ * tm_flow_unshare takes what g still counts in flight out of the shared
+ * counts and drops g's references (tm_gen_free, once nothing of g runs). */
 void tm_flow_share(struct tm_gen *g);
 void tm_flow_unshare(struct tm_gen *g);
 

@@ -66,12 +66,20 @@ void tm_flow_share(struct tm_gen *g)
     }
 }
 
+/* At tm_gen_free nothing of g runs any more, but messages it never
+ * counted out may be left (a settlement that failed, a generation that
+ * did not start): they leave the shared count here, so that it stays
+ * the sum of the live generations' own counts. */
 void tm_flow_unshare(struct tm_gen *g)
 {
     for (size_t i = 0; i < g->ntasks; i++) {
-        struct tm_conc *c = g->tasks[i].flow.conc;
-        g->tasks[i].flow.conc = NULL;
-        if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1)
+        struct tm_task *t = &g->tasks[i];
+        struct tm_conc *c = t->flow.conc;
+        t->flow.conc = NULL;
+        if (c == NULL)
+            continue;
+        atomic_fetch_sub(&c->inflight, atomic_load(&t->stats.inflight));
+        if (atomic_fetch_sub(&c->refs, 1) == 1)
             tm_free(c);
     }
 }
