@@ -62,6 +62,8 @@ struct tm_flow {
                                    wait is counted once, when it starts) */
     struct tm_conc *conc;       /* shared across generations; set for
                                    the tasks of a created generation */
+    int conc_out;               /* the task's generation is stopped and
+                                   its messages left conc (tm_flow_stopped) */
 };
 
 /* tm_flow_burst returns the most tokens t's bucket holds (t is rate

@@ -109,6 +109,11 @@ void tm_flow_out(struct tm_task *t);
 void tm_flow_share(struct tm_gen *g);
 void tm_flow_unshare(struct tm_gen *g);
 
+/* tm_flow_stopped takes what the stopped generation g still counts in
+ * flight (messages it gave up on, to be delivered again) out of the
+ * shared counts: called once tm_gen_stop returned. */
+void tm_flow_stopped(struct tm_gen *g);
+
 /* tm_flow_held records whether the last look held t's intake back by
  * rate_limit or concurrency; a wait is counted once, when it starts. */
 void tm_flow_held(struct tm_task *t, int held);

@@ -66,20 +66,39 @@ void tm_flow_share(struct tm_gen *g)
     }
 }
 
-/* At tm_gen_free nothing of g runs any more, but messages it never
- * counted out may be left (a settlement that failed, a generation that
- * did not start): they leave the shared count here, so that it stays
- * the sum of the live generations' own counts. */
+/* conc_out takes what t still counts in flight out of its shared count,
+ * once: called when nothing counts t's messages out any more. */
+static void conc_out(struct tm_task *t)
+{
+    if (t->flow.conc == NULL || t->flow.conc_out)
+        return;
+    t->flow.conc_out = 1;
+    atomic_fetch_sub(&t->flow.conc->inflight,
+                     atomic_load(&t->stats.inflight));
+}
+
+/* Once tm_gen_stop returned, g's settle thread has ended and its intake
+ * too: its own counts no longer move. What they still hold are messages
+ * it gave up on (abandoned at shutdown_timeout, or whose settlement
+ * failed), left to be delivered again: they stop taking the successor's
+ * concurrency, even while an abandoned call has not returned. */
+void tm_flow_stopped(struct tm_gen *g)
+{
+    for (size_t i = 0; i < g->ntasks; i++)
+        conc_out(&g->tasks[i]);
+}
+
+/* At tm_gen_free nothing of g runs any more; a generation freed without
+ * tm_flow_stopped (one that did not start) leaves the shared counts
+ * here, so that they stay the sum of the live generations' own counts. */
 void tm_flow_unshare(struct tm_gen *g)
 {
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
         struct tm_conc *c = t->flow.conc;
+        conc_out(t);
         t->flow.conc = NULL;
-        if (c == NULL)
-            continue;
-        atomic_fetch_sub(&c->inflight, atomic_load(&t->stats.inflight));
-        if (atomic_fetch_sub(&c->refs, 1) == 1)
+        if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1)
             tm_free(c);
     }
 }

@@ -51,6 +51,8 @@ static void *retire_main(void *arg)
     int64_t deadline = tm_now_ns() +
                        r->old->cfg->shutdown_timeout_ms * 1000000LL;
     int rc = tm_gen_stop(r->old, deadline, /* finish_queued = */ 1);
+    /* what it abandoned no longer takes the new one's concurrency */
+    tm_flow_stopped(r->old);
     /* what the old pool and broker counted after the swap */
     atomic_fetch_add(&d->restarts_before,
                      atomic_load(&r->old->pool->restarts) -
