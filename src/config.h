@@ -211,4 +211,44 @@ int tm_parse_size(const char *s, size_t *bytes);
  */
 char *tm_expand_env(const char *s, char *err, size_t errlen);
 
+/* How a reload treats a key of the file (src/config/keys.c): applied by
+ * the new generation it starts, or kept until a restart (a reload that
+ * changes it is refused and names it), or a section whose keys are
+ * classified one by one (its path in tm_cfg_section_at). Zero is no
+ * class: every key has one. */
+enum tm_cfg_apply {
+    TM_CFG_RELOAD = 1,
+    TM_CFG_RESTART = 2,
+    TM_CFG_NESTED = 3
+};
+
+/* struct tm_cfg_keydef is one key of a section of the file. */
+struct tm_cfg_keydef {
+    const char *name;           /* as written in its section */
+    enum tm_cfg_apply apply;
+    /* TM_CFG_RESTART: whether a and b differ in this key; else NULL */
+    bool (*differs)(const struct tm_cfg *a, const struct tm_cfg *b);
+};
+
+/* struct tm_cfg_section is a mapping of the file with fixed keys: "" (the
+ * top level), "broker.tls", "tasks.*" (each task) and so on. */
+struct tm_cfg_section {
+    const char *path;
+    const struct tm_cfg_keydef *keys;
+    size_t nkeys;
+};
+
+/* tm_cfg_section_at returns the i-th section the reader walks, or NULL
+ * past the last: every key the reader accepts is in one of them. */
+const struct tm_cfg_section *tm_cfg_section_at(size_t i);
+
+/*
+ * tm_cfg_restart_changes names the restart-only keys whose values differ
+ * between a and b, by their full paths ("broker.tls.ca_file, pool.size")
+ * in buf (cut to size). Returns how many differ; 0 when a reload can
+ * apply b.
+ */
+size_t tm_cfg_restart_changes(const struct tm_cfg *a, const struct tm_cfg *b,
+                              char *buf, size_t size);
+
 #endif /* TASKMILL_CONFIG_H */

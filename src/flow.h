@@ -3,6 +3,7 @@
 #ifndef TASKMILL_FLOW_H
 #define TASKMILL_FLOW_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,16 @@ struct tm_bucket {
  * Tokens held longer than a second (the task is idle) are owed `back`
  * and returned with the next request (costing no command of their own).
  */
+/* struct tm_conc counts the messages of one task name in flight (read,
+ * not yet settled) in every generation of the configuration: the task
+ * of a reload's new generation shares its predecessor's, so that
+ * concurrency caps the runs of both together. Each generation's task
+ * holds one reference; the last one frees it. */
+struct tm_conc {
+    atomic_llong inflight;
+    atomic_int refs;
+};
+
 struct tm_flow {
     struct tm_bucket bucket;    /* this daemon's bucket */
     size_t granted;             /* of it, taken for the read under way */
@@ -49,6 +60,10 @@ struct tm_flow {
     size_t back;                /* owed back to the broker's bucket */
     int held;                   /* the last look held the task back (a
                                    wait is counted once, when it starts) */
+    struct tm_conc *conc;       /* shared across generations; set for
+                                   the tasks of a created generation */
+    int conc_out;               /* the task's generation is stopped and
+                                   its messages left conc (tm_flow_stopped) */
 };
 
 /* tm_flow_burst returns the most tokens t's bucket holds (t is rate

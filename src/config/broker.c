@@ -312,17 +312,13 @@ static int cb_amqp_key(struct ctx *c, int i, const yaml_node_t *key,
     return 0;
 }
 
+/* in the order of tm_cfg_sec_broker (keys.c) */
 enum broker_key { B_URL, B_PASSWORD_FILE, B_TLS, B_REDIS, B_AMQP };
 
 static int cb_broker_key(struct ctx *c, int i, const yaml_node_t *key,
                          const yaml_node_t *val, const char *path,
                          void *arg)
 {
-    static const char *const tls_keys[] = { "ca_file", "cert_file",
-                                            "key_file", "server_name",
-                                            "verify" };
-    static const char *const redis_keys[] = { "mode", "master" };
-    static const char *const amqp_keys[] = { "queue_type", "heartbeat" };
     struct tm_cfg *cfg = c->cfg;
     struct broker_marks *bm = arg;
     switch ((enum broker_key)i) {
@@ -339,17 +335,17 @@ static int cb_broker_key(struct ctx *c, int i, const yaml_node_t *key,
     case B_TLS:
         bm->tls_at = tm_cfg_mark_of(key);
         cfg->has_tls = !tm_cfg_is_null(val);
-        return tm_cfg_walk_section(c, key, val, path, tls_keys, NELEM(tls_keys),
+        return tm_cfg_walk_section(c, key, val, path, &tm_cfg_sec_tls,
                             cb_tls_key, bm);
     case B_REDIS:
         bm->redis_at = tm_cfg_mark_of(key);
         bm->has_redis = !tm_cfg_is_null(val);
-        return tm_cfg_walk_section(c, key, val, path, redis_keys,
-                            NELEM(redis_keys), cb_redis_key, bm);
+        return tm_cfg_walk_section(c, key, val, path, &tm_cfg_sec_redis,
+                            cb_redis_key, bm);
     case B_AMQP:
         bm->amqp_at = tm_cfg_mark_of(key);
         bm->has_amqp = !tm_cfg_is_null(val);
-        return tm_cfg_walk_section(c, key, val, path, amqp_keys, NELEM(amqp_keys),
+        return tm_cfg_walk_section(c, key, val, path, &tm_cfg_sec_amqp,
                             cb_amqp_key, bm);
     }
     return -1;
@@ -434,11 +430,9 @@ static int check_broker(struct ctx *c, const struct broker_marks *bm)
 int tm_cfg_parse_broker(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v)
 {
-    static const char *const keys[] = { "url", "password_file", "tls",
-                                        "redis", "amqp" };
     struct broker_marks bm;
     memset(&bm, 0, sizeof bm);
-    if (tm_cfg_walk_section(c, k, v, "broker", keys, NELEM(keys), cb_broker_key,
+    if (tm_cfg_walk_section(c, k, v, "broker", &tm_cfg_sec_broker, cb_broker_key,
                      &bm) < 0)
         return -1;
     if (!c->url_done && tm_cfg_set_url(c, c->cfg->broker_url, bm.url_at) < 0)

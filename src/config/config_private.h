@@ -146,10 +146,10 @@ int tm_cfg_want_mapping(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v, const char *path,
                         bool allow_null);
 int tm_cfg_key_index(struct ctx *c, const yaml_node_t *k, const char *where,
-                     const char *const *keys, size_t n, uint32_t *seen);
+                     const struct tm_cfg_section *sec, uint32_t *seen);
 int tm_cfg_walk_section(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v, const char *where,
-                        const char *const *keys, size_t n, section_fn fn,
+                        const struct tm_cfg_section *sec, section_fn fn,
                         void *arg);
 
 /* files.c */
@@ -187,6 +187,14 @@ int tm_cfg_parse_http(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v);
 int tm_cfg_parse_log(struct ctx *c, const yaml_node_t *k,
                      const yaml_node_t *v);
+
+/* keys.c: the sections the reader walks, their keys in the order the
+ * callbacks number them */
+extern const struct tm_cfg_section tm_cfg_sec_top, tm_cfg_sec_broker,
+    tm_cfg_sec_tls, tm_cfg_sec_redis, tm_cfg_sec_amqp, tm_cfg_sec_pool,
+    tm_cfg_sec_http, tm_cfg_sec_log, tm_cfg_sec_task, tm_cfg_sec_schedule;
+/* tm_cfg_section_known says whether sec is one of them (tm_cfg_section_at) */
+bool tm_cfg_section_known(const struct tm_cfg_section *sec);
 
 /* document.c */
 int tm_cfg_parse_top(struct ctx *c, const yaml_node_t *root);

@@ -26,14 +26,10 @@
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 
+/* in the order of tm_cfg_sec_top (keys.c) */
 enum top_key {
     K_BROKER, K_POOL, K_PLUGIN_DIR, K_PLUGIN_WATCH, K_INSTANCE, K_HTTP,
     K_SHUTDOWN_TIMEOUT, K_LOG, K_TASKS, K_SCHEDULES
-};
-
-static const char *const top_keys[] = {
-    "broker", "pool", "plugin_dir", "plugin_watch", "instance", "http",
-    "shutdown_timeout", "log", "tasks", "schedules"
 };
 
 int tm_cfg_parse_top(struct ctx *c, const yaml_node_t *root)
@@ -45,12 +41,12 @@ int tm_cfg_parse_top(struct ctx *c, const yaml_node_t *root)
          p < root->data.mapping.pairs.top && !(bad && tm_cfg_stop(c)); p++) {
         const yaml_node_t *key = tm_cfg_node_at(c, p->key);
         const yaml_node_t *val = tm_cfg_node_at(c, p->value);
-        int i = tm_cfg_key_index(c, key, NULL, top_keys, NELEM(top_keys), &seen);
+        int i = tm_cfg_key_index(c, key, NULL, &tm_cfg_sec_top, &seen);
         if (i < 0) {
             bad = 1;
             continue;
         }
-        const char *path = top_keys[i];
+        const char *path = tm_cfg_sec_top.keys[i].name;
         int r = 0;
         switch ((enum top_key)i) {
         case K_BROKER:

@@ -342,13 +342,15 @@ int tm_cfg_want_mapping(struct ctx *c, const yaml_node_t *k,
 
 /*
  * tm_cfg_key_index checks one key of a fixed-key mapping: a scalar, one of
- * keys[], not seen before in this mapping (seen is a bit set). where is
+ * sec's keys, not seen before in this mapping (seen is a bit set). where is
  * the mapping's path, NULL at the top level. Returns the key's index, or
  * -1 after reporting an error at the key.
  */
 int tm_cfg_key_index(struct ctx *c, const yaml_node_t *k, const char *where,
-                     const char *const *keys, size_t n, uint32_t *seen)
+                     const struct tm_cfg_section *sec, uint32_t *seen)
 {
+    const struct tm_cfg_keydef *keys = sec->keys;
+    size_t n = sec->nkeys;
     char shown[CFG_CLIP + 8];
     const char *in = where ? " in " : "";
     const char *wh = where ? where : "";
@@ -359,7 +361,7 @@ int tm_cfg_key_index(struct ctx *c, const yaml_node_t *k, const char *where,
     }
     const char *name = tm_cfg_scalar_raw(k);
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(name, keys[i]) != 0)
+        if (strcmp(name, keys[i].name) != 0)
             continue;
         if (*seen & (UINT32_C(1) << i)) {
             tm_cfg_fail(c, tm_cfg_mark_of(k), "duplicate key '%s'%s%s", name, in, wh);
@@ -372,7 +374,7 @@ int tm_cfg_key_index(struct ctx *c, const yaml_node_t *k, const char *where,
     for (size_t i = 0; i < n; i++) {
         if (i > 0)
             tm_cfg_sb_adds(&list, ", ");
-        tm_cfg_sb_adds(&list, keys[i]);
+        tm_cfg_sb_adds(&list, keys[i].name);
     }
     tm_cfg_fail(c, tm_cfg_mark_of(k), "unknown key '%s'%s%s; expected one of: %s",
              tm_cfg_clip(name, shown, sizeof shown), in, wh, list.p);
@@ -382,16 +384,18 @@ int tm_cfg_key_index(struct ctx *c, const yaml_node_t *k, const char *where,
 
 /*
  * tm_cfg_walk_section checks that v, under key k, is a mapping (or null) whose
- * keys are among keys[], each once, and calls fn for each key in file
+ * keys are among sec's keys, each once, and calls fn for each key in file
  * order, going on after a bad key until tm_cfg_stop(). Returns 0, or -1
  * after one or more errors were reported.
  */
 int tm_cfg_walk_section(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v, const char *where,
-                        const char *const *keys, size_t n, section_fn fn,
+                        const struct tm_cfg_section *sec, section_fn fn,
                         void *arg)
 {
     char path[CFG_PATH_LEN];
+    /* a section of the table only: a reload compares its keys */
+    assert(tm_cfg_section_known(sec));
     int rc = tm_cfg_want_mapping(c, k, v, where, true);
     if (rc != 0)
         return rc < 0 ? -1 : 0;
@@ -401,9 +405,9 @@ int tm_cfg_walk_section(struct ctx *c, const yaml_node_t *k,
          p < v->data.mapping.pairs.top; p++) {
         const yaml_node_t *key = tm_cfg_node_at(c, p->key);
         const yaml_node_t *val = tm_cfg_node_at(c, p->value);
-        int i = tm_cfg_key_index(c, key, where, keys, n, &seen);
+        int i = tm_cfg_key_index(c, key, where, sec, &seen);
         if (i >= 0) {
-            tm_cfg_join_path(path, where, keys[i]);
+            tm_cfg_join_path(path, where, sec->keys[i].name);
             if (fn(c, i, key, val, path, arg) == 0)
                 continue;
         }

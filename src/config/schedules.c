@@ -28,12 +28,9 @@
 
 /* ------------------------------------------------------------ schedules */
 
+/* in the order of tm_cfg_sec_schedule (keys.c) */
 enum schedule_key {
     SK_TASK, SK_CRON, SK_EVERY, SK_TIMEZONE, SK_BODY, SK_CATCH_UP
-};
-
-static const char *const schedule_keys[] = {
-    "task", "cron", "every", "timezone", "body", "catch_up"
 };
 
 static const struct choice catch_up_choices[] = {
@@ -169,7 +166,7 @@ static int parse_schedule(struct ctx *c, struct tm_cfg_schedule *s,
                  "with task and cron or every", where);
         return -1;
     }
-    if (tm_cfg_walk_section(c, k, v, where, schedule_keys, NELEM(schedule_keys),
+    if (tm_cfg_walk_section(c, k, v, where, &tm_cfg_sec_schedule,
                      cb_schedule_key, &sw) < 0)
         return -1;
     if (s->task == NULL) {

@@ -74,9 +74,7 @@ static int cb_pool_key(struct ctx *c, int i, const yaml_node_t *key,
 int tm_cfg_parse_pool(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v)
 {
-    static const char *const keys[] = { "kind", "size",
-                                         "max_tasks_per_child" };
-    return tm_cfg_walk_section(c, k, v, "pool", keys, NELEM(keys), cb_pool_key,
+    return tm_cfg_walk_section(c, k, v, "pool", &tm_cfg_sec_pool, cb_pool_key,
                         NULL);
 }
 
@@ -230,8 +228,7 @@ static int cb_http_key(struct ctx *c, int i, const yaml_node_t *key,
 int tm_cfg_parse_http(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v)
 {
-    static const char *const keys[] = { "listen", "token", "allowed_hosts" };
-    return tm_cfg_walk_section(c, k, v, "http", keys, NELEM(keys), cb_http_key,
+    return tm_cfg_walk_section(c, k, v, "http", &tm_cfg_sec_http, cb_http_key,
                         NULL);
 }
 
@@ -258,7 +255,6 @@ static int cb_log_key(struct ctx *c, int i, const yaml_node_t *key,
 int tm_cfg_parse_log(struct ctx *c, const yaml_node_t *k,
                      const yaml_node_t *v)
 {
-    static const char *const keys[] = { "level", "format" };
-    return tm_cfg_walk_section(c, k, v, "log", keys, NELEM(keys), cb_log_key,
+    return tm_cfg_walk_section(c, k, v, "log", &tm_cfg_sec_log, cb_log_key,
                         NULL);
 }

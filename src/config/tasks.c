@@ -28,20 +28,13 @@
 
 /* ---------------------------------------------------------------- tasks */
 
+/* in the order of tm_cfg_sec_task (keys.c) */
 enum task_key {
     TK_PLUGIN, TK_QUEUE, TK_GROUP, TK_PREFETCH, TK_TIMEOUT, TK_CLAIM_IDLE,
     TK_MAXLEN, TK_ON_ERROR, TK_MAX_RETRIES, TK_BACKOFF, TK_MAX_BACKOFF,
     TK_DEAD_LETTER, TK_MAX_PAYLOAD, TK_MAX_PRIORITY, TK_PRIORITY, TK_CONFIG,
     TK_CIRCUIT_FAILURES, TK_CIRCUIT_COOL_OFF, TK_CIRCUIT_MAX_COOL_OFF,
     TK_RATE_LIMIT, TK_CONCURRENCY, TK_DEDUP_TTL, TK_REPLY_TTL
-};
-
-static const char *const task_keys[] = {
-    "plugin", "queue", "group", "prefetch", "timeout", "claim_idle",
-    "maxlen", "on_error", "max_retries", "backoff", "max_backoff",
-    "dead_letter", "max_payload", "max_priority", "priority", "config",
-    "circuit_failures", "circuit_cool_off", "circuit_max_cool_off",
-    "rate_limit", "concurrency", "dedup_ttl", "reply_ttl"
 };
 
 static const struct choice on_error_choices[] = {
@@ -273,7 +266,7 @@ static int parse_task(struct ctx *c, struct tm_cfg_task *t,
     char where[CFG_PATH_LEN], a[32], b[32];
     tm_cfg_join_path(where, "tasks", t->name);
     struct task_walk tw = { t, tmk, false, NULL, NULL };
-    if (tm_cfg_walk_section(c, k, v, where, task_keys, NELEM(task_keys),
+    if (tm_cfg_walk_section(c, k, v, where, &tm_cfg_sec_task,
                      cb_task_key, &tw) < 0)
         return -1;
     bool has_max_backoff = tw.has_max_backoff;

@@ -85,9 +85,34 @@ int64_t tm_backoff_next(int64_t ms);
  * after it, and a read made while they are held waits at most this. */
 #define TM_FLOW_HOLD_MS 1000
 
+/* While another generation's runs of a task take its concurrency, its
+ * intake looks again at least this often (ms): their settlement wakes
+ * their own generation's intake only. */
+#define TM_FLOW_OTHERS_MS 50
+
 /* tm_flow_cap returns how many messages of t may be in flight (read, not
- * yet settled): prefetch, or concurrency when lower (*by_conc = 1). */
+ * yet settled) in t's generation: prefetch, or concurrency less what the
+ * other generations of the task hold when lower (*by_conc = 1, or 2 when
+ * the others leave t no room). */
 long tm_flow_cap(const struct tm_task *t, int *by_conc);
+
+/* tm_flow_in counts n messages of t in flight (the thread that reads t),
+ * tm_flow_out one fewer (any thread): t's own count and the count its
+ * generations share. */
+void tm_flow_in(struct tm_task *t, long long n);
+void tm_flow_out(struct tm_task *t);
+
+/* tm_flow_share gives each task of the created generation g its shared
+ * count: its predecessor's in g->prev (g->snap_from), else a new one.
+ * tm_flow_unshare takes what g still counts in flight out of the shared
+ * counts and drops g's references (tm_gen_free, once nothing of g runs). */
+void tm_flow_share(struct tm_gen *g);
+void tm_flow_unshare(struct tm_gen *g);
+
+/* tm_flow_stopped takes what the stopped generation g still counts in
+ * flight (messages it gave up on, to be delivered again) out of the
+ * shared counts: called once tm_gen_stop returned. */
+void tm_flow_stopped(struct tm_gen *g);
 
 /* tm_flow_held records whether the last look held t's intake back by
  * rate_limit or concurrency; a wait is counted once, when it starts. */

@@ -9,20 +9,98 @@
 #include "util.h"
 
 /* tm_flow_cap is how many messages of t may be in flight (read and not yet
- * settled): prefetch, or concurrency when that is lower. Messages over it
- * are not read: they wait in the broker. Since a message is in flight
- * from its read until its settlement, at most concurrency of them run at
- * once, whatever the pool and its size. *by_conc says concurrency is the
- * cap. */
+ * settled) in its generation: prefetch, or concurrency less the messages
+ * of the task's other generations (a reload's replaced one, finishing
+ * what it holds) when that is lower. Messages over it are not read: they
+ * wait in the broker. Since a message is in flight from its read until
+ * its settlement, and only the newest generation reads (a reload stops
+ * the old intake before the new one starts), at most concurrency of
+ * them run at once across generations, whatever the pools and their
+ * sizes. *by_conc says concurrency is the cap (2: the other generations
+ * leave t no room). */
 long tm_flow_cap(const struct tm_task *t, int *by_conc)
 {
     long cap = (long)t->cfg->prefetch;
     *by_conc = 0;
-    if (t->cfg->concurrency > 0 && (long)t->cfg->concurrency < cap) {
-        cap = (long)t->cfg->concurrency;
-        *by_conc = 1;
+    if (t->cfg->concurrency == 0)
+        return cap;
+    /* the shared count first: a message leaves t's own count before the
+     * shared one (tm_flow_out), so others is never under the truth */
+    long long shared = atomic_load(&t->flow.conc->inflight);
+    long long own = atomic_load(&t->stats.inflight);
+    long long others = shared > own ? shared - own : 0;
+    long conc = (long)t->cfg->concurrency - (long)others;
+    if (conc < cap) {
+        cap = conc;
+        *by_conc = others > 0 && conc - (long)own <= 0 ? 2 : 1;
     }
     return cap;
+}
+
+void tm_flow_in(struct tm_task *t, long long n)
+{
+    atomic_fetch_add(&t->flow.conc->inflight, n);
+    atomic_fetch_add(&t->stats.inflight, n);
+}
+
+void tm_flow_out(struct tm_task *t)
+{
+    atomic_fetch_sub(&t->stats.inflight, 1);
+    atomic_fetch_sub(&t->flow.conc->inflight, 1);
+}
+
+void tm_flow_share(struct tm_gen *g)
+{
+    for (size_t i = 0; i < g->ntasks; i++) {
+        struct tm_conc *c;
+        long j = g->prev != NULL ? g->snap_from[i] : -1;
+        if (j >= 0) {
+            c = g->prev->tasks[j].flow.conc;
+            atomic_fetch_add(&c->refs, 1);
+        } else {
+            c = tm_calloc(1, sizeof *c);
+            atomic_init(&c->inflight, 0);
+            atomic_init(&c->refs, 1);
+        }
+        g->tasks[i].flow.conc = c;
+    }
+}
+
+/* conc_out takes what t still counts in flight out of its shared count,
+ * once: called when nothing counts t's messages out any more. */
+static void conc_out(struct tm_task *t)
+{
+    if (t->flow.conc == NULL || t->flow.conc_out)
+        return;
+    t->flow.conc_out = 1;
+    atomic_fetch_sub(&t->flow.conc->inflight,
+                     atomic_load(&t->stats.inflight));
+}
+
+/* Once tm_gen_stop returned, g's settle thread has ended and its intake
+ * too: its own counts no longer move. What they still hold are messages
+ * it gave up on (abandoned at shutdown_timeout, or whose settlement
+ * failed), left to be delivered again: they stop taking the successor's
+ * concurrency, even while an abandoned call has not returned. */
+void tm_flow_stopped(struct tm_gen *g)
+{
+    for (size_t i = 0; i < g->ntasks; i++)
+        conc_out(&g->tasks[i]);
+}
+
+/* At tm_gen_free nothing of g runs any more; a generation freed without
+ * tm_flow_stopped (one that did not start) leaves the shared counts
+ * here, so that they stay the sum of the live generations' own counts. */
+void tm_flow_unshare(struct tm_gen *g)
+{
+    for (size_t i = 0; i < g->ntasks; i++) {
+        struct tm_task *t = &g->tasks[i];
+        struct tm_conc *c = t->flow.conc;
+        conc_out(t);
+        t->flow.conc = NULL;
+        if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1)
+            tm_free(c);
+    }
 }
 
 /* tm_flow_held records whether the last look held t's intake back by

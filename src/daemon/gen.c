@@ -248,6 +248,7 @@ void tm_gen_free(struct tm_gen *g)
         g->broker->ops->destroy(g->broker);
     if (g->done_fd >= 0)
         close(g->done_fd);
+    tm_flow_unshare(g);
     tm_tasks_unload(g->tasks, g->ntasks);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
@@ -339,6 +340,7 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
             }
         }
     }
+    tm_flow_share(g);
     return g;
 fail:
     tm_gen_free(g);

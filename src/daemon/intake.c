@@ -73,7 +73,7 @@ static void collect_runs(struct tm_gen *g, struct tm_batch *batch,
     for (size_t i = 0; i < batch->n; i++)
         batch->msgs[i].task = t;
     size_t total = batch->n;
-    atomic_fetch_add(&t->stats.inflight, (long long)total);
+    tm_flow_in(t, (long long)total);
     size_t i = 0;
     while (i < total) {
         struct tm_msg *m = &batch->msgs[i];
@@ -109,7 +109,7 @@ static void submit_runs(struct tm_gen *g, struct tm_runs *r)
     for (size_t i = 0; i < r->n; i++) {
         for (size_t k = r->accepted[i]; k < r->lens[i]; k++) {
             struct tm_msg *m = &r->runs[i][k];
-            atomic_fetch_sub(&m->task->stats.inflight, 1);
+            tm_flow_out(m->task);
             tm_msg_release(m);
         }
     }
@@ -144,16 +144,18 @@ static void *intake_main(void *arg)
     struct tm_broker *b = g->broker;
     int64_t backoff = TM_RECONNECT_MIN_MS;
     int by_conc;
-    long cap = tm_flow_cap(t, &by_conc);
 
     while (!atomic_load(&g->stopping)) {
+        /* looked at each time: the task's other generations leave it
+         * room as they finish */
+        long cap = tm_flow_cap(t, &by_conc);
         long room = cap - (long)atomic_load(&t->stats.inflight);
         if (room <= 0) {
             atomic_store(&t->waiting_room, 1);
             room = cap - (long)atomic_load(&t->stats.inflight);
             if (room <= 0) {
-                tm_flow_held(t, by_conc);
-                wait_ms(g, 100);
+                tm_flow_held(t, by_conc != 0);
+                wait_ms(g, by_conc == 2 ? TM_FLOW_OTHERS_MS : 100);
             }
             atomic_store(&t->waiting_room, 0);
             continue;
@@ -246,7 +248,10 @@ static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
             atomic_store(&t->waiting_room, 1);
             r = cap - lane_held(t);
             if (r <= 0) {
-                tm_flow_held(t, by_conc);
+                tm_flow_held(t, by_conc != 0);
+                /* room the other generations make wakes them only */
+                if (by_conc == 2 && *hold > TM_FLOW_OTHERS_MS)
+                    *hold = TM_FLOW_OTHERS_MS;
                 continue;
             }
         }

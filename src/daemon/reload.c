@@ -51,6 +51,8 @@ static void *retire_main(void *arg)
     int64_t deadline = tm_now_ns() +
                        r->old->cfg->shutdown_timeout_ms * 1000000LL;
     int rc = tm_gen_stop(r->old, deadline, /* finish_queued = */ 1);
+    /* what it abandoned no longer takes the new one's concurrency */
+    tm_flow_stopped(r->old);
     /* what the old pool and broker counted after the swap */
     atomic_fetch_add(&d->restarts_before,
                      atomic_load(&r->old->pool->restarts) -
@@ -86,36 +88,6 @@ static void *retire_main(void *arg)
         free_retired(d, old);
     }
     return NULL;
-}
-
-/* global_changes names keys a reload cannot apply; returns 0 when none. */
-static int global_changes(const struct tm_cfg *a, const struct tm_cfg *b,
-                          char *buf, size_t size)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-#define TM_DIFF(cond, key)                                                 \
-    do {                                                                   \
-        if (cond)                                                          \
-            n += tm_snprintf(buf + n, size - n, "%s%s", n ? ", " : "", key); \
-    } while (0)
-#define TM_STRNE(x, y) \
-    (((x) == NULL) != ((y) == NULL) || ((x) != NULL && strcmp((x), (y)) != 0))
-    TM_DIFF(TM_STRNE(a->broker_url, b->broker_url) ||
-                TM_STRNE(a->url.password, b->url.password),
-            "broker");
-    TM_DIFF(a->pool_kind != b->pool_kind, "pool.kind");
-    TM_DIFF(a->pool_size != b->pool_size, "pool.size");
-    TM_DIFF(a->max_tasks_per_child != b->max_tasks_per_child,
-            "pool.max_tasks_per_child");
-    TM_DIFF(TM_STRNE(a->instance, b->instance), "instance");
-    TM_DIFF(TM_STRNE(a->http_listen, b->http_listen), "http.listen");
-    TM_DIFF(TM_STRNE(a->http_token, b->http_token), "http.token");
-    TM_DIFF(a->plugin_watch != b->plugin_watch, "plugin_watch");
-    TM_DIFF(TM_STRNE(a->plugin_dir, b->plugin_dir), "plugin_dir");
-#undef TM_STRNE
-#undef TM_DIFF
-    return n > 0;
 }
 
 /* refuse logs why a reload did not take effect; the running
@@ -208,10 +180,13 @@ void tm_reload(struct tm_daemon *d)
         return;
     }
     struct tm_gen *old = d->gen;
-    char keys[256];
-    if (global_changes(old->cfg, cfg, keys, sizeof keys)) {
-        tm_snprintf(err, sizeof err, "%s changed, which needs a restart",
-                    keys);
+    /* every key the reader knows is classified (src/config/keys.c):
+     * one that only a restart applies refuses the whole reload */
+    char keys[768];
+    size_t nkeys = tm_cfg_restart_changes(old->cfg, cfg, keys, sizeof keys);
+    if (nkeys > 0) {
+        tm_snprintf(err, sizeof err, "%s changed, which need%s a restart",
+                    keys, nkeys == 1 ? "s" : "");
         refuse(d, err);
         tm_cfg_free(cfg);
         return;

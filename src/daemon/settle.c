@@ -129,8 +129,7 @@ static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
         struct tm_task *t = m->task;
         if (stats_late(m))
             stats_record(t, m);
-        atomic_fetch_sub_explicit(&t->stats.inflight, 1,
-                                  memory_order_relaxed);
+        tm_flow_out(t);
         tm_msg_release(m);
         room_made(g, t);
     }
