@@ -37,6 +37,7 @@ int tm_gen_start(struct tm_gen *g);
  * was settled, -1 when work was abandoned.
  */
 int tm_gen_stop(struct tm_gen *g, int64_t deadline_ns, int finish_queued);
+size_t tm_gen_only_stuck(struct tm_gen *g);
 
 /* tm_gen_fire_start starts g's schedule firing thread, going on from the
  * cursors of from (a stopped firing thread: the replaced generation's,

@@ -388,6 +388,17 @@ static long long gen_inflight(const struct tm_gen *g)
     return n;
 }
 
+/* tm_gen_only_stuck returns how many of g's runs still in task code were
+ * settled by the pool at their deadline (stuck), when those are all its
+ * busy runs: then nothing g abandoned is delivered again. 0 otherwise. */
+size_t tm_gen_only_stuck(struct tm_gen *g)
+{
+    struct tm_pool_stuck *st;
+    size_t nstuck = tm_pool_stuck_runs(g->pool, &st);
+    tm_free(st);
+    return nstuck > 0 && nstuck >= g->pool->ops->busy(g->pool) ? nstuck : 0;
+}
+
 /*
  * tm_gen_stop stops a started generation: intake first, then running work
  * until deadline_ns, then settlement. With finish_queued (a reload), the
@@ -420,10 +431,8 @@ int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
         atomic_store(&g->abandon, 1);
         /* runs the pool settled at their deadline (stuck) are not
          * delivered again; the others are */
-        struct tm_pool_stuck *st;
-        size_t nstuck = tm_pool_stuck_runs(g->pool, &st);
-        tm_free(st);
-        if (nstuck > 0 && nstuck >= g->pool->ops->busy(g->pool))
+        size_t nstuck = tm_gen_only_stuck(g);
+        if (nstuck > 0)
             tm_log_warn(TM_DAEMON_SRC, "configuration %u: %zu run(s) "
                         "settled as timeouts at their deadline are still "
                         "in task code; its plugins stay loaded until they "

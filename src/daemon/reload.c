@@ -68,7 +68,11 @@ static void *retire_main(void *arg)
     while (!atomic_load(&r->next->folded) && !atomic_load(&r->next->stopping))
         tm_sleep_ms(5);
     tm_log_info(TM_DAEMON_SRC, "configuration %u retired%s", r->old->id,
-                rc == 0 ? "" : " (some work abandoned, to be redelivered)");
+                rc == 0 ? ""
+                : tm_gen_only_stuck(r->old) > 0
+                    ? " (runs settled at their deadline are still in task "
+                      "code; its plugins stay loaded until they return)"
+                    : " (some work abandoned, to be redelivered)");
     struct tm_gen *old = r->old;
     int folded = atomic_load(&r->next->folded);
     tm_free(r);

@@ -34,6 +34,8 @@ rcall XADD q.w '*' body '{"ms":100}' >/dev/null
 wait_metric taskmill_tasks_total 'task="w",outcome="success"' 1 10
 grep -q "configuration 1: 1 run(s) settled as timeouts at their deadline are still in task code" \
 	"$DAEMON_LOG" || fail "the reload did not say what it left running"
+grep -q "configuration 1 retired (runs settled at their deadline are still in task code" \
+	"$DAEMON_LOG" || fail "the retired configuration is said to leave work to be redelivered, though its stuck run's message is settled"
 grep -q "its last call returned" "$DAEMON_LOG" &&
 	fail "the old configuration's call returned before the new one ran (the 4 s run is stuck)"
 
