@@ -417,7 +417,8 @@ static int due_retries(struct tm_redis *rb, struct tm_redis_task *rt,
     }
     long long w = strtoll(wait, NULL, 10);
     /* more may be due at once when the reply was full; none left: the
-     * lane's next peek looks again (other daemons schedule retries too) */
+     * retries other daemons schedule come through the due-time index
+     * (the promoter's tm_redis_retry_note) */
     rt->next_due_ms = (size_t)n >= max ? now
                       : w < 0          ? LLONG_MAX
                                        : tm_now_ms() + w;

@@ -295,7 +295,8 @@ struct tm_redis_sched {
                                      step's first task (by_key) */
     int64_t sweep_at_ms;          /* promoter thread: its time */
     pthread_t thread;
-    int started;                  /* thread runs (settle thread; destroy,
+    int started;                  /* thread runs (set by the settle
+                                     thread, under mu; destroy,
                                      after the settle thread ended) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -500,9 +501,11 @@ static int read_index(struct tm_redis_sched *s, size_t from,
         int64_t wait = score - now;
         if (x->retry) {
             /* the lane looks at the set when it is due (at once when it
-             * is): its script claims, and sets the index anew */
-            tm_redis_retry_note(&rb->tasks[x->ti],
-                                tm_now_ms() + (wait > 0 ? wait : 0));
+             * is): its script claims, and sets the index anew. A paused
+             * task takes nothing: its lane is not woken for it */
+            if (!atomic_load(&rb->tasks[x->ti].paused))
+                tm_redis_retry_note(&rb->tasks[x->ti],
+                                    tm_now_ms() + (wait > 0 ? wait : 0));
             continue;
         }
         if (wait <= 0)
@@ -720,7 +723,9 @@ void tm_redis_sched_start(struct tm_redis_sched *s)
                      "trying again", tm_strerror(rc, eb, sizeof eb));
         return;
     }
-    s->started = 1;
+    pthread_mutex_lock(&s->mu);
+    s->started = 1; /* under mu too: the depth refresher reads it */
+    pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&running.mu);
     s->next = running.head;
     running.head = s;
@@ -841,12 +846,12 @@ int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n)
     if (rb->sched == NULL || ti >= rb->ntasks)
         return -1;
     struct tm_redis_sched *s = rb->sched;
+    pthread_mutex_lock(&s->mu);
     if (ti == 0 && s->started) {
         /* the first task of a depth read: the promoter reads every
          * set's count (a scrape's read, at most every few seconds; an
          * idle daemon nobody scrapes reads none), waited for a second at
          * most (else the last counts are served) */
-        pthread_mutex_lock(&s->mu);
         uint64_t want = s->count_rounds + 1;
         s->count_wanted = 1;
         s->poked = 1;
@@ -855,8 +860,8 @@ int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n)
         while (!s->stop && s->count_rounds < want &&
                (now = tm_now_ns()) < until)
             tm_cond_wait_ns(&s->cv, &s->mu, until - now);
-        pthread_mutex_unlock(&s->mu);
     }
+    pthread_mutex_unlock(&s->mu);
     *n = atomic_load(&s->counts[ti]);
     return 0;
 }
