@@ -291,8 +291,11 @@ struct tm_broker_ops {
 
     /* scheduled reads, for monitoring, how many delayed messages of task
      * i wait for their time: *n, or -1 when the broker cannot tell
-     * cheaply. No I/O of its own that could block: the count is one the
-     * adapter keeps. Optional: NULL means -1 for every task. */
+     * cheaply. Called by the depth refresher only, task 0 first in each
+     * round: the count is one the adapter keeps, and at task 0 it may
+     * wait, a second at most, for the adapter's own thread to read them
+     * all (Redis: the promoter). Optional: NULL means -1 for every
+     * task. */
     int (*scheduled)(struct tm_broker *b, size_t task_index, long long *n);
 
     /* nodes fills out[0..k) with the nodes the adapter knows (k <= max;

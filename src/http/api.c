@@ -180,6 +180,7 @@ static cJSON *task_json(struct tm_daemon *d, size_t i, int64_t now_ns)
 static enum MHD_Result answer_tasks(struct tm_daemon *d,
                                     struct MHD_Connection *conn)
 {
+    tm_http_depth_want();
     int64_t now_ns = tm_now_ns();
     cJSON *j = cJSON_CreateObject();
     pthread_rwlock_rdlock(&d->gen_lock);

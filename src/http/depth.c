@@ -13,10 +13,15 @@
 
 #define SRC "http"
 
-/* Queue depths are read from the broker this often while it is up, and
- * retried this soon after a failed read or while it is down. */
+/* Queue depths are read from the broker when a scrape wants them, at
+ * most this often (values younger than this are served as they are),
+ * and retried this soon after a failed read or while the broker is down,
+ * as long as scrapes keep coming. A scrape that finds older values waits
+ * for the read it asked for this long at most, then serves what there
+ * is. */
 #define TM_DEPTH_REFRESH_MS 5000
 #define TM_DEPTH_RETRY_MS 1000
+#define TM_DEPTH_WAIT_MS 1000
 
 /* one task's counts, as read from the broker */
 struct depth_read {
@@ -30,15 +35,19 @@ struct tm_http_depth {
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* stop requested */
     int stop;                 /* under mu */
+    int wanted;               /* under mu: a scrape asked for a read */
+    uint64_t rounds;          /* under mu: reads finished (cv: done) */
+    int64_t read_ms;          /* under mu: when the last good read began */
     struct depth_read *vals;  /* refresher only: one round's reads */
     size_t nvals;
 };
 
 /* ---- queue depth refresher ----------------------------------------------
- * Broker reads for taskmill_queue_depth and friends run here, every few
- * seconds, on the adapter's own monitoring connection: a scrape only reads
- * the cached values, so no burst of scrapes reaches the broker and no
- * handler waits for it. */
+ * Broker reads for taskmill_queue_depth and friends run here, on the
+ * adapter's own monitoring connection, and only when a scrape (/metrics,
+ * /status, /api/v1/tasks) finds the cached values older than
+ * TM_DEPTH_REFRESH_MS: an idle daemon nobody scrapes reads no depths at
+ * all, and a burst of scrapes costs the broker one read. */
 
 /*
  * The refresher reads from the broker without gen_lock: a read may last
@@ -52,6 +61,11 @@ struct tm_http_depth {
  * HTTP server).
  */
 static struct tm_http_pin depth_pin = TM_HTTP_PIN_INIT;
+
+/* the refresher running, for tm_http_depth_want (one HTTP server, so one
+ * refresher per process); set and cleared under self_mu */
+static pthread_mutex_t self_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tm_http_depth *self;
 
 /* pick_broker returns d's current broker, pinned, when it can be read
  * from (connected, with depth reads), else NULL. Also sets *ntasks. */
@@ -126,18 +140,25 @@ static int refresh_depths(struct tm_http_depth *h)
 static void *refresher_main(void *arg)
 {
     struct tm_http_depth *h = arg;
-    int64_t wait_ms = 0;
+    int64_t retry_at = 0; /* a failed read is retried then, if wanted */
     int failing = 0;
     pthread_mutex_lock(&h->mu);
     for (;;) {
-        int64_t until = tm_now_ns() + wait_ms * 1000000LL, now;
+        while (!h->stop && !h->wanted)
+            pthread_cond_wait(&h->cv, &h->mu);
+        if (h->stop)
+            break;
+        /* after a failure, not sooner than TM_DEPTH_RETRY_MS */
+        int64_t until = retry_at * 1000000LL, now;
         while (!h->stop && (now = tm_now_ns()) < until)
             tm_cond_wait_ns(&h->cv, &h->mu, until - now);
         if (h->stop)
             break;
+        h->wanted = 0;
         pthread_mutex_unlock(&h->mu);
+        int64_t began = tm_now_ms();
         int rc = refresh_depths(h);
-        wait_ms = rc == 0 ? TM_DEPTH_REFRESH_MS : TM_DEPTH_RETRY_MS;
+        retry_at = rc == 0 ? 0 : tm_now_ms() + TM_DEPTH_RETRY_MS;
         if (rc < 0 && !failing)
             tm_log_debug(SRC, "cannot read queue depths; keeping the last "
                          "values");
@@ -145,6 +166,10 @@ static void *refresher_main(void *arg)
             tm_log_debug(SRC, "queue depths readable again");
         failing = rc < 0;
         pthread_mutex_lock(&h->mu);
+        if (rc == 0)
+            h->read_ms = began;
+        h->rounds++;
+        pthread_cond_broadcast(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);
     size_t n;
@@ -155,6 +180,30 @@ static void *refresher_main(void *arg)
         tm_http_pin_drop(&depth_pin);
     }
     return NULL;
+}
+
+void tm_http_depth_want(void)
+{
+    pthread_mutex_lock(&self_mu);
+    struct tm_http_depth *h = self;
+    if (h == NULL) {
+        pthread_mutex_unlock(&self_mu);
+        return;
+    }
+    /* self_mu is held until the wait ends: tm_http_depth_stop clears
+     * self under it before it frees h */
+    pthread_mutex_lock(&h->mu);
+    int64_t now = tm_now_ms();
+    if (h->read_ms == 0 || now - h->read_ms >= TM_DEPTH_REFRESH_MS) {
+        h->wanted = 1;
+        pthread_cond_broadcast(&h->cv);
+        uint64_t want = h->rounds + 1;
+        int64_t until = tm_now_ns() + TM_DEPTH_WAIT_MS * 1000000LL, t;
+        while (!h->stop && h->rounds < want && (t = tm_now_ns()) < until)
+            tm_cond_wait_ns(&h->cv, &h->mu, until - t);
+    }
+    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&self_mu);
 }
 
 struct tm_http_depth *tm_http_depth_start(struct tm_daemon *d)
@@ -171,6 +220,9 @@ struct tm_http_depth *tm_http_depth_start(struct tm_daemon *d)
         tm_free(h);
         return NULL;
     }
+    pthread_mutex_lock(&self_mu);
+    self = h;
+    pthread_mutex_unlock(&self_mu);
     return h;
 }
 
@@ -178,6 +230,10 @@ void tm_http_depth_stop(struct tm_http_depth *h)
 {
     if (h == NULL)
         return;
+    pthread_mutex_lock(&self_mu);
+    if (self == h)
+        self = NULL;
+    pthread_mutex_unlock(&self_mu);
     pthread_mutex_lock(&h->mu);
     h->stop = 1;
     pthread_cond_broadcast(&h->cv);

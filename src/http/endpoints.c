@@ -109,6 +109,7 @@ static void cb_healthz(struct tm_daemon *d, struct reply *r)
 
 static void cb_metrics(struct tm_daemon *d, struct reply *r)
 {
+    tm_http_depth_want();
     pthread_rwlock_rdlock(&d->gen_lock);
     r->body = tm_metrics_render(d, &r->len);
     pthread_rwlock_unlock(&d->gen_lock);
@@ -189,6 +190,7 @@ void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d)
 
 static void cb_status(struct tm_daemon *d, struct reply *r)
 {
+    tm_http_depth_want();
     int64_t now_ns = tm_now_ns();
     pthread_rwlock_rdlock(&d->gen_lock);
     cJSON *j = cJSON_CreateObject();

@@ -121,12 +121,17 @@ void tm_http_api_free(void);
 struct tm_http_depth;
 
 /* tm_http_depth_start starts the thread that reads queue depths off the
- * broker every few seconds into d's task stats. Returns NULL (with a
+ * broker into d's task stats when scrapes want them (tm_http_depth_want). Returns NULL (with a
  * warning logged) when the thread cannot start. */
 struct tm_http_depth *tm_http_depth_start(struct tm_daemon *d);
 
 /* tm_http_depth_stop stops and frees it; NULL accepted. */
 void tm_http_depth_stop(struct tm_http_depth *r);
+
+/* tm_http_depth_want is called by a scrape that shows queue depths, with
+ * no lock held: when the cached values are older than the refresh floor
+ * it asks the refresher for a read and waits for it, a second at most. */
+void tm_http_depth_want(void);
 
 /* ---- conns.c ---- */
 

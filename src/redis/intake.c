@@ -27,19 +27,34 @@
 
 #define SRC TM_REDIS_SRC
 
-/* peek_script looks, for each task of a lane, at the retry set and the
- * pending list: KEYS are stream, retry set, for each task; ARGV[1] the
- * group, ARGV[1 + i] task i's claim_idle. Returns, for each task, the ms
- * until its next retry is due (-1: none) and 1 when an entry has been
- * pending past claim_idle (0: none, or no stream or group yet). */
+/* peek_script looks, for each task of a lane, at the pending list and,
+ * on a lane's first peek (ARGV[2 + n] is 1), at the retry set, whose
+ * earliest it also writes to the due-time index (a set filled before
+ * the index existed is indexed so); later peeks leave the retry sets to
+ * the index (scheduled.c reads it). KEYS are stream, retry set, for each
+ * task, then the due-time index; ARGV[1] the group, ARGV[1 + i] task i's
+ * claim_idle. Returns, for each task, the ms until its next retry is due
+ * (-1: none; -2: not looked at) and 1 when an entry has been pending past
+ * claim_idle (0: none, or no stream or group yet). */
 static const char peek_script[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local n = (#KEYS - 1) / 2\n"
+    "local seed = ARGV[2 + n] == '1'\n"
+    "local now = 0\n"
+    "if seed then\n"
+    "  local t = redis.call('TIME')\n"
+    "  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "end\n"
     "local out = {}\n"
-    "for i = 1, #KEYS / 2 do\n"
-    "  local wait = -1\n"
-    "  local nxt = redis.call('ZRANGE', KEYS[2 * i], 0, 0, 'WITHSCORES')\n"
-    "  if #nxt > 0 then wait = math.max(0, tonumber(nxt[2]) - now) end\n"
+    "for i = 1, n do\n"
+    "  local wait = -2\n"
+    "  if seed then\n"
+    "    wait = -1\n"
+    "    local nxt = redis.call('ZRANGE', KEYS[2 * i], 0, 0, 'WITHSCORES')\n"
+    "    if #nxt > 0 then\n"
+    "      wait = math.max(0, tonumber(nxt[2]) - now)\n"
+    "      redis.call('ZADD', KEYS[#KEYS], 'LT', nxt[2], KEYS[2 * i])\n"
+    "    end\n"
+    "  end\n"
     "  local idle = 0\n"
     "  local p = redis.pcall('XPENDING', KEYS[2 * i - 1], ARGV[1], 'IDLE',\n"
     "    tonumber(ARGV[1 + i]), '-', '+', 1)\n"
@@ -336,8 +351,8 @@ static int take(struct tm_redis *rb, struct tm_redis_task *rt, size_t ti,
     tm_snprintf(maxp, sizeof maxp, "%zu", t->max_payload);
     tm_snprintf(budget, sizeof budget, "%d", TM_REDIS_READ_BYTES);
     tm_snprintf(count, sizeof count, "%zu", max);
-    const char *fixed[] = {"EVAL", script, "2", t->queue, rt->retry_key,
-                           t->group, rb->consumer, maxp, budget, count,
+    const char *fixed[] = {"EVAL", script, "3", t->queue, rt->retry_key,
+                           rt->due_key, t->group, rb->consumer, maxp, budget, count,
                            arg, arg2};
     size_t nfixed = sizeof fixed / sizeof fixed[0];
     assert(arg2 != NULL || nextra == 0);
@@ -402,7 +417,8 @@ static int due_retries(struct tm_redis *rb, struct tm_redis_task *rt,
     }
     long long w = strtoll(wait, NULL, 10);
     /* more may be due at once when the reply was full; none left: the
-     * lane's next peek looks again (other daemons schedule retries too) */
+     * retries other daemons schedule come through the due-time index
+     * (the promoter's tm_redis_retry_note) */
     rt->next_due_ms = (size_t)n >= max ? now
                       : w < 0          ? LLONG_MAX
                                        : tm_now_ms() + w;
@@ -861,23 +877,25 @@ static int peek_run(struct tm_redis *rb, struct tm_redis_lane *l,
 {
     const char **argv = l->peek_argv;
     char nkeys[24];
-    tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n);
+    tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n + 1);
     argv[0] = "EVAL";
     argv[1] = peek_script;
     argv[2] = nkeys;
-    argv[3 + 2 * n] = l->group;
+    argv[3 + 2 * n] = rb->tasks[l->tasks[from]].due_key;
+    argv[4 + 2 * n] = l->group;
     for (size_t i = 0; i < n; i++) {
         struct tm_redis_task *rt = &rb->tasks[l->tasks[from + i]];
         argv[3 + 2 * i] = rt->cfg->queue;
         argv[4 + 2 * i] = rt->retry_key;
         tm_snprintf(l->peek_num[from + i], sizeof l->peek_num[from + i],
                     "%lld", (long long)rt->cfg->claim_idle_ms);
-        argv[4 + 2 * n + i] = l->peek_num[from + i];
+        argv[5 + 2 * n + i] = l->peek_num[from + i];
     }
+    argv[5 + 3 * n] = l->peeked ? "0" : "1";
     struct tm_redis_task *first = &rb->tasks[l->tasks[from]];
     int dead = 0;
     int64_t now = tm_now_ms();
-    redisReply *r = intake_command(first, (int)(4 + 3 * n), argv, NULL, 0,
+    redisReply *r = intake_command(first, (int)(6 + 3 * n), argv, NULL, 0,
                                    &dead);
     if (r == NULL) {
         if (dead) {
@@ -893,7 +911,7 @@ static int peek_run(struct tm_redis *rb, struct tm_redis_lane *l,
             struct tm_redis_task *rt = &rb->tasks[l->tasks[from + i]];
             const redisReply *w = r->element[2 * i];
             const redisReply *idle = r->element[2 * i + 1];
-            if (w->type == REDIS_REPLY_INTEGER)
+            if (w->type == REDIS_REPLY_INTEGER && w->integer != -2)
                 rt->next_due_ms = w->integer < 0 ? LLONG_MAX
                                                  : now + w->integer;
             if (idle->type == REDIS_REPLY_INTEGER && idle->integer > 0)
@@ -904,22 +922,29 @@ static int peek_run(struct tm_redis *rb, struct tm_redis_lane *l,
     return 0;
 }
 
-/* peek looks at the retry sets and pending lists of every task of the
- * lane, one script per lane key (the tasks are ordered by it); -1 when
- * the connection was lost. */
+/* peek looks at the pending lists of the lane's tasks, one script per
+ * lane key (the tasks are ordered by it): the first peek at every task
+ * (and its retry set), the later ones at the next TM_REDIS_PEEK_TASKS
+ * tasks in turn (see tm_redis_lanes_init for the period); -1 when the
+ * connection was lost. */
 static int peek(struct tm_redis *rb, struct tm_redis_lane *l)
 {
-    size_t from = 0;
-    while (from < l->ntasks) {
+    size_t from = l->peeked ? l->peek_at : 0;
+    size_t left = l->peeked && l->ntasks > TM_REDIS_PEEK_TASKS
+                      ? TM_REDIS_PEEK_TASKS
+                      : l->ntasks;
+    while (left > 0) {
         size_t n = 1;
         unsigned key = rb->tasks[l->tasks[from]].lane_key;
-        while (from + n < l->ntasks &&
+        while (n < left && from + n < l->ntasks &&
                rb->tasks[l->tasks[from + n]].lane_key == key)
             n++;
         if (peek_run(rb, l, from, n) != 0)
             return -1;
-        from += n;
+        left -= n;
+        from = (from + n) % l->ntasks;
     }
+    l->peek_at = from;
     return 0;
 }
 
@@ -1019,6 +1044,7 @@ static int fetch_lane(struct tm_broker *b, size_t li, const size_t *room,
                 return -1;
         if (peek(rb, l) != 0)
             return -1;
+        l->peeked = 1;
         l->next_peek_ms = tm_now_ms() + l->peek_period_ms;
     }
 

@@ -133,14 +133,28 @@ void tm_redis_lanes_init(struct tm_redis *rb)
             if (t->rate_count > 0 || t->dedup_ttl_ms > 0)
                 l->ahead_ok = 0;
         }
-        l->peek_argv = tm_calloc(4 + 3 * l->ntasks, sizeof *l->peek_argv);
+        l->peek_argv = tm_calloc(6 + 3 * l->ntasks, sizeof *l->peek_argv);
         l->peek_num = tm_calloc(l->ntasks, sizeof *l->peek_num);
-        l->peek_period_ms = INT64_MAX;
+        /* each task's pending list is looked at once per claim
+         * period (the shortest of the lane) while a peek covers every
+         * task, else once per claim_idle, a peek covering
+         * TM_REDIS_PEEK_TASKS of them: an idle lane's peeks cost about
+         * ntasks / claim_idle commands a second */
+        int64_t period = INT64_MAX, idle = INT64_MAX;
         for (size_t j = 0; j < l->ntasks; j++) {
-            int64_t p = tm_redis_claim_period(rb->tasks[l->tasks[j]].cfg);
-            if (p < l->peek_period_ms)
-                l->peek_period_ms = p;
+            const struct tm_cfg_task *t = rb->tasks[l->tasks[j]].cfg;
+            int64_t p = tm_redis_claim_period(t);
+            if (p < period)
+                period = p;
+            if (t->claim_idle_ms < idle)
+                idle = t->claim_idle_ms;
         }
+        if (l->ntasks > TM_REDIS_PEEK_TASKS) {
+            period = idle * TM_REDIS_PEEK_TASKS / (int64_t)l->ntasks;
+            if (period < 50)
+                period = 50;
+        }
+        l->peek_period_ms = period;
     }
 }
 

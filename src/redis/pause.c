@@ -8,7 +8,7 @@
  * paused apart. It lives in Redis, so a daemon started later, or
  * restarted, honours it from its first read.
  *
- * Every lane reads the keys of its tasks (one MGET per 256 tasks of one
+ * Every lane reads the keys of its tasks (one MGET per 1024 tasks of one
  * slot, all pipelined) before its first read and then every
  * TM_REDIS_PAUSE_POLL_MS, and no blocking read of the lane lasts longer
  * than that, so every daemon stops reading a paused task within about two
@@ -33,9 +33,9 @@
  * often while it waits. */
 #define TM_REDIS_PAUSE_NAP_MS 50
 
-/* Keys per MGET of a pause read: 500 idle tasks cost 2 commands a
+/* Keys per MGET of a pause read: 500 idle tasks cost 1 command a
  * period, not 500. */
-#define TM_REDIS_PAUSE_CHUNK 256
+#define TM_REDIS_PAUSE_CHUNK 1024
 
 char *tm_redis_pause_key(const struct tm_cfg_task *t)
 {

@@ -47,6 +47,7 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         rt->retry_key = tm_redis_retry_key(rt->cfg);
         rt->slot = tm_redis_key_slot(rt->cfg->queue, strlen(rt->cfg->queue));
         rt->lane_key = rb->cluster ? rt->slot : 0;
+        rt->due_key = tm_redis_due_key(rb->cluster, rt->slot);
         rt->rate_key = tm_redis_rate_key(rt->cfg);
         rt->pause_key = tm_redis_pause_key(rt->cfg);
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
@@ -105,6 +106,7 @@ static void rb_destroy(struct tm_broker *b)
         tm_redis_collect(&rb->tasks[i]);
         pthread_mutex_destroy(&rb->tasks[i].held_mu);
         tm_free(rb->tasks[i].retry_key);
+        tm_free(rb->tasks[i].due_key);
         tm_free(rb->tasks[i].rate_key);
         tm_free(rb->tasks[i].pause_key);
         tm_free(rb->tasks[i].own_ids);

@@ -135,6 +135,8 @@ struct tm_redis_task {
                                   read by one command: the slot in a
                                   cluster, else 0 */
     char *retry_key;           /* "<queue>.retry.<group>": the schedule */
+    char *due_key;             /* the due-time index of its slot
+                                  (tm_redis_due_key) */
     char *rate_key;            /* "<queue>.rate.<group>": rate_limit's
                                   token bucket */
     struct tm_redis_lane *lane; /* the intake lane that reads it */
@@ -215,10 +217,12 @@ struct tm_redis_lane {
     atomic_int poke;
     atomic_int in_block;
     atomic_llong block_end_ms; /* when the current read ends at the latest */
-    int64_t next_peek_ms;      /* next look at retry sets and pending
-                                  lists (lane thread only) */
-    int64_t peek_period_ms;    /* the shortest claim period of its
-                                  tasks */
+    int64_t next_peek_ms;      /* next look at pending lists (lane
+                                  thread only) */
+    int64_t peek_period_ms;    /* between two peeks (tm_redis_lanes_init) */
+    size_t peek_at;            /* lane thread: the next peek's first task */
+    int peeked;                /* lane thread: a peek was made (the
+                                  first also indexes the retry sets) */
     atomic_llong next_pause_ms; /* next read of its tasks' pause keys
                                    (pause.c; 0: at once) */
     /* read scratch (lane thread only) */
@@ -440,7 +444,11 @@ size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
  * it with tm_free): built from the queue name first, so a hash tag in the
  * queue carries over to it. */
 char *tm_redis_retry_key(const struct tm_cfg_task *t);
-/* tm_redis_retry_argv fills argv (9 of them) with the command that
+/* tm_redis_due_key is the key of the due-time index (see retry.c) of the
+ * sets of slot slot (tm_free it): "taskmill.due", or in a cluster
+ * "taskmill.due.{N}" hashing to slot. */
+char *tm_redis_due_key(int cluster, unsigned slot);
+/* tm_redis_retry_argv fills argv (10 of them) with the command that
  * schedules m's retry after its delay (settle thread); delay is the
  * buffer argv points into. Returns the count. */
 int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
@@ -480,7 +488,7 @@ void tm_redis_collect(struct tm_redis_task *rt);
  * last fetch after wake() normally takes it in). */
 void tm_redis_ahead_end(struct tm_redis *rb, struct tm_redis_lane *l);
 /* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
- * stream, KEYS[2] the retry set; ARGV[1] group, ARGV[2] consumer, ARGV[3]
+ * stream, KEYS[2] the retry set, KEYS[3] the due-time index; ARGV[1] group, ARGV[2] consumer, ARGV[3]
  * max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the
  * script's own argument. It defines keep(entry) (adds an entry to `out`,
  * with its delivery count, and its body stripped with a reason when over
@@ -533,10 +541,16 @@ int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
 
 /* ---- lane.c ---- */
 
-/* A lane peeks at its tasks' retry sets and pending lists (one script
- * for all of them) every claim period of its tasks (the shortest; see
- * tm_redis_claim_period): other daemons schedule retries, and die, too.
- * Its own retries it learns of at once (tm_redis_retry_note). */
+/* A lane peeks at its tasks' pending lists (one script per slot) for
+ * entries idle past claim_idle (other daemons die): with up to
+ * TM_REDIS_PEEK_TASKS tasks at all of them every claim period (the
+ * shortest; see tm_redis_claim_period), with more at that many each
+ * claim_idle * TM_REDIS_PEEK_TASKS / ntasks, so that each is looked at
+ * once per claim_idle (the shortest): such entries are reclaimed within
+ * two claim_idle of their last delivery. Retries it learns of from the due-time index
+ * (scheduled.c polls it, for the retries of every daemon) and its own at
+ * once (tm_redis_retry_note). */
+#define TM_REDIS_PEEK_TASKS 16
 /* While a task of a lane waits for room, a read blocks at most this. */
 #define TM_REDIS_ROOM_BLOCK_MS 1000
 /* Cluster: blocking lanes per consumer group (one slot each); further

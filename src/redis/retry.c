@@ -9,7 +9,18 @@
  * consumer, atomically (tm_redis_due_script: ZREM + XCLAIM in one
  * script); until then the reclaim and history reads skip it, and no
  * keep-alive refresh touches it (the consumer that scheduled it no longer
- * holds it). */
+ * holds it).
+ *
+ * The due-time index: every retry set and scheduled set that has members
+ * is a member of the sorted set "taskmill.due" (in a cluster, one per
+ * slot: "taskmill.due.{N}", N chosen so that the key hashes to the slot
+ * of the sets it indexes), scored by the set's earliest due time. Every
+ * script that adds to or takes from a set sets its index entry in the
+ * same script: ZADD LT where members are only added (the earliest can
+ * only come sooner), the set's exact earliest (or ZREM when it is empty)
+ * where members leave. So a daemon watches all its tasks' sets with one
+ * read of the index per slot (scheduled.c), whatever the count of
+ * tasks. */
 #include "redis/redis.h"
 
 #include <limits.h>
@@ -17,6 +28,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "redis/slot.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
@@ -26,8 +38,8 @@
  * consumer reclaimed it meanwhile, it is that one's to settle, and a
  * retry scheduled here would later take it from under its run. Running
  * it twice (a reply lost) only moves the due time. KEYS: stream, retry
- * set. ARGV: group, consumer, delay ms, id. Returns the due time (server
- * epoch ms), or -1 when the entry is not ours. */
+ * set, due-time index. ARGV: group, consumer, delay ms, id. Returns the
+ * due time (server epoch ms), or -1 when the entry is not ours. */
 static const char retry_script[] =
     "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[4], ARGV[4],"
     " 1)\n"
@@ -36,12 +48,14 @@ static const char retry_script[] =
     "local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)"
     " + tonumber(ARGV[3])\n"
     "redis.call('ZADD', KEYS[2], due, ARGV[4])\n"
+    "redis.call('ZADD', KEYS[3], 'LT', due, KEYS[2])\n"
     "return due\n";
 
 /* tm_redis_due_script: see redis.h. Ids due by the server's clock leave
  * the set and are claimed (XCLAIM, min-idle 0: the entry waits in the set
  * on a consumer that does not run it) by the consumer running the script;
- * an id whose entry was acknowledged or deleted meanwhile just leaves. */
+ * an id whose entry was acknowledged or deleted meanwhile just leaves.
+ * The set's index entry (KEYS[3]) is then its earliest left, or gone. */
 const char tm_redis_due_script[] = TM_REDIS_LUA_TAKE
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -54,12 +68,32 @@ const char tm_redis_due_script[] = TM_REDIS_LUA_TAKE
     "end\n"
     "local nxt = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
     "local wait = -1\n"
-    "if #nxt > 0 then wait = math.max(0, tonumber(nxt[2]) - now) end\n"
+    "if #nxt > 0 then\n"
+    "  wait = math.max(0, tonumber(nxt[2]) - now)\n"
+    "  redis.call('ZADD', KEYS[3], nxt[2], KEYS[2])\n"
+    "else\n"
+    "  redis.call('ZREM', KEYS[3], KEYS[2])\n"
+    "end\n"
     "return {tostring(wait), out}\n";
 
 char *tm_redis_retry_key(const struct tm_cfg_task *t)
 {
     return tm_asprintf("%s.retry.%s", t->queue, t->group);
+}
+
+char *tm_redis_due_key(int cluster, unsigned slot)
+{
+    if (!cluster)
+        return tm_strdup("taskmill.due");
+    /* the first decimal tag that hashes to the slot: CRC16 spreads
+     * short strings over all slots, so one is found within a few
+     * hundred thousand tries at worst */
+    char tag[24];
+    for (unsigned long n = 0;; n++) {
+        int len = snprintf(tag, sizeof tag, "%lu", n);
+        if (tm_redis_key_slot(tag, (size_t)len) == slot)
+            return tm_asprintf("taskmill.due.{%s}", tag);
+    }
 }
 
 int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
@@ -69,8 +103,8 @@ int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
     const struct tm_cfg_task *t = rt->cfg;
     tm_snprintf(delay, 24, "%lld",
                 (long long)(m->retry_delay_ms > 0 ? m->retry_delay_ms : 0));
-    const char *v[] = {"EVAL", retry_script, "2", t->queue, rt->retry_key,
-                       t->group, rb->consumer, delay, m->id};
+    const char *v[] = {"EVAL", retry_script, "3", t->queue, rt->retry_key,
+                       rt->due_key, t->group, rb->consumer, delay, m->id};
     memcpy(argv, v, sizeof v);
     return (int)(sizeof v / sizeof v[0]);
 }

@@ -255,7 +255,10 @@ void tm_redis_tick(struct tm_broker *b)
         int dead = refresh_held(rb, rt, eb, sizeof eb);
         if (!dead && rt->cfg->maxlen > 0 && rt->tick_rounds % 4 == 1)
             dead = trim(rb, rt, eb, sizeof eb);
-        if (!dead && rt->tick_rounds % 64 == 1)
+        /* the tasks take turns over the 64 rounds (by index): an idle
+         * daemon's sweep costs ntasks / 64 commands a claim period, not
+         * all of them in one */
+        if (!dead && (rt->tick_rounds + i) % 64 == 1)
             dead = sweep_consumers(rb, rt, eb, sizeof eb);
         if (dead) {
             tm_redis_wc_lost(rb, "upkeep", eb);

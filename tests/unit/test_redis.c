@@ -66,6 +66,27 @@ START_TEST(scheduled_key_derives_from_the_queue)
 }
 END_TEST
 
+/* The due-time index: one key outside a cluster; in a cluster one per
+ * slot, hashing to that slot (every slot has one). */
+START_TEST(due_key_hashes_to_its_slot)
+{
+    char *k = tm_redis_due_key(0, 1234);
+    ck_assert_str_eq(k, "taskmill.due");
+    tm_free(k);
+    for (unsigned slot = 0; slot < TM_REDIS_SLOTS; slot += 97) {
+        k = tm_redis_due_key(1, slot);
+        ck_assert_int_eq(strncmp(k, "taskmill.due.{", 14), 0);
+        ck_assert_uint_eq(tm_redis_key_slot(k, strlen(k)), slot);
+        tm_free(k);
+    }
+    char q[] = "{orders}";
+    unsigned qs = tm_redis_key_slot(q, strlen(q));
+    k = tm_redis_due_key(1, qs);
+    ck_assert_uint_eq(tm_redis_key_slot(k, strlen(k)), qs);
+    tm_free(k);
+}
+END_TEST
+
 /* Cluster slots as Redis computes them (CLUSTER KEYSLOT), hash tags
  * included: the first '{' to the next '}', when not empty. */
 START_TEST(key_slots_follow_redis)
@@ -719,6 +740,7 @@ static Suite *redis_suite(void)
     tcase_add_test(tc, send_ahead_then_read_reply);
     tcase_add_test(tc, key_slots_follow_redis);
     tcase_add_test(tc, scheduled_key_derives_from_the_queue);
+    tcase_add_test(tc, due_key_hashes_to_its_slot);
     tcase_add_test(tc, task_keys_share_a_slot);
     tcase_add_test(tc, redirects_are_read);
     tcase_add_test(tc, schedule_key_shares_the_slot);
