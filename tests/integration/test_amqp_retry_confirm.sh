@@ -8,7 +8,9 @@
 # unacknowledged, its copy held and sent again later, not requeued into a
 # busy loop of runs), and the refusals are logged. Once the policy is
 # cleared, every retry runs (attempt 2) and every dead letter is in the
-# dead-letter queue: none lost, none run twice.
+# dead-letter queue: none lost, none run twice. Then the retry queue is
+# deleted under the daemon: the copies that come back unroutable are held
+# too, and go out once the queue is declared again.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
 CONF=$TEST_DIR/taskmill.yaml
 JR=$TEST_DIR/retry.journal
@@ -78,6 +80,19 @@ cut -f2 "$TM_OUT" | sort >"$TEST_DIR/dead.origins"
 diff -q "$TEST_DIR/ids.dead.sorted" "$TEST_DIR/dead.origins" >/dev/null ||
 	fail "dead-letter origins differ from the published ids"
 wait_metric taskmill_tasks_total 'task="retry",outcome="success"' "$N" 30
+
+# the retry queue deleted under the daemon: its next copies come back
+# unroutable (basic.return); they are held, the queue is declared again,
+# and they go out: each new message runs once, then its retry once
+rabbitctl delete_queue "$QR.retry.200ms" >/dev/null || fail "rabbitmqctl delete_queue failed"
+amqptool publish "$QR" "$N" '{"m":%d}' >"$TEST_DIR/ids.gone"
+wait_until "(( \$(grep -c ' 2\$' $JR) >= $((2 * N)) ))" 60
+grep -Ff "$TEST_DIR/ids.gone" "$JR" | grep ' 2$' | cut -d' ' -f1 | sort >"$TEST_DIR/retried.gone"
+sort "$TEST_DIR/ids.gone" | diff -q - "$TEST_DIR/retried.gone" >/dev/null ||
+	fail "ids retried after the retry queue was deleted differ from the published ids"
+assert_eq "$((4 * N))" "$(wc -l <"$JR")" "runs of the retried messages after the retry queue was deleted"
+assert_ge 1 "$(grep -c 'could not route the retry copy' "$DAEMON_LOG")" "unroutable retry copies logged"
+wait_metric taskmill_tasks_total 'task="retry",outcome="success"' "$((2 * N))" 30
 assert_eq 0 "$(ready_count "$QR")" "ready in $QR"
 assert_eq 0 "$(ready_count "$QD")" "ready in $QD"
 assert_eq 0 "$(ready_count "$QR.retry.200ms")" "left in the retry queue"
