@@ -157,6 +157,9 @@ struct tm_amqp_rec {
     unsigned char cst, rst;    /* confirm states of the copy, the reply */
     int returned;              /* the broker could not route the copy */
     unsigned refusals;         /* times the copy was refused or returned */
+    int redeclare;             /* a dead-letter copy came back unroutable:
+                                  the task's topology is declared again
+                                  before it is sent again */
     int64_t hold_until;        /* monotonic ms: a refused copy is not sent
                                   again before (0: not held) */
     int park;                  /* a delay copy (delay.c): settle is

@@ -405,6 +405,39 @@ static void drop_stale(struct tm_amqp_publisher *pc)
                      "and RabbitMQ delivers those messages again", stale);
 }
 
+/* dead_letter_declare declares again the topology of r's task (its
+ * dead-letter queue was found gone) on the admin channel, for the copy
+ * sent next; the other records of the task waiting for that are spared
+ * it. A refusal is logged and leaves the copy to be returned and held
+ * again. Returns -1 when the connection failed (pc->errstr). */
+static int dead_letter_declare(struct tm_amqp_publisher *pc,
+                               struct tm_amqp_rec *r)
+{
+    const struct tm_cfg_task *t = pc->ab->tasks[r->task].cfg;
+    char why[512], eb[256];
+    int perm = 0;
+    for (size_t i = 0; i < pc->out.n; i++)
+        if (pc->out.v[i].task == r->task)
+            pc->out.v[i].redeclare = 0;
+    if (tm_amqp_declare(pc->conn, TM_AMQP_PCH_ADMIN, pc->ab, t, why,
+                        sizeof why, &perm) == 0) {
+        tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, t->name, NULL,
+                     "dead-letter queue '%s' was gone: declared again",
+                     t->dead_letter);
+        return 0;
+    }
+    tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, t->name, NULL,
+                 "%s; dead letters wait", why);
+    /* the broker closed the channel on the refusal: opened again */
+    if (tm_amqp_channel_closed_ok(pc->conn, TM_AMQP_PCH_ADMIN) !=
+            AMQP_STATUS_OK ||
+        tm_amqp_channel(pc->conn, TM_AMQP_PCH_ADMIN, 0, eb, sizeof eb) != 0) {
+        tm_snprintf(pc->errstr, sizeof pc->errstr, "%s", why);
+        return -1;
+    }
+    return 0;
+}
+
 /* send_pending publishes every copy not sent on this connection yet.
  * Returns -1 when the connection failed (pc->errstr). */
 static int send_pending(struct tm_amqp_publisher *pc)
@@ -441,6 +474,9 @@ static int send_pending(struct tm_amqp_publisher *pc)
                 return -1;
         }
         if (copy_needed(r) && !r->returned && r->seq == 0) {
+            if (r->redeclare && r->settle == TM_SETTLE_DEAD &&
+                dead_letter_declare(pc, r) != 0)
+                return -1;
             r->cst = TM_AMQP_WAITING;
             r->seq = r->settle == TM_SETTLE_DEAD ? tm_amqp_publish_dead(pc, r)
                      : r->park ? tm_amqp_publish_park(pc, r)
@@ -457,8 +493,8 @@ static int send_pending(struct tm_amqp_publisher *pc)
  * refused_wait_ms: its original stays unacknowledged meanwhile (never
  * acknowledged without a confirmed copy, never given back to run again
  * at once), and RabbitMQ delivers it again if the daemon stops first. A
- * retry or delay queue that was not there is declared again before the
- * copy goes out. */
+ * retry or delay queue, or a dead-letter queue, that was not there is
+ * declared again before the copy goes out. */
 static void hold_refused(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r,
                          int64_t now)
 {
@@ -466,6 +502,8 @@ static void hold_refused(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r,
         for (size_t i = 0; i < pc->nlevels; i++)
             if (strcmp(pc->levels[i].name, r->rk) == 0)
                 pc->levels[i].declared_at = TM_AMQP_LEVEL_STALE;
+    if (r->returned && r->settle == TM_SETTLE_DEAD)
+        r->redeclare = 1;
     if (!r->returned)
         tm_log_write(r->refusals == 0 ? TM_LOG_ERR : TM_LOG_DEBUG,
                      TM_AMQP_SRC, pc->ab->tasks[r->task].cfg->name, r->d->id,

@@ -9,8 +9,9 @@
 # busy loop of runs), and the refusals are logged. Once the policy is
 # cleared, every retry runs (attempt 2) and every dead letter is in the
 # dead-letter queue: none lost, none run twice. Then the retry queue is
-# deleted under the daemon: the copies that come back unroutable are held
-# too, and go out once the queue is declared again.
+# deleted under the daemon, then the dead-letter queue: the copies that
+# come back unroutable are held too, and go out once the queue is
+# declared again.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
 CONF=$TEST_DIR/taskmill.yaml
 JR=$TEST_DIR/retry.journal
@@ -93,6 +94,20 @@ sort "$TEST_DIR/ids.gone" | diff -q - "$TEST_DIR/retried.gone" >/dev/null ||
 assert_eq "$((4 * N))" "$(wc -l <"$JR")" "runs of the retried messages after the retry queue was deleted"
 assert_ge 1 "$(grep -c 'could not route the retry copy' "$DAEMON_LOG")" "unroutable retry copies logged"
 wait_metric taskmill_tasks_total 'task="retry",outcome="success"' "$((2 * N))" 30
+
+# the dead-letter queue deleted under the daemon (with the dead letters
+# above): the dead-letter copies come back unroutable, are held, the
+# task's topology is declared again, and they arrive
+rabbitctl delete_queue "$QD.dlq" >/dev/null || fail "rabbitmqctl delete_queue failed"
+amqptool publish "$QD" "$N" '{"m":%d}' >"$TEST_DIR/ids.dlq.gone"
+wait_until "[[ \$(ready_count $QD.dlq) == $N ]]" 60
+assert_eq "$((2 * N))" "$(wc -l <"$JD")" "runs of the dead-lettered messages after the dead-letter queue was deleted"
+tm dlq -c "$CONF" list dead
+cut -f2 "$TM_OUT" | sort >"$TEST_DIR/dead.origins.gone"
+sort "$TEST_DIR/ids.dlq.gone" | diff -q - "$TEST_DIR/dead.origins.gone" >/dev/null ||
+	fail "dead-letter origins after the deletion differ from the published ids"
+assert_ge 1 "$(grep -c "dead-letter queue '$QD.dlq' was gone: declared again" "$DAEMON_LOG")" "dead-letter queue declared again, logged"
+
 assert_eq 0 "$(ready_count "$QR")" "ready in $QR"
 assert_eq 0 "$(ready_count "$QD")" "ready in $QD"
 assert_eq 0 "$(ready_count "$QR.retry.200ms")" "left in the retry queue"
