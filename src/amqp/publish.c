@@ -573,7 +573,8 @@ static int outstanding(const struct tm_amqp_publisher *pc)
  * (re)connects when copies wait, reads confirms and notifications,
  * publishes what is not sent yet and, with wait, waits for the confirms
  * up to TM_AMQP_CONFIRM_TIMEOUT_MS. Records whose copies are all
- * answered go to done, for their originals to be settled.
+ * confirmed go to done, for their originals to be acknowledged; those
+ * with a copy refused or returned stay, held (hold_refused).
  *
  * While the broker blocks the connection nothing is sent and nothing
  * times out: the records wait, and the call returns at once. A confirm
