@@ -106,7 +106,6 @@ static void ab_destroy(struct tm_broker *b)
         tm_free(at->acks.above);
         tm_free(at->acks.held);
         tm_free(at->tags);
-        tm_free(at->ntags);
         pthread_mutex_unlock(&at->io_mu);
         pthread_mutex_destroy(&at->io_mu);
         if (at->efd >= 0)

@@ -31,6 +31,12 @@
  * under the daemon's 10 s liveness limit). */
 #define TM_AMQP_CONFIRM_TIMEOUT_MS 5000
 
+/* A copy the broker refused (basic.nack) or could not route is held,
+ * its original unacknowledged, and sent again after this wait, doubled
+ * at each refusal of it up to the largest (ms). */
+#define TM_AMQP_REFUSED_MIN_MS 1000
+#define TM_AMQP_REFUSED_MAX_MS 30000
+
 /* Frames read per pump, so that a busy socket cannot starve the rest. */
 #define TM_AMQP_PUMP_MAX 4096
 
@@ -150,7 +156,12 @@ struct tm_amqp_rec {
     uint64_t rseq;             /* confirm sequence on PCH_REPLY, 0 unsent */
     unsigned char cst, rst;    /* confirm states of the copy, the reply */
     int returned;              /* the broker could not route the copy */
-    int requeue;               /* settle the original with a nack */
+    unsigned refusals;         /* times the copy was refused or returned */
+    int redeclare;             /* a dead-letter copy came back unroutable:
+                                  the task's topology is declared again
+                                  before it is sent again */
+    int64_t hold_until;        /* monotonic ms: a refused copy is not sent
+                                  again before (0: not held) */
     int park;                  /* a delay copy (delay.c): settle is
                                   TM_SETTLE_RETRY, rk a delay queue,
                                   delay_ms its level */
@@ -216,6 +227,12 @@ struct tm_amqp_level {
     char *name;
     int64_t declared_at;
 };
+
+/* declared_at of a level a copy could not be routed to (the queue was
+ * deleted): it is declared again on its next use, retry queue or delay
+ * queue alike (now - TM_AMQP_LEVEL_STALE exceeds every redeclaration
+ * interval without overflowing). */
+#define TM_AMQP_LEVEL_STALE (INT64_MIN / 2)
 
 /* A retry queue of delay D expires after TM_AMQP_RETRY_EXPIRES(D) ms
  * unused, and is declared again (which counts as a use) before each
@@ -305,7 +322,7 @@ struct tm_amqp_task {
     /* park is not empty; written under io_mu, read without it by the
      * settle thread, which takes io_mu only when there is a park to take */
     atomic_int parked;
-    uint64_t *tags, *ntags;       /* settle scratch: acks, nacks */
+    uint64_t *tags;               /* settle scratch: acks */
     size_t tagcap;
     char errstr[512];
     uint64_t err_hash;            /* of the last reconnect failure logged */

@@ -127,8 +127,9 @@ static int delay_declare(struct tm_amqp_publisher *pc,
 /* delay_queue returns the name of task t's delay queue of level ms,
  * declaring it on first use on this connection (kept in pc->levels with
  * the retry queues; a declared_at of INT64_MAX marks it as never to be
- * declared again there). NULL with the reason in buf when it cannot be
- * declared; *dead is set when the connection failed. */
+ * declared again there, unless a copy found it deleted). NULL with the
+ * reason in buf when it cannot be declared; *dead is set when the
+ * connection failed. */
 static const char *delay_queue(struct tm_amqp_publisher *pc,
                                const struct tm_cfg_task *t, int64_t ms,
                                char *buf, size_t size, int *dead)
@@ -142,17 +143,25 @@ static const char *delay_queue(struct tm_amqp_publisher *pc,
                     (unsigned long long)tm_amqp_fnv64(
                         t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
                     (long long)ms);
-    for (size_t i = 0; i < pc->nlevels; i++)
+    struct tm_amqp_level *lv = NULL;
+    for (size_t i = 0; i < pc->nlevels && lv == NULL; i++)
         if (strcmp(pc->levels[i].name, name) == 0)
-            return pc->levels[i].name;
+            lv = &pc->levels[i];
+    if (lv != NULL && lv->declared_at == INT64_MAX)
+        return lv->name;
+    /* new here, or TM_AMQP_LEVEL_STALE: a copy found it gone */
     if (delay_declare(pc, t, name, ms, buf, size, dead) != 0)
         return NULL;
+    if (lv != NULL) {
+        lv->declared_at = INT64_MAX;
+        return lv->name;
+    }
     if (pc->nlevels == pc->caplevels) {
         pc->caplevels = pc->caplevels ? pc->caplevels * 2 : 8;
         pc->levels =
             tm_realloc(pc->levels, pc->caplevels * sizeof *pc->levels);
     }
-    struct tm_amqp_level *lv = &pc->levels[pc->nlevels++];
+    lv = &pc->levels[pc->nlevels++];
     lv->name = tm_strdup(name);
     lv->declared_at = INT64_MAX;
     return lv->name;

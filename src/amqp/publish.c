@@ -166,6 +166,25 @@ static void confirm(struct tm_amqp_publisher *pc, amqp_channel_t ch,
     }
 }
 
+/* copy_kind names the copy r publishes, for the log. */
+static const char *copy_kind(const struct tm_amqp_rec *r)
+{
+    return r->settle == TM_SETTLE_DEAD ? "dead-letter"
+           : r->park                   ? "delay"
+                                       : "retry";
+}
+
+/* refused_wait_ms is how long a copy refused now waits before it is
+ * sent again: TM_AMQP_REFUSED_MIN_MS, doubled for each earlier refusal,
+ * at most TM_AMQP_REFUSED_MAX_MS. */
+static int64_t refused_wait_ms(const struct tm_amqp_rec *r)
+{
+    int64_t ms = TM_AMQP_REFUSED_MIN_MS;
+    for (unsigned i = 0; i < r->refusals && ms < TM_AMQP_REFUSED_MAX_MS; i++)
+        ms *= 2;
+    return ms < TM_AMQP_REFUSED_MAX_MS ? ms : TM_AMQP_REFUSED_MAX_MS;
+}
+
 /* returned_done matches a message the broker could not route (mandatory
  * publish: the dead-letter or retry queue is gone) with its record. */
 static void returned_done(struct tm_amqp_publisher *pc, const char *msgid)
@@ -180,15 +199,13 @@ static void returned_done(struct tm_amqp_publisher *pc, const char *msgid)
                     msgid) != 0))
             continue;
         r->returned = 1;
-        tm_log_write(TM_LOG_ERR, TM_AMQP_SRC,
-                     pc->ab->tasks[r->task].cfg->name, r->d->id,
+        tm_log_write(r->refusals == 0 ? TM_LOG_ERR : TM_LOG_DEBUG,
+                     TM_AMQP_SRC, pc->ab->tasks[r->task].cfg->name, r->d->id,
                      "RabbitMQ could not route the %s copy to '%s' (%s); "
-                     "the message stays in the queue and is delivered "
-                     "again",
-                     r->settle == TM_SETTLE_DEAD ? "dead-letter"
-                     : r->park                   ? "delay"
-                                                 : "retry",
-                     pc->ret_rk, pc->ret_text);
+                     "the message stays unacknowledged and its copy is "
+                     "sent again in %lld ms",
+                     copy_kind(r), pc->ret_rk, pc->ret_text,
+                     (long long)refused_wait_ms(r));
         return;
     }
     tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, NULL, msgid,
@@ -388,13 +405,55 @@ static void drop_stale(struct tm_amqp_publisher *pc)
                      "and RabbitMQ delivers those messages again", stale);
 }
 
+/* dead_letter_declare declares again the topology of r's task (its
+ * dead-letter queue was found gone) on the admin channel, for the copy
+ * sent next; the other records of the task waiting for that are spared
+ * it. A refusal is logged and leaves the copy to be returned and held
+ * again. Returns -1 when the connection failed (pc->errstr). */
+static int dead_letter_declare(struct tm_amqp_publisher *pc,
+                               struct tm_amqp_rec *r)
+{
+    const struct tm_cfg_task *t = pc->ab->tasks[r->task].cfg;
+    char why[512], eb[256];
+    int perm = 0;
+    for (size_t i = 0; i < pc->out.n; i++)
+        if (pc->out.v[i].task == r->task)
+            pc->out.v[i].redeclare = 0;
+    if (tm_amqp_declare(pc->conn, TM_AMQP_PCH_ADMIN, pc->ab, t, why,
+                        sizeof why, &perm) == 0) {
+        tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, t->name, NULL,
+                     "dead-letter queue '%s' was gone: declared again",
+                     t->dead_letter);
+        return 0;
+    }
+    tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, t->name, NULL,
+                 "%s; dead letters wait", why);
+    /* the broker closed the channel on the refusal: opened again */
+    if (tm_amqp_channel_closed_ok(pc->conn, TM_AMQP_PCH_ADMIN) !=
+            AMQP_STATUS_OK ||
+        tm_amqp_channel(pc->conn, TM_AMQP_PCH_ADMIN, 0, eb, sizeof eb) != 0) {
+        tm_snprintf(pc->errstr, sizeof pc->errstr, "%s", why);
+        return -1;
+    }
+    return 0;
+}
+
 /* send_pending publishes every copy not sent on this connection yet.
  * Returns -1 when the connection failed (pc->errstr). */
 static int send_pending(struct tm_amqp_publisher *pc)
 {
     struct tm_amqp_recvec *out = &pc->out;
+    int64_t now = 0;
     for (size_t i = 0; i < out->n; i++) {
         struct tm_amqp_rec *r = &out->v[i];
+        if (r->hold_until != 0) {
+            /* a refused copy: sent again once its wait is over */
+            if (now == 0)
+                now = tm_now_ms();
+            if (now < r->hold_until)
+                continue;
+            r->hold_until = 0;
+        }
         /* first: a retry impossible becomes a dead letter, which
          * answers a request */
         if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
@@ -415,6 +474,9 @@ static int send_pending(struct tm_amqp_publisher *pc)
                 return -1;
         }
         if (copy_needed(r) && !r->returned && r->seq == 0) {
+            if (r->redeclare && r->settle == TM_SETTLE_DEAD &&
+                dead_letter_declare(pc, r) != 0)
+                return -1;
             r->cst = TM_AMQP_WAITING;
             r->seq = r->settle == TM_SETTLE_DEAD ? tm_amqp_publish_dead(pc, r)
                      : r->park ? tm_amqp_publish_park(pc, r)
@@ -426,14 +488,47 @@ static int send_pending(struct tm_amqp_publisher *pc)
     return 0;
 }
 
+/* hold_refused keeps r, whose copy the broker refused (basic.nack) or
+ * could not route (basic.return), for its copy to be sent again after
+ * refused_wait_ms: its original stays unacknowledged meanwhile (never
+ * acknowledged without a confirmed copy, never given back to run again
+ * at once), and RabbitMQ delivers it again if the daemon stops first. A
+ * retry or delay queue, or a dead-letter queue, that was not there is
+ * declared again before the copy goes out. */
+static void hold_refused(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r,
+                         int64_t now)
+{
+    if (r->returned && r->settle == TM_SETTLE_RETRY && r->rk != NULL)
+        for (size_t i = 0; i < pc->nlevels; i++)
+            if (strcmp(pc->levels[i].name, r->rk) == 0)
+                pc->levels[i].declared_at = TM_AMQP_LEVEL_STALE;
+    if (r->returned && r->settle == TM_SETTLE_DEAD)
+        r->redeclare = 1;
+    if (!r->returned)
+        tm_log_write(r->refusals == 0 ? TM_LOG_ERR : TM_LOG_DEBUG,
+                     TM_AMQP_SRC, pc->ab->tasks[r->task].cfg->name, r->d->id,
+                     "RabbitMQ refused the %s copy for '%s'; the message "
+                     "stays unacknowledged and its copy is sent again in "
+                     "%lld ms",
+                     copy_kind(r), r->rk, (long long)refused_wait_ms(r));
+    r->hold_until = now + refused_wait_ms(r);
+    if (r->refusals < UINT_MAX)
+        r->refusals++;
+    r->returned = 0;
+    r->seq = 0;
+    r->cst = TM_AMQP_WAITING;
+}
+
 /* take_final moves the records whose copies are all answered to done,
- * deciding how their originals are settled: acked when the copy is
- * confirmed, given back (nack, requeue) when the broker refused it. */
+ * for their originals to be acknowledged: only those whose copy is
+ * confirmed (or that publish none). A record whose copy was refused or
+ * returned stays, held (hold_refused). */
 static void take_final(struct tm_amqp_publisher *pc,
                        struct tm_amqp_recvec *done)
 {
     struct tm_amqp_recvec *out = &pc->out;
     size_t k = 0;
+    int64_t now = 0;
     for (size_t i = 0; i < out->n; i++) {
         struct tm_amqp_rec *r = &out->v[i];
         if (!rec_final(r)) {
@@ -441,22 +536,21 @@ static void take_final(struct tm_amqp_publisher *pc,
             continue;
         }
         const char *task = pc->ab->tasks[r->task].cfg->name;
+        if (copy_needed(r) && (r->returned || r->cst != TM_AMQP_ACKED)) {
+            if (now == 0)
+                now = tm_now_ms();
+            hold_refused(pc, r, now);
+            out->v[k++] = *r;
+            continue;
+        }
         if (tm_amqp_needs_reply(r) && r->rst != TM_AMQP_ACKED)
             tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, task, r->d->id,
                          "the reply to '%s' was not confirmed; the "
                          "requester gets no answer", r->d->reply_to);
-        if (copy_needed(r) && (r->returned || r->cst != TM_AMQP_ACKED)) {
-            if (!r->returned)
-                tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, task, r->d->id,
-                             "RabbitMQ refused the %s copy for '%s'; the "
-                             "message stays in the queue and is delivered "
-                             "again",
-                             r->settle == TM_SETTLE_DEAD ? "dead-letter"
-                             : r->park                   ? "delay"
-                                                         : "retry",
-                             r->rk);
-            r->requeue = 1;
-        }
+        if (r->refusals > 0)
+            tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, task, r->d->id,
+                         "the %s copy for '%s' was confirmed after %u "
+                         "refusal(s)", copy_kind(r), r->rk, r->refusals);
         tm_amqp_recvec_push(done, r);
     }
     out->n = k;
@@ -479,7 +573,8 @@ static int outstanding(const struct tm_amqp_publisher *pc)
  * (re)connects when copies wait, reads confirms and notifications,
  * publishes what is not sent yet and, with wait, waits for the confirms
  * up to TM_AMQP_CONFIRM_TIMEOUT_MS. Records whose copies are all
- * answered go to done, for their originals to be settled.
+ * confirmed go to done, for their originals to be acknowledged; those
+ * with a copy refused or returned stay, held (hold_refused).
  *
  * While the broker blocks the connection nothing is sent and nothing
  * times out: the records wait, and the call returns at once. A confirm

@@ -194,9 +194,9 @@ static int rec_task_cmp(const void *a, const void *b)
 }
 
 /*
- * tm_amqp_settle_originals settles, on each task's consume channel, the
- * originals of the records in done (plain acks, and records whose copies
- * are confirmed or refused), then empties done. A record from a
+ * tm_amqp_settle_originals acknowledges, on each task's consume channel,
+ * the originals of the records in done (plain acks, and records whose
+ * copies are confirmed), then empties done. A record from a
  * consuming connection since lost is dropped: RabbitMQ delivers that
  * message again. Settle thread only.
  */
@@ -214,28 +214,24 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
             hi++;
         assert(ti < ab->ntasks);
         struct tm_amqp_task *at = &ab->tasks[ti];
-        size_t na = 0, nn = 0, stale = 0, mine = hi - lo;
+        size_t na = 0, stale = 0, mine = hi - lo;
         int copies = 0;
         pthread_mutex_lock(&at->io_mu);
         if (mine > at->tagcap) {
             at->tagcap = mine * 2;
             at->tags = tm_realloc(at->tags, at->tagcap * sizeof *at->tags);
-            at->ntags = tm_realloc(at->ntags,
-                                   at->tagcap * sizeof *at->ntags);
         }
         for (size_t i = lo; i < hi; i++) {
             const struct tm_amqp_rec *r = &done->v[i];
             if (at->conn == NULL || r->gen != at->gen)
                 stale++;
-            else if (r->requeue)
-                at->ntags[nn++] = r->tag;
             else {
                 at->tags[na++] = r->tag;
                 copies |= r->d != NULL; /* its copy is confirmed */
             }
         }
         int err = 0;
-        tm_amqp_settle_tags(at, at->tags, na, at->ntags, nn, copies, &err);
+        tm_amqp_settle_tags(at, at->tags, na, NULL, 0, copies, &err);
         if (err)
             tm_amqp_conn_lost(at, "settle");
         int ready = at->nready > 0;
