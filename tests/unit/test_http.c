@@ -131,6 +131,9 @@ START_TEST(depth_refresher_does_not_hold_the_generation_lock)
 
     struct tm_http_depth *r = tm_http_depth_start(&d);
     ck_assert_ptr_nonnull(r);
+    /* depths are read only when a scrape wants them: this one waits its
+     * TM_DEPTH_WAIT_MS for the hung read, then returns */
+    tm_http_depth_want();
     pthread_mutex_lock(&hang.mu);
     while (hang.entered == 0)
         pthread_cond_wait(&hang.cv, &hang.mu);
