@@ -509,23 +509,24 @@ static void dlq_fill(const struct tm_cfg_task *t, const amqp_message_t *msg,
     }
 }
 
-int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
-                       size_t max, struct tm_dlq_entry **out, size_t *n)
+/*
+ * dlq_each browses t's dead-letter queue from its head: every message is
+ * read unacknowledged and passed to visit, then all are given back
+ * (nack, requeue) to their places with one nack. visit returns 1 to end
+ * the walk after that message, 0 to go on. The broker's count at the
+ * first read bounds the walk when dead letters keep arriving. Returns 0,
+ * or -1 when a read or the nack failed (the connection is then closed,
+ * which gives back what it holds).
+ */
+static int dlq_each(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
+                    int (*visit)(const struct tm_cfg_task *t,
+                                 const amqp_message_t *msg, void *arg),
+                    void *arg)
 {
-    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
-    *out = NULL;
-    *n = 0;
-    if (cli_declare(ab, t) != 0)
-        return -1;
-    struct tm_dlq_entry *v = NULL;
-    size_t k = 0, cap = 0;
     uint64_t last = 0;
     long budget = -1;
     int rc = 0;
-    /* browse: every message is read unacknowledged, then all are given
-     * back (nack, requeue) to their places; the count at the first read
-     * bounds the walk when dead letters keep arriving */
-    while (k < max && budget != 0) {
+    while (budget != 0) {
         struct dlq_msg dm;
         long left = 0;
         int got = dlq_get(ab, t, &dm, &left);
@@ -539,27 +540,59 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
             budget = left + 1;
         budget--;
         last = dm.tag;
-        if (k == cap) {
-            cap = cap ? cap * 2 : 64;
-            v = tm_realloc(v, cap * sizeof *v);
-        }
-        dlq_fill(t, &dm.msg, &v[k++], SIZE_MAX);
+        int stop = visit(t, &dm.msg, arg);
         sym_amqp_destroy_message(&dm.msg);
         sym_amqp_maybe_release_buffers(ab->cli);
+        if (stop)
+            break;
     }
     if (rc == 0 && last != 0 &&
         sym_amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, last, /* multiple = */ 1,
                             /* requeue = */ 1) != AMQP_STATUS_OK) {
-        tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
+        tm_broker_set_error(&ab->base, EIO, "basic.nack on '%s' failed",
                             t->dead_letter);
         /* closing the connection gives back what it holds */
         cli_lost(ab);
         rc = -1;
     }
-    if (rc != 0) {
-        tm_dlq_entries_free(v, k);
+    return rc;
+}
+
+/* the entries tm_amqp_dlq_list collects, oldest first */
+struct list_acc {
+    struct tm_dlq_entry *v;
+    size_t k, cap, max;
+};
+
+static int list_visit(const struct tm_cfg_task *t, const amqp_message_t *msg,
+                      void *arg)
+{
+    struct list_acc *a = arg;
+    if (a->k == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 64;
+        a->v = tm_realloc(a->v, a->cap * sizeof *a->v);
+    }
+    dlq_fill(t, msg, &a->v[a->k++], SIZE_MAX);
+    return a->k >= a->max;
+}
+
+int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                       size_t max, struct tm_dlq_entry **out, size_t *n)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    *out = NULL;
+    *n = 0;
+    if (cli_declare(ab, t) != 0)
+        return -1;
+    if (max == 0)
+        return 0;
+    struct list_acc a = {.max = max};
+    if (dlq_each(ab, t, list_visit, &a) != 0) {
+        tm_dlq_entries_free(a.v, a.k);
         return -1;
     }
+    struct tm_dlq_entry *v = a.v;
+    size_t k = a.k;
     /* newest first */
     for (size_t i = 0; i < k / 2; i++) {
         struct tm_dlq_entry x = v[i];
@@ -571,11 +604,55 @@ int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
     return 0;
 }
 
+/* the window tm_amqp_dlq_browse keeps: ring[(head + i) % cap] for
+ * i < k, oldest first; bytes counts their bodies and errors */
+struct browse_acc {
+    const struct tm_dlq_query *q;
+    size_t body_max;
+    struct tm_dlq_entry *ring;
+    size_t cap, head, k, bytes;
+    int dropped;
+};
+
+static size_t entry_bytes(const struct tm_dlq_entry *e)
+{
+    return strlen(e->body) + (e->error != NULL ? strlen(e->error) : 0);
+}
+
+static int browse_visit(const struct tm_cfg_task *t, const amqp_message_t *msg,
+                        void *arg)
+{
+    struct browse_acc *a = arg;
+    const struct tm_dlq_query *q = a->q;
+    char *mid = dlq_id(msg);
+    int stop = q->id != NULL ? strcmp(mid, q->id) == 0
+                             : q->after != NULL && strcmp(mid, q->after) == 0;
+    int keep = q->id != NULL ? stop : !stop;
+    tm_free(mid);
+    if (!keep)
+        return stop;
+    struct tm_dlq_entry e;
+    dlq_fill(t, msg, &e, a->body_max);
+    size_t cost = entry_bytes(&e);
+    while (a->k > 0 && (a->k == a->cap || a->bytes + cost > q->bytes_max)) {
+        struct tm_dlq_entry *old = &a->ring[a->head];
+        a->bytes -= entry_bytes(old);
+        tm_dlq_entries_free_one(old);
+        a->head = (a->head + 1) % a->cap;
+        a->k--;
+        a->dropped = 1;
+    }
+    a->ring[(a->head + a->k) % a->cap] = e;
+    a->k++;
+    a->bytes += cost;
+    return stop;
+}
+
 /*
  * tm_amqp_dlq_browse pages a dead-letter queue, newest first, although
  * the queue gives its oldest first: it browses from the head (every
  * message read unacknowledged, then all given back in place with one
- * nack, as dlq_list) up to q->after (exclusive) or the queue's end, and
+ * nack: dlq_each) up to q->after (exclusive) or the queue's end, and
  * keeps only a window of the newest entries read so far: at most q->max,
  * bodies cut at q->body_max, at most q->bytes_max bytes, older ones
  * dropped as newer ones come. So what is kept is bounded by the page,
@@ -594,79 +671,26 @@ int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
     *more = 0;
     if (cli_declare(ab, t) != 0)
         return -1;
-    size_t cap = q->id != NULL || q->max == 0 ? 1 : q->max;
-    size_t body_max = q->id != NULL ? SIZE_MAX : q->body_max;
-    /* the window: ring[(head + i) % cap] for i < k, oldest first; bytes
-     * counts their bodies and errors */
-    struct tm_dlq_entry *ring = tm_calloc(cap, sizeof *ring);
-    size_t head = 0, k = 0, bytes = 0;
-    int dropped = 0;
-    uint64_t last = 0;
-    long budget = -1;
-    int rc = 0;
-    while (budget != 0) {
-        struct dlq_msg dm;
-        long left = 0;
-        int got = dlq_get(ab, t, &dm, &left);
-        if (got < 0) {
-            rc = -1;
-            break;
-        }
-        if (got == 0)
-            break;
-        if (budget < 0)
-            budget = left + 1;
-        budget--;
-        last = dm.tag;
-        char *mid = dlq_id(&dm.msg);
-        int stop = q->id != NULL ? strcmp(mid, q->id) == 0
-                                 : q->after != NULL &&
-                                       strcmp(mid, q->after) == 0;
-        int keep = q->id != NULL ? stop : !stop;
-        tm_free(mid);
-        if (keep) {
-            struct tm_dlq_entry e;
-            dlq_fill(t, &dm.msg, &e, body_max);
-            size_t cost = strlen(e.body) + (e.error ? strlen(e.error) : 0);
-            while (k > 0 && (k == cap || bytes + cost > q->bytes_max)) {
-                struct tm_dlq_entry *old = &ring[head];
-                bytes -= strlen(old->body) +
-                         (old->error ? strlen(old->error) : 0);
-                tm_dlq_entries_free_one(old);
-                head = (head + 1) % cap;
-                k--;
-                dropped = 1;
-            }
-            ring[(head + k) % cap] = e;
-            k++;
-            bytes += cost;
-        }
-        sym_amqp_destroy_message(&dm.msg);
-        sym_amqp_maybe_release_buffers(ab->cli);
-        if (stop)
-            break;
-    }
-    if (rc == 0 && last != 0 &&
-        sym_amqp_basic_nack(ab->cli, TM_AMQP_CLI_GET, last, /* multiple = */ 1,
-                            /* requeue = */ 1) != AMQP_STATUS_OK) {
-        tm_broker_set_error(b, EIO, "basic.nack on '%s' failed",
-                            t->dead_letter);
-        /* closing the connection gives back what it holds */
-        cli_lost(ab);
-        rc = -1;
-    }
+    struct browse_acc a = {
+        .q = q,
+        .cap = q->id != NULL || q->max == 0 ? 1 : q->max,
+        .body_max = q->id != NULL ? SIZE_MAX : q->body_max,
+    };
+    a.ring = tm_calloc(a.cap, sizeof *a.ring);
+    int rc = dlq_each(ab, t, browse_visit, &a);
+    size_t k = a.k;
     struct tm_dlq_entry *v = k > 0 ? tm_calloc(k, sizeof *v) : NULL;
     /* newest first */
     for (size_t i = 0; i < k; i++)
-        v[i] = ring[(head + k - 1 - i) % cap];
-    tm_free(ring);
+        v[i] = a.ring[(a.head + k - 1 - i) % a.cap];
+    tm_free(a.ring);
     if (rc != 0) {
         tm_dlq_entries_free(v, k);
         return -1;
     }
     *out = v;
     *n = k;
-    *more = q->id == NULL && dropped;
+    *more = q->id == NULL && a.dropped;
     return 0;
 }
 
