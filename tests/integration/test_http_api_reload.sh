@@ -6,14 +6,16 @@
 # ended (every dead letter replayed once; no use after free under ASan).
 # The call is slow because the broker is: every chunk through the fault
 # proxy between daemon and Redis waits 100 ms, and replaying N dead
-# letters takes one round trip each.
+# letters takes one round trip per TM_REDIS_REPLAY_CHUNK (100) of them:
+# N is large enough that the replay takes ten round trips, several times
+# what the reload's own trips through the proxy take.
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 . "$TM_SRCDIR/tests/integration/lib_fault.sh"
 need_tools jq curl
 
 TOKEN=reload-token
 AUTH=(-H "Authorization: Bearer $TOKEN")
-N=40
+N=1000
 Q=q.api.reload
 fault_proxy_start R "$REDIS_PORT"
 CONF=$TEST_DIR/taskmill.yaml
@@ -27,10 +29,10 @@ start_daemon "$CONF"
 wait_ping "$HTTP_PORT" 60
 
 # N dead letters, written straight to Redis (not through the proxy)
-for ((k = 1; k <= N; k++)); do
-	rcli XADD "$Q.dlq" '*' body "{\"n\":$k}" task work error test \
-		attempts 1 >/dev/null
-done
+rcli EVAL "for k = 1, tonumber(ARGV[1]) do
+  redis.call('XADD', KEYS[1], '*', 'body', '{\"n\":' .. k .. '}',
+    'task', 'work', 'error', 'test', 'attempts', '1')
+end" 1 "$Q.dlq" "$N" >/dev/null
 assert_eq "$N" "$(xlen "$Q.dlq")" "dead letters written"
 
 fault_proxy R "delay 100"
