@@ -80,8 +80,8 @@ bench_row_amqp_idle() {
 	w=$(calc "($t2 - $t1) / 1000")
 	# per connection (by name, in both snapshots): the packets of each
 	# direction, the heartbeats its interval allows in the window (the
-	# broker sends one when it has sent nothing for timeout/2, and so
-	# should the client: ceil(w / (timeout / 2)) a direction), and what
+	# broker sends one when it has sent nothing for timeout/2, and a
+	# client may do the same: ceil(w / (timeout / 2)) a direction), and what
 	# is beyond them
 	read -r raw hb fps < <(awk -F'\t' -v w="$w" -v out="$DIR/amqp-idle.per" '
 		function ceil(x) { return (x == int(x)) ? x : int(x) + 1 }
