@@ -19,8 +19,10 @@
 # At the end, after a calm phase:
 #   - every "work" message ran at least once;
 #   - replays: the entries that came back to the fail queue are exactly
-#     the sum of the counts the replays reported (each dead letter
-#     replayed came back once), and each of them ran;
+#     the sum of the counts the replays reported, each of them ran, and
+#     no dead letter came back twice: a message's entries form one chain
+#     (entry, dead letter, replayed entry, ...), so each failing message
+#     ends with at most one dead letter left, two when a replay doubled;
 #   - every schedule slot from the start to the end of the chaos was
 #     published once and run by one entry (a copy would be dropped by
 #     dedup_ttl), none missing: the skewed daemon silenced none;
@@ -336,6 +338,22 @@ rcall EVAL "local n = {}
 	return out" 1 "$QF" >"$TEST_DIR/fail.copies"
 FAIL_BODIES=$(wc -l <"$TEST_DIR/fail.copies")
 REPLAYED_BODIES=$(awk '$1 > 1' "$TEST_DIR/fail.copies" | wc -l)
+# Each message's entries form one chain: an entry fails once and is
+# dead-lettered once, a replay moves that dead letter back as one new
+# entry, and so on; the chain ends with one dead letter left (or none,
+# when a redelivered attempt 2 succeeded). A dead letter replayed twice
+# (two replays at once) forks the chain: its body ends with 2 or more.
+rcall EVAL "local n = {}
+	for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+		local f = e[2]
+		for i = 1, #f, 2 do
+			if f[i] == 'body' then n[f[i + 1]] = (n[f[i + 1]] or 0) + 1 end
+		end
+	end
+	local out = {}
+	for b, c in pairs(n) do out[#out + 1] = c .. ' ' .. b end
+	return out" 1 "$QF.dlq" >"$TEST_DIR/fail.dlq.copies"
+FORKED=$(awk '$1 > 1' "$TEST_DIR/fail.dlq.copies" | wc -l)
 
 # slots: "entry-id slot" of every entry of the tick queue
 rcall EVAL "local out = {}
@@ -366,7 +384,7 @@ ELAPSED=$(($(now_ms) - T0))
 summary="soak_ops: seed $SEED
   work            $WORK_N messages, $WORK_RUNS runs, $WORK_MISSING never ran, $WORK_DUP runs again (redelivery)
   fail            $F published, $FAIL_ENTRIES entries, $FAIL_RUNS runs ($FAIL_DUP again), $FAIL_MISSING entries never ran
-  replays         $REPLAY_ROUNDS rounds (CLI + API at once), $REPLAYED replayed as reported, $CAME_BACK came back ($REPLAYED_BODIES of $FAIL_BODIES bodies replayed at least once), $REPLAY_ERRORS failed calls
+  replays         $REPLAY_ROUNDS rounds (CLI + API at once), $REPLAYED replayed as reported, $CAME_BACK came back ($REPLAYED_BODIES of $FAIL_BODIES bodies replayed at least once), $REPLAY_ERRORS failed calls; $FORKED bodies with 2 or more dead letters left (a dead letter replayed twice)
   slots           $SLOTS in the window ($SLOT_FIRST .. $SLOT_LAST): $SLOT_MISSING never ran, $SLOT_DOUBLE ran from two entries, $SLOT_COPIES published twice, $SLOT_RERUNS with an entry run again (redelivery)
   reloads         $REFUSE_ASKED restart-only ($REFUSALS refusals logged), $APPLY_ASKED reloadable ($APPLY_SEEN applied)
   kills           $KILLS
@@ -386,6 +404,7 @@ else
 	# a call whose answer was lost may have moved entries it did not report
 	((CAME_BACK >= REPLAYED)) || bad+=("$CAME_BACK entries came back to $QF, the replays reported $REPLAYED")
 fi
+((FORKED == 0)) || bad+=("$FORKED messages replayed twice from one dead letter (2 or more dead letters left): $(awk '$1 > 1' "$TEST_DIR/fail.dlq.copies" | head -n 3 | paste -sd ' ')")
 ((FAIL_MISSING == 0)) || bad+=("$FAIL_MISSING fail entries never ran (first: $(head -n 3 "$TEST_DIR/ids.fail.missing" | paste -sd ' '))")
 ((REPLAYED > 0)) || bad+=("no dead letter was replayed")
 ((SLOT_MISSING == 0)) || bad+=("$SLOT_MISSING slots never ran: $(awk '$3 == 0 { print $1 }' "$TEST_DIR/slots" | head -n 5 | paste -sd ' ')")
