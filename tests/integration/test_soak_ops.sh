@@ -55,8 +55,12 @@ done
 SECONDS_CHAOS=${SOAK_OPS_SECONDS:-35}
 SEED=${SOAK_SEED:-$((RANDOM * 32768 + RANDOM))}
 RANDOM=$SEED
-# the calm phase may take this long to settle what the chaos left
-SETTLE_LIMIT=60
+# The time budget is run.sh's watchdog (TM_TEST_TIMEOUT, 120 s unless
+# set): the chaos ends SETTLE_LIMIT + 40 s before it at the latest (its
+# last round may wait 30 s for a reload), then the calm phase gets up to
+# SETTLE_LIMIT to settle what the chaos left.
+BUDGET=${TM_TEST_TIMEOUT:-120}
+SETTLE_LIMIT=30
 BATCH=200 # "work" messages a round
 QW=q.ops.work
 QF=q.ops.fail
@@ -261,6 +265,11 @@ SLOT_FIRST=$((($(now_ms) + 2000) / 1000 * 1000 + 1000))
 # ---- chaos
 T_RUN=$(now_ms)
 end=$((T_RUN + SECONDS_CHAOS * 1000))
+limit=$((T0 + (BUDGET - SETTLE_LIMIT - 40) * 1000))
+if ((end > limit)); then
+	note "chaos cut to $(((limit - T_RUN) / 1000))s by the budget of ${BUDGET}s"
+	end=$limit
+fi
 while (($(now_ms) < end)); do
 	publish
 	sleep "$((1 + RANDOM % 2))"
