@@ -329,6 +329,23 @@ check-soak-fuzz-python: all test-plugins
 		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh fuzz_python
 .PHONY: check-soak-fuzz-python
 
+# The operators' soak (tests/integration/test_soak_ops.sh; make check
+# runs it for 35 s): 3 Redis daemons, one under a skewed clock, through
+# refused and applied reloads, concurrent CLI and API replays, a schedule
+# with dedup_ttl, kill -9 and broker cuts, for TM_SOAK_OPS_SECONDS (10
+# minutes); the summary is printed at the end.
+TM_SOAK_OPS_SECONDS ?= 600
+.PHONY: check-soak-ops
+check-soak: check-soak-ops
+check-soak-ops: all test-plugins
+	@rm -f $(abspath $(BUILD))/soak-ops-report.txt; \
+	rc=0; SOAK_OPS_SECONDS=$(TM_SOAK_OPS_SECONDS) \
+		SOAK_REPORT=$(abspath $(BUILD))/soak-ops-report.txt \
+		TM_TEST_TIMEOUT=$${TM_TEST_TIMEOUT:-$$(($(TM_SOAK_OPS_SECONDS) + 300))} \
+		TM_BUILD=$(abspath $(BUILD)) tests/integration/run.sh soak_ops || rc=$$?; \
+	cat $(abspath $(BUILD))/soak-ops-report.txt 2>/dev/null; \
+	exit $$rc
+
 # The RabbitMQ cluster tests at full size (test_amqp_cluster_*: three
 # nodes on loopback; the failover test with 50,000 messages instead of
 # the 5,000 of check-integration).

@@ -30,6 +30,7 @@
 # runs, duplicate runs and rate, dead letters, kills, cuts, blackholes,
 # reloads, time taken), which is also in the test's log.
 . "$TM_SRCDIR/tests/integration/lib_fault.sh"
+. "$TM_SRCDIR/tests/integration/lib_soak.sh"
 
 if [[ ${SOAK:-0} == 1 ]]; then
 	N=200000
@@ -59,9 +60,9 @@ T0=$(now_ms)
 note "soak: $N messages, seed $SEED, a budget of ${BUDGET}s"
 
 # Per daemon i (1, 2): its proxy P<i>, config, HTTP port, pid, journal.
-declare -a PID HP EXTRA
-KILLS=0 CUTS=0 BLACKHOLES=0 RELOADS_CONF=0 RELOADS_PLUGIN=0 RESTARTS=0
-DEATHS=() # unexpected exits: "daemon I pid P exited with status S"
+# (PID, HP, DEATHS, RESTARTS: lib_soak.sh)
+declare -a EXTRA
+KILLS=0 CUTS=0 BLACKHOLES=0 RELOADS_CONF=0 RELOADS_PLUGIN=0
 
 # soak_config I: write daemon I's config; the task "extra" is there when
 # EXTRA[I] is 1.
@@ -102,18 +103,6 @@ soak_start() {
 	PID[$1]=$DAEMON_PID
 }
 
-# soak_check_alive I: when daemon I died without being killed here,
-# record it and start it again so that the soak goes on.
-soak_check_alive() {
-	local i=$1 rc=0
-	daemon_alive "${PID[i]}" && return 0
-	wait "${PID[i]}" 2>/dev/null || rc=$?
-	DEATHS+=("daemon $i pid ${PID[i]} exited with status $rc")
-	note "UNEXPECTED: daemon $i pid ${PID[i]} exited with status $rc"
-	soak_start "$i"
-	RESTARTS=$((RESTARTS + 1))
-}
-
 # covered: how many distinct message ids the journals hold.
 covered() {
 	cat "$TEST_DIR"/journal.*.txt 2>/dev/null | cut -d' ' -f2 | sort -u | wc -l
@@ -121,7 +110,7 @@ covered() {
 
 # chaos_once: one random fault on a random daemon.
 chaos_once() {
-	local i=$((1 + RANDOM % 2)) what=$((RANDOM % 5)) rc=0
+	local i=$((1 + RANDOM % 2)) what=$((RANDOM % 5))
 	case $what in
 	0)
 		note "chaos: cut daemon $i's broker connections"
@@ -152,9 +141,7 @@ chaos_once() {
 		;;
 	4)
 		note "chaos: kill -9 daemon $i (pid ${PID[i]}) and restart it"
-		kill -KILL "${PID[i]}" 2>/dev/null || true
-		wait "${PID[i]}" 2>/dev/null || rc=$?
-		((rc == 137)) || DEATHS+=("daemon $i pid ${PID[i]} had exited with status $rc before kill -9")
+		soak_kill9 "$i"
 		soak_start "$i"
 		KILLS=$((KILLS + 1))
 		;;
@@ -236,20 +223,6 @@ while :; do
 done
 T_CHAOS=$(($(now_ms) - T_RUN))
 
-# in_flight: the messages both daemons hold (read, not settled yet); one
-# more for a daemon that does not answer. Nothing pending is not enough
-# before the stop: a daemon may still hold, or run, its copy of an entry
-# the other one reclaimed and acknowledged (test_redis_dup_stop), and a
-# long run of it at the SIGTERM outlives shutdown_timeout (exit 1).
-in_flight() {
-	local i n sum=0
-	for i in 1 2; do
-		n=$(metric taskmill_tasks_inflight '' "${HP[i]}") || n=1
-		sum=$((sum + n))
-	done
-	echo "$sum"
-}
-
 # ---- calm: everything passes again; what is pending gets settled
 for i in 1 2; do
 	fault_proxy "P$i" pass
@@ -261,7 +234,7 @@ while :; do
 	pending=$(($(xpending "$Q") + $(xpending "$QF")))
 	dl=$(xlen "$QF.dlq")
 	# read after pending: with nothing pending, nothing new can come
-	held=$(in_flight)
+	held=$(soak_in_flight)
 	((got == N && dl >= F && pending == 0 && held == 0)) && break
 	((pending > 0 || held == 0)) || note "calm: nothing pending, $held held in the daemons"
 	(($(now_ms) < settle_deadline)) || break
@@ -271,25 +244,6 @@ state=$(stream_state "$Q")
 for i in 1 2; do
 	soak_check_alive "$i"
 done
-# soak_stop I: SIGTERM daemon I; append its exit status to stop_rcs, or
-# "hung" when it is still there 15 s later (then it is killed; its
-# shutdown_timeout is 1 s). Not in a subshell: only this shell can reap it.
-soak_stop() {
-	local pid=${PID[$1]} rc=0 deadline=$(($(now_ms) + 15000))
-	kill -TERM "$pid" 2>/dev/null || true
-	while daemon_alive "$pid"; do
-		if (($(now_ms) >= deadline)); then
-			kill -KILL "$pid" 2>/dev/null || true
-			wait "$pid" 2>/dev/null || true
-			stop_rcs+=(hung)
-			return 0
-		fi
-		sleep 0.1
-	done
-	wait "$pid" 2>/dev/null || rc=$?
-	stop_rcs+=("$rc")
-}
-stop_rcs=()
 for i in 1 2; do
 	soak_stop "$i"
 done
@@ -314,8 +268,7 @@ sort -o "$TEST_DIR/ids.all.sorted" "$TEST_DIR/ids.all"
 comm -23 "$TEST_DIR/ids.all.sorted" <(uniq "$TEST_DIR/ids.runs") >"$TEST_DIR/ids.missing"
 MISSING=$(wc -l <"$TEST_DIR/ids.missing")
 ELAPSED=$(($(now_ms) - T0))
-CRASH_LINES=$(grep -aE 'SIGSEGV|SIGABRT|SIGBUS|Segmentation fault|AddressSanitizer|LeakSanitizer|runtime error:|ThreadSanitizer|double free|stack smashing' \
-	"$TEST_DIR"/daemon.*.log | head -n 20 || true)
+CRASH_LINES=$(soak_crash_lines)
 rate=$(awk -v d="$DUP_RUNS" -v n="$N" 'BEGIN { printf "%.4f%%", n ? 100 * d / n : 0 }')
 summary="soak: seed $SEED
   messages        $N
