@@ -262,32 +262,44 @@ out:
     return rc;
 }
 
-/* z_spawn forks worker rq->index of generation rq->gen. Returns its pid
- * with the daemon's end of its socket in *fd, or -1. */
-static pid_t z_spawn(const struct zy_req *rq, int *fd, char *err,
-                     size_t errlen)
+/* fork_paired makes a socket pair of type (SOCK_STREAM, SOCK_SEQPACKET;
+ * close-on-exec) in sv and forks: returns the child's pid in the parent,
+ * 0 in the child, each then closing the end that is not its own (sv[0]
+ * is the parent's, sv[1] the child's); -1 with a reason in err and no
+ * descriptor left open. */
+static pid_t fork_paired(int type, int sv[2], char *err, size_t errlen)
 {
     char eb[TM_STRERRNO_BUF];
-    const struct zy_gen *g = z_find(rq->gen);
-    if (g == NULL) {
-        tm_snprintf(err, errlen, "no generation %u", rq->gen);
-        return -1;
-    }
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    if (socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, sv) != 0) {
         tm_snprintf(err, errlen, "socketpair: %s",
                     tm_strerror(errno, eb, sizeof eb));
         return -1;
     }
-    pid_t self = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         tm_snprintf(err, errlen, "fork: %s",
                     tm_strerror(errno, eb, sizeof eb));
         close(sv[0]);
         close(sv[1]);
+    }
+    return pid;
+}
+
+/* z_spawn forks worker rq->index of generation rq->gen. Returns its pid
+ * with the daemon's end of its socket in *fd, or -1. */
+static pid_t z_spawn(const struct zy_req *rq, int *fd, char *err,
+                     size_t errlen)
+{
+    const struct zy_gen *g = z_find(rq->gen);
+    if (g == NULL) {
+        tm_snprintf(err, errlen, "no generation %u", rq->gen);
         return -1;
     }
+    int sv[2];
+    pid_t self = getpid();
+    pid_t pid = fork_paired(SOCK_STREAM, sv, err, errlen);
+    if (pid < 0)
+        return -1;
     if (pid == 0) {
         close(z_ctl);
         close(z_sfd);
@@ -411,22 +423,11 @@ void tm_zygote_main(int ctl, pid_t parent_pid, struct tm_task **tasks,
 static pid_t s_fork_zygote(int ctl, int sfd, struct tm_task **tasks,
                            size_t ntasks, int *fd, char *err, size_t errlen)
 {
-    char eb[TM_STRERRNO_BUF];
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-        tm_snprintf(err, errlen, "socketpair: %s",
-                    tm_strerror(errno, eb, sizeof eb));
-        return -1;
-    }
     pid_t self = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        tm_snprintf(err, errlen, "fork: %s",
-                    tm_strerror(errno, eb, sizeof eb));
-        close(sv[0]);
-        close(sv[1]);
+    pid_t pid = fork_paired(SOCK_SEQPACKET, sv, err, errlen);
+    if (pid < 0)
         return -1;
-    }
     if (pid == 0) {
         close(ctl);
         close(sfd);
