@@ -146,6 +146,18 @@ static void wait_confirms(unsigned long n)
     }
 }
 
+/* get_one reads one message of queue with basic.get (acknowledged by the
+ * broker when ack): 1 with it in *m, 0 when the queue is empty */
+static int get_one(const char *queue, int ack, amqp_message_t *m)
+{
+    amqp_rpc_reply_t r = amqp_basic_get(c, 1, amqp_cstring_bytes(queue), ack);
+    check(r, "basic.get");
+    if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+        return 0;
+    check(amqp_read_message(c, 1, m, 0), "read message");
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -282,14 +294,10 @@ int main(int argc, char **argv)
          * disconnect, so that the broker takes it back: a consumer that
          * dies before it settles. Prints the delivery's x-delivery-count
          * (0 without one), or "empty" */
-        amqp_rpc_reply_t r = amqp_basic_get(c, 1, amqp_cstring_bytes(queue),
-                                            0);
-        check(r, "basic.get");
-        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) {
+        amqp_message_t m;
+        if (!get_one(queue, 0, &m)) {
             printf("empty\n");
         } else {
-            amqp_message_t m;
-            check(amqp_read_message(c, 1, &m, 0), "read message");
             long long n = 0;
             amqp_table_t *h = &m.properties.headers;
             for (int i = 0; (m.properties._flags & AMQP_BASIC_HEADERS_FLAG) &&
@@ -348,14 +356,10 @@ int main(int argc, char **argv)
         /* props QUEUE: basic.get one message (acknowledged) and print its
          * reply_to, correlation_id and message_id properties and its
          * string headers, one "name=value" a line; or "empty" */
-        amqp_rpc_reply_t r = amqp_basic_get(c, 1, amqp_cstring_bytes(queue),
-                                            1);
-        check(r, "basic.get");
-        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) {
+        amqp_message_t m;
+        if (!get_one(queue, 1, &m)) {
             printf("empty\n");
         } else {
-            amqp_message_t m;
-            check(amqp_read_message(c, 1, &m, 0), "read message");
             amqp_basic_properties_t *p = &m.properties;
             if (p->_flags & AMQP_BASIC_REPLY_TO_FLAG)
                 printf("reply_to=%.*s\n", (int)p->reply_to.len,
