@@ -95,7 +95,7 @@ int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
 static void note_state(struct tm_amqp_task *at, int paused)
 {
     if (atomic_exchange(&at->paused, paused) != paused)
-        tm_amqp_signal_intake(at);
+        tm_amqp_signal_intake(at->link);
 }
 
 void tm_amqp_pause_poll(struct tm_amqp_broker *ab)
@@ -131,10 +131,10 @@ void tm_amqp_pause_poll(struct tm_amqp_broker *ab)
         /* applied here too, not only by the intake: an intake waiting for
          * room (prefetch reached) calls no fetch, and its consumer would
          * otherwise go on receiving as runs end */
-        pthread_mutex_lock(&at->io_mu);
+        pthread_mutex_lock(at->io_mu);
         if (tm_amqp_pause_apply(at) != 0)
             tm_amqp_conn_lost(at, "pause");
-        pthread_mutex_unlock(&at->io_mu);
+        pthread_mutex_unlock(at->io_mu);
     }
     ab->pause_backoff_ms = 0;
     return;
@@ -174,7 +174,7 @@ int tm_amqp_pause_apply(struct tm_amqp_task *at)
                 memset(&cancel, 0, sizeof cancel);
                 cancel.consumer_tag = sym_amqp_cstring_bytes(at->consumer_tag);
                 cancel.nowait = 1;
-                if (sym_amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
+                if (sym_amqp_send_method(at->conn, at->ch,
                                          AMQP_BASIC_CANCEL_METHOD,
                                          &cancel) != AMQP_STATUS_OK) {
                     tm_snprintf(at->errstr, sizeof at->errstr,
