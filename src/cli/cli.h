@@ -80,6 +80,15 @@ struct tm_cfg *tm_cli_load_config(const struct tm_cli_args *a);
 const struct tm_cfg_task *tm_cli_find_task(const struct tm_cfg *cfg,
                                            const char *name);
 
+struct tm_broker;
+
+/* tm_cli_broker creates the broker adapter of cfg (it connects on its
+ * first command), or prints "taskmill: REASON" to stderr and returns NULL;
+ * the caller chooses the exit status. tm_cli_broker_close destroys b
+ * (NULL is accepted). */
+struct tm_broker *tm_cli_broker(const struct tm_cfg *cfg);
+void tm_cli_broker_close(struct tm_broker *b);
+
 /*
  * tm_cli_body gets a message body: arg itself, or, when arg is "-", all of
  * standard input. A body longer than t->max_payload is refused when
