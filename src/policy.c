@@ -22,6 +22,16 @@ int64_t tm_retry_delay_ms(const struct tm_cfg_task *t, unsigned attempt,
     return d + (int64_t)((double)d * TM_JITTER_FRACTION * r);
 }
 
+int tm_policy_may_retry(const struct tm_cfg_task *t, unsigned attempt)
+{
+    return t->max_retries < 0 || attempt <= (unsigned)t->max_retries;
+}
+
+int tm_policy_may_run(const struct tm_cfg_task *t, unsigned attempt)
+{
+    return attempt <= 1 || tm_policy_may_retry(t, attempt - 1);
+}
+
 void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t)
 {
     m->retry_delay_ms = 0;
@@ -44,7 +54,7 @@ void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t)
         break;
     }
     if (t->on_error == TM_ON_ERROR_REJECT ||
-        (t->max_retries >= 0 && m->attempt > (unsigned)t->max_retries)) {
+        !tm_policy_may_retry(t, m->attempt)) {
         m->settle = TM_SETTLE_DEAD;
         return;
     }
