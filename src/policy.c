@@ -3,7 +3,8 @@
 
 #include "util.h"
 
-/* Jitter is at most a fifth of the base delay (DESIGN.md). */
+/* Jitter is at most a fifth of the base delay (docs/delivery.md, Retries
+ * and backoff: up to 20%). */
 #define TM_JITTER_FRACTION 0.2
 
 int64_t tm_retry_delay_ms(const struct tm_cfg_task *t, unsigned attempt,

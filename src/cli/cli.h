@@ -7,7 +7,7 @@
 
 #include "config.h"
 
-/* Exit statuses (DESIGN.md): 0 success, 1 runtime failure, 2 usage or
+/* Exit statuses (docs/cli.md): 0 success, 1 runtime failure, 2 usage or
  * configuration error. */
 #define TM_EXIT_OK 0
 #define TM_EXIT_FAIL 1

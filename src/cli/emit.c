@@ -14,7 +14,7 @@
 /* Longest --wait, in seconds: one day. */
 #define TM_CLI_MAX_WAIT_S 86400
 
-/* The farthest --delay / --at on RabbitMQ (DESIGN.md: 1 s to 30 days;
+/* The farthest --delay / --at on RabbitMQ (docs/delivery.md: 1 s to 30 days;
  * the delay queues reach further, but that is what is tested). */
 #define TM_CLI_MAX_AMQP_DELAY_MS (30LL * 86400 * 1000)
 
