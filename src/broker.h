@@ -56,7 +56,7 @@ struct tm_broker_node {
 #define TM_BROKER_NODES_MAX 64
 
 /* struct tm_pub is what a producer adds to a message besides its body
- * (DESIGN.md, Messages). A NULL struct tm_pub * means all defaults. */
+ * (docs/producers.md). A NULL struct tm_pub * means all defaults. */
 struct tm_pub {
     int priority;          /* < 0: the task's default (RabbitMQ only) */
     const char *dedup_key; /* NULL: none; Redis field dedup_key, RabbitMQ
@@ -210,7 +210,7 @@ struct tm_broker_ops {
     int (*rate_take)(struct tm_broker *b, size_t lane, const size_t *want,
                      const size_t *back, size_t *got, int64_t *wait_ms);
 
-    /* Pause (DESIGN.md: taskmill pause|resume). The state of a task is
+    /* Pause (docs/delivery.md, Pausing a task). The state of a task is
      * kept in the broker, where every daemon consuming the task reads it
      * (Redis: the key "<queue>.paused.<group>"; RabbitMQ: the control
      * queue "<queue>.paused", holding one message while paused), so that
@@ -282,7 +282,8 @@ struct tm_broker_ops {
     /* publish_at adds one message to the task's queue that runs no
      * earlier than due_ms (epoch ms, wall clock): on Redis a member of
      * the sorted set "<queue>.scheduled", on RabbitMQ a message with
-     * header x-not-before (DESIGN.md, Messages). The message id is
+     * header x-not-before (docs/delivery.md, Delayed messages). The
+     * message id is
      * written to id (size idlen); pub as publish's.
      * Optional: NULL when the broker has no delayed messages. */
     int (*publish_at)(struct tm_broker *b, const struct tm_cfg_task *t,

@@ -144,7 +144,7 @@ static void ab_wake(struct tm_broker *b)
  * deliveries intake parked (x-not-before ahead, delay.c), and a delayed
  * message that comes back from its last delay queue a little early waits
  * for that before it is parked for the rest, so this bounds how late it
- * runs (DESIGN.md: within 1 s after its time). */
+ * runs (docs/delivery.md: within 1 s after its time). */
 static int64_t ab_tick_ms(struct tm_broker *b)
 {
     (void)b;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "broker.h"
 #include "util.h"
 
 const char tm_cli_usage[] =
@@ -170,4 +171,19 @@ const struct tm_cfg_task *tm_cli_find_task(const struct tm_cfg *cfg,
         fprintf(stderr, "\n");
     }
     return t;
+}
+
+struct tm_broker *tm_cli_broker(const struct tm_cfg *cfg)
+{
+    char err[512];
+    struct tm_broker *b = tm_broker_new(cfg, err, sizeof err);
+    if (b == NULL)
+        fprintf(stderr, "taskmill: %s\n", err);
+    return b;
+}
+
+void tm_cli_broker_close(struct tm_broker *b)
+{
+    if (b != NULL)
+        b->ops->destroy(b);
 }

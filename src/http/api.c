@@ -24,7 +24,7 @@
 #define TM_API_LIST_DEFAULT 50
 #define TM_API_LIST_MAX 1000
 /* The farthest ?delay= or ?at= of a message: 30 days (as emit's, the
- * range DESIGN.md gives delayed messages). */
+ * range docs/delivery.md gives delayed messages). */
 #define TM_API_DELAY_MAX_MS (30LL * 86400 * 1000)
 /* Body bytes accepted (and ignored) by a request that takes none. */
 #define TM_API_OTHER_BODY_MAX 4096

@@ -52,7 +52,10 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         rt->pause_key = tm_redis_pause_key(rt->cfg);
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
         pthread_mutex_init(&rt->held_mu, NULL);
+        tm_log_gate_init(&rt->reply_gate, TM_REPLY_LOG_BURST,
+                         TM_REPLY_LOG_MS);
     }
+    tm_log_gate_init(&rb->refused_gate, 1, TM_REDIS_REFUSED_LOG_MS);
     pthread_mutex_init(&rb->wake_mu, NULL);
     tm_redis_lanes_init(rb);
     rb->sched = tm_redis_sched_new(rb);

@@ -10,6 +10,7 @@
 #include <hiredis/hiredis.h>
 
 #include "broker.h"
+#include "log.h"
 #include "redis/net.h"
 #include "redis/slot.h"
 
@@ -42,6 +43,14 @@
 #define TM_REDIS_BLOCK_SLACK_MS 5000
 /* Longest Redis stream id: two 20-digit numbers and a dash. */
 #define TM_REDIS_ID_MAX 48
+
+/* Log lines of refused answers per task: at most TM_REPLY_LOG_BURST per
+ * TM_REPLY_LOG_MS (a producer can send any number of such requests). */
+#define TM_REPLY_LOG_MS 10000
+#define TM_REPLY_LOG_BURST 8
+/* A settlement the broker refuses is logged at most this often. */
+#define TM_REDIS_REFUSED_LOG_MS 10000
+
 /* The text of the error that ends a blocked XREADGROUP whose stream was
  * deleted (Redis 7: "UNBLOCKED the stream key no longer exists"). */
 #define TM_REDIS_KEY_GONE "the stream key no longer exists"
@@ -165,11 +174,9 @@ struct tm_redis_task {
     struct tm_redis_held *held; /* batches this process holds */
     char *pause_key;           /* "<queue>.paused.<group>" (pause.c) */
     atomic_int paused;         /* 1 while the task's intake is paused */
-    /* settle thread: refused answers' log lines (reply.c) */
-    int64_t reply_log_ms;      /* start of the current log window */
-    unsigned reply_logged;     /* lines written in it */
-    unsigned long reply_unlogged; /* refusals not logged since the last
-                                     line */
+    /* settle thread: refused answers' log lines (reply.c), at most
+     * TM_REPLY_LOG_BURST per TM_REPLY_LOG_MS */
+    struct tm_log_gate reply_gate;
     char errstr[256];
 };
 
@@ -300,8 +307,9 @@ struct tm_redis {
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
     size_t idcap;
     struct tm_redis_sched *sched; /* delayed messages (scheduled.c) */
-    int64_t refused_log_ms;     /* settle: last refusal logged */
-    unsigned long refused_unlogged; /* settle: refusals since, not logged */
+    /* settle: refused settlements' log lines (settle.c), one per
+     * TM_REDIS_REFUSED_LOG_MS */
+    struct tm_log_gate refused_gate;
 };
 
 /* ---- conn.c ---- */
