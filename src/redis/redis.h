@@ -15,6 +15,7 @@
 
 /*
  * The adapter is split by layer:
+ *   keys.c    key names, cluster slots, the one-slot rule (no hiredis)
  *   net.c     one connection: socket, deadlines, RESP, the reply filter
  *   tls.c     TLS under a connection: context, handshake, reads, writes
  *   conn.c    opening connections (sentinel: to the master), errors
@@ -30,7 +31,7 @@
  *   scheduled.c  delayed messages: the scheduled set and its promoter
  *   admin.c   CLI and monitoring: publish, dead letters, depths
  *   pause.c   pause state: the keys, their reads, pause/resume
- *   redis.c   create, connect, wake, destroy and the vtable
+ *   redis.c   check, create, connect, wake, destroy and the vtable
  */
 
 #define TM_REDIS_SRC "broker:redis"
