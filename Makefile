@@ -98,8 +98,8 @@ TEST_PLUGIN_SOS = $(TEST_PLUGIN_SRCS:tests/plugins/%.c=$(BUILD)/test-plugins/%.s
 UNIT_SRCS = $(wildcard tests/unit/test_*.c)
 UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-demo check check-unit check-integration check-asan \
-	check-cluster check-tsan check-soak demo bench install clean plugins \
+.PHONY: all deps deps-demo check check-layers check-unit check-integration \
+	check-asan check-cluster check-tsan check-soak demo bench install clean plugins \
 	test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
@@ -359,7 +359,13 @@ check-cluster: all test-plugins
 # which runs first, installs them); an explicit no still leaves one out.
 CHECK_HOSTS = USE_LUA=$(if $(filter auto,$(USE_LUA)),yes,$(USE_LUA)) \
 	USE_PYTHON=$(if $(filter auto,$(USE_PYTHON)),yes,$(USE_PYTHON))
+# config/ is the ground floor: it reads and calls nothing above it
+# (docs/development.md); a few seconds.
+check-layers: all
+	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" scripts/check-layers.sh $(BUILD)
+
 check: deps
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-layers
 	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-unit
 	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-integration
 	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-asan

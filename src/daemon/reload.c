@@ -178,7 +178,8 @@ void tm_reload(struct tm_daemon *d)
         atomic_store(&d->reload, 1);
         return;
     }
-    struct tm_cfg *cfg = tm_cfg_load(d->config_path, err, sizeof err);
+    struct tm_cfg *cfg =
+        tm_broker_load_config(d->config_path, 1, err, sizeof err, NULL);
     if (cfg == NULL) {
         refuse(d, err);
         return;

@@ -8,9 +8,19 @@
 
 #include "log.h"
 #include "redis/arena.h"
+#include "ssl_dl.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
+
+/* rb_check is the check op: OpenSSL for rediss://, and in a cluster the
+ * one-slot rule for every task and schedule (keys.c). */
+static int rb_check(const struct tm_cfg *cfg, struct tm_cfg_errors *e)
+{
+    if (cfg->url.tls && tm_broker_open_lib(cfg, e, tm_ssl_dl_open) < 0)
+        return -1;
+    return tm_redis_cfg_slots_check(cfg, e);
+}
 
 static struct tm_broker *rb_create(const struct tm_cfg *cfg)
 {
@@ -133,6 +143,7 @@ static void rb_destroy(struct tm_broker *b)
 
 const struct tm_broker_ops tm_broker_redis_ops = {
     .kind = "redis",
+    .check = rb_check,
     .create = rb_create,
     .connect = rb_connect_all,
     .lanes = tm_redis_nlanes,

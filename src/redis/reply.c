@@ -51,7 +51,7 @@
 
 #include "core.h"
 #include "log.h"
-#include "redis/slot.h"
+#include "redis/keys.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC

@@ -46,7 +46,7 @@
 #include <cjson/cJSON.h>
 
 #include "log.h"
-#include "redis/slot.h"
+#include "redis/keys.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
@@ -318,11 +318,6 @@ static struct {
     pthread_mutex_t mu;
     struct tm_redis_sched *head;
 } running = {PTHREAD_MUTEX_INITIALIZER, NULL};
-
-char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
-{
-    return tm_asprintf("%s.scheduled", t->queue);
-}
 
 /* promote_chunk runs promote_script for the n tasks ti[0 .. n) (one
  * slot) until their due members are moved (or
