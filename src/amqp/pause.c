@@ -125,6 +125,41 @@ static void note_state(struct tm_amqp_task *at, int paused)
         tm_amqp_signal_intake(at);
 }
 
+/* frame_wait reads one frame on c within tv: 1 read, 0 none in time, -1
+ * when the connection failed (reason in buf). */
+static int frame_wait(amqp_connection_state_t c, amqp_frame_t *f,
+                      struct timeval *tv, char *buf, size_t size)
+{
+    int rc = sym_amqp_simple_wait_frame_noblock(c, f, tv);
+    if (rc == AMQP_STATUS_TIMEOUT)
+        return 0;
+    if (rc != AMQP_STATUS_OK) {
+        tm_snprintf(buf, size, "%s", sym_amqp_error_string2(rc));
+        return -1;
+    }
+    return 1;
+}
+
+/* closed_why writes the reason of a channel.close or connection.close
+ * the broker sent (m) to buf. */
+static void closed_why(const amqp_method_t *m, char *buf, size_t size)
+{
+    amqp_rpc_reply_t r;
+    memset(&r, 0, sizeof r);
+    r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
+    r.reply = *m;
+    tm_amqp_strerror(r, buf, size);
+}
+
+/* shortstr copies b, an AMQP short string, into q as a C string. */
+static void shortstr(char q[TM_AMQP_SHORTSTR_MAX + 1], amqp_bytes_t b)
+{
+    size_t n = b.len <= TM_AMQP_SHORTSTR_MAX ? b.len : TM_AMQP_SHORTSTR_MAX;
+    if (n > 0)
+        memcpy(q, b.bytes, n);
+    q[n] = '\0';
+}
+
 /* apply_locked applies task at's state as last noted to its connection,
  * under its io_mu. Applied here too, not only by the intake: an intake
  * waiting for room (prefetch reached) calls no fetch, and its consumer
@@ -187,9 +222,7 @@ static int notice_listen(amqp_connection_state_t c, char *buf, size_t size)
     amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
     if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL)
         goto fail;
-    size_t n = ok->queue.len < sizeof q ? ok->queue.len : sizeof q - 1;
-    memcpy(q, ok->queue.bytes, n);
-    q[n] = '\0';
+    shortstr(q, ok->queue);
     what = "queue.bind (notices)";
     sym_amqp_queue_bind(c, TM_AMQP_PAUSE_CH, sym_amqp_cstring_bytes(q),
                         sym_amqp_cstring_bytes(TM_AMQP_PAUSE_EXCHANGE),
@@ -249,13 +282,11 @@ static int read_notices(struct tm_amqp_broker *ab, char *buf, size_t size)
     for (int i = 0; i < TM_AMQP_PAUSE_FRAMES_MAX && rc == 0; i++) {
         amqp_frame_t f;
         struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
-        int st = sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
-        if (st == AMQP_STATUS_TIMEOUT)
-            break;
-        if (st != AMQP_STATUS_OK) {
-            tm_snprintf(buf, size, "%s", sym_amqp_error_string2(st));
+        int got = frame_wait(c, &f, &tv, buf, size);
+        if (got < 0)
             return -1;
-        }
+        if (got == 0)
+            break;
         /* the header and body frames of a notice say nothing more */
         if (f.frame_type != AMQP_FRAME_METHOD)
             continue;
@@ -263,11 +294,7 @@ static int read_notices(struct tm_amqp_broker *ab, char *buf, size_t size)
         if (m->id == AMQP_BASIC_DELIVER_METHOD) {
             const amqp_basic_deliver_t *d = m->decoded;
             char q[TM_AMQP_SHORTSTR_MAX + 1];
-            size_t n = d->routing_key.len < sizeof q ? d->routing_key.len
-                                                     : sizeof q - 1;
-            if (n > 0)
-                memcpy(q, d->routing_key.bytes, n);
-            q[n] = '\0';
+            shortstr(q, d->routing_key);
             for (size_t k = 0; k < ab->ntasks && rc == 0; k++)
                 if (strcmp(ab->tasks[k].cfg->queue, q) == 0)
                     rc = read_task(ab, &ab->tasks[k], buf, size);
@@ -277,11 +304,7 @@ static int read_notices(struct tm_amqp_broker *ab, char *buf, size_t size)
             return -1;
         } else if (m->id == AMQP_CHANNEL_CLOSE_METHOD ||
                    m->id == AMQP_CONNECTION_CLOSE_METHOD) {
-            amqp_rpc_reply_t r;
-            memset(&r, 0, sizeof r);
-            r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
-            r.reply = *m;
-            tm_amqp_strerror(r, buf, size);
+            closed_why(m, buf, size);
             return -1;
         }
     }
@@ -394,13 +417,11 @@ static int wait_confirm(amqp_connection_state_t c, amqp_channel_t ch,
         }
         struct timeval tv = tm_amqp_tv_ms(left);
         amqp_frame_t f;
-        int rc = sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
-        if (rc == AMQP_STATUS_TIMEOUT)
-            continue;
-        if (rc != AMQP_STATUS_OK) {
-            tm_snprintf(buf, size, "%s", sym_amqp_error_string2(rc));
+        int got = frame_wait(c, &f, &tv, buf, size);
+        if (got < 0)
             return -1;
-        }
+        if (got == 0)
+            continue;
         if (f.frame_type != AMQP_FRAME_METHOD || f.channel != ch)
             continue;
         const amqp_method_t *m = &f.payload.method;
@@ -414,11 +435,7 @@ static int wait_confirm(amqp_connection_state_t c, amqp_channel_t ch,
             return -1;
         } else if (m->id == AMQP_CHANNEL_CLOSE_METHOD ||
                    m->id == AMQP_CONNECTION_CLOSE_METHOD) {
-            amqp_rpc_reply_t r;
-            memset(&r, 0, sizeof r);
-            r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
-            r.reply = *m;
-            tm_amqp_strerror(r, buf, size);
+            closed_why(m, buf, size);
             return -1;
         }
     }

@@ -62,6 +62,22 @@ runs_both() {
 	echo $(($(runs_of "$1" "$P1") + $(runs_of "$1" "$P2")))
 }
 
+# idle_packets WHAT: 3 s for what was under way to end, then daemon 1's
+# pause connection sends and receives fewer than 20 packets in 10 s
+idle_packets() {
+	local c1 c2 sent recv
+	sleep 3
+	c1=$(pause_conn "${PN}a")
+	sleep 10
+	c2=$(pause_conn "${PN}a")
+	[[ -n $c1 && -n $c2 ]] || fail "daemon 1 has no pause connection"
+	assert_eq "$(cut -f1 <<<"$c1")" "$(cut -f1 <<<"$c2")" "the same pause connection at both readings"
+	sent=$(($(cut -f2 <<<"$c2") - $(cut -f2 <<<"$c1")))
+	recv=$(($(cut -f3 <<<"$c2") - $(cut -f3 <<<"$c1")))
+	note "daemon 1's $1 in 10 s idle, $NT tasks: $sent packets sent, $recv received"
+	assert_le 19 $((sent + recv)) "packets of the idle $1 in 10 s"
+}
+
 start_daemon "$TEST_DIR/d1.yaml"
 PID1=$DAEMON_PID
 LOG1=$DAEMON_LOG
@@ -73,16 +89,7 @@ wait_until '[[ -n $(pause_conn ${PN}a) && -n $(pause_conn ${PN}b) ]]' 60
 
 # ---- idle: the pause connection exchanges (almost) nothing, past the
 # sweep after it opened (one declare per task)
-sleep 3
-c1=$(pause_conn "${PN}a")
-sleep 10
-c2=$(pause_conn "${PN}a")
-[[ -n $c1 && -n $c2 ]] || fail "daemon 1 has no pause connection"
-assert_eq "$(cut -f1 <<<"$c1")" "$(cut -f1 <<<"$c2")" "the same pause connection at both readings"
-sent=$(($(cut -f2 <<<"$c2") - $(cut -f2 <<<"$c1")))
-recv=$(($(cut -f3 <<<"$c2") - $(cut -f3 <<<"$c1")))
-note "daemon 1's pause connection in 10 s idle, $NT tasks: $sent packets sent, $recv received"
-assert_le 19 $((sent + recv)) "packets of the idle pause connection in 10 s"
+idle_packets "pause connection"
 assert_eq 1 "$(grep -c "pause state: listening for notices" "$LOG1")" "daemon 1's pause connections opened"
 
 # ---- pause and resume from the CLI
@@ -142,14 +149,7 @@ wait_until '[[ $(paused_on t9) == "0 0" ]]' 30
 wait_until '[[ $(runs_both t9) == 3 ]]' 60
 
 # ---- the new connection, past its sweep, is idle again
-sleep 3
-c1=$(pause_conn "${PN}a")
-sleep 10
-c2=$(pause_conn "${PN}a")
-sent=$(($(cut -f2 <<<"$c2") - $(cut -f2 <<<"$c1")))
-recv=$(($(cut -f3 <<<"$c2") - $(cut -f3 <<<"$c1")))
-note "daemon 1's new pause connection in 10 s idle: $sent packets sent, $recv received"
-assert_le 19 $((sent + recv)) "packets of the new idle pause connection in 10 s"
+idle_packets "new pause connection"
 
 DAEMON_PID=$PID2
 stop_daemon
