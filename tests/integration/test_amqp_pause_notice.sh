@@ -9,7 +9,9 @@
 # - a pause issued while daemon 1's pause connection is cut
 #   (rabbitmqctl close_connection), after it noticed the cut and before
 #   it opened the next one, so that no notice can reach it, is honoured
-#   once it reconnects: the new connection reads every task's state once.
+#   once it reconnects: the new connection reads every task's state once;
+# - after a broker restart (the notice queues gone with it) a pause
+#   reaches both daemons by notice again.
 . "$TM_SRCDIR/tests/integration/lib_amqp.sh"
 
 NT=50
@@ -147,6 +149,28 @@ tm resume -c "$TEST_DIR/cli.yaml" t9
 assert_eq 0 "$TM_RC" "taskmill resume t9: $(cat "$TM_ERR")"
 wait_until '[[ $(paused_on t9) == "0 0" ]]' 30
 wait_until '[[ $(runs_both t9) == 3 ]]' 60
+
+# ---- a broker restart takes the notice queues with it: once the daemons
+# are back, each with a new pause connection, a pause reaches them by
+# notice again (their task connections, open before it, read no state)
+opened=$(grep -c "pause state: listening for notices" "$LOG1")
+rabbitctl stop_app >/dev/null
+rabbitctl start_app >/dev/null
+wait_ping "$P1" 90
+wait_ping "$P2" 90
+wait_until "[[ \$(grep -c 'pause state: listening for notices' '$LOG1') -gt $opened ]]" 90
+wait_until '[[ -n $(pause_conn ${PN}a) && -n $(pause_conn ${PN}b) ]]' 60
+tm pause -c "$TEST_DIR/cli.yaml" t11
+assert_eq 0 "$TM_RC" "taskmill pause t11: $(cat "$TM_ERR")"
+wait_until '[[ $(paused_on t11) == "1 1" ]]' 30
+publish q11 2
+sleep 2
+assert_eq 0 "$(runs_both t11)" "runs of t11, paused after the broker restart"
+assert_eq 2 "$(ready_count "$AQ.q11")" "its messages wait in its queue"
+tm resume -c "$TEST_DIR/cli.yaml" t11
+assert_eq 0 "$TM_RC" "taskmill resume t11: $(cat "$TM_ERR")"
+wait_until '[[ $(paused_on t11) == "0 0" ]]' 30
+wait_until '[[ $(runs_both t11) == 2 ]]' 60
 
 # ---- the new connection, past its sweep, is idle again
 idle_packets "new pause connection"
