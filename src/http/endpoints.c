@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 
-#include "asyncapi.h"
+#include "http/asyncapi.h"
 #include "broker.h"
 #include "daemon.h"
 #include "util.h"
