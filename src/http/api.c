@@ -129,9 +129,9 @@ static void add_count(cJSON *o, const char *name, long long v, int read)
         cJSON_AddNullToObject(o, name);
 }
 
-static cJSON *task_json(struct tm_daemon *d, size_t i, int64_t now_ns)
+static cJSON *task_json(const struct tm_gen *g, size_t i, int64_t now_ns)
 {
-    const struct tm_task *t = &d->tasks[i];
+    const struct tm_task *t = &g->tasks[i];
     const struct tm_cfg_task *c = t->cfg;
     const struct tm_task_stats *s = &t->stats;
     cJSON *o = cJSON_CreateObject();
@@ -148,7 +148,7 @@ static cJSON *task_json(struct tm_daemon *d, size_t i, int64_t now_ns)
     cJSON_AddNumberToObject(o, "dead_lettered",
                             (double)atomic_load(&s->dead_lettered));
     double r1, r60, p50, p99;
-    tm_rate_read(&s->win->rate, now_ns, d->start_mono_ms * 1000000LL, &r1, &r60);
+    tm_rate_read(&s->win->rate, now_ns, g->d->start_mono_ms * 1000000LL, &r1, &r60);
     tm_durwin_percentiles(&s->win->durs, &p50, &p99);
     cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
     cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
@@ -157,7 +157,7 @@ static cJSON *task_json(struct tm_daemon *d, size_t i, int64_t now_ns)
     cJSON_AddStringToObject(o, "circuit",
                             tm_circuit_state_name(tm_circuit_state(
                                 &t->circuit, now_ns / 1000000LL)));
-    cJSON_AddBoolToObject(o, "paused", tm_broker_paused(d->broker, i));
+    cJSON_AddBoolToObject(o, "paused", tm_broker_paused(g->broker, i));
     /* the refresher's last reads (depth.c) */
     int read = atomic_load(&s->depth_at_ms) != 0;
     add_count(o, "queue_depth", atomic_load(&s->queue_depth), read);
@@ -183,14 +183,15 @@ static enum MHD_Result answer_tasks(struct tm_daemon *d,
     tm_http_depth_want();
     int64_t now_ns = tm_now_ns();
     cJSON *j = cJSON_CreateObject();
-    pthread_rwlock_rdlock(&d->gen_lock);
+    /* rendered from a reference, as /status (endpoints.c) */
+    struct tm_gen *g = tm_gen_current(d);
     cJSON_AddStringToObject(j, "version", TM_VERSION);
-    tm_http_add_broker_pool(j, d);
-    cJSON_AddBoolToObject(j, "writable", d->cfg->http_token != NULL);
+    tm_http_add_broker_pool(j, g);
+    cJSON_AddBoolToObject(j, "writable", g->cfg->http_token != NULL);
     cJSON *a = cJSON_AddArrayToObject(j, "tasks");
-    for (size_t i = 0; i < d->ntasks; i++)
-        cJSON_AddItemToArray(a, task_json(d, i, now_ns));
-    pthread_rwlock_unlock(&d->gen_lock);
+    for (size_t i = 0; i < g->ntasks; i++)
+        cJSON_AddItemToArray(a, task_json(g, i, now_ns));
+    tm_gen_unref(g);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (s == NULL)
