@@ -191,6 +191,75 @@ void tm_http_add_broker_pool(struct cJSON *j, const struct tm_gen *g)
     tm_free(st);
 }
 
+/* add_count adds v, or null when the broker could not tell (v < 0) or
+ * was never read. */
+static void add_count(cJSON *o, const char *name, long long v, int read)
+{
+    if (read && v >= 0)
+        cJSON_AddNumberToObject(o, name, (double)v);
+    else
+        cJSON_AddNullToObject(o, name);
+}
+
+cJSON *tm_http_task_json(const struct tm_gen *g, size_t i, int64_t now_ns,
+                         int api)
+{
+    const struct tm_task *t = &g->tasks[i];
+    const struct tm_cfg_task *c = t->cfg;
+    const struct tm_task_stats *s = &t->stats;
+    cJSON *o = cJSON_CreateObject();
+    if (api)
+        cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddStringToObject(o, "queue", c->queue);
+    if (api)
+        cJSON_AddStringToObject(o, "dead_letter", c->dead_letter);
+    cJSON_AddNumberToObject(o, "inflight", (double)atomic_load(&s->inflight));
+    cJSON *oc = cJSON_AddObjectToObject(o, "outcomes");
+    for (int k = 1; k < TM_OUT_COUNT; k++)
+        cJSON_AddNumberToObject(oc, tm_outcome_label((enum tm_outcome)k),
+                                (double)atomic_load_explicit(
+                                    &s->outcomes[k], memory_order_relaxed));
+    cJSON_AddNumberToObject(o, "retries", (double)atomic_load(&s->retries));
+    cJSON_AddNumberToObject(o, "dead_lettered",
+                            (double)atomic_load(&s->dead_lettered));
+    double r1, r60, p50, p99;
+    tm_rate_read(&s->win->rate, now_ns, g->d->start_mono_ms * 1000000LL,
+                 &r1, &r60);
+    tm_durwin_percentiles(&s->win->durs, &p50, &p99);
+    cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
+    cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
+    cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
+    cJSON_AddNumberToObject(o, "p99_ms", round3(p99));
+    cJSON_AddStringToObject(o, "circuit",
+                            tm_circuit_state_name(tm_circuit_state(
+                                &t->circuit, now_ns / 1000000LL)));
+    cJSON_AddBoolToObject(o, "paused", tm_broker_paused(g->broker, i));
+    /* the depth refresher's last reads (depth.c); null when never read
+     * or the broker cannot tell */
+    int read = atomic_load(&s->depth_at_ms) != 0;
+    if (api) {
+        add_count(o, "queue_depth", atomic_load(&s->queue_depth), read);
+        add_count(o, "pending", atomic_load(&s->queue_pending), read);
+        add_count(o, "dead_letters", atomic_load(&s->dead_letter_depth),
+                  read);
+    }
+    /* delayed messages waiting */
+    add_count(o, "scheduled", atomic_load(&s->scheduled_depth), read);
+    if (!api)
+        return o;
+    cJSON *l = cJSON_AddObjectToObject(o, "limits");
+    cJSON_AddNumberToObject(l, "prefetch", c->prefetch);
+    cJSON_AddNumberToObject(l, "timeout_ms", (double)c->timeout_ms);
+    cJSON_AddNumberToObject(l, "max_retries", c->max_retries);
+    cJSON_AddNumberToObject(l, "backoff_ms", (double)c->backoff_ms);
+    cJSON_AddNumberToObject(l, "max_backoff_ms", (double)c->max_backoff_ms);
+    cJSON_AddNumberToObject(l, "max_payload", (double)c->max_payload);
+    cJSON_AddStringToObject(l, "on_error", c->on_error == TM_ON_ERROR_REJECT
+                                               ? "reject"
+                                               : "requeue");
+    return o;
+}
+
 static void cb_status(struct tm_daemon *d, struct reply *r)
 {
     tm_http_depth_want();
@@ -219,43 +288,9 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
         cJSON_AddStringToObject(cf, "last_reload_error", reload_error);
     tm_http_add_broker_pool(j, g);
     cJSON *tasks = cJSON_AddObjectToObject(j, "tasks");
-    for (size_t i = 0; i < g->ntasks; i++) {
-        const struct tm_task *t = &g->tasks[i];
-        const struct tm_task_stats *s = &t->stats;
-        cJSON *o = cJSON_AddObjectToObject(tasks, t->cfg->name);
-        cJSON_AddStringToObject(o, "queue", t->cfg->queue);
-        cJSON_AddNumberToObject(o, "inflight",
-                                (double)atomic_load(&s->inflight));
-        cJSON *oc = cJSON_AddObjectToObject(o, "outcomes");
-        for (int k = 1; k < TM_OUT_COUNT; k++)
-            cJSON_AddNumberToObject(
-                oc, tm_outcome_label((enum tm_outcome)k),
-                (double)atomic_load_explicit(&s->outcomes[k],
-                                             memory_order_relaxed));
-        cJSON_AddNumberToObject(o, "retries",
-                                (double)atomic_load(&s->retries));
-        cJSON_AddNumberToObject(o, "dead_lettered",
-                                (double)atomic_load(&s->dead_lettered));
-        double r1, r60, p50, p99;
-        tm_rate_read(&s->win->rate, now_ns, d->start_mono_ms * 1000000LL, &r1,
-                     &r60);
-        tm_durwin_percentiles(&s->win->durs, &p50, &p99);
-        cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
-        cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
-        cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
-        cJSON_AddNumberToObject(o, "p99_ms", round3(p99));
-        cJSON_AddStringToObject(o, "circuit",
-                                tm_circuit_state_name(tm_circuit_state(
-                                    &t->circuit, now_ns / 1000000LL)));
-        cJSON_AddBoolToObject(o, "paused", tm_broker_paused(g->broker, i));
-        /* delayed messages waiting, as the depth refresher last read
-         * them; null when never read or the broker cannot tell */
-        long long sched = atomic_load(&s->scheduled_depth);
-        if (atomic_load(&s->depth_at_ms) != 0 && sched >= 0)
-            cJSON_AddNumberToObject(o, "scheduled", (double)sched);
-        else
-            cJSON_AddNullToObject(o, "scheduled");
-    }
+    for (size_t i = 0; i < g->ntasks; i++)
+        cJSON_AddItemToObject(tasks, g->tasks[i].cfg->name,
+                              tm_http_task_json(g, i, now_ns, 0));
     tm_gen_unref(g);
     reply_json(r, 200, j);
 }

@@ -55,6 +55,15 @@ int tm_http_host_ok(struct tm_daemon *d, struct MHD_Connection *conn);
  * see tm_gen_current). */
 void tm_http_add_broker_pool(struct cJSON *j, const struct tm_gen *g);
 
+/* tm_http_task_json returns what /status says about task i of g (the
+ * caller holds a reference): queue, inflight, outcomes, retries,
+ * dead_lettered, rates, percentiles, circuit, paused, scheduled. With
+ * api (GET /api/v1/tasks) also name, dead_letter, the queue counts
+ * (queue_depth, pending, dead_letters) and the limits. now_ns: the
+ * monotonic clock the rates are read at. */
+struct cJSON *tm_http_task_json(const struct tm_gen *g, size_t i,
+                                int64_t now_ns, int api);
+
 /* ---- metrics.c ---- */
 
 /* tm_metrics_render returns the Prometheus text exposition of d, whose
