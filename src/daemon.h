@@ -53,8 +53,10 @@ struct tm_beat {
  * configuration or tasks without gen_lock held (an HTTP handler, the
  * queue depth refresher, the admin API worker) holds one of its own
  * meanwhile (tm_gen_current). The last tm_gen_unref frees it, on the
- * thread that made it: a reload never waits for those users, and never
- * frees what one of them still reads.
+ * thread that drops that reference: a reload never waits for those
+ * users, and never frees what one of them still reads. Only the published
+ * generation gains references (under gen_lock), so a replaced one's count
+ * only falls.
  */
 struct tm_gen {
     struct tm_daemon *d;

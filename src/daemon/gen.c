@@ -477,7 +477,6 @@ void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g)
     pthread_rwlock_unlock(&d->gen_lock);
 }
 
-
 struct tm_gen *tm_gen_current(struct tm_daemon *d)
 {
     pthread_rwlock_rdlock(&d->gen_lock);

@@ -86,7 +86,8 @@ static void reply_status(struct reply *r, unsigned code, const char *status,
  * /asyncapi.json) hold a reference to the current one while they do
  * (tm_gen_current), not gen_lock: a reload publishes the next generation
  * meanwhile, and the one rendered is freed by whichever holder drops the
- * last reference. /ping and /healthz read a few fields under gen_lock (a
+ * last reference (the handler's own only when the reload retired it
+ * during the render). /ping and /healthz read a few fields under gen_lock (a
  * reader lock that only a reload takes for writing, briefly; the task
  * hot path never takes it), under which the published generation is
  * never freed. */
