@@ -157,9 +157,11 @@ START_TEST(depth_refresher_does_not_hold_the_generation_lock)
     /* the read in progress holds the generation by a reference of its
      * own, so dropping the daemon's would not free it; it lets go once
      * the read returns */
-    ck_assert_uint_eq(atomic_load(&g.refs), 2);
+    unsigned refs = atomic_load(&g.refs);
+    ck_assert_uint_eq(refs, 2);
     tm_sleep_ms(200);
-    ck_assert_uint_eq(atomic_load(&g.refs), 2);
+    refs = atomic_load(&g.refs);
+    ck_assert_uint_eq(refs, 2);
     pthread_mutex_lock(&hang.mu);
     hang.go = 1;
     pthread_cond_broadcast(&hang.cv);
@@ -171,7 +173,8 @@ START_TEST(depth_refresher_does_not_hold_the_generation_lock)
     ck_assert_int_eq(atomic_load(&tasks[1].stats.dead_letter_depth), 1);
     tm_http_depth_stop(r);
     /* its last pick (closing the monitoring connection) let go too */
-    ck_assert_uint_eq(atomic_load(&g.refs), 1);
+    refs = atomic_load(&g.refs);
+    ck_assert_uint_eq(refs, 1);
     pthread_rwlock_destroy(&d.gen_lock);
 }
 END_TEST
