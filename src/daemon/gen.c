@@ -2,6 +2,7 @@
  * creation, start, stop and release. */
 #include "daemon_private.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -186,6 +187,7 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
     g->d = d;
     /* the number it gets if it takes effect (tm_gen_publish) */
     g->id = atomic_load(&d->config_generation) + 1;
+    atomic_init(&g->refs, 1); /* the daemon's */
     g->cfg = cfg;
     g->ntasks = cfg->ntasks;
     g->done_fd = -1;
@@ -386,3 +388,30 @@ void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g)
     pthread_rwlock_unlock(&d->gen_lock);
 }
 
+struct tm_gen *tm_gen_current(struct tm_daemon *d)
+{
+    pthread_rwlock_rdlock(&d->gen_lock);
+    struct tm_gen *g = d->gen;
+    assert(g != NULL);
+    /* a published generation holds the daemon's reference until it is
+     * replaced, which takes gen_lock for writing: refs >= 1 here */
+    tm_gen_ref(g);
+    pthread_rwlock_unlock(&d->gen_lock);
+    return g;
+}
+
+void tm_gen_ref(struct tm_gen *g)
+{
+    unsigned was = atomic_fetch_add(&g->refs, 1);
+    assert(was > 0);
+    (void)was;
+}
+
+void tm_gen_unref(struct tm_gen *g)
+{
+    /* the decrement orders every use by this holder before the free by
+     * whichever holder drops the last reference (seq_cst, as all of
+     * refs' operations) */
+    if (g != NULL && atomic_fetch_sub(&g->refs, 1) == 1)
+        tm_gen_free(g);
+}
