@@ -98,8 +98,8 @@ TEST_PLUGIN_SOS = $(TEST_PLUGIN_SRCS:tests/plugins/%.c=$(BUILD)/test-plugins/%.s
 UNIT_SRCS = $(wildcard tests/unit/test_*.c)
 UNIT_BINS = $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-demo check check-unit check-integration check-asan \
-	check-cluster check-tsan check-soak demo bench install clean plugins \
+.PHONY: all deps deps-demo check check-layers check-unit check-integration \
+	check-asan check-cluster check-tsan check-soak demo bench install clean plugins \
 	test-plugins unit-bins
 
 all: $(BUILD)/taskmill $(PLUGIN_SOS)
@@ -267,7 +267,8 @@ check-asan:
 # host_python_stuck); a Python run that catches Stopped (host_python_stopped);
 # the fork pool's zygote restarted and a reload's cb_init run once
 # (fork_zygote_restart, fork_reload_init); concurrency shared by two
-# generations of a task across a reload (reload_concurrency).
+# generations of a task across a reload (reload_concurrency); HTTP
+# readers holding generations across 20 quick reloads (http_reload_hammer).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
@@ -277,7 +278,8 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	amqp_sigterm fork_thread_parity fork_sigterm fork_zygote schedule_reload \
 	fork_ring_edges fork_pack_slow host_lua_hostile thread_stuck thread_late \
 	thread_stuck_reload thread_stuck_refill amqp_thread_late host_python_stuck \
-	host_python_stopped fork_reload_init fork_zygote_restart reload_concurrency
+	host_python_stopped fork_reload_init fork_zygote_restart reload_concurrency \
+	http_reload_hammer
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \
@@ -359,7 +361,13 @@ check-cluster: all test-plugins
 # which runs first, installs them); an explicit no still leaves one out.
 CHECK_HOSTS = USE_LUA=$(if $(filter auto,$(USE_LUA)),yes,$(USE_LUA)) \
 	USE_PYTHON=$(if $(filter auto,$(USE_PYTHON)),yes,$(USE_PYTHON))
+# config/ is the ground floor: it reads and calls nothing above it
+# (docs/development.md); a few seconds.
+check-layers: all
+	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" scripts/check-layers.sh $(BUILD)
+
 check: deps
+	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-layers
 	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-unit
 	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-integration
 	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-asan

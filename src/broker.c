@@ -36,6 +36,43 @@ struct tm_broker *tm_broker_new(const struct tm_cfg *cfg, char *err,
     return b;
 }
 
+struct tm_cfg *tm_broker_load_config(const char *path, size_t max_errors,
+                                     char *err, size_t errlen,
+                                     size_t *nerrors)
+{
+    struct tm_cfg *cfg =
+        tm_cfg_load_all(path, max_errors, err, errlen, nerrors);
+    if (cfg == NULL)
+        return NULL;
+    const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
+    if (ops == NULL || ops->check == NULL)
+        return cfg; /* tm_broker_new says what is not supported */
+    struct tm_cfg_errors e;
+    tm_cfg_errors_init(&e, path, max_errors, err, errlen);
+    int rc = ops->check(cfg, &e);
+    if (rc == 0 && !e.failed)
+        return cfg;
+    if (e.nerrors == 0) {
+        /* every refusal reports its reason; this is a safety net */
+        struct tm_mark none = { 0, 0 };
+        tm_cfg_error(&e, none, "refused by the %s adapter", ops->kind);
+    }
+    if (nerrors != NULL)
+        *nerrors = e.nerrors;
+    tm_cfg_free(cfg);
+    return NULL;
+}
+
+int tm_broker_open_lib(const struct tm_cfg *cfg, struct tm_cfg_errors *e,
+                       int (*open)(char *err, size_t errlen))
+{
+    char why[512];
+    if (open(why, sizeof why) == 0)
+        return 0;
+    tm_cfg_error(e, cfg->url_at, "broker.url %s %s", cfg->url.redacted, why);
+    return -1;
+}
+
 void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)
 {
     va_list ap;

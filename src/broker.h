@@ -56,7 +56,7 @@ struct tm_broker_node {
 #define TM_BROKER_NODES_MAX 64
 
 /* struct tm_pub is what a producer adds to a message besides its body
- * (DESIGN.md, Messages). A NULL struct tm_pub * means all defaults. */
+ * (docs/producers.md). A NULL struct tm_pub * means all defaults. */
 struct tm_pub {
     int priority;          /* < 0: the task's default (RabbitMQ only) */
     const char *dedup_key; /* NULL: none; Redis field dedup_key, RabbitMQ
@@ -90,8 +90,18 @@ static inline const char *tm_pub_dedup_key(const struct tm_pub *pub)
 struct tm_broker_ops {
     const char *kind; /* "redis", "amqp" */
 
+    /* check, optional, checks what this adapter requires of a config that
+     * loaded (tm_cfg_load_all), with no I/O to the broker: the shared
+     * libraries it opens (dlib.h) are opened here, and rules of the broker
+     * (Redis Cluster's one slot per task) applied. Each refusal is
+     * reported into e at the config's mark of what it refuses, as the
+     * loader reports (config.h); stops once e is full. 0, or -1 when one
+     * was reported. Run by tm_broker_load_config, so by every command at
+     * startup and by each reload, before any create for that config. */
+    int (*check)(const struct tm_cfg *cfg, struct tm_cfg_errors *e);
+
     /* create allocates the adapter for cfg (borrowed; it outlives the
-     * broker). No I/O. */
+     * broker), a config that passed check. No I/O. */
     struct tm_broker *(*create)(const struct tm_cfg *cfg);
 
     /* connect opens the connections and prepares every task's queue
@@ -210,7 +220,7 @@ struct tm_broker_ops {
     int (*rate_take)(struct tm_broker *b, size_t lane, const size_t *want,
                      const size_t *back, size_t *got, int64_t *wait_ms);
 
-    /* Pause (DESIGN.md: taskmill pause|resume). The state of a task is
+    /* Pause (docs/delivery.md, Pausing a task). The state of a task is
      * kept in the broker, where every daemon consuming the task reads it
      * (Redis: the key "<queue>.paused.<group>"; RabbitMQ: the control
      * queue "<queue>.paused", holding one message while paused), so that
@@ -282,7 +292,8 @@ struct tm_broker_ops {
     /* publish_at adds one message to the task's queue that runs no
      * earlier than due_ms (epoch ms, wall clock): on Redis a member of
      * the sorted set "<queue>.scheduled", on RabbitMQ a message with
-     * header x-not-before (DESIGN.md, Messages). The message id is
+     * header x-not-before (docs/delivery.md, Delayed messages). The
+     * message id is
      * written to id (size idlen); pub as publish's.
      * Optional: NULL when the broker has no delayed messages. */
     int (*publish_at)(struct tm_broker *b, const struct tm_cfg_task *t,
@@ -362,6 +373,25 @@ struct tm_broker *tm_broker_new(const struct tm_cfg *cfg, char *err,
  * own errstr (never the broker's, which other threads write). */
 void tm_sched_session_error(struct tm_sched_session *ss, const char *fmt,
                             ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * tm_broker_load_config loads the config file at path as tm_cfg_load_all
+ * does (same arguments, same error lines), then runs its broker adapter's
+ * check op on it: a config this returns is one the adapter takes, its
+ * libraries opened. With max_errors 1 it is tm_cfg_load's single error.
+ * A config refused by the check is freed and its errors reported in err
+ * and *nerrors as the loader's; the check runs only on a config that
+ * loaded, so its errors come after every other of the file.
+ */
+struct tm_cfg *tm_broker_load_config(const char *path, size_t max_errors,
+                                     char *err, size_t errlen,
+                                     size_t *nerrors);
+
+/* tm_broker_open_lib opens a library the adapter of cfg needs with open
+ * (tm_rmq_dl_open, tm_ssl_dl_open: 0, or -1 with the reason in err), for
+ * check ops: a failure is reported into e at broker.url. 0 or -1. */
+int tm_broker_open_lib(const struct tm_cfg *cfg, struct tm_cfg_errors *e,
+                       int (*open)(char *err, size_t errlen));
 
 /* tm_broker_set_error records the last error in b->err / b->errstr. */
 void tm_broker_set_error(struct tm_broker *b, int err, const char *fmt, ...)

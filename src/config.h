@@ -1,4 +1,15 @@
-/* config.h - the YAML configuration, loaded and validated. */
+/* config.h - the YAML configuration, loaded and validated.
+ *
+ * The config is the ground floor (docs/development.md, "Layers"): it
+ * reads the file, checks what the file alone can tell and records where
+ * each value is written; it includes only util.h, log.h, json.h,
+ * taskmill.h and the schedule spec (schedule/), and calls no broker, pool,
+ * http or daemon code (scripts/check-layers.sh, run by make check). What a
+ * broker adapter requires of a config (Redis Cluster's one-slot rule, the
+ * rabbitmq-c and OpenSSL libraries) is checked by the adapter's check op
+ * (broker.h) on the loaded config, with its errors placed at the marks
+ * kept here (url_at, tasks' queue_at, schedules' task_at) through struct
+ * tm_cfg_errors, in the loader's own format. */
 #ifndef TASKMILL_CONFIG_H
 #define TASKMILL_CONFIG_H
 
@@ -96,6 +107,8 @@ struct tm_cfg_task {
     int64_t dedup_ttl_ms;    /* default 0 = no deduplication */
     int64_t reply_ttl_ms;    /* default 5 min; Redis reply streams' expiry */
     struct tm_mark at;       /* the task's name key */
+    struct tm_mark queue_at; /* the queue: value, or the name key when
+                                queue: is not given */
     struct tm_mark plugin_at; /* the plugin: value, for plugin refusals */
     struct tm_mark config_at; /* the config: key (0:0 when absent), for
                                  refusals of the config by the plugin */
@@ -128,6 +141,9 @@ struct tm_cfg {
                                 joined by ", " */
     struct tm_url url;       /* the first node (a copy of nodes[0]);
                                 password from password_file when given */
+    struct tm_mark url_at;   /* where broker.url (its first URL) is
+                                written; without one, 1:1 or 0:0 (no
+                                position) */
     struct tm_url *nodes;    /* every node of broker.url, in order, all
                                 of one scheme; nnodes >= 1 */
     size_t nnodes;
@@ -160,7 +176,9 @@ struct tm_cfg {
 };
 
 /*
- * tm_cfg_load reads and validates the YAML file at path. On success returns
+ * tm_cfg_load reads and validates the YAML file at path: what the file
+ * alone can tell. What its broker requires besides is the adapter's check
+ * (tm_broker_load_config in broker.h runs both). On success returns
  * a config the caller frees with tm_cfg_free(). On failure returns NULL and
  * writes one line "FILE:LINE:COL: message" (no trailing newline) into err:
  * the first error of the file.
@@ -177,6 +195,39 @@ struct tm_cfg *tm_cfg_load(const char *path, char *err, size_t errlen);
  */
 struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
                                char *err, size_t errlen, size_t *nerrors);
+
+/*
+ * struct tm_cfg_errors collects the errors of one config file as
+ * tm_cfg_load_all reports them: each one line "FILE:LINE:COL: message"
+ * ("FILE: message" for a mark of line 0; control characters become '?'),
+ * the lines separated by '\n' in err (cut when errlen is too small), at
+ * most max_errors of them. The loader fills one; checks run on a loaded
+ * config (a broker adapter's check op, broker.h) add to another, so that
+ * their errors read as the loader's.
+ */
+struct tm_cfg_errors {
+    const char *path;   /* the file, as given */
+    char *err;          /* may be NULL (errlen 0): only counted */
+    size_t errlen;
+    size_t errused;     /* bytes of err in use, without the NUL */
+    size_t nerrors;     /* errors recorded, at most max_errors */
+    size_t max_errors;  /* >= 1 */
+    bool failed;        /* an error was reported, recorded or not */
+};
+
+/* tm_cfg_errors_init starts an empty list for path (err emptied);
+ * max_errors 0 counts as 1. */
+void tm_cfg_errors_init(struct tm_cfg_errors *e, const char *path,
+                        size_t max_errors, char *err, size_t errlen);
+
+/* tm_cfg_error reports an error at at: recorded after the earlier ones
+ * while fewer than max_errors are. */
+void tm_cfg_error(struct tm_cfg_errors *e, struct tm_mark at,
+                  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* tm_cfg_errors_full says whether no further error would be recorded:
+ * a check may stop. */
+bool tm_cfg_errors_full(const struct tm_cfg_errors *e);
 
 /* tm_cfg_free releases a config; NULL is accepted. */
 void tm_cfg_free(struct tm_cfg *cfg);

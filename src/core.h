@@ -87,6 +87,16 @@ struct tm_task {
  * outcome and the task's on_error, max_retries and backoff. Pure. */
 void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t);
 
+/* tm_policy_may_retry says whether a failed delivery number attempt
+ * (1 = the first) of a message of task t may be retried under its
+ * max_retries (-1: without limit): 1 or 0. tm_policy_may_run says whether
+ * delivery number attempt may run at all: the first always, a later one
+ * only when the delivery before it could be retried (a message
+ * redelivered past the limit, unsettled because its consumers died, does
+ * not run again). The one place that enforces max_retries. Pure. */
+int tm_policy_may_retry(const struct tm_cfg_task *t, unsigned attempt);
+int tm_policy_may_run(const struct tm_cfg_task *t, unsigned attempt);
+
 /* tm_retry_delay_ms returns the delay before attempt (attempt + 1) after
  * a failed attempt: min(backoff * 2^(attempt-1), max_backoff) plus up to
  * 20% jitter drawn from r (0 <= r < 1). */

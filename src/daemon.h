@@ -46,10 +46,22 @@ struct tm_beat {
  * this generation alone), and the generation, with its plugins' code,
  * task data and worker data, is freed only once the last of them has
  * returned (tm_gen_wait_idle), however long that takes.
+ *
+ * A generation is counted (refs): the daemon holds one reference from
+ * tm_gen_create until it retires the generation (or, for the last one,
+ * until it exits), and every thread that uses a generation's broker,
+ * configuration or tasks without gen_lock held (an HTTP handler, the
+ * queue depth refresher, the admin API worker) holds one of its own
+ * meanwhile (tm_gen_current). The last tm_gen_unref frees it, on the
+ * thread that drops that reference: a reload never waits for those
+ * users, and never frees what one of them still reads. Only the published
+ * generation gains references (under gen_lock), so a replaced one's count
+ * only falls.
  */
 struct tm_gen {
     struct tm_daemon *d;
     unsigned id;
+    atomic_uint refs;               /* see above */
     struct tm_cfg *cfg;
     struct tm_task *tasks;          /* cfg->ntasks of them */
     struct tm_task **task_ptrs;
@@ -170,6 +182,20 @@ void tm_tasks_unload(struct tm_task *tasks, size_t n);
  * 2 configuration error). Takes ownership of cfg. */
 int tm_daemon_run(struct tm_cfg *cfg);
 
+/* tm_gen_current returns d's published generation with a reference
+ * taken for the caller, who drops it with tm_gen_unref; gen_lock is
+ * taken (read) for that moment only. HTTP starts after the first
+ * generation is published, so there always is one. */
+struct tm_gen *tm_gen_current(struct tm_daemon *d);
+
+/* tm_gen_ref takes one more reference to g: the caller holds one already,
+ * or holds gen_lock (read) and g is d->gen. */
+void tm_gen_ref(struct tm_gen *g);
+
+/* tm_gen_unref drops a reference; the last one frees g (tm_gen_free),
+ * on the calling thread. NULL is accepted. */
+void tm_gen_unref(struct tm_gen *g);
+
 /* tm_daemon_ready returns 1 when /ping should answer 200: running, the
  * broker connected, every task subscribed, and the main and settle loops
  * going round (a loop stuck in a broker call for long is not ready);
@@ -182,26 +208,5 @@ int tm_daemon_ready(struct tm_daemon *d, char *why, size_t size);
  * adapter bounds (a hung or unreachable broker is not a reason to restart
  * the daemon). Takes gen_lock (read) itself. */
 int tm_daemon_alive(struct tm_daemon *d);
-
-/* tm_metrics_render returns the Prometheus text exposition of d in a new
- * buffer (caller frees) of *len bytes. */
-char *tm_metrics_render(struct tm_daemon *d, size_t *len);
-
-/* tm_http_start serves d's endpoints on cfg->http_listen. Returns NULL
- * with a reason in err when the address cannot be bound. */
-struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen);
-void tm_http_stop(struct tm_http *h);
-
-/* tm_http_depth_release returns once the queue depth refresher no longer
- * reads from b, which it does without gen_lock. Call it, without gen_lock,
- * before destroying a broker that was published in d->broker and has been
- * replaced since; the refresher never picks b up again. */
-void tm_http_depth_release(const struct tm_broker *b);
-
-/* tm_http_api_release returns once the admin API worker no longer runs
- * a job on cfg, which it does without gen_lock. Call it, without
- * gen_lock, before freeing a configuration that was published in d->cfg
- * and has been replaced since; the worker never picks cfg up again. */
-void tm_http_api_release(const struct tm_cfg *cfg);
 
 #endif /* TASKMILL_DAEMON_H */

@@ -230,7 +230,7 @@ int tm_exec_run_watched(struct tm_msg *m, void *worker_data,
         m->t_end_ns = tm_now_ns();
         return 0;
     }
-    if (t->max_retries >= 0 && m->attempt > (unsigned)t->max_retries + 1) {
+    if (!tm_policy_may_run(t, m->attempt)) {
         /* redelivered past the limit without being settled: the consumers
          * that ran it died (a crash, kill -9); do not run it again */
         m->outcome = TM_OUT_CRASHED;

@@ -149,3 +149,33 @@ void tm_log_write(int level, const char *src, const char *task,
     tm_log_vwrite(level, src, task, msgid, fmt, ap);
     va_end(ap);
 }
+
+void tm_log_gate_init(struct tm_log_gate *g, unsigned burst,
+                      int64_t window_ms)
+{
+    *g = (struct tm_log_gate)TM_LOG_GATE(burst, window_ms);
+}
+
+int tm_log_gate_pass(struct tm_log_gate *g, int64_t now_ms,
+                     unsigned long *suppressed)
+{
+    if (!g->open || now_ms - g->opened_ms >= g->window_ms) {
+        g->open = 1;
+        g->opened_ms = now_ms;
+        g->passed = 0;
+    }
+    if (g->passed >= g->burst) {
+        g->suppressed++;
+        return 0;
+    }
+    g->passed++;
+    if (suppressed != NULL)
+        *suppressed = g->suppressed;
+    g->suppressed = 0;
+    return 1;
+}
+
+void tm_log_gate_reset(struct tm_log_gate *g)
+{
+    g->open = 0;
+}

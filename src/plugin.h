@@ -77,4 +77,50 @@ void tm_plugin_ref(struct tm_plugin *p);
  * succeeded, then dlclose. NULL is accepted. */
 void tm_plugin_free(struct tm_plugin *p);
 
+/* ---- the plugins of a configuration's tasks (plugin_tasks.c) ---- */
+
+struct tm_cfg;
+struct tm_cfg_task;
+struct tm_task;
+
+/* tm_plugin_keep_fn returns a plugin loaded already that task t may keep,
+ * task data and all (tm_plugin_load_tasks adds an owner), or NULL to load
+ * t's file anew; arg is the one given to tm_plugin_load_tasks. Each
+ * caller says which plugins a task keeps: the daemon's reload keeps the
+ * previous generation's plugin of an unchanged task (daemon/gen.c), the
+ * zygote one of any generation it holds (fork/zygote.c). */
+typedef struct tm_plugin *(*tm_plugin_keep_fn)(void *arg,
+                                               const struct tm_cfg_task *t);
+
+/* flags of tm_plugin_load_tasks */
+enum {
+    /* try every task: err has one line per refused task (else the first
+     * refusal ends the loading) */
+    TM_PLUGIN_TASKS_ALL = 1,
+    /* load and check the plugins but run no cb_init (a fork pool's
+     * reload: its zygote runs them) */
+    TM_PLUGIN_TASKS_NO_INIT = 2,
+};
+
+/*
+ * tm_plugin_load_tasks sets tasks[i].cfg, .index and .plugin for the
+ * tasks of cfg (cfg->ntasks entries, their plugins NULL), in order: a
+ * plugin keep returns (keep may be NULL), else tm_plugin_load of the
+ * task's file, checked against the plugins of the tasks before it (no
+ * two files of one plugin name) and against the task's config: keys
+ * (those the descriptor lists, when it lists them, and those the daemon
+ * reads), then its cb_init with the task's env (unless
+ * TM_PLUGIN_TASKS_NO_INIT). A refusal is placed in cfg->path as the
+ * configuration reader places errors: a plugin that does not load or
+ * whose name is taken, at the task's plugin: value; an unknown key, at
+ * the key; a refusal by cb_init (a script or module that does not load,
+ * a missing executable), at the task's config: key (plugin: when the
+ * task has none). Returns 0, or -1 with the refusal(s) in err; the
+ * plugins set so far stay set either way, for the caller to free
+ * (tm_plugin_free, which runs cb_fini only after a cb_init succeeded).
+ */
+int tm_plugin_load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
+                         tm_plugin_keep_fn keep, void *arg, int flags,
+                         char *err, size_t errlen);
+
 #endif /* TASKMILL_PLUGIN_H */

@@ -3,7 +3,8 @@
 
 #include "util.h"
 
-/* Jitter is at most a fifth of the base delay (DESIGN.md). */
+/* Jitter is at most a fifth of the base delay (docs/delivery.md, Retries
+ * and backoff: up to 20%). */
 #define TM_JITTER_FRACTION 0.2
 
 int64_t tm_retry_delay_ms(const struct tm_cfg_task *t, unsigned attempt,
@@ -20,6 +21,16 @@ int64_t tm_retry_delay_ms(const struct tm_cfg_task *t, unsigned attempt,
     if (r >= 1)
         r = 0.999999;
     return d + (int64_t)((double)d * TM_JITTER_FRACTION * r);
+}
+
+int tm_policy_may_retry(const struct tm_cfg_task *t, unsigned attempt)
+{
+    return t->max_retries < 0 || attempt <= (unsigned)t->max_retries;
+}
+
+int tm_policy_may_run(const struct tm_cfg_task *t, unsigned attempt)
+{
+    return attempt <= 1 || tm_policy_may_retry(t, attempt - 1);
 }
 
 void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t)
@@ -44,7 +55,7 @@ void tm_policy_settle(struct tm_msg *m, const struct tm_cfg_task *t)
         break;
     }
     if (t->on_error == TM_ON_ERROR_REJECT ||
-        (t->max_retries >= 0 && m->attempt > (unsigned)t->max_retries)) {
+        !tm_policy_may_retry(t, m->attempt)) {
         m->settle = TM_SETTLE_DEAD;
         return;
     }

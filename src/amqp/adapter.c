@@ -6,6 +6,7 @@
 #include <stdlib.h> /* getenv */
 
 #include "log.h"
+#include "ssl_dl.h" /* tm_ssl_dl_open, for the check op */
 #include "util.h"
 
 static void ab_destroy(struct tm_broker *b);
@@ -37,6 +38,15 @@ static int check_env(const struct tm_cfg *cfg)
                     "broker's certificate is not checked; anyone on the "
                     "path can pose as the broker");
     return bad ? -1 : 0;
+}
+
+/* ab_check is the check op: rabbitmq-c, and OpenSSL for amqps://. */
+static int ab_check(const struct tm_cfg *cfg, struct tm_cfg_errors *e)
+{
+    if (tm_broker_open_lib(cfg, e, tm_rmq_dl_open) < 0 ||
+        (cfg->url.tls && tm_broker_open_lib(cfg, e, tm_ssl_dl_open) < 0))
+        return -1;
+    return 0;
 }
 
 static struct tm_broker *ab_create(const struct tm_cfg *cfg)
@@ -124,7 +134,7 @@ static void ab_wake(struct tm_broker *b)
  * deliveries intake parked (x-not-before ahead, delay.c), and a delayed
  * message that comes back from its last delay queue a little early waits
  * for that before it is parked for the rest, so this bounds how late it
- * runs (DESIGN.md: within 1 s after its time). */
+ * runs (docs/delivery.md: within 1 s after its time). */
 static int64_t ab_tick_ms(struct tm_broker *b)
 {
     (void)b;
@@ -187,6 +197,7 @@ static int ab_connect_all(struct tm_broker *b)
 
 const struct tm_broker_ops tm_broker_amqp_ops = {
     .kind = "amqp",
+    .check = ab_check,
     .create = ab_create,
     .connect = ab_connect_all,
     .lanes = tm_amqp_lanes,

@@ -404,9 +404,11 @@ struct tm_amqp_broker {
     /* the CLI connection (publish, request, dlq): one thread */
     amqp_connection_state_t cli;
     uint64_t cli_seq;
-    /* the pause state's connection (settle thread; pause.c) */
+    /* the pause state's connection: notices, and the sweep of every
+     * task's state once after it opens (settle thread; pause.c) */
     amqp_connection_state_t pause_conn;
-    int64_t pause_next_ms;        /* its next read, monotonic */
+    size_t pause_sweep;           /* the sweep's next task; ntasks: done */
+    int64_t pause_next_ms;        /* no read before, monotonic (backoff) */
     int64_t pause_backoff_ms;     /* 0, or the wait after failed reads */
     /* the monitoring connection (depth) */
     pthread_mutex_t depth_mu;
@@ -579,7 +581,7 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 void tm_amqp_tick(struct tm_broker *b);
 
 /* ---- pause.c: the pause state (control queue "<queue>.paused") ---- */
-/* The settle thread reads every task's state this often (its tick). */
+/* The wait after the pause connection's first failure. */
 #define TM_AMQP_PAUSE_POLL_MS 1000
 /* After failed reads it waits longer each time, up to this. */
 #define TM_AMQP_PAUSE_BACKOFF_MAX_MS 30000
@@ -596,9 +598,9 @@ void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused);
  * (its next fetch); io_mu held. -1 when the connection failed (reason in
  * errstr). */
 int tm_amqp_pause_apply(struct tm_amqp_task *at);
-/* tm_amqp_pause_poll reads every task's state about every
- * TM_AMQP_PAUSE_POLL_MS on its own connection, and applies it (settle
- * thread, tick). */
+/* tm_amqp_pause_poll reads the pause notices that arrived on its own
+ * connection and the state of the tasks they name, or of every task once
+ * after that connection opened, and applies it (settle thread, tick). */
 void tm_amqp_pause_poll(struct tm_amqp_broker *ab);
 int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
                       int paused);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "broker.h" /* tm_broker_load_config, tm_broker_new */
 #include "util.h"
 
 const char tm_cli_usage[] =
@@ -141,8 +142,8 @@ struct tm_cfg *tm_cli_load_config(const struct tm_cli_args *a)
     /* TM_CLI_MAX_CFG_ERRORS lines of at most a few hundred bytes each */
     char err[TM_CLI_MAX_CFG_ERRORS * 1024];
     size_t n = 0;
-    struct tm_cfg *cfg = tm_cfg_load_all(a->config, TM_CLI_MAX_CFG_ERRORS,
-                                         err, sizeof err, &n);
+    struct tm_cfg *cfg = tm_broker_load_config(
+        a->config, TM_CLI_MAX_CFG_ERRORS, err, sizeof err, &n);
     if (cfg != NULL)
         return cfg;
     fprintf(stderr, "%s\n", err);
@@ -170,4 +171,19 @@ const struct tm_cfg_task *tm_cli_find_task(const struct tm_cfg *cfg,
         fprintf(stderr, "\n");
     }
     return t;
+}
+
+struct tm_broker *tm_cli_broker(const struct tm_cfg *cfg)
+{
+    char err[512];
+    struct tm_broker *b = tm_broker_new(cfg, err, sizeof err);
+    if (b == NULL)
+        fprintf(stderr, "taskmill: %s\n", err);
+    return b;
+}
+
+void tm_cli_broker_close(struct tm_broker *b)
+{
+    if (b != NULL)
+        b->ops->destroy(b);
 }

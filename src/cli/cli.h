@@ -7,7 +7,7 @@
 
 #include "config.h"
 
-/* Exit statuses (DESIGN.md): 0 success, 1 runtime failure, 2 usage or
+/* Exit statuses (docs/cli.md): 0 success, 1 runtime failure, 2 usage or
  * configuration error. */
 #define TM_EXIT_OK 0
 #define TM_EXIT_FAIL 1
@@ -79,6 +79,15 @@ struct tm_cfg *tm_cli_load_config(const struct tm_cli_args *a);
  * tasks of cfg on stderr. */
 const struct tm_cfg_task *tm_cli_find_task(const struct tm_cfg *cfg,
                                            const char *name);
+
+struct tm_broker;
+
+/* tm_cli_broker creates the broker adapter of cfg (it connects on its
+ * first command), or prints "taskmill: REASON" to stderr and returns NULL;
+ * the caller chooses the exit status. tm_cli_broker_close destroys b
+ * (NULL is accepted). */
+struct tm_broker *tm_cli_broker(const struct tm_cfg *cfg);
+void tm_cli_broker_close(struct tm_broker *b);
 
 /*
  * tm_cli_body gets a message body: arg itself, or, when arg is "-", all of

@@ -231,12 +231,9 @@ int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a)
                 "confirm\n", t->name, t->dead_letter);
         goto out;
     }
-    char err[512];
-    b = tm_broker_new(cfg, err, sizeof err);
-    if (b == NULL) {
-        fprintf(stderr, "taskmill: %s\n", err);
+    b = tm_cli_broker(cfg);
+    if (b == NULL)
         goto out;
-    }
     if (list && t == NULL)
         status = list_all(b, cfg);
     else if (list)
@@ -246,8 +243,7 @@ int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a)
     else
         status = move(b, t, op, id);
 out:
-    if (b != NULL)
-        b->ops->destroy(b);
+    tm_cli_broker_close(b);
     tm_cfg_free(cfg);
     return status;
 }

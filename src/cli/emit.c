@@ -14,7 +14,7 @@
 /* Longest --wait, in seconds: one day. */
 #define TM_CLI_MAX_WAIT_S 86400
 
-/* The farthest --delay / --at on RabbitMQ (DESIGN.md: 1 s to 30 days;
+/* The farthest --delay / --at on RabbitMQ (docs/delivery.md: 1 s to 30 days;
  * the delay queues reach further, but that is what is tested). */
 #define TM_CLI_MAX_AMQP_DELAY_MS (30LL * 86400 * 1000)
 
@@ -203,12 +203,9 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
     status = TM_EXIT_USAGE;
     if (tm_cli_check_body(body, len) != 0)
         goto out;
-    char err[512];
-    b = tm_broker_new(cfg, err, sizeof err);
-    if (b == NULL) {
-        fprintf(stderr, "taskmill: %s\n", err);
+    b = tm_cli_broker(cfg);
+    if (b == NULL)
         goto out;
-    }
     if (wait_ms > 0) {
         status = emit_request(b, t, body, len, &pub, wait_ms, a->wait);
         goto out;
@@ -227,8 +224,7 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
     printf("%s\n", id);
     status = TM_EXIT_OK;
 out:
-    if (b != NULL)
-        b->ops->destroy(b);
+    tm_cli_broker_close(b);
     tm_free(body);
     tm_cfg_free(cfg);
     return status;

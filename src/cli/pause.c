@@ -20,12 +20,9 @@ int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a)
     t = tm_cli_find_task(cfg, a->pos[0]);
     if (t == NULL)
         goto out;
-    char err[512];
-    b = tm_broker_new(cfg, err, sizeof err);
-    if (b == NULL) {
-        fprintf(stderr, "taskmill: %s\n", err);
+    b = tm_cli_broker(cfg);
+    if (b == NULL)
         goto out;
-    }
     status = TM_EXIT_FAIL;
     if (b->ops->pause_set == NULL) {
         fprintf(stderr, "taskmill: %s: the %s broker cannot pause a task\n",
@@ -39,8 +36,7 @@ int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a)
     printf("%s task '%s'\n", paused ? "paused" : "resumed", t->name);
     status = TM_EXIT_OK;
 out:
-    if (b != NULL)
-        b->ops->destroy(b);
+    tm_cli_broker_close(b);
     tm_cfg_free(cfg);
     return status;
 }

@@ -61,11 +61,9 @@ int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a)
         status = tm_cli_usage_error("schedules takes no argument");
         goto out;
     }
-    b = tm_broker_new(cfg, err, sizeof err);
-    if (b == NULL) {
-        fprintf(stderr, "taskmill: %s\n", err);
+    b = tm_cli_broker(cfg);
+    if (b == NULL)
         goto out;
-    }
     size_t n = cfg->nschedules;
     rows = tm_calloc(n ? n : 1, sizeof *rows);
     if (tm_sched_report(b, tm_sched_now_ms(), rows, err, sizeof err) != 0) {
@@ -88,8 +86,7 @@ int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a)
     status = TM_EXIT_OK;
 out:
     tm_free(rows);
-    if (b != NULL)
-        b->ops->destroy(b);
+    tm_cli_broker_close(b);
     tm_cfg_free(cfg);
     return status;
 }

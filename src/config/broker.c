@@ -22,9 +22,6 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
-#include "amqp/rmq_dl.h" /* tm_rmq_dl_open */
-#include "redis/slot.h"
-#include "ssl_dl.h"       /* tm_ssl_dl_open */
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 
@@ -39,24 +36,6 @@ void tm_cfg_clear_nodes(struct tm_cfg *cfg)
     cfg->nodes = NULL;
     cfg->nnodes = 0;
     tm_url_clear(&cfg->url);
-}
-
-/* open_broker_libs opens the libraries that url's broker needs and the
- * daemon does not link (see dlib.h): rabbitmq-c for amqp(s)://, OpenSSL
- * for rediss:// and amqps://. Here, at load time, a missing or broken
- * one is an error of the file that names the broker (and of `taskmill
- * check`), not of the first connect; a reload to such a file opens them
- * then. */
-static int open_broker_libs(struct ctx *c, const struct tm_url *url,
-                            struct tm_mark at)
-{
-    char why[512];
-    if ((url->kind == TM_BROKER_AMQP && tm_rmq_dl_open(why, sizeof why) < 0) ||
-        (url->tls && tm_ssl_dl_open(why, sizeof why) < 0)) {
-        tm_cfg_fail(c, at, "broker.url %s %s", url->redacted, why);
-        return -1;
-    }
-    return 0;
 }
 
 /*
@@ -103,8 +82,7 @@ static int set_nodes(struct ctx *c, char *const *urls,
         tm_cfg_fail(c, at[0], "broker.url: %s", why);
         goto out;
     }
-    if (open_broker_libs(c, &cfg->url, at[0]) < 0)
-        goto out;
+    cfg->url_at = at[0];
     tm_free(cfg->broker_url);
     cfg->broker_url = joined.p;
     joined.p = NULL;

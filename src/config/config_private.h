@@ -58,13 +58,7 @@ struct task_marks {
     bool ok;        /* the task parsed without error */
 };
 struct ctx {
-    const char *path;
-    char *err;          /* the errors so far, one per line */
-    size_t errlen;
-    size_t errused;     /* bytes of err in use, without the NUL */
-    size_t nerrors;     /* errors recorded, at most max_errors */
-    size_t max_errors;  /* >= 1; parsing stops when it is reached */
-    int failed;
+    struct tm_cfg_errors errs; /* parsing stops when it is full */
     yaml_document_t *doc;
     struct tm_cfg *cfg;
     struct task_marks *marks; /* one per task */

@@ -22,7 +22,6 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
-#include "redis/slot.h"
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 
@@ -130,6 +129,7 @@ int tm_cfg_check_whole(struct ctx *c, const yaml_node_t *root)
             continue;
         tm_cfg_join_path(where, "tasks", t->name);
         t->plugin_path = tm_cfg_path_join(cfg->plugin_dir, t->plugin);
+        t->queue_at = m->has_queue ? m->queue_at : t->at;
         if (c->url_done && cfg->url.kind == TM_BROKER_REDIS &&
             (t->has_priority || t->has_max_priority)) {
             bool pri_first = t->has_priority &&
@@ -143,16 +143,6 @@ int tm_cfg_check_whole(struct ctx *c, const yaml_node_t *root)
                      pri_first ? "priority" : "max_priority");
             bad = 1;
             continue;
-        }
-        if (c->url_done && cfg->url.kind == TM_BROKER_REDIS &&
-            cfg->redis_mode == TM_REDIS_CLUSTER) {
-            char why[600];
-            if (tm_redis_task_slots_check(t, why, sizeof why) != 0) {
-                tm_cfg_fail(c, m->has_queue ? m->queue_at : t->at, "%s: %s",
-                         where, why);
-                bad = 1;
-                continue;
-            }
         }
         if (t->priority > t->max_priority) {
             tm_cfg_fail(c, m->priority_val_at, "%s.priority: %d is above "

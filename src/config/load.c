@@ -22,7 +22,6 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
-#include "redis/slot.h"
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 
@@ -88,8 +87,7 @@ static void yaml_fail(struct ctx *c, const yaml_parser_t *p,
 struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
                                char *err, size_t errlen, size_t *nerrors)
 {
-    struct ctx c = { .path = path, .err = err, .errlen = errlen,
-                     .max_errors = max_errors > 0 ? max_errors : 1 };
+    struct ctx c = {0};
     struct tm_cfg *cfg = tm_calloc(1, sizeof *cfg);
     char *data = NULL;
     size_t len = 0;
@@ -99,8 +97,7 @@ struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
     char ebuf[TM_STRERRNO_BUF];
     int opened;
 
-    if (err != NULL && errlen > 0)
-        err[0] = '\0';
+    tm_cfg_errors_init(&c.errs, path, max_errors, err, errlen);
     c.cfg = cfg;
     cfg->path = tm_strdup(path);
     cfg->dir = tm_cfg_config_dir(path);
@@ -119,8 +116,8 @@ struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
     if (tm_cfg_read_file(path, CFG_MAX_FILE, &data, &len, &opened) < 0) {
         /* no position to give: one line "cannot open FILE: reason" */
         const char *why = tm_strerror(errno, ebuf, sizeof ebuf);
-        c.failed = 1;
-        c.nerrors = 1;
+        c.errs.failed = true;
+        c.errs.nerrors = 1;
         if (err != NULL && errlen > 0)
             tm_snprintf(err, errlen, "cannot %s %s: %s",
                         opened ? "read" : "open", path, why);
@@ -169,9 +166,9 @@ struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
     }
     /* tm_cfg_parse_top goes on after errors up to the cap; tm_cfg_check_whole then
      * skips what already failed */
-    if (tm_cfg_parse_top(&c, root) < 0 && (tm_cfg_stop(&c) || !c.failed))
+    if (tm_cfg_parse_top(&c, root) < 0 && (tm_cfg_stop(&c) || !c.errs.failed))
         goto fail;
-    if (tm_cfg_check_whole(&c, root) < 0 || c.failed)
+    if (tm_cfg_check_whole(&c, root) < 0 || c.errs.failed)
         goto fail;
 
     yaml_document_delete(&doc);
@@ -183,13 +180,13 @@ struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
     return cfg;
 
 fail:
-    if (c.nerrors == 0) {
+    if (c.errs.nerrors == 0) {
         /* every failure path reports its reason; this is a safety net */
         struct tm_mark none = { 0, 0 };
         tm_cfg_fail(&c, none, "invalid configuration");
     }
     if (nerrors != NULL)
-        *nerrors = c.nerrors;
+        *nerrors = c.errs.nerrors;
     if (doc_ok)
         yaml_document_delete(&doc);
     if (parser_ok)

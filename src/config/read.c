@@ -22,53 +22,80 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
-#include "redis/slot.h"
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 
-/* tm_cfg_fail records an error as one line "FILE:LINE:COL: message" (a mark
- * of line 0 means no position: "FILE: message"), after the earlier ones,
- * until max_errors are recorded. Control characters become '?', so each
- * error stays one line. */
-void tm_cfg_fail(struct ctx *c, struct tm_mark at, const char *fmt, ...)
+void tm_cfg_errors_init(struct tm_cfg_errors *e, const char *path,
+                        size_t max_errors, char *err, size_t errlen)
 {
-    c->failed = 1;
-    if (c->nerrors >= c->max_errors)
+    *e = (struct tm_cfg_errors){ .path = path, .err = err, .errlen = errlen,
+                                 .max_errors = max_errors > 0 ? max_errors
+                                                              : 1 };
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+}
+
+/* verror records one line "FILE:LINE:COL: message" (see struct
+ * tm_cfg_errors) after the earlier ones. */
+static void verror(struct tm_cfg_errors *e, struct tm_mark at,
+                   const char *fmt, va_list ap)
+{
+    e->failed = true;
+    if (e->nerrors >= e->max_errors)
         return;
-    c->nerrors++;
-    if (c->err == NULL || c->errlen == 0)
+    e->nerrors++;
+    if (e->err == NULL || e->errlen == 0)
         return;
-    assert(c->errused < c->errlen && c->err[c->errused] == '\0');
-    char *line = c->err + c->errused;
-    size_t room = c->errlen - c->errused;
+    assert(e->errused < e->errlen && e->err[e->errused] == '\0');
+    char *line = e->err + e->errused;
+    size_t room = e->errlen - e->errused;
     size_t n = 0;
-    if (c->nerrors > 1 && room > 1) {
+    if (e->nerrors > 1 && room > 1) {
         line[n++] = '\n';
         line[n] = '\0';
     }
     const size_t sep = n; /* the separator is the one control kept */
     if (at.line > 0)
-        n += tm_snprintf(line + n, room - n, "%s:%d:%d: ", c->path,
+        n += tm_snprintf(line + n, room - n, "%s:%d:%d: ", e->path,
                          at.line, at.col);
     else
-        n += tm_snprintf(line + n, room - n, "%s: ", c->path);
-    if (n + 1 < room) {
-        va_list ap;
-        va_start(ap, fmt);
+        n += tm_snprintf(line + n, room - n, "%s: ", e->path);
+    if (n + 1 < room)
         vsnprintf(line + n, room - n, fmt, ap);
-        va_end(ap);
-    }
     for (char *p = line + sep; *p != '\0'; p++) {
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '?';
     }
-    c->errused += strlen(line);
+    e->errused += strlen(line);
+}
+
+void tm_cfg_error(struct tm_cfg_errors *e, struct tm_mark at,
+                  const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(e, at, fmt, ap);
+    va_end(ap);
+}
+
+bool tm_cfg_errors_full(const struct tm_cfg_errors *e)
+{
+    return e->nerrors >= e->max_errors;
+}
+
+/* tm_cfg_fail reports an error of the file being read (tm_cfg_error). */
+void tm_cfg_fail(struct ctx *c, struct tm_mark at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(&c->errs, at, fmt, ap);
+    va_end(ap);
 }
 
 /* tm_cfg_stop tells that no further error would be recorded: parsing ends. */
 bool tm_cfg_stop(const struct ctx *c)
 {
-    return c->nerrors >= c->max_errors;
+    return tm_cfg_errors_full(&c->errs);
 }
 
 struct tm_mark tm_cfg_mark_of(const yaml_node_t *n)

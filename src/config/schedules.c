@@ -22,7 +22,6 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
-#include "redis/slot.h"
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 
@@ -246,7 +245,9 @@ int tm_cfg_parse_schedules(struct ctx *c, const yaml_node_t *k,
     return bad ? -1 : 0;
 }
 
-/* tm_cfg_check_schedules checks what needs the tasks: each schedule's task. */
+/* tm_cfg_check_schedules checks what needs the tasks: each schedule's
+ * task. (That a schedule's key shares its task's Redis Cluster slot is
+ * the Redis adapter's check.) */
 int tm_cfg_check_schedules(struct ctx *c)
 {
     struct tm_cfg *cfg = c->cfg;
@@ -255,18 +256,8 @@ int tm_cfg_check_schedules(struct ctx *c)
         const struct tm_cfg_schedule *s = &cfg->schedules[i];
         char shown[CFG_CLIP + 8];
         const struct tm_cfg_task *t = tm_cfg_find_task(cfg, s->task);
-        if (t != NULL) {
-            char why[600];
-            if (c->url_done && cfg->url.kind == TM_BROKER_REDIS &&
-                cfg->redis_mode == TM_REDIS_CLUSTER &&
-                tm_redis_schedule_slot_check(t, s->name, why,
-                                             sizeof why) != 0) {
-                tm_cfg_fail(c, s->task_at, "schedules.%s.task: %s", s->name,
-                            why);
-                bad = 1;
-            }
+        if (t != NULL)
             continue;
-        }
         struct sbuf list = {0};
         for (size_t j = 0; j < cfg->ntasks; j++) {
             if (j > 0)

@@ -22,7 +22,6 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
-#include "redis/slot.h"
 #include "taskmill.h" /* TM_LOG_* levels */
 #include "util.h"
 

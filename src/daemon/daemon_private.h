@@ -53,8 +53,10 @@ void tm_gen_wait_idle(struct tm_gen *g);
 
 /* tm_gen_free releases what tm_gen_create made; the generation is
  * stopped. It first waits (tm_gen_wait_idle) for abandoned calls, so its
- * plugins are unloaded only once nothing runs their code. NULL is
- * accepted. */
+ * plugins are unloaded only once nothing runs their code. Called directly
+ * only on a generation that was never published (no other thread can
+ * hold a reference); a published one goes by its last tm_gen_unref. NULL
+ * is accepted. */
 void tm_gen_free(struct tm_gen *g);
 
 /* tm_gen_publish makes g the generation HTTP and the main loop see: the

@@ -2,6 +2,7 @@
  * creation, start, stop and release. */
 #include "daemon_private.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -36,69 +37,38 @@ static int same_task(const struct tm_cfg_task *a, const struct tm_cfg_task *b)
            strcmp(a->config_json, b->config_json) == 0;
 }
 
-/* the config: keys the daemon reads for any plugin (asyncapi.c: the
- * schemas of a task whose plugin declares none) */
-static const char *const daemon_config_keys[] = {"request_schema",
-                                                 "response_schema", NULL};
+/* struct keep_prev is what a reload's tasks may keep of the previous
+ * generation: its tasks, and whether each one's plugin file changed (one
+ * stat each, made before the loading). */
+struct keep_prev {
+    const struct tm_gen *prev;
+    const char *changed;
+};
 
-/* listed says whether name is in the NULL-terminated list. */
-static int listed(const char *const *list, const char *name)
+/* keep_from_prev (a tm_plugin_keep_fn) returns the plugin of an unchanged
+ * task of the previous generation whose plugin file did not change,
+ * unless its plugin asks for a new cb_init at every reload
+ * (TM_TASK_F_INIT_ON_RELOAD: a language host, whose script or module may
+ * have changed); NULL otherwise: the task loads its file again (a copy of
+ * its own, see tm_plugin_load). */
+static struct tm_plugin *keep_from_prev(void *arg,
+                                        const struct tm_cfg_task *t)
 {
-    for (size_t i = 0; list[i] != NULL; i++)
-        if (strcmp(list[i], name) == 0)
-            return 1;
-    return 0;
-}
-
-/* check_keys refuses a key of t's `config:` mapping that p's plugin does
- * not list in its descriptor's config_keys (when it lists them) and the
- * daemon does not read: one line at the key in err. Returns 0 or -1. */
-static int check_keys(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
-                      const struct tm_plugin *p, char *err, size_t errlen)
-{
-    const char *const *known = p->desc.config_keys;
-    if (known == NULL)
-        return 0;
-    for (size_t k = 0; k < t->nconfig_keys; k++) {
-        const struct tm_cfg_key *ck = &t->config_keys[k];
-        if (listed(known, ck->name) || listed(daemon_config_keys, ck->name))
-            continue;
-        size_t i;
-        char list[512];
-        size_t len = 0;
-        list[0] = '\0';
-        for (i = 0; known[i] != NULL && len + 1 < sizeof list; i++)
-            len += (size_t)tm_snprintf(list + len, sizeof list - len, "%s%s",
-                                       i > 0 ? ", " : "", known[i]);
-        tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.config.%s: unknown key "
-                    "for plugin '%s' (known: %s)", cfg->path, ck->at.line,
-                    ck->at.col, t->name, ck->name, p->desc.name, list);
-        return -1;
+    const struct keep_prev *kp = arg;
+    for (size_t j = 0; j < kp->prev->ntasks; j++) {
+        const struct tm_task *o = &kp->prev->tasks[j];
+        if (!kp->changed[j] && same_task(o->cfg, t) &&
+            !(o->plugin->desc.flags & TM_TASK_F_INIT_ON_RELOAD))
+            return o->plugin;
     }
-    return 0;
+    return NULL;
 }
 
-/* add_line appends line to the error text err (a new line after the
- * first). */
-static void add_line(char *err, size_t errlen, const char *line)
-{
-    size_t len = strlen(err);
-    if (len + 1 < errlen)
-        tm_snprintf(err + len, errlen - len, "%s%s", len > 0 ? "\n" : "",
-                    line);
-}
-
-/* load_tasks loads and initialises the plugins of cfg's tasks. With prev
- * (a reload), an unchanged task whose plugin file did not change keeps
- * prev's plugin, task data and all, unless its plugin asks for a new
- * cb_init at every reload (TM_TASK_F_INIT_ON_RELOAD: a language host,
- * whose script or module may have changed); any other task loads its
- * file again (a copy of its own, see tm_plugin_load). A plugin that does
- * not load is refused at the task's plugin: value; a config key the
- * plugin does not know, at the key; a refusal by cb_init (a script or
- * module that does not load, a missing executable), at the task's
- * config: key (plugin: when the task has none). With all, every task is tried and err has one
- * line per refused task; otherwise the first refusal ends it.
+/* load_tasks loads and initialises the plugins of cfg's tasks
+ * (tm_plugin_load_tasks). With prev (a reload), an unchanged task keeps
+ * prev's plugin, task data and all (keep_from_prev). With all, every
+ * task is tried and err has one line per refused task; otherwise the
+ * first refusal ends it.
  *
  * A reload of a fork pool (prev, pool.kind fork) loads and checks the
  * plugins here but runs no cb_init: the pool's worker zygote loads the
@@ -111,78 +81,20 @@ static int load_tasks(const struct tm_cfg *cfg, struct tm_task *tasks,
                       const struct tm_gen *prev, int all, char *err,
                       size_t errlen)
 {
-    char reason[1024], line[1400];
-    int failed = 0;
-    /* whether each of prev's plugin files changed: one stat each */
-    size_t nprev = prev != NULL ? prev->ntasks : 0;
-    char *changed = tm_calloc(nprev ? nprev : 1, 1);
-    for (size_t j = 0; j < nprev; j++)
+    int flags = all ? TM_PLUGIN_TASKS_ALL : 0;
+    if (prev == NULL)
+        return tm_plugin_load_tasks(cfg, tasks, NULL, NULL, flags, err,
+                                    errlen);
+    if (cfg->pool_kind == TM_POOL_FORK)
+        flags |= TM_PLUGIN_TASKS_NO_INIT; /* the zygote runs cb_init */
+    char *changed = tm_calloc(prev->ntasks ? prev->ntasks : 1, 1);
+    for (size_t j = 0; j < prev->ntasks; j++)
         changed[j] = (char)tm_plugin_changed(prev->tasks[j].plugin);
-    if (errlen > 0)
-        err[0] = '\0';
-    for (size_t i = 0; i < cfg->ntasks && (all || !failed); i++) {
-        const struct tm_cfg_task *t = &cfg->tasks[i];
-        tasks[i].cfg = t;
-        tasks[i].index = i;
-        for (size_t j = 0; j < nprev; j++) {
-            const struct tm_task *o = &prev->tasks[j];
-            if (!changed[j] && same_task(o->cfg, t) &&
-                !(o->plugin->desc.flags & TM_TASK_F_INIT_ON_RELOAD)) {
-                tm_plugin_ref(o->plugin);
-                tasks[i].plugin = o->plugin;
-                break;
-            }
-        }
-        if (tasks[i].plugin != NULL)
-            continue;
-        struct tm_mark at = t->plugin_at;
-        const char *key = "plugin";
-        tasks[i].plugin = tm_plugin_load(t->plugin_path, reason,
-                                         sizeof reason);
-        if (tasks[i].plugin == NULL)
-            goto fail;
-        for (size_t j = 0; j < i; j++) {
-            const struct tm_plugin *o = tasks[j].plugin;
-            if (o != NULL &&
-                strcmp(o->desc.name, tasks[i].plugin->desc.name) == 0 &&
-                strcmp(o->path, tasks[i].plugin->path) != 0) {
-                tm_snprintf(reason, sizeof reason,
-                            "%s: plugin name '%s' is already loaded from %s",
-                            t->plugin_path, o->desc.name, o->path);
-                goto fail;
-            }
-        }
-        if (check_keys(cfg, t, tasks[i].plugin, line, sizeof line) != 0) {
-            add_line(err, errlen, line);
-            failed = 1;
-            continue;
-        }
-        if (prev != NULL && cfg->pool_kind == TM_POOL_FORK)
-            continue; /* the zygote runs its cb_init */
-        struct tm_task_env env = {
-            .struct_size = sizeof env,
-            .task = t->name,
-            .queue = t->queue,
-            .config_json = t->config_json,
-            .host = tm_exec_host(),
-        };
-        if (tm_plugin_init(tasks[i].plugin, &env, reason,
-                           sizeof reason) != 0) {
-            if (t->config_at.line > 0) {
-                at = t->config_at;
-                key = "config";
-            }
-            goto fail;
-        }
-        continue;
-    fail:
-        tm_snprintf(line, sizeof line, "%s:%d:%d: tasks.%s.%s: %s", cfg->path,
-                    at.line, at.col, t->name, key, reason);
-        add_line(err, errlen, line);
-        failed = 1;
-    }
+    struct keep_prev kp = {.prev = prev, .changed = changed};
+    int rc = tm_plugin_load_tasks(cfg, tasks, keep_from_prev, &kp, flags,
+                                  err, errlen);
     tm_free(changed);
-    return failed ? -1 : 0;
+    return rc;
 }
 
 int tm_tasks_load(const struct tm_cfg *cfg, struct tm_task *tasks,
@@ -275,6 +187,7 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
     g->d = d;
     /* the number it gets if it takes effect (tm_gen_publish) */
     g->id = atomic_load(&d->config_generation) + 1;
+    atomic_init(&g->refs, 1); /* the daemon's */
     g->cfg = cfg;
     g->ntasks = cfg->ntasks;
     g->done_fd = -1;
@@ -475,3 +388,30 @@ void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g)
     pthread_rwlock_unlock(&d->gen_lock);
 }
 
+struct tm_gen *tm_gen_current(struct tm_daemon *d)
+{
+    pthread_rwlock_rdlock(&d->gen_lock);
+    struct tm_gen *g = d->gen;
+    assert(g != NULL);
+    /* a published generation holds the daemon's reference until it is
+     * replaced, which takes gen_lock for writing: refs >= 1 here */
+    tm_gen_ref(g);
+    pthread_rwlock_unlock(&d->gen_lock);
+    return g;
+}
+
+void tm_gen_ref(struct tm_gen *g)
+{
+    unsigned was = atomic_fetch_add(&g->refs, 1);
+    assert(was > 0);
+    (void)was;
+}
+
+void tm_gen_unref(struct tm_gen *g)
+{
+    /* the decrement orders every use by this holder before the free by
+     * whichever holder drops the last reference (seq_cst, as all of
+     * refs' operations) */
+    if (g != NULL && atomic_fetch_sub(&g->refs, 1) == 1)
+        tm_gen_free(g);
+}

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+/* the daemon's one HTTP header: it starts and stops the server */
+#include "http/http.h"
 #include "log.h"
 #include "notify.h"
 #include "schedule/fire.h"
@@ -162,7 +164,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
      * still the only thread, so no lock can be inherited held */
     if (g->pool->ops->start(g->pool) != 0) {
         tm_log_err(TM_DAEMON_SRC, "cannot start the %s pool", g->pool->ops->kind);
-        tm_gen_free(g);
+        tm_gen_unref(g);
         return 1;
     }
     pthread_t sig_thread;
@@ -174,7 +176,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
         if (d->http == NULL) {
             tm_log_err("http", "%s", err);
             g->pool->ops->drain(g->pool, tm_now_ns());
-            tm_gen_free(g);
+            tm_gen_unref(g);
             return 1;
         }
     }
@@ -201,7 +203,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
             tm_log_err("broker", "%s", g->broker->errstr);
             g->pool->ops->drain(g->pool, tm_now_ns());
             tm_http_stop(d->http);
-            tm_gen_free(g);
+            tm_gen_unref(g);
             return 2;
         }
         if (!logged || tm_log_enabled(TM_LOG_DEBUG))
@@ -214,7 +216,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
         tm_log_err(TM_DAEMON_SRC, "cannot start the settle thread");
         g->pool->ops->drain(g->pool, tm_now_ns());
         tm_http_stop(d->http);
-        tm_gen_free(g);
+        tm_gen_unref(g);
         return 1;
     }
     g->settle_started = 1;
@@ -295,7 +297,8 @@ int tm_daemon_run(struct tm_cfg *cfg)
         g->pool->ops->destroy(g->pool);
         return status;
     }
-    tm_gen_free(g);
+    /* the HTTP threads are joined: the daemon's reference is the last */
+    tm_gen_unref(g);
     tm_free((void *)d->config_path);
     return status;
 }

@@ -16,9 +16,10 @@ struct retire {
     struct tm_gen *next;
 };
 
-/* free_retired frees a retired generation, unless the process is exiting
- * (tm_daemon_run waits for frees under way before it returns, so that
- * none runs into the exit). */
+/* free_retired drops the daemon's reference to a retired generation,
+ * which frees it unless another thread still holds one, unless the
+ * process is exiting (tm_daemon_run waits for frees under way before it
+ * returns, so that none runs into the exit). */
 static void free_retired(struct tm_daemon *d, struct tm_gen *old)
 {
     pthread_mutex_lock(&d->stop_mu);
@@ -28,11 +29,11 @@ static void free_retired(struct tm_daemon *d, struct tm_gen *old)
     pthread_mutex_unlock(&d->stop_mu);
     if (exiting)
         return;
-    /* the depth refresher reads the broker, and the admin API worker
-     * uses the configuration, without gen_lock */
-    tm_http_depth_release(old->broker);
-    tm_http_api_release(old->cfg);
-    tm_gen_free(old);
+    /* the daemon's reference: an HTTP thread still using old (a scrape,
+     * the depth refresher, an admin API job) holds one of its own, and
+     * the last of them frees it; tm_http_stop joins those threads before
+     * the daemon exits */
+    tm_gen_unref(old);
     pthread_mutex_lock(&d->stop_mu);
     d->freeing--;
     pthread_cond_broadcast(&d->stop_cv);
@@ -178,7 +179,8 @@ void tm_reload(struct tm_daemon *d)
         atomic_store(&d->reload, 1);
         return;
     }
-    struct tm_cfg *cfg = tm_cfg_load(d->config_path, err, sizeof err);
+    struct tm_cfg *cfg =
+        tm_broker_load_config(d->config_path, 1, err, sizeof err, NULL);
     if (cfg == NULL) {
         refuse(d, err);
         return;

@@ -154,14 +154,16 @@ static void z_free_gen(struct zy_gen *g)
     }
 }
 
-/* z_plugin_for finds a plugin of a live generation that the task t can
- * keep: same name, file (unchanged), queue and plugin config, as the
- * daemon's reload keeps a task's plugin (daemon/gen.c), and never one
- * whose plugin asks for a cb_init at every reload
+/* z_plugin_for (a tm_plugin_keep_fn) finds a plugin of a live generation
+ * that the task t can keep: same name, file (unchanged), queue and plugin
+ * config, as the daemon's reload keeps a task's plugin (daemon/gen.c),
+ * and never one whose plugin asks for a cb_init at every reload
  * (TM_TASK_F_INIT_ON_RELOAD). Any other is loaded anew: tm_plugin_load
  * maps a private copy, never the file in place. */
-static struct tm_plugin *z_plugin_for(const struct tm_cfg_task *t)
+static struct tm_plugin *z_plugin_for(void *arg,
+                                      const struct tm_cfg_task *t)
 {
+    (void)arg;
     for (size_t i = z_ngens; i-- > 0;) {
         const struct zy_gen *g = &z_gens[i];
         for (size_t k = 0; k < g->ntasks; k++) {
@@ -184,8 +186,10 @@ static struct tm_plugin *z_plugin_for(const struct tm_cfg_task *t)
  * still describe the tasks the daemon loaded, and runs the cb_init of
  * each task that keeps no plugin of a live generation: the one cb_init of
  * that task in the fork pool for this generation (the daemon ran none,
- * daemon/gen.c). Returns 0, or -1 with a reason in err, placed in the
- * file as the daemon places a refusal (FILE:LINE:COL: tasks.NAME.KEY). */
+ * daemon/gen.c), through the loader the daemon uses
+ * (tm_plugin_load_tasks, with the same checks). Returns 0, or -1 with a
+ * reason in err, placed in the file as the daemon places a refusal
+ * (FILE:LINE:COL: tasks.NAME.KEY). */
 static int z_load(const struct zy_req *rq, char *err, size_t errlen)
 {
     struct zy_gen g = {.id = rq->gen};
@@ -209,42 +213,9 @@ static int z_load(const struct zy_req *rq, char *err, size_t errlen)
                     rq->path);
         goto out;
     }
-    for (size_t i = 0; i < g.ntasks; i++) {
-        const struct tm_cfg_task *t = g.tasks[i]->cfg;
-        struct tm_plugin *keep = z_plugin_for(t);
-        if (keep != NULL) {
-            tm_plugin_ref(keep);
-            g.own[i].plugin = keep;
-            continue;
-        }
-        g.own[i].plugin = tm_plugin_load(t->plugin_path, reason,
-                                         sizeof reason);
-        if (g.own[i].plugin == NULL) {
-            tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.plugin: %s",
-                        rq->path, t->plugin_at.line, t->plugin_at.col,
-                        t->name, reason);
-            goto out;
-        }
-        struct tm_task_env env = {
-            .struct_size = sizeof env,
-            .task = t->name,
-            .queue = t->queue,
-            .config_json = t->config_json,
-            .host = tm_exec_host(),
-        };
-        if (tm_plugin_init(g.own[i].plugin, &env, reason,
-                           sizeof reason) != 0) {
-            struct tm_mark at = t->plugin_at;
-            const char *key = "plugin";
-            if (t->config_at.line > 0) {
-                at = t->config_at;
-                key = "config";
-            }
-            tm_snprintf(err, errlen, "%s:%d:%d: tasks.%s.%s: %s", rq->path,
-                        at.line, at.col, t->name, key, reason);
-            goto out;
-        }
-    }
+    if (tm_plugin_load_tasks(g.cfg, g.own, z_plugin_for, NULL, 0, err,
+                             errlen) != 0)
+        goto out;
     z_add(&g);
     rc = 0;
 out:

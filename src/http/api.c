@@ -24,7 +24,7 @@
 #define TM_API_LIST_DEFAULT 50
 #define TM_API_LIST_MAX 1000
 /* The farthest ?delay= or ?at= of a message: 30 days (as emit's, the
- * range DESIGN.md gives delayed messages). */
+ * range docs/delivery.md gives delayed messages). */
 #define TM_API_DELAY_MAX_MS (30LL * 86400 * 1000)
 /* Body bytes accepted (and ignored) by a request that takes none. */
 #define TM_API_OTHER_BODY_MAX 4096
@@ -113,84 +113,21 @@ static enum MHD_Result send_error(struct MHD_Connection *conn,
 
 /* ---- GET /api/v1/tasks ------------------------------------------------- */
 
-static double round3(double v)
-{
-    double x = v * 1000.0;
-    return (double)(long long)(x + (x >= 0 ? 0.5 : -0.5)) / 1000.0;
-}
-
-/* add_count adds v, or null when the broker could not tell (v < 0) or
- * was never read. */
-static void add_count(cJSON *o, const char *name, long long v, int read)
-{
-    if (read && v >= 0)
-        cJSON_AddNumberToObject(o, name, (double)v);
-    else
-        cJSON_AddNullToObject(o, name);
-}
-
-static cJSON *task_json(struct tm_daemon *d, size_t i, int64_t now_ns)
-{
-    const struct tm_task *t = &d->tasks[i];
-    const struct tm_cfg_task *c = t->cfg;
-    const struct tm_task_stats *s = &t->stats;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", c->name);
-    cJSON_AddStringToObject(o, "queue", c->queue);
-    cJSON_AddStringToObject(o, "dead_letter", c->dead_letter);
-    cJSON_AddNumberToObject(o, "inflight", (double)atomic_load(&s->inflight));
-    cJSON *oc = cJSON_AddObjectToObject(o, "outcomes");
-    for (int k = 1; k < TM_OUT_COUNT; k++)
-        cJSON_AddNumberToObject(oc, tm_outcome_label((enum tm_outcome)k),
-                                (double)atomic_load_explicit(
-                                    &s->outcomes[k], memory_order_relaxed));
-    cJSON_AddNumberToObject(o, "retries", (double)atomic_load(&s->retries));
-    cJSON_AddNumberToObject(o, "dead_lettered",
-                            (double)atomic_load(&s->dead_lettered));
-    double r1, r60, p50, p99;
-    tm_rate_read(&s->win->rate, now_ns, d->start_mono_ms * 1000000LL, &r1, &r60);
-    tm_durwin_percentiles(&s->win->durs, &p50, &p99);
-    cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
-    cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
-    cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
-    cJSON_AddNumberToObject(o, "p99_ms", round3(p99));
-    cJSON_AddStringToObject(o, "circuit",
-                            tm_circuit_state_name(tm_circuit_state(
-                                &t->circuit, now_ns / 1000000LL)));
-    cJSON_AddBoolToObject(o, "paused", tm_broker_paused(d->broker, i));
-    /* the refresher's last reads (depth.c) */
-    int read = atomic_load(&s->depth_at_ms) != 0;
-    add_count(o, "queue_depth", atomic_load(&s->queue_depth), read);
-    add_count(o, "pending", atomic_load(&s->queue_pending), read);
-    add_count(o, "dead_letters", atomic_load(&s->dead_letter_depth), read);
-    add_count(o, "scheduled", atomic_load(&s->scheduled_depth), read);
-    cJSON *l = cJSON_AddObjectToObject(o, "limits");
-    cJSON_AddNumberToObject(l, "prefetch", c->prefetch);
-    cJSON_AddNumberToObject(l, "timeout_ms", (double)c->timeout_ms);
-    cJSON_AddNumberToObject(l, "max_retries", c->max_retries);
-    cJSON_AddNumberToObject(l, "backoff_ms", (double)c->backoff_ms);
-    cJSON_AddNumberToObject(l, "max_backoff_ms", (double)c->max_backoff_ms);
-    cJSON_AddNumberToObject(l, "max_payload", (double)c->max_payload);
-    cJSON_AddStringToObject(l, "on_error", c->on_error == TM_ON_ERROR_REJECT
-                                               ? "reject"
-                                               : "requeue");
-    return o;
-}
-
 static enum MHD_Result answer_tasks(struct tm_daemon *d,
                                     struct MHD_Connection *conn)
 {
     tm_http_depth_want();
     int64_t now_ns = tm_now_ns();
     cJSON *j = cJSON_CreateObject();
-    pthread_rwlock_rdlock(&d->gen_lock);
+    /* rendered from a reference, as /status (endpoints.c) */
+    struct tm_gen *g = tm_gen_current(d);
     cJSON_AddStringToObject(j, "version", TM_VERSION);
-    tm_http_add_broker_pool(j, d);
-    cJSON_AddBoolToObject(j, "writable", d->cfg->http_token != NULL);
+    tm_http_add_broker_pool(j, g);
+    cJSON_AddBoolToObject(j, "writable", g->cfg->http_token != NULL);
     cJSON *a = cJSON_AddArrayToObject(j, "tasks");
-    for (size_t i = 0; i < d->ntasks; i++)
-        cJSON_AddItemToArray(a, task_json(d, i, now_ns));
-    pthread_rwlock_unlock(&d->gen_lock);
+    for (size_t i = 0; i < g->ntasks; i++)
+        cJSON_AddItemToArray(a, tm_http_task_json(g, i, now_ns, 1));
+    tm_gen_unref(g);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (s == NULL)

@@ -223,8 +223,8 @@ static void run_get(struct tm_broker *b, const struct tm_cfg_task *t,
 
 /* set_pause writes task t's pause state with b, tells d's own intake at
  * once (the other daemons read it within their poll period), and answers
- * the task's new state. t is a task of the configuration the job holds
- * (see api_pin), which may have been replaced since. */
+ * the task's new state. t is a task of the generation the job holds
+ * (see run_job), which may have been replaced since. */
 static void set_pause(struct tm_daemon *d, struct tm_broker *b,
                       const struct tm_cfg_task *t, int paused,
                       struct tm_api_req *out)
@@ -366,41 +366,26 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
 }
 
 /*
- * The configuration a job runs on: its broker connection borrows it, and
- * the job's task is one of its tasks. run_job takes it under gen_lock
- * (read), pins it (api_pin, see struct tm_http_pin), releases gen_lock,
- * and only then calls the broker, so a reload (gen_lock for writing)
- * never waits for a broker call, however slow; HTTP readers do not
- * either. The daemon calls tm_http_api_release() before it frees a
- * replaced configuration, which thus waits for the job, at most the
- * broker's own command timeouts. A configuration is not changed once
- * published. One API worker per process (there is one HTTP server).
+ * The generation a job runs on: its broker connection borrows the
+ * generation's configuration, and the job's task is one of its tasks.
+ * run_job takes the current generation with a reference of its own
+ * (tm_gen_current: gen_lock is held for that moment only) and calls the
+ * broker without gen_lock, so a reload (gen_lock for writing) never waits
+ * for a broker call, however slow; HTTP readers do not either. A reload
+ * meanwhile publishes the next generation, and the one the job holds is
+ * freed by whichever holder drops the last reference: the job, when it
+ * is the last. A configuration is not changed once published.
  */
-static struct tm_http_pin api_pin = TM_HTTP_PIN_INIT;
-
-/* hold_cfg returns d's current configuration, pinned. */
-static const struct tm_cfg *hold_cfg(struct tm_daemon *d)
-{
-    pthread_rwlock_rdlock(&d->gen_lock);
-    const struct tm_cfg *cfg = d->cfg;
-    tm_http_pin_set(&api_pin, cfg);
-    pthread_rwlock_unlock(&d->gen_lock);
-    return cfg;
-}
-
-void tm_http_api_release(const struct tm_cfg *cfg)
-{
-    tm_http_pin_wait(&api_pin, cfg);
-}
 
 /* run_job runs job on a broker connection of its own, made like the
- * CLI's, never the intake's, for the configuration current when it
- * starts (pinned, see api_pin; gen_lock is not held). */
+ * CLI's, never the intake's, for the generation current when it starts
+ * (held by a reference; gen_lock is not held). */
 static void run_job(struct tm_daemon *d, const struct job *job,
                     struct tm_api_req *out)
 {
     char err[512];
-    const struct tm_cfg *cfg = hold_cfg(d);
+    struct tm_gen *g = tm_gen_current(d);
+    const struct tm_cfg *cfg = g->cfg;
     const struct tm_cfg_task *t = tm_cfg_find_task(cfg, job->task);
     struct tm_broker *b = NULL;
     if (t == NULL && job->op != TM_API_SCHEDULES) {
@@ -416,7 +401,7 @@ static void run_job(struct tm_daemon *d, const struct job *job,
 out:
     if (b != NULL)
         b->ops->destroy(b);
-    tm_http_pin_drop(&api_pin);
+    tm_gen_unref(g);
 }
 
 static void *worker_main(void *arg)

@@ -2,7 +2,6 @@
  * friends. */
 #include "http/http_private.h"
 
-#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -52,41 +51,32 @@ struct tm_http_depth {
 /*
  * The refresher reads from the broker without gen_lock: a read may last
  * the adapter's command timeout for every task when the broker does not
- * answer, and a reload must not wait for that. It takes gen_lock only to
- * pick the current broker up and to store what it read.
- *
- * What keeps that broker alive in between is depth_pin (see struct
- * tm_http_pin): the daemon calls tm_http_depth_release() before it
- * destroys a replaced broker. One refresher per process (there is one
- * HTTP server).
+ * answer, and a reload must not wait for that. It takes the current
+ * generation with a reference of its own (tm_gen_current), which keeps
+ * that generation's broker and tasks alive until it drops it, however
+ * long the read: a reload meanwhile publishes the next generation, and
+ * the one read from is freed by whichever holder drops the last
+ * reference. One refresher per process (there is one HTTP server).
  */
-static struct tm_http_pin depth_pin = TM_HTTP_PIN_INIT;
 
 /* the refresher running, for tm_http_depth_want (one HTTP server, so one
  * refresher per process); set and cleared under self_mu */
 static pthread_mutex_t self_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct tm_http_depth *self;
 
-/* pick_broker returns d's current broker, pinned, when it can be read
- * from (connected, with depth reads), else NULL. Also sets *ntasks. */
-static struct tm_broker *pick_broker(struct tm_daemon *d, size_t *ntasks,
-                                     int need_up)
+/* pick_gen returns d's current generation, with a reference, when its
+ * broker can be read from (connected unless !need_up, with depth reads),
+ * else NULL. */
+static struct tm_gen *pick_gen(struct tm_daemon *d, int need_up)
 {
-    pthread_rwlock_rdlock(&d->gen_lock);
-    struct tm_broker *b = d->broker;
+    struct tm_gen *g = tm_gen_current(d);
+    struct tm_broker *b = g->broker;
     if (b == NULL || b->ops->depth == NULL ||
-        (need_up && !atomic_load(&b->up)))
-        b = NULL;
-    *ntasks = d->ntasks;
-    if (b != NULL)
-        tm_http_pin_set(&depth_pin, b);
-    pthread_rwlock_unlock(&d->gen_lock);
-    return b;
-}
-
-void tm_http_depth_release(const struct tm_broker *b)
-{
-    tm_http_pin_wait(&depth_pin, b);
+        (need_up && !atomic_load(&b->up))) {
+        tm_gen_unref(g);
+        return NULL;
+    }
+    return g;
 }
 
 /* refresh_depths reads every task's counts. Returns 0, 1 when the broker
@@ -94,11 +84,11 @@ void tm_http_depth_release(const struct tm_broker *b)
  * (the last values are kept). */
 static int refresh_depths(struct tm_http_depth *h)
 {
-    struct tm_daemon *d = h->d;
-    size_t n;
-    struct tm_broker *b = pick_broker(d, &n, /* need_up = */ 1);
-    if (b == NULL)
+    struct tm_gen *g = pick_gen(h->d, /* need_up = */ 1);
+    if (g == NULL)
         return 1;
+    struct tm_broker *b = g->broker;
+    size_t n = g->ntasks;
     if (n > h->nvals) {
         h->vals = tm_realloc(h->vals, n * sizeof *h->vals);
         h->nvals = n;
@@ -118,22 +108,18 @@ static int refresh_depths(struct tm_http_depth *h)
             v->scheduled = -1;
         v->at_ms = tm_now_ms();
     }
-    /* stored while b is still pinned: until then it cannot have been
-     * freed, so d->broker == b means its generation is still current */
-    pthread_rwlock_rdlock(&d->gen_lock);
-    if (d->broker == b) {
-        assert(d->ntasks == n);
-        for (size_t i = 0; i < got; i++) {
-            struct tm_task_stats *s = &d->tasks[i].stats;
-            atomic_store(&s->queue_depth, h->vals[i].depth);
-            atomic_store(&s->queue_pending, h->vals[i].pending);
-            atomic_store(&s->dead_letter_depth, h->vals[i].dlq);
-            atomic_store(&s->scheduled_depth, h->vals[i].scheduled);
-            atomic_store(&s->depth_at_ms, h->vals[i].at_ms);
-        }
+    /* stored in the generation read from, current or not: a replaced
+     * one's values are read by no scrape that came after the reload, and
+     * the reference keeps its tasks alive until here */
+    for (size_t i = 0; i < got; i++) {
+        struct tm_task_stats *s = &g->tasks[i].stats;
+        atomic_store(&s->queue_depth, h->vals[i].depth);
+        atomic_store(&s->queue_pending, h->vals[i].pending);
+        atomic_store(&s->dead_letter_depth, h->vals[i].dlq);
+        atomic_store(&s->scheduled_depth, h->vals[i].scheduled);
+        atomic_store(&s->depth_at_ms, h->vals[i].at_ms);
     }
-    pthread_rwlock_unlock(&d->gen_lock);
-    tm_http_pin_drop(&depth_pin);
+    tm_gen_unref(g);
     return rc;
 }
 
@@ -172,12 +158,11 @@ static void *refresher_main(void *arg)
         pthread_cond_broadcast(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);
-    size_t n;
-    struct tm_broker *b = pick_broker(h->d, &n, /* need_up = */ 0);
-    if (b != NULL) {
+    struct tm_gen *g = pick_gen(h->d, /* need_up = */ 0);
+    if (g != NULL) {
         long long x;
-        b->ops->depth(b, TM_BROKER_DEPTH_CLOSE, &x, &x, &x);
-        tm_http_pin_drop(&depth_pin);
+        g->broker->ops->depth(g->broker, TM_BROKER_DEPTH_CLOSE, &x, &x, &x);
+        tm_gen_unref(g);
     }
     return NULL;
 }

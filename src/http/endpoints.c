@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 
-#include "asyncapi.h"
+#include "http/asyncapi.h"
 #include "broker.h"
 #include "daemon.h"
 #include "util.h"
@@ -82,9 +82,15 @@ static void reply_status(struct reply *r, unsigned code, const char *status,
     reply_json(r, code, j);
 }
 
-/* The handlers read the current generation's config, tasks, broker and
- * pool under the daemon's gen_lock (a reader lock that only a reload
- * takes for writing, briefly; the task hot path never takes it). */
+/* The handlers that render a generation (/metrics, /status,
+ * /asyncapi.json) hold a reference to the current one while they do
+ * (tm_gen_current), not gen_lock: a reload publishes the next generation
+ * meanwhile, and the one rendered is freed by whichever holder drops the
+ * last reference (the handler's own only when the reload retired it
+ * during the render). /ping and /healthz read a few fields under gen_lock (a
+ * reader lock that only a reload takes for writing, briefly; the task
+ * hot path never takes it), under which the published generation is
+ * never freed. */
 
 static void cb_ping(struct tm_daemon *d, struct reply *r)
 {
@@ -110,9 +116,9 @@ static void cb_healthz(struct tm_daemon *d, struct reply *r)
 static void cb_metrics(struct tm_daemon *d, struct reply *r)
 {
     tm_http_depth_want();
-    pthread_rwlock_rdlock(&d->gen_lock);
-    r->body = tm_metrics_render(d, &r->len);
-    pthread_rwlock_unlock(&d->gen_lock);
+    struct tm_gen *g = tm_gen_current(d);
+    r->body = tm_metrics_render(d, g, &r->len);
+    tm_gen_unref(g);
     r->status = 200;
     r->type = TYPE_PROM;
 }
@@ -125,25 +131,23 @@ static double round3(double v)
     return (double)(long long)(x + (x >= 0 ? 0.5 : -0.5)) / 1000.0;
 }
 
-/* tm_http_add_broker_pool adds the "broker" and "pool" objects that
- * /status and /api/v1/tasks share to j; gen_lock is held for reading. */
-void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d)
+void tm_http_add_broker_pool(struct cJSON *j, const struct tm_gen *g)
 {
     cJSON *b = cJSON_AddObjectToObject(j, "broker");
-    cJSON_AddStringToObject(b, "kind", d->broker != NULL
-                                           ? d->broker->ops->kind
-                                           : d->cfg->url.scheme);
-    cJSON_AddStringToObject(b, "url", d->cfg->url.redacted);
+    cJSON_AddStringToObject(b, "kind", g->broker != NULL
+                                           ? g->broker->ops->kind
+                                           : g->cfg->url.scheme);
+    cJSON_AddStringToObject(b, "url", g->cfg->url.redacted);
     cJSON_AddBoolToObject(b, "connected",
-                          d->broker != NULL && atomic_load(&d->broker->up));
+                          g->broker != NULL && atomic_load(&g->broker->up));
     /* the nodes (broker.url's list, or those the adapter found: a Redis
      * cluster's masters, the sentinels' master) with their state; node:
      * the first one up, null while not connected */
     struct tm_broker_node *nodes = tm_calloc(TM_BROKER_NODES_MAX,
                                              sizeof *nodes);
-    size_t nn = tm_broker_nodes(d->cfg, d->broker, nodes,
+    size_t nn = tm_broker_nodes(g->cfg, g->broker, nodes,
                                 TM_BROKER_NODES_MAX);
-    int connected = d->broker != NULL && atomic_load(&d->broker->up);
+    int connected = g->broker != NULL && atomic_load(&g->broker->up);
     size_t first = 0;
     while (first < nn && !nodes[first].up)
         first++;
@@ -160,24 +164,24 @@ void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d)
     }
     tm_free(nodes);
     cJSON *p = cJSON_AddObjectToObject(j, "pool");
-    cJSON_AddStringToObject(p, "kind", d->cfg->pool_kind == TM_POOL_FORK
+    cJSON_AddStringToObject(p, "kind", g->cfg->pool_kind == TM_POOL_FORK
                                            ? "fork"
                                            : "thread");
-    cJSON_AddNumberToObject(p, "size", d->pool != NULL ? d->pool->size
-                                                       : d->cfg->pool_size);
-    cJSON_AddNumberToObject(p, "busy", d->pool != NULL
-                                           ? d->pool->ops->busy(d->pool)
+    cJSON_AddNumberToObject(p, "size", g->pool != NULL ? g->pool->size
+                                                       : g->cfg->pool_size);
+    cJSON_AddNumberToObject(p, "busy", g->pool != NULL
+                                           ? g->pool->ops->busy(g->pool)
                                            : 0);
     /* runs settled at their deadline whose code never returned */
     struct tm_pool_stuck *st;
-    size_t ns = tm_pool_stuck_runs(d->pool, &st);
+    size_t ns = tm_pool_stuck_runs(g->pool, &st);
     int64_t now_ns = tm_now_ns();
     cJSON *sa = cJSON_AddArrayToObject(p, "stuck");
     for (size_t i = 0; i < ns; i++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "task",
-                                st[i].task_index < d->ntasks
-                                    ? d->tasks[st[i].task_index].cfg->name
+                                st[i].task_index < g->ntasks
+                                    ? g->tasks[st[i].task_index].cfg->name
                                     : "");
         cJSON_AddStringToObject(o, "id", st[i].id);
         cJSON_AddNumberToObject(
@@ -188,11 +192,86 @@ void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d)
     tm_free(st);
 }
 
+/* add_count adds v, or null when the broker could not tell (v < 0) or
+ * was never read. */
+static void add_count(cJSON *o, const char *name, long long v, int read)
+{
+    if (read && v >= 0)
+        cJSON_AddNumberToObject(o, name, (double)v);
+    else
+        cJSON_AddNullToObject(o, name);
+}
+
+cJSON *tm_http_task_json(const struct tm_gen *g, size_t i, int64_t now_ns,
+                         int api)
+{
+    const struct tm_task *t = &g->tasks[i];
+    const struct tm_cfg_task *c = t->cfg;
+    const struct tm_task_stats *s = &t->stats;
+    cJSON *o = cJSON_CreateObject();
+    if (api)
+        cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddStringToObject(o, "queue", c->queue);
+    if (api)
+        cJSON_AddStringToObject(o, "dead_letter", c->dead_letter);
+    cJSON_AddNumberToObject(o, "inflight", (double)atomic_load(&s->inflight));
+    cJSON *oc = cJSON_AddObjectToObject(o, "outcomes");
+    for (int k = 1; k < TM_OUT_COUNT; k++)
+        cJSON_AddNumberToObject(oc, tm_outcome_label((enum tm_outcome)k),
+                                (double)atomic_load_explicit(
+                                    &s->outcomes[k], memory_order_relaxed));
+    cJSON_AddNumberToObject(o, "retries", (double)atomic_load(&s->retries));
+    cJSON_AddNumberToObject(o, "dead_lettered",
+                            (double)atomic_load(&s->dead_lettered));
+    double r1, r60, p50, p99;
+    tm_rate_read(&s->win->rate, now_ns, g->d->start_mono_ms * 1000000LL,
+                 &r1, &r60);
+    tm_durwin_percentiles(&s->win->durs, &p50, &p99);
+    cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
+    cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
+    cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
+    cJSON_AddNumberToObject(o, "p99_ms", round3(p99));
+    cJSON_AddStringToObject(o, "circuit",
+                            tm_circuit_state_name(tm_circuit_state(
+                                &t->circuit, now_ns / 1000000LL)));
+    cJSON_AddBoolToObject(o, "paused", tm_broker_paused(g->broker, i));
+    /* the depth refresher's last reads (depth.c); null when never read
+     * or the broker cannot tell */
+    int read = atomic_load(&s->depth_at_ms) != 0;
+    if (api) {
+        add_count(o, "queue_depth", atomic_load(&s->queue_depth), read);
+        add_count(o, "pending", atomic_load(&s->queue_pending), read);
+        add_count(o, "dead_letters", atomic_load(&s->dead_letter_depth),
+                  read);
+    }
+    /* delayed messages waiting */
+    add_count(o, "scheduled", atomic_load(&s->scheduled_depth), read);
+    if (!api)
+        return o;
+    cJSON *l = cJSON_AddObjectToObject(o, "limits");
+    cJSON_AddNumberToObject(l, "prefetch", c->prefetch);
+    cJSON_AddNumberToObject(l, "timeout_ms", (double)c->timeout_ms);
+    cJSON_AddNumberToObject(l, "max_retries", c->max_retries);
+    cJSON_AddNumberToObject(l, "backoff_ms", (double)c->backoff_ms);
+    cJSON_AddNumberToObject(l, "max_backoff_ms", (double)c->max_backoff_ms);
+    cJSON_AddNumberToObject(l, "max_payload", (double)c->max_payload);
+    cJSON_AddStringToObject(l, "on_error", c->on_error == TM_ON_ERROR_REJECT
+                                               ? "reject"
+                                               : "requeue");
+    return o;
+}
+
 static void cb_status(struct tm_daemon *d, struct reply *r)
 {
     tm_http_depth_want();
     int64_t now_ns = tm_now_ns();
+    char reload_error[sizeof d->last_reload_error];
+    /* the generation and the last reload's error as of one moment */
     pthread_rwlock_rdlock(&d->gen_lock);
+    struct tm_gen *g = d->gen;
+    tm_gen_ref(g);
+    memcpy(reload_error, d->last_reload_error, sizeof reload_error);
+    pthread_rwlock_unlock(&d->gen_lock);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "version", TM_VERSION);
     cJSON_AddNumberToObject(j, "uptime_seconds",
@@ -206,57 +285,22 @@ static void cb_status(struct tm_daemon *d, struct reply *r)
     char when[40];
     tm_rfc3339(atomic_load(&d->last_reload_ok_wall_ms), when, sizeof when);
     cJSON_AddStringToObject(cf, "last_reload_success_time", when);
-    if (d->last_reload_error[0] != '\0')
-        cJSON_AddStringToObject(cf, "last_reload_error",
-                                d->last_reload_error);
-    tm_http_add_broker_pool(j, d);
+    if (reload_error[0] != '\0')
+        cJSON_AddStringToObject(cf, "last_reload_error", reload_error);
+    tm_http_add_broker_pool(j, g);
     cJSON *tasks = cJSON_AddObjectToObject(j, "tasks");
-    for (size_t i = 0; i < d->ntasks; i++) {
-        const struct tm_task *t = &d->tasks[i];
-        const struct tm_task_stats *s = &t->stats;
-        cJSON *o = cJSON_AddObjectToObject(tasks, t->cfg->name);
-        cJSON_AddStringToObject(o, "queue", t->cfg->queue);
-        cJSON_AddNumberToObject(o, "inflight",
-                                (double)atomic_load(&s->inflight));
-        cJSON *oc = cJSON_AddObjectToObject(o, "outcomes");
-        for (int k = 1; k < TM_OUT_COUNT; k++)
-            cJSON_AddNumberToObject(
-                oc, tm_outcome_label((enum tm_outcome)k),
-                (double)atomic_load_explicit(&s->outcomes[k],
-                                             memory_order_relaxed));
-        cJSON_AddNumberToObject(o, "retries",
-                                (double)atomic_load(&s->retries));
-        cJSON_AddNumberToObject(o, "dead_lettered",
-                                (double)atomic_load(&s->dead_lettered));
-        double r1, r60, p50, p99;
-        tm_rate_read(&s->win->rate, now_ns, d->start_mono_ms * 1000000LL, &r1,
-                     &r60);
-        tm_durwin_percentiles(&s->win->durs, &p50, &p99);
-        cJSON_AddNumberToObject(o, "rate_1s", round3(r1));
-        cJSON_AddNumberToObject(o, "rate_60s", round3(r60));
-        cJSON_AddNumberToObject(o, "p50_ms", round3(p50));
-        cJSON_AddNumberToObject(o, "p99_ms", round3(p99));
-        cJSON_AddStringToObject(o, "circuit",
-                                tm_circuit_state_name(tm_circuit_state(
-                                    &t->circuit, now_ns / 1000000LL)));
-        cJSON_AddBoolToObject(o, "paused", tm_broker_paused(d->broker, i));
-        /* delayed messages waiting, as the depth refresher last read
-         * them; null when never read or the broker cannot tell */
-        long long sched = atomic_load(&s->scheduled_depth);
-        if (atomic_load(&s->depth_at_ms) != 0 && sched >= 0)
-            cJSON_AddNumberToObject(o, "scheduled", (double)sched);
-        else
-            cJSON_AddNullToObject(o, "scheduled");
-    }
-    pthread_rwlock_unlock(&d->gen_lock);
+    for (size_t i = 0; i < g->ntasks; i++)
+        cJSON_AddItemToObject(tasks, g->tasks[i].cfg->name,
+                              tm_http_task_json(g, i, now_ns, 0));
+    tm_gen_unref(g);
     reply_json(r, 200, j);
 }
 
 static void cb_asyncapi(struct tm_daemon *d, struct reply *r)
 {
-    pthread_rwlock_rdlock(&d->gen_lock);
-    r->body = tm_asyncapi_render(d->cfg, d->tasks, d->ntasks, &r->len);
-    pthread_rwlock_unlock(&d->gen_lock);
+    struct tm_gen *g = tm_gen_current(d);
+    r->body = tm_asyncapi_render(g->cfg, g->tasks, g->ntasks, &r->len);
+    tm_gen_unref(g);
     if (r->body == NULL) {
         reply_text(r, 500, TYPE_JSON, "{\"error\":\"out of memory\"}\n");
         return;

@@ -1,6 +1,7 @@
-/* http_private.h - what the HTTP files share: the endpoints, the queue
- * depth refresher, the connection table and the pins of what threads use
- * without gen_lock. Not installed. */
+/* http_private.h - what the HTTP files share: the endpoints and what
+ * they render, the admin API's entry points, the queue depth refresher
+ * and the connection table. The daemon includes http.h only. Not
+ * installed. */
 #ifndef TASKMILL_HTTP_PRIVATE_H
 #define TASKMILL_HTTP_PRIVATE_H
 
@@ -10,34 +11,9 @@
 
 #include <microhttpd.h>
 
+struct cJSON;
 struct tm_daemon;
-
-/* ---- pin.c ---- */
-
-/*
- * struct tm_http_pin: what one thread (the depth refresher, the admin API
- * worker) uses without gen_lock: a broker or a configuration of a
- * generation, which a reload may replace meanwhile. The thread sets it
- * while gen_lock is held (read) and the object is still the daemon's
- * current one, so once a reload has published a new one, the old one is
- * never set again; it drops it when done. Before freeing a replaced
- * object the daemon waits (tm_http_pin_wait) while it is set. One object
- * at a time; in_use under mu.
- */
-struct tm_http_pin {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;          /* in_use dropped */
-    const void *in_use;
-};
-#define TM_HTTP_PIN_INIT \
-    {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL}
-
-/* tm_http_pin_set marks obj in use (none may be); gen_lock held. */
-void tm_http_pin_set(struct tm_http_pin *p, const void *obj);
-/* tm_http_pin_drop: the object set is no longer used. */
-void tm_http_pin_drop(struct tm_http_pin *p);
-/* tm_http_pin_wait returns once obj is not in use (at once when NULL). */
-void tm_http_pin_wait(struct tm_http_pin *p, const void *obj);
+struct tm_gen;
 
 /* ---- endpoints.c ---- */
 
@@ -72,6 +48,29 @@ int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
  * daemon: an IP literal, localhost, one of http.allowed_hosts, or no Host
  * at all (see endpoints.c); 0 when the answer must be 421. */
 int tm_http_host_ok(struct tm_daemon *d, struct MHD_Connection *conn);
+
+/* tm_http_add_broker_pool adds the "broker" (kind, url, connected,
+ * node, nodes) and "pool" (kind, size, busy, stuck) objects that /status
+ * and GET /api/v1/tasks share to j, from g (the caller holds a reference,
+ * see tm_gen_current). */
+void tm_http_add_broker_pool(struct cJSON *j, const struct tm_gen *g);
+
+/* tm_http_task_json returns what /status says about task i of g (the
+ * caller holds a reference): queue, inflight, outcomes, retries,
+ * dead_lettered, rates, percentiles, circuit, paused, scheduled. With
+ * api (GET /api/v1/tasks) also name, dead_letter, the queue counts
+ * (queue_depth, pending, dead_letters) and the limits. now_ns: the
+ * monotonic clock the rates are read at. */
+struct cJSON *tm_http_task_json(const struct tm_gen *g, size_t i,
+                                int64_t now_ns, int api);
+
+/* ---- metrics.c ---- */
+
+/* tm_metrics_render returns the Prometheus text exposition of d, whose
+ * generation g the caller holds a reference to, in a new buffer (caller
+ * frees) of *len bytes. */
+char *tm_metrics_render(struct tm_daemon *d, const struct tm_gen *g,
+                        size_t *len);
 
 /* ---- console.c ---- */
 
@@ -196,10 +195,5 @@ struct tm_http_conn *tm_http_conns_expired(struct tm_http_conns *t,
 int64_t tm_http_conns_next_expiry(const struct tm_http_conns *t,
                                   int64_t deadline_ms);
 
-/* tm_http_add_broker_pool adds the "broker" (kind, url, connected, node)
- * and "pool" (kind, size, busy) objects of /status to j; the caller holds
- * gen_lock for reading. */
-struct cJSON;
-void tm_http_add_broker_pool(struct cJSON *j, struct tm_daemon *d);
 
 #endif /* TASKMILL_HTTP_PRIVATE_H */

@@ -1,6 +1,6 @@
 /* server.c - the embedded HTTP server: libmicrohttpd driven by a thread of
  * our own, connection limits, request deadlines and shedding. */
-#include "daemon.h"
+#include "http/http.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -18,6 +18,7 @@
 
 #include <microhttpd.h>
 
+#include "daemon.h"
 #include "http/http_private.h"
 #include "log.h"
 #include "util.h"

@@ -25,12 +25,6 @@
 
 #define SRC TM_REDIS_SRC
 
-char *tm_redis_dedup_key(const struct tm_cfg_task *t, const char *key,
-                         size_t len)
-{
-    return tm_asprintf("%s.dedup.%.*s", t->queue, (int)len, key);
-}
-
 /* batch_keys says how many messages of bt carry a dedup key to look up:
  * those of a task with dedup_ttl whose body is not known bad. */
 static size_t batch_keys(const struct tm_redis *rb, const struct tm_batch *bt)

@@ -37,11 +37,6 @@
  * period, not 500. */
 #define TM_REDIS_PAUSE_CHUNK 1024
 
-char *tm_redis_pause_key(const struct tm_cfg_task *t)
-{
-    return tm_asprintf("%s.paused.%s", t->queue, t->group);
-}
-
 /* set_paused records task rt's state as its lane read it, logging a
  * change. */
 static void set_paused(struct tm_redis_task *rt, int paused)

@@ -52,11 +52,6 @@ static const char rate_script[] =
     "redis.call('PEXPIRE', KEYS[1], math.ceil(cap * per / cnt) + 1000)\n"
     "return {got, wait}\n";
 
-char *tm_redis_rate_key(const struct tm_cfg_task *t)
-{
-    return tm_asprintf("%s.rate.%s", t->queue, t->group);
-}
-
 /* rate_failed notes a failed take (the link opens its connections again
  * on the lane's next command). */
 static void rate_failed(struct tm_redis *rb, struct tm_redis_lane *l,

@@ -8,9 +8,19 @@
 
 #include "log.h"
 #include "redis/arena.h"
+#include "ssl_dl.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
+
+/* rb_check is the check op: OpenSSL for rediss://, and in a cluster the
+ * one-slot rule for every task and schedule (keys.c). */
+static int rb_check(const struct tm_cfg *cfg, struct tm_cfg_errors *e)
+{
+    if (cfg->url.tls && tm_broker_open_lib(cfg, e, tm_ssl_dl_open) < 0)
+        return -1;
+    return tm_redis_cfg_slots_check(cfg, e);
+}
 
 static struct tm_broker *rb_create(const struct tm_cfg *cfg)
 {
@@ -52,7 +62,10 @@ static struct tm_broker *rb_create(const struct tm_cfg *cfg)
         rt->pause_key = tm_redis_pause_key(rt->cfg);
         atomic_store(&rt->retry_hint_ms, 0); /* look at the set at once */
         pthread_mutex_init(&rt->held_mu, NULL);
+        tm_log_gate_init(&rt->reply_gate, TM_REPLY_LOG_BURST,
+                         TM_REPLY_LOG_MS);
     }
+    tm_log_gate_init(&rb->refused_gate, 1, TM_REDIS_REFUSED_LOG_MS);
     pthread_mutex_init(&rb->wake_mu, NULL);
     tm_redis_lanes_init(rb);
     rb->sched = tm_redis_sched_new(rb);
@@ -130,6 +143,7 @@ static void rb_destroy(struct tm_broker *b)
 
 const struct tm_broker_ops tm_broker_redis_ops = {
     .kind = "redis",
+    .check = rb_check,
     .create = rb_create,
     .connect = rb_connect_all,
     .lanes = tm_redis_nlanes,

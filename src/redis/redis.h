@@ -10,11 +10,13 @@
 #include <hiredis/hiredis.h>
 
 #include "broker.h"
+#include "log.h"
 #include "redis/net.h"
-#include "redis/slot.h"
+#include "redis/keys.h"
 
 /*
  * The adapter is split by layer:
+ *   keys.c    key names, cluster slots, the one-slot rule (no hiredis)
  *   net.c     one connection: socket, deadlines, RESP, the reply filter
  *   tls.c     TLS under a connection: context, handshake, reads, writes
  *   conn.c    opening connections (sentinel: to the master), errors
@@ -30,7 +32,7 @@
  *   scheduled.c  delayed messages: the scheduled set and its promoter
  *   admin.c   CLI and monitoring: publish, dead letters, depths
  *   pause.c   pause state: the keys, their reads, pause/resume
- *   redis.c   create, connect, wake, destroy and the vtable
+ *   redis.c   check, create, connect, wake, destroy and the vtable
  */
 
 #define TM_REDIS_SRC "broker:redis"
@@ -42,6 +44,14 @@
 #define TM_REDIS_BLOCK_SLACK_MS 5000
 /* Longest Redis stream id: two 20-digit numbers and a dash. */
 #define TM_REDIS_ID_MAX 48
+
+/* Log lines of refused answers per task: at most TM_REPLY_LOG_BURST per
+ * TM_REPLY_LOG_MS (a producer can send any number of such requests). */
+#define TM_REPLY_LOG_MS 10000
+#define TM_REPLY_LOG_BURST 8
+/* A settlement the broker refuses is logged at most this often. */
+#define TM_REDIS_REFUSED_LOG_MS 10000
+
 /* The text of the error that ends a blocked XREADGROUP whose stream was
  * deleted (Redis 7: "UNBLOCKED the stream key no longer exists"). */
 #define TM_REDIS_KEY_GONE "the stream key no longer exists"
@@ -165,11 +175,9 @@ struct tm_redis_task {
     struct tm_redis_held *held; /* batches this process holds */
     char *pause_key;           /* "<queue>.paused.<group>" (pause.c) */
     atomic_int paused;         /* 1 while the task's intake is paused */
-    /* settle thread: refused answers' log lines (reply.c) */
-    int64_t reply_log_ms;      /* start of the current log window */
-    unsigned reply_logged;     /* lines written in it */
-    unsigned long reply_unlogged; /* refusals not logged since the last
-                                     line */
+    /* settle thread: refused answers' log lines (reply.c), at most
+     * TM_REPLY_LOG_BURST per TM_REPLY_LOG_MS */
+    struct tm_log_gate reply_gate;
     char errstr[256];
 };
 
@@ -300,8 +308,9 @@ struct tm_redis {
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
     size_t idcap;
     struct tm_redis_sched *sched; /* delayed messages (scheduled.c) */
-    int64_t refused_log_ms;     /* settle: last refusal logged */
-    unsigned long refused_unlogged; /* settle: refusals since, not logged */
+    /* settle: refused settlements' log lines (settle.c), one per
+     * TM_REDIS_REFUSED_LOG_MS */
+    struct tm_log_gate refused_gate;
 };
 
 /* ---- conn.c ---- */
@@ -440,14 +449,6 @@ size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
 
 /* ---- retry.c ---- */
 
-/* tm_redis_retry_key returns "<queue>.retry.<group>" (the caller frees
- * it with tm_free): built from the queue name first, so a hash tag in the
- * queue carries over to it. */
-char *tm_redis_retry_key(const struct tm_cfg_task *t);
-/* tm_redis_due_key is the key of the due-time index (see retry.c) of the
- * sets of slot slot (tm_free it): "taskmill.due", or in a cluster
- * "taskmill.due.{N}" hashing to slot. */
-char *tm_redis_due_key(int cluster, unsigned slot);
 /* tm_redis_retry_argv fills argv (10 of them) with the command that
  * schedules m's retry after its delay (settle thread); delay is the
  * buffer argv points into. Returns the count. */
@@ -463,10 +464,6 @@ extern const char tm_redis_due_script[];
 
 /* ---- scheduled.c ---- */
 
-/* tm_redis_scheduled_key returns "<queue>.scheduled" (the caller frees
- * it with tm_free): the delayed messages of the queue, built from the
- * queue name first so that a hash tag carries over. */
-char *tm_redis_scheduled_key(const struct tm_cfg_task *t);
 /* tm_redis_sched_new prepares the promoter of rb's tasks (no thread, no
  * I/O); tm_redis_sched_start starts its thread, once (settle thread: a
  * daemon's adapter, never the CLI's); tm_redis_sched_free stops and
@@ -532,9 +529,6 @@ int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
 
 /* ---- rate.c ---- */
 
-/* tm_redis_rate_key returns "<queue>.rate.<group>" (the caller frees it
- * with tm_free), built from the queue name first like the retry key. */
-char *tm_redis_rate_key(const struct tm_cfg_task *t);
 /* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
 int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
                        const size_t *back, size_t *got, int64_t *wait_ms);
@@ -577,10 +571,6 @@ void tm_redis_wake(struct tm_broker *b);
  * entries blocks longer, so that a pause set by any process stops every
  * daemon within about twice this. */
 #define TM_REDIS_PAUSE_POLL_MS 1000
-/* tm_redis_pause_key returns "<queue>.paused.<group>" (the caller frees
- * it with tm_free): built from the queue name first, so a hash tag in the
- * queue carries over to it. */
-char *tm_redis_pause_key(const struct tm_cfg_task *t);
 /* tm_redis_pause_poll reads the pause keys of the lane's tasks when that
  * is due (lane thread); -1 when the connection was lost. */
 int tm_redis_pause_poll(struct tm_redis *rb, struct tm_redis_lane *l);
@@ -641,9 +631,6 @@ int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
 
 /* ---- dedup.c ---- */
 
-/* tm_redis_dedup_key returns "<queue>.dedup.<key>" (free with tm_free). */
-char *tm_redis_dedup_key(const struct tm_cfg_task *t, const char *key,
-                         size_t len);
 /* tm_redis_dedup_check marks, in the nb batches just read on lane l, the
  * messages whose dedup key already succeeded (m->duplicate, m->result the
  * stored result): one pipelined MGET per batch with keys (lane thread). */
@@ -689,10 +676,6 @@ long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
 
 /* ---- schedule.c ---- */
 
-/* tm_redis_sched_key returns "<queue>.sched.<schedule>", the key holding
- * the last slot of the schedule fired (the caller frees it): built from
- * the queue name first, so a hash tag in the queue carries over to it. */
-char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule);
 struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
                                              char *err, size_t errlen);
 int tm_redis_sched_fire(struct tm_sched_session *ss,

@@ -51,15 +51,10 @@
 
 #include "core.h"
 #include "log.h"
-#include "redis/slot.h"
+#include "redis/keys.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
-
-/* Log lines of refused answers per task: at most TM_REPLY_LOG_BURST per
- * TM_REPLY_LOG_MS (a producer can send any number of such requests). */
-#define TM_REPLY_LOG_MS 10000
-#define TM_REPLY_LOG_BURST 8
 
 /* reply_check defines refusal(k): false when an answer may be written to
  * key k (it does not exist, or is a reply stream: no consumer groups, an
@@ -341,29 +336,21 @@ static void refused(struct tm_redis *rb, const struct tm_msg *m,
     struct tm_redis_task *rt = &rb->tasks[m->task_index];
     atomic_fetch_add_explicit(&m->task->stats.replies_refused, 1,
                               memory_order_relaxed);
-    int64_t now = tm_now_ms();
-    if (rt->reply_log_ms == 0 || now - rt->reply_log_ms >= TM_REPLY_LOG_MS) {
-        rt->reply_log_ms = now;
-        rt->reply_logged = 0;
-    }
-    if (rt->reply_logged >= TM_REPLY_LOG_BURST) {
-        rt->reply_unlogged++;
+    unsigned long unlogged;
+    if (!tm_log_gate_pass(&rt->reply_gate, tm_now_ms(), &unlogged))
         return;
-    }
-    rt->reply_logged++;
-    if (rt->reply_unlogged > 0)
+    if (unlogged > 0)
         tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, m->id,
                      "reply_to '%.*s' refused: %.*s; no answer written, "
                      "the request is settled as usual (%lu more refused "
                      "answers not logged before this one)",
                      (int)m->reply_to_len, m->reply_to, (int)why_len, why,
-                     rt->reply_unlogged);
+                     unlogged);
     else
         tm_log_write(TM_LOG_WARNING, SRC, rt->cfg->name, m->id,
                      "reply_to '%.*s' refused: %.*s; no answer written, "
                      "the request is settled as usual",
                      (int)m->reply_to_len, m->reply_to, (int)why_len, why);
-    rt->reply_unlogged = 0;
 }
 
 void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "redis/slot.h"
+#include "redis/keys.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
@@ -75,26 +75,6 @@ const char tm_redis_due_script[] = TM_REDIS_LUA_TAKE
     "  redis.call('ZREM', KEYS[3], KEYS[2])\n"
     "end\n"
     "return {tostring(wait), out}\n";
-
-char *tm_redis_retry_key(const struct tm_cfg_task *t)
-{
-    return tm_asprintf("%s.retry.%s", t->queue, t->group);
-}
-
-char *tm_redis_due_key(int cluster, unsigned slot)
-{
-    if (!cluster)
-        return tm_strdup("taskmill.due");
-    /* the first decimal tag that hashes to the slot: CRC16 spreads
-     * short strings over all slots, so one is found within a few
-     * hundred thousand tries at worst */
-    char tag[24];
-    for (unsigned long n = 0;; n++) {
-        int len = snprintf(tag, sizeof tag, "%lu", n);
-        if (tm_redis_key_slot(tag, (size_t)len) == slot)
-            return tm_asprintf("taskmill.due.{%s}", tag);
-    }
-}
 
 int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
                         const char **argv, char delay[24])

@@ -62,11 +62,6 @@ struct tm_redis_sched {
     struct tm_rlink link;
 };
 
-char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule)
-{
-    return tm_asprintf("%s.sched.%s", t->queue, schedule);
-}
-
 struct tm_sched_session *tm_redis_sched_open(struct tm_broker *b, int fire,
                                              char *err, size_t errlen)
 {

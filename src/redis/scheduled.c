@@ -2,7 +2,8 @@
  * "<queue>.scheduled" and its promoter.
  *
  * Producers add a member {"id": ID, "body": BODY, ...} scored by its due
- * time in epoch milliseconds (DESIGN.md, Messages). Every daemon runs one
+ * time in epoch milliseconds (docs/delivery.md, Delayed messages). Every
+ * daemon runs one
  * promoter thread, on a link of its own (a connection per node; each
  * script touches one task's keys, in its slot), that moves due members of
  * its tasks' sets into their streams with promote_script: the Redis
@@ -45,13 +46,14 @@
 #include <cjson/cJSON.h>
 
 #include "log.h"
-#include "redis/slot.h"
+#include "redis/keys.h"
 #include "util.h"
 
 #define SRC TM_REDIS_SRC
 
 /* Longest sleep between two rounds: the worst delay before a member that
- * another process added becomes an entry (DESIGN.md: within 1 s). */
+ * another process added becomes an entry (docs/delivery.md, Delayed
+ * messages: within a second after its time). */
 #define TM_REDIS_PROMOTE_MAX_SLEEP_MS 500
 /* Most jitter added to a sleep (a tenth of it, at most this). */
 #define TM_REDIS_PROMOTE_JITTER_MS 25
@@ -316,11 +318,6 @@ static struct {
     pthread_mutex_t mu;
     struct tm_redis_sched *head;
 } running = {PTHREAD_MUTEX_INITIALIZER, NULL};
-
-char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
-{
-    return tm_asprintf("%s.scheduled", t->queue);
-}
 
 /* promote_chunk runs promote_script for the n tasks ti[0 .. n) (one
  * slot) until their due members are moved (or

@@ -63,9 +63,6 @@ static const char dead_script[] =
     "redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])\n"
     "return id\n";
 
-/* A settlement the broker refuses is logged at most this often. */
-#define TM_REDIS_REFUSED_LOG_MS 10000
-
 /* struct tm_redis_span is one pipelined command: it settles
  * msgs[from..to). An answer of its own (answer_only, reply.c) settles
  * nothing: it precedes the final script of msgs[from], the next span. */
@@ -363,12 +360,9 @@ static void span_refused(struct tm_redis *rb, struct tm_msg **msgs,
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
     /* refused again every TM_RESETTLE_MS until the cause is gone:
      * one line per TM_REDIS_REFUSED_LOG_MS, with the count since */
-    int64_t now = tm_now_ms();
-    if (rb->refused_log_ms != 0 &&
-        now - rb->refused_log_ms < TM_REDIS_REFUSED_LOG_MS) {
-        rb->refused_unlogged++;
+    unsigned long unlogged;
+    if (!tm_log_gate_pass(&rb->refused_gate, tm_now_ms(), &unlogged))
         return;
-    }
     const char *what = m->settle == TM_SETTLE_RETRY  ? "retry"
                        : m->settle == TM_SETTLE_DEAD ? "dead-letter"
                                                      : "XACK";
@@ -376,9 +370,7 @@ static void span_refused(struct tm_redis *rb, struct tm_msg **msgs,
                  sp->to - sp->from == 1 ? m->id : NULL,
                  "%s failed: %s; kept pending, to be settled again "
                  "(%lu refusals not logged since the last such line)",
-                 what, err, rb->refused_unlogged);
-    rb->refused_log_ms = now;
-    rb->refused_unlogged = 0;
+                 what, err, unlogged);
 }
 
 /* span_done handles the reply to the command of one span: marks its

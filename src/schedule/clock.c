@@ -16,13 +16,15 @@
 static _Atomic(tm_sched_clock_fn) g_clock;
 
 /* g_skew_mu guards the skew: the last one noted (g_skew_known once one
- * was), whether the last noted was beyond the warning bound, and when
- * (monotonic ms) the last warning was logged. */
+ * was), whether the last noted was beyond the warning bound, and the
+ * gate of the warning: one line when the skew goes beyond the bound, then
+ * at most one per TM_SCHED_SKEW_WARN_EVERY_MS while it stays there. */
 static pthread_mutex_t g_skew_mu = PTHREAD_MUTEX_INITIALIZER;
 static int64_t g_skew;
 static int g_skew_known;
 static int g_skew_off;
-static int64_t g_skew_warned_at;
+static struct tm_log_gate g_skew_gate =
+    TM_LOG_GATE(1, TM_SCHED_SKEW_WARN_EVERY_MS);
 
 int64_t tm_sched_now_ms(void)
 {
@@ -42,10 +44,10 @@ void tm_sched_skew_note(int64_t skew_ms)
               skew_ms < -TM_SCHED_SKEW_WARN_MS;
     int warn = 0, back = 0;
     pthread_mutex_lock(&g_skew_mu);
-    if (off && (!g_skew_off ||
-                mono - g_skew_warned_at >= TM_SCHED_SKEW_WARN_EVERY_MS)) {
-        warn = 1;
-        g_skew_warned_at = mono;
+    if (off) {
+        if (!g_skew_off)
+            tm_log_gate_reset(&g_skew_gate); /* off again: news */
+        warn = tm_log_gate_pass(&g_skew_gate, mono, NULL);
     }
     back = !off && g_skew_off;
     g_skew = skew_ms;

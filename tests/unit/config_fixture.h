@@ -9,6 +9,7 @@
 #define _GNU_SOURCE 1 /* mkdtemp, setenv */
 #endif
 
+#include "broker.h" /* tm_broker_load_config */
 #include "config.h"
 
 #include <dirent.h>
@@ -38,9 +39,12 @@ static inline const char *write_file(const char *name, const char *text)
     return path;
 }
 
+/* load_text loads text as the daemon does: the file, then its broker
+ * adapter's check (tm_broker_load_config). */
 static inline struct tm_cfg *load_text(const char *text, char *err, size_t errlen)
 {
-    return tm_cfg_load(write_file("c.yaml", text), err, errlen);
+    return tm_broker_load_config(write_file("c.yaml", text), 1, err, errlen,
+                                 NULL);
 }
 
 /* expect_error loads yaml and checks the error is one line starting with
@@ -50,7 +54,7 @@ static inline void expect_error(const char *yaml, const char *pos, const char *m
     char err[1024], prefix[PATH_MAX + 32];
     const char *path = write_file("bad.yaml", yaml);
     memset(err, 'x', sizeof err);
-    struct tm_cfg *cfg = tm_cfg_load(path, err, sizeof err);
+    struct tm_cfg *cfg = tm_broker_load_config(path, 1, err, sizeof err, NULL);
     ck_assert_msg(cfg == NULL, "loaded, but expected '%s' at %s:\n%s", msg,
                   pos, yaml);
     if (getenv("TM_TEST_SHOW_ERRORS") != NULL)

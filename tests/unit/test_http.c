@@ -102,18 +102,15 @@ static int hang_depth(struct tm_broker *b, size_t ti, long long *depth,
 static const struct tm_broker_ops hang_ops = {.kind = "hang",
                                               .depth = hang_depth};
 
-/* the hanging broker, and whether tm_http_depth_release returned */
-static struct {
-    struct tm_broker b;
-    atomic_int released;
-} hb;
+/* the hanging broker */
+static struct tm_broker hang_broker;
 
-static void *release_main(void *arg)
+/* wait_refs waits up to 5 s for g to hold n references; returns them. */
+static unsigned wait_refs(struct tm_gen *g, unsigned n)
 {
-    (void)arg;
-    tm_http_depth_release(&hb.b);
-    atomic_store(&hb.released, 1);
-    return NULL;
+    for (int i = 0; i < 500 && atomic_load(&g->refs) != n; i++)
+        tm_sleep_ms(10);
+    return atomic_load(&g->refs);
 }
 
 START_TEST(depth_refresher_does_not_hold_the_generation_lock)
@@ -123,9 +120,18 @@ START_TEST(depth_refresher_does_not_hold_the_generation_lock)
     pthread_rwlock_init(&d.gen_lock, NULL);
     struct tm_task tasks[2];
     memset(tasks, 0, sizeof tasks);
-    hb.b.ops = &hang_ops;
-    atomic_store(&hb.b.up, 1);
-    d.broker = &hb.b;
+    hang_broker.ops = &hang_ops;
+    atomic_store(&hang_broker.up, 1);
+    /* a published generation: the daemon's reference is the test's */
+    struct tm_gen g;
+    memset(&g, 0, sizeof g);
+    g.d = &d;
+    g.broker = &hang_broker;
+    g.tasks = tasks;
+    g.ntasks = 2;
+    atomic_store(&g.refs, 1);
+    d.gen = &g;
+    d.broker = &hang_broker;
     d.tasks = tasks;
     d.ntasks = 2;
 
@@ -148,22 +154,27 @@ START_TEST(depth_refresher_does_not_hold_the_generation_lock)
                   "refresher waits on the broker (%d)", rc);
     pthread_rwlock_unlock(&d.gen_lock);
 
-    /* releasing the broker waits for the read in progress */
-    pthread_t rel;
-    ck_assert_int_eq(pthread_create(&rel, NULL, release_main, NULL), 0);
+    /* the read in progress holds the generation by a reference of its
+     * own, so dropping the daemon's would not free it; it lets go once
+     * the read returns */
+    unsigned refs = atomic_load(&g.refs);
+    ck_assert_uint_eq(refs, 2);
     tm_sleep_ms(200);
-    ck_assert_int_eq(atomic_load(&hb.released), 0);
+    refs = atomic_load(&g.refs);
+    ck_assert_uint_eq(refs, 2);
     pthread_mutex_lock(&hang.mu);
     hang.go = 1;
     pthread_cond_broadcast(&hang.cv);
     pthread_mutex_unlock(&hang.mu);
-    pthread_join(rel, NULL);
-    ck_assert_int_eq(atomic_load(&hb.released), 1);
+    ck_assert_uint_eq(wait_refs(&g, 1), 1);
     /* the values read are those of the broker's own generation */
     ck_assert_int_eq(atomic_load(&tasks[0].stats.queue_depth), 7);
     ck_assert_int_eq(atomic_load(&tasks[1].stats.queue_pending), 3);
     ck_assert_int_eq(atomic_load(&tasks[1].stats.dead_letter_depth), 1);
     tm_http_depth_stop(r);
+    /* its last pick (closing the monitoring connection) let go too */
+    refs = atomic_load(&g.refs);
+    ck_assert_uint_eq(refs, 1);
     pthread_rwlock_destroy(&d.gen_lock);
 }
 END_TEST

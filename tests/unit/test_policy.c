@@ -70,6 +70,27 @@ START_TEST(unlimited_and_zero_retries)
 }
 END_TEST
 
+/* a delivery runs while the one before it could be retried: with
+ * max_retries 2, deliveries 1 to 3 run and 4 (redelivered after its
+ * consumer died) does not; without a limit every one runs */
+START_TEST(redelivery_past_max_retries_does_not_run)
+{
+    struct tm_cfg_task t = task_cfg();
+    ck_assert_int_eq(tm_policy_may_retry(&t, 2), 1);
+    ck_assert_int_eq(tm_policy_may_retry(&t, 3), 0);
+    ck_assert_int_eq(tm_policy_may_run(&t, 0), 1);
+    ck_assert_int_eq(tm_policy_may_run(&t, 1), 1);
+    ck_assert_int_eq(tm_policy_may_run(&t, 3), 1);
+    ck_assert_int_eq(tm_policy_may_run(&t, 4), 0);
+    t.max_retries = 0;
+    ck_assert_int_eq(tm_policy_may_run(&t, 1), 1);
+    ck_assert_int_eq(tm_policy_may_run(&t, 2), 0);
+    t.max_retries = -1;
+    ck_assert_int_eq(tm_policy_may_retry(&t, 4000000000u), 1);
+    ck_assert_int_eq(tm_policy_may_run(&t, 4000000000u), 1);
+}
+END_TEST
+
 START_TEST(on_error_reject_dead_letters)
 {
     struct tm_cfg_task t = task_cfg();
@@ -199,6 +220,7 @@ static Suite *policy_suite(void)
     tcase_add_test(tc, reject_and_invalid_dead_letter_at_once);
     tcase_add_test(tc, errors_retry_until_max_retries);
     tcase_add_test(tc, unlimited_and_zero_retries);
+    tcase_add_test(tc, redelivery_past_max_retries_does_not_run);
     tcase_add_test(tc, on_error_reject_dead_letters);
     tcase_add_test(tc, abandoned_is_left_alone);
     tcase_add_test(tc, retry_delay_doubles_and_caps);

@@ -2,7 +2,7 @@
  * (src/redis/). */
 #include "redis/arena.h"
 #include "redis/redis.h"
-#include "redis/slot.h"
+#include "redis/keys.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "asyncapi.h"
+#include "http/asyncapi.h"
 #include "broker.h"
 #include "stats.h"
 #include "util.h"

@@ -1,12 +1,58 @@
-/* slot.c - Redis Cluster hash slots, and the one-slot rule for a task's
- * keys. */
-#include "redis/slot.h"
+/* keys.c - the names of a task's Redis keys, Redis Cluster hash slots,
+ * and the one-slot rule for a task's keys. */
+#include "redis/keys.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "redis/redis.h"
 #include "util.h"
+
+char *tm_redis_retry_key(const struct tm_cfg_task *t)
+{
+    return tm_asprintf("%s.retry.%s", t->queue, t->group);
+}
+
+char *tm_redis_scheduled_key(const struct tm_cfg_task *t)
+{
+    return tm_asprintf("%s.scheduled", t->queue);
+}
+
+char *tm_redis_rate_key(const struct tm_cfg_task *t)
+{
+    return tm_asprintf("%s.rate.%s", t->queue, t->group);
+}
+
+char *tm_redis_pause_key(const struct tm_cfg_task *t)
+{
+    return tm_asprintf("%s.paused.%s", t->queue, t->group);
+}
+
+char *tm_redis_dedup_key(const struct tm_cfg_task *t, const char *key,
+                         size_t len)
+{
+    return tm_asprintf("%s.dedup.%.*s", t->queue, (int)len, key);
+}
+
+char *tm_redis_sched_key(const struct tm_cfg_task *t, const char *schedule)
+{
+    return tm_asprintf("%s.sched.%s", t->queue, schedule);
+}
+
+char *tm_redis_due_key(int cluster, unsigned slot)
+{
+    if (!cluster)
+        return tm_strdup("taskmill.due");
+    /* the first decimal tag that hashes to the slot: CRC16 spreads
+     * short strings over all slots, so one is found within a few
+     * hundred thousand tries at worst */
+    char tag[24];
+    for (unsigned long n = 0;; n++) {
+        int len = snprintf(tag, sizeof tag, "%lu", n);
+        if (tm_redis_key_slot(tag, (size_t)len) == slot)
+            return tm_asprintf("taskmill.due.{%s}", tag);
+    }
+}
 
 /* crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), as Redis
  * Cluster computes it. */
@@ -105,4 +151,34 @@ int tm_redis_schedule_slot_check(const struct tm_cfg_task *t,
     }
     tm_free(key);
     return rc;
+}
+
+int tm_redis_cfg_slots_check(const struct tm_cfg *cfg,
+                             struct tm_cfg_errors *e)
+{
+    char why[600];
+    int bad = 0;
+    if (cfg->url.kind != TM_BROKER_REDIS ||
+        cfg->redis_mode != TM_REDIS_CLUSTER)
+        return 0;
+    for (size_t i = 0; i < cfg->ntasks && !(bad && tm_cfg_errors_full(e));
+         i++) {
+        const struct tm_cfg_task *t = &cfg->tasks[i];
+        if (tm_redis_task_slots_check(t, why, sizeof why) != 0) {
+            tm_cfg_error(e, t->queue_at, "tasks.%s: %s", t->name, why);
+            bad = 1;
+        }
+    }
+    for (size_t i = 0;
+         i < cfg->nschedules && !(bad && tm_cfg_errors_full(e)); i++) {
+        const struct tm_cfg_schedule *s = &cfg->schedules[i];
+        const struct tm_cfg_task *t = tm_cfg_find_task(cfg, s->task);
+        if (t != NULL &&
+            tm_redis_schedule_slot_check(t, s->name, why, sizeof why) != 0) {
+            tm_cfg_error(e, s->task_at, "schedules.%s.task: %s", s->name,
+                         why);
+            bad = 1;
+        }
+    }
+    return bad ? -1 : 0;
 }

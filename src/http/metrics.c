@@ -1,6 +1,5 @@
 /* metrics.c - the Prometheus text exposition (format 0.0.4). */
-#include "broker.h"
-#include "daemon.h"
+#include "http/http_private.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -9,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "broker.h"
+#include "daemon.h"
 #include "fork/zygote.h"
 #include "schedule/clock.h"
 #include "schedule/fire.h"
@@ -66,11 +67,12 @@ static void family(struct mbuf *b, const char *name, const char *type,
 }
 
 /* schedule_metrics writes the fires this process made and the last slot
- * fired (as it knows it) of each schedule of the running configuration;
+ * fired (as it knows it) of each schedule of g's configuration;
  * the counts outlive reloads. */
-static void schedule_metrics(struct tm_daemon *d, struct mbuf *b)
+static void schedule_metrics(struct tm_daemon *d, const struct tm_gen *g,
+                             struct mbuf *b)
 {
-    const struct tm_cfg *cfg = d->cfg;
+    const struct tm_cfg *cfg = g->cfg;
     char lb[256];
     if (cfg->nschedules == 0 || d->sched_stats == NULL)
         return;
@@ -164,7 +166,7 @@ static void process_metrics(struct tm_daemon *d, struct mbuf *b)
  * broker (never read here: a scrape costs the broker nothing). A task
  * whose counts were never read, or that the broker cannot tell, has no
  * sample. */
-static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
+static void depth_metrics(const struct tm_gen *g, struct mbuf *b)
 {
     static const struct {
         const char *name;
@@ -192,8 +194,8 @@ static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
     char lb[256];
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
         family(b, fams[f].name, "gauge", fams[f].help);
-        for (size_t i = 0; i < d->ntasks; i++) {
-            struct tm_task_stats *s = &d->tasks[i].stats;
+        for (size_t i = 0; i < g->ntasks; i++) {
+            struct tm_task_stats *s = &g->tasks[i].stats;
             if (atomic_load(&s->depth_at_ms) == 0)
                 continue;
             long long v = atomic_load(
@@ -201,7 +203,7 @@ static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
             if (v < 0)
                 continue;
             mb_printf(b, "%s{task=\"%s\"} %lld\n", fams[f].name,
-                      label(d->tasks[i].cfg->name, lb, sizeof lb), v);
+                      label(g->tasks[i].cfg->name, lb, sizeof lb), v);
         }
     }
 }
@@ -209,15 +211,15 @@ static void depth_metrics(struct tm_daemon *d, struct mbuf *b)
 /* task_series writes a family with one sample per task, the counter at
  * offset in the task's stats: an atomic_ullong, or an atomic_llong when
  * sgn is set. */
-static void task_series(struct mbuf *b, struct tm_daemon *d,
+static void task_series(struct mbuf *b, const struct tm_gen *g,
                         const char *name, const char *type, const char *help,
                         size_t offset, int sgn)
 {
     char lb[256];
     family(b, name, type, help);
-    for (size_t i = 0; i < d->ntasks; i++) {
-        char *field = (char *)&d->tasks[i].stats + offset;
-        label(d->tasks[i].cfg->name, lb, sizeof lb);
+    for (size_t i = 0; i < g->ntasks; i++) {
+        char *field = (char *)&g->tasks[i].stats + offset;
+        label(g->tasks[i].cfg->name, lb, sizeof lb);
         if (sgn)
             mb_printf(b, "%s{task=\"%s\"} %lld\n", name, lb,
                       atomic_load((atomic_llong *)(void *)field));
@@ -227,7 +229,8 @@ static void task_series(struct mbuf *b, struct tm_daemon *d,
     }
 }
 
-char *tm_metrics_render(struct tm_daemon *d, size_t *len)
+char *tm_metrics_render(struct tm_daemon *d, const struct tm_gen *g,
+                        size_t *len)
 {
     struct mbuf b = {.cap = 8192};
     b.p = tm_malloc(b.cap);
@@ -258,8 +261,8 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
 
     family(&b, "taskmill_tasks_total", "counter",
            "Task attempts by how they ended.");
-    for (size_t i = 0; i < d->ntasks; i++) {
-        const struct tm_task *t = &d->tasks[i];
+    for (size_t i = 0; i < g->ntasks; i++) {
+        const struct tm_task *t = &g->tasks[i];
         label(t->cfg->name, lb, sizeof lb);
         for (int o = 1; o < TM_OUT_COUNT; o++)
             mb_printf(&b, "taskmill_tasks_total{task=\"%s\",outcome=\"%s\"} "
@@ -267,45 +270,45 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
                       atomic_load_explicit(&t->stats.outcomes[o],
                                            memory_order_relaxed));
     }
-    task_series(&b, d, "taskmill_retries_total", "counter",
+    task_series(&b, g, "taskmill_retries_total", "counter",
                 "Attempts scheduled for retry.",
                 offsetof(struct tm_task_stats, retries), 0);
-    task_series(&b, d, "taskmill_dead_letter_total", "counter",
+    task_series(&b, g, "taskmill_dead_letter_total", "counter",
                 "Messages dead-lettered.",
                 offsetof(struct tm_task_stats, dead_lettered), 0);
-    task_series(&b, d, "taskmill_replies_refused_total", "counter",
+    task_series(&b, g, "taskmill_replies_refused_total", "counter",
                 "Answers not written because the request's reply_to names "
                 "a key that is not a reply stream (Redis).",
                 offsetof(struct tm_task_stats, replies_refused), 0);
-    task_series(&b, d, "taskmill_rate_limited_total", "counter",
+    task_series(&b, g, "taskmill_rate_limited_total", "counter",
                 "Waits of the task's intake held back by rate_limit or "
                 "concurrency.",
                 offsetof(struct tm_task_stats, rate_limited), 0);
-    task_series(&b, d, "taskmill_tasks_inflight", "gauge",
+    task_series(&b, g, "taskmill_tasks_inflight", "gauge",
                 "Messages received and not yet settled.",
                 offsetof(struct tm_task_stats, inflight), 1);
     family(&b, "taskmill_task_circuit_open", "gauge",
            "1 while the task's circuit breaker holds its intake back "
            "(open or half-open) after crashes or timeouts.");
-    for (size_t i = 0; i < d->ntasks; i++) {
-        label(d->tasks[i].cfg->name, lb, sizeof lb);
+    for (size_t i = 0; i < g->ntasks; i++) {
+        label(g->tasks[i].cfg->name, lb, sizeof lb);
         mb_printf(&b, "taskmill_task_circuit_open{task=\"%s\"} %d\n", lb,
-                  tm_circuit_state(&d->tasks[i].circuit, tm_now_ms()) !=
+                  tm_circuit_state(&g->tasks[i].circuit, tm_now_ms()) !=
                       TM_CIRCUIT_CLOSED);
     }
     family(&b, "taskmill_task_paused", "gauge",
            "1 while the task is paused (taskmill pause): its intake reads "
            "nothing, its messages wait in the broker.");
-    for (size_t i = 0; i < d->ntasks; i++) {
-        label(d->tasks[i].cfg->name, lb, sizeof lb);
+    for (size_t i = 0; i < g->ntasks; i++) {
+        label(g->tasks[i].cfg->name, lb, sizeof lb);
         mb_printf(&b, "taskmill_task_paused{task=\"%s\"} %d\n", lb,
-                  tm_broker_paused(d->broker, i));
+                  tm_broker_paused(g->broker, i));
     }
     family(&b, "taskmill_task_duration_seconds", "histogram",
            "Time spent running a task.");
-    for (size_t i = 0; i < d->ntasks; i++) {
-        const struct tm_task_stats *s = &d->tasks[i].stats;
-        label(d->tasks[i].cfg->name, lb, sizeof lb);
+    for (size_t i = 0; i < g->ntasks; i++) {
+        const struct tm_task_stats *s = &g->tasks[i].stats;
+        label(g->tasks[i].cfg->name, lb, sizeof lb);
         unsigned long long cum = 0;
         for (size_t k = 0; k < TM_HIST_N; k++) {
             cum += atomic_load_explicit(&s->hist[k], memory_order_relaxed);
@@ -323,11 +326,11 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
                   "%llu\n", lb, cum);
     }
     /* a pool is there once the daemon runs; counts read without locks */
-    unsigned psize = d->pool != NULL ? d->pool->size : 0;
-    unsigned pbusy = d->pool != NULL ? d->pool->ops->busy(d->pool) : 0;
+    unsigned psize = g->pool != NULL ? g->pool->size : 0;
+    unsigned pbusy = g->pool != NULL ? g->pool->ops->busy(g->pool) : 0;
     unsigned long restarts =
         atomic_load(&d->restarts_before) +
-        (d->pool != NULL ? atomic_load(&d->pool->restarts) : 0UL);
+        (g->pool != NULL ? atomic_load(&g->pool->restarts) : 0UL);
     family(&b, "taskmill_pool_size", "gauge", "Workers in the pool.");
     mb_printf(&b, "taskmill_pool_size %u\n", psize);
     family(&b, "taskmill_pool_busy", "gauge",
@@ -337,16 +340,16 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
         /* per task, counted from the pool's list: empty but for runs
          * that never returned */
         struct tm_pool_stuck *st;
-        size_t ns = tm_pool_stuck_runs(d->pool, &st);
+        size_t ns = tm_pool_stuck_runs(g->pool, &st);
         family(&b, "taskmill_runs_stuck", "gauge",
                "Runs settled at their deadline as a timeout whose code "
                "has not returned (thread pool); each holds a thread "
                "beside the pool's workers.");
-        for (size_t i = 0; i < d->ntasks; i++) {
+        for (size_t i = 0; i < g->ntasks; i++) {
             unsigned n = 0;
             for (size_t k = 0; k < ns; k++)
                 n += st[k].task_index == i;
-            label(d->tasks[i].cfg->name, lb, sizeof lb);
+            label(g->tasks[i].cfg->name, lb, sizeof lb);
             mb_printf(&b, "taskmill_runs_stuck{task=\"%s\"} %u\n", lb, n);
         }
         tm_free(st);
@@ -354,7 +357,7 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     family(&b, "taskmill_worker_restarts_total", "counter",
            "Workers replaced after a crash, timeout or recycling.");
     mb_printf(&b, "taskmill_worker_restarts_total %lu\n", restarts);
-    if (d->cfg->pool_kind == TM_POOL_FORK) {
+    if (g->cfg->pool_kind == TM_POOL_FORK) {
         family(&b, "taskmill_zygote_restarts_total", "counter",
                "Fork pool: worker zygotes started again after one died.");
         mb_printf(&b, "taskmill_zygote_restarts_total %lu\n",
@@ -363,13 +366,13 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
     family(&b, "taskmill_broker_up", "gauge",
            "1 while the broker connection is up.");
     mb_printf(&b, "taskmill_broker_up %d\n",
-              d->broker != NULL ? atomic_load(&d->broker->up) : 0);
+              g->broker != NULL ? atomic_load(&g->broker->up) : 0);
     family(&b, "taskmill_broker_node_up", "gauge",
            "1 for each broker node the daemon uses and reaches.");
     {
         struct tm_broker_node *nodes = tm_calloc(TM_BROKER_NODES_MAX,
                                                  sizeof *nodes);
-        size_t nn = tm_broker_nodes(d->cfg, d->broker, nodes,
+        size_t nn = tm_broker_nodes(g->cfg, g->broker, nodes,
                                     TM_BROKER_NODES_MAX);
         char nb[1100];
         for (size_t i = 0; i < nn; i++)
@@ -381,15 +384,15 @@ char *tm_metrics_render(struct tm_daemon *d, size_t *len)
            "Reconnections to the broker after a loss.");
     mb_printf(&b, "taskmill_broker_reconnects_total %lu\n",
               atomic_load(&d->reconnects_before) +
-                  (d->broker != NULL ? atomic_load(&d->broker->reconnects)
+                  (g->broker != NULL ? atomic_load(&g->broker->reconnects)
                                      : 0UL));
     family(&b, "taskmill_broker_lowat_batches_total", "counter",
            "RabbitMQ: batches of deliveries read while the consuming "
            "socket's low-water mark was on.");
     mb_printf(&b, "taskmill_broker_lowat_batches_total %lu\n",
               atomic_load(&tm_broker_lowat_batches));
-    depth_metrics(d, &b);
-    schedule_metrics(d, &b);
+    depth_metrics(g, &b);
+    schedule_metrics(d, g, &b);
     process_metrics(d, &b);
     *len = b.len;
     return b.p;

@@ -1,6 +1,6 @@
 /* asyncapi.h - the AsyncAPI 3.0.0 document of the running task map. */
-#ifndef TASKMILL_ASYNCAPI_H
-#define TASKMILL_ASYNCAPI_H
+#ifndef TASKMILL_HTTP_ASYNCAPI_H
+#define TASKMILL_HTTP_ASYNCAPI_H
 
 #include <stddef.h>
 
@@ -24,4 +24,4 @@
 char *tm_asyncapi_render(const struct tm_cfg *cfg, const struct tm_task *tasks,
                          size_t ntasks, size_t *len);
 
-#endif /* TASKMILL_ASYNCAPI_H */
+#endif /* TASKMILL_HTTP_ASYNCAPI_H */

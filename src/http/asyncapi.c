@@ -1,5 +1,5 @@
 /* asyncapi.c - the AsyncAPI 3.0.0 document of the running task map. */
-#include "asyncapi.h"
+#include "http/asyncapi.h"
 
 #include <stdio.h>
 #include <string.h>
