@@ -78,10 +78,10 @@ static inline const char *tm_pub_dedup_key(const struct tm_pub *pub)
 /*
  * struct tm_broker_ops is filled by each adapter (broker_redis.c, ...).
  *
- * Threading contract: fetch(b, i, ...) is called only by the intake thread
- * of task i (fetch_lane(b, l, ...) only by that of lane l); settle() only by the settle thread; both may run at the same
- * time, and the adapter keeps them apart (separate connections, or its own
- * queue). The CLI functions (publish, dlq_*) are used by a process that
+ * Threading contract: fetch_lane(b, l, ...) is called only by the intake
+ * thread of lane l; settle() only by the settle thread; both may run at
+ * the same time, and the adapter keeps them apart (separate connections,
+ * or a lock of its own). The CLI functions (publish, dlq_*) are used by a process that
  * runs no intake.
  *
  * Errors: functions return 0 (or a count) on success and -1 on failure,
@@ -109,16 +109,9 @@ struct tm_broker_ops {
      * reached or refuses; the caller retries with backoff. */
     int (*connect)(struct tm_broker *b);
 
-    /* fetch blocks up to timeout_ms for at most max deliveries of task i
-     * (max 0: none; the call only serves the connection until then).
-     * Returns the count (0 on timeout) with *out set to a batch when
-     * count > 0; -1 on a connection error (broker marked down; the next
-     * call reconnects). */
-    int (*fetch)(struct tm_broker *b, size_t task_index, size_t max,
-                 int timeout_ms, struct tm_batch **out);
-
-    /* Lanes, optional (NULL: one intake thread per task, using fetch).
-     * An adapter with lanes reads the tasks of one lane on one thread:
+    /* Lanes: the daemon's one intake model. An adapter reads the tasks of
+     * one lane on one thread (each broker has at least one lane while it
+     * has tasks):
      * lanes() counts them, lane_of() gives a task's lane, and
      * fetch_lane(b, l, room, ...) blocks up to timeout_ms for deliveries
      * of lane l's tasks, room[i] being how many task i may take (0: none
@@ -145,7 +138,7 @@ struct tm_broker_ops {
      * rest are done and released by the caller. */
     size_t (*settle)(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 
-    /* wake makes blocked fetch calls return soon (shutdown). */
+    /* wake makes blocked fetch_lane calls return soon (shutdown). */
     void (*wake)(struct tm_broker *b);
 
     /* tick runs periodic upkeep from the settle thread (never blocked by

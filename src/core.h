@@ -79,8 +79,6 @@ struct tm_task {
     atomic_llong acking;
     struct tm_circuit circuit;          /* pauses intake after crashes */
     struct tm_flow flow;                /* rate_limit, concurrency */
-    pthread_t intake;
-    int intake_started;
 };
 
 /* tm_policy_settle decides m->settle (and m->retry_delay_ms) from the

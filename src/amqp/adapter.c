@@ -4,8 +4,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h> /* getenv */
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include "log.h"
 #include "ssl_dl.h" /* tm_ssl_dl_open, for the check op */
@@ -73,16 +71,10 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
         at->cfg = &cfg->tasks[i];
         at->index = i;
         at->counted_down = 1;
-        pthread_mutex_init(&at->io_mu, NULL);
-        at->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (at->efd < 0) {
-            char eb[TM_STRERRNO_BUF];
-            tm_log_err(TM_AMQP_SRC, "eventfd: %s",
-                       tm_strerror(errno, eb, sizeof eb));
-            ab->ntasks = i + 1;
-            ab_destroy(&ab->base);
-            return NULL;
-        }
+    }
+    if (tm_amqp_links_init(ab) != 0) {
+        ab_destroy(&ab->base);
+        return NULL;
     }
     return &ab->base;
 }
@@ -98,29 +90,14 @@ static void ab_destroy(struct tm_broker *b)
     tm_amqp_settle_originals(ab, &ab->done);
     tm_amqp_publisher_close(&ab->pub);
     tm_free(ab->done.v);
+    tm_amqp_links_close(ab);
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
-        pthread_mutex_lock(&at->io_mu);
-        /* the acks held back go out before the connection closes:
-         * otherwise RabbitMQ would deliver those messages again */
-        if (tm_amqp_acks_flush(at, /* force = */ 1, tm_now_ms()) != 0)
-            tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name, NULL,
-                         "%s; RabbitMQ delivers again what was not "
-                         "acknowledged", at->errstr);
-        if (at->conn != NULL) {
-            tm_amqp_lowat_off(at);
-            tm_amqp_close(at->conn);
-        }
-        at->conn = NULL;
-        tm_amqp_conn_reset(at);
         tm_free(at->acks.above);
         tm_free(at->acks.held);
         tm_free(at->tags);
-        pthread_mutex_unlock(&at->io_mu);
-        pthread_mutex_destroy(&at->io_mu);
-        if (at->efd >= 0)
-            close(at->efd);
     }
+    tm_amqp_links_free(ab);
     tm_amqp_close(ab->pause_conn);
     pthread_mutex_lock(&ab->depth_mu);
     tm_amqp_close(ab->dconn);
@@ -140,13 +117,16 @@ static void ab_wake(struct tm_broker *b)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
     atomic_fetch_add(&ab->wake_seq, 1);
-    for (size_t i = 0; i < ab->ntasks; i++) {
-        struct tm_amqp_task *at = &ab->tasks[i];
-        tm_amqp_signal_intake(at);
-        pthread_mutex_lock(&at->io_mu);
-        if (at->conn != NULL && tm_amqp_stop_consuming(at) != 0)
-            tm_amqp_conn_lost(at, "stop");
-        pthread_mutex_unlock(&at->io_mu);
+    for (size_t li = 0; li < ab->nlinks; li++) {
+        struct tm_amqp_link *l = &ab->links[li];
+        tm_amqp_signal_intake(l);
+        pthread_mutex_lock(&l->io_mu);
+        for (size_t k = 0; k < l->ntasks && l->conn != NULL; k++) {
+            struct tm_amqp_task *at = l->tasks[k];
+            if (at->conn != NULL && tm_amqp_stop_consuming(at) != 0)
+                tm_amqp_conn_lost(at, "stop");
+        }
+        pthread_mutex_unlock(&l->io_mu);
     }
 }
 
@@ -161,21 +141,45 @@ static int64_t ab_tick_ms(struct tm_broker *b)
     return 250;
 }
 
+/* connect_link connects link l and opens the channel of each of its
+ * tasks down; -1 with b's error set when either cannot be done (io_mu
+ * held). */
+static int connect_link(struct tm_broker *b, struct tm_amqp_link *l)
+{
+    int perm = 0;
+    if (l->conn != NULL)
+        tm_amqp_serve(l, "connect"); /* still alive? */
+    if (l->conn == NULL && tm_amqp_link_connect(l, &perm) != 0) {
+        tm_broker_set_error(b, perm ? EINVAL : ECONNREFUSED, "%s",
+                            l->errstr);
+        return -1;
+    }
+    for (size_t k = 0; k < l->ntasks; k++) {
+        struct tm_amqp_task *at = l->tasks[k];
+        int dead = 0;
+        if (at->conn != NULL)
+            continue;
+        /* a channel refused while the link opened is tried once more
+         * now, so that its refusal is the one reported */
+        if (tm_amqp_task_open(at, &perm, &dead) != 0) {
+            tm_broker_set_error(b, perm ? EINVAL : ECONNREFUSED, "%s",
+                                at->errstr);
+            if (dead)
+                tm_amqp_conn_lost(at, "connect");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int ab_connect_all(struct tm_broker *b)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
-    for (size_t i = 0; i < ab->ntasks; i++) {
-        struct tm_amqp_task *at = &ab->tasks[i];
-        int perm = 0, rc = 0;
-        pthread_mutex_lock(&at->io_mu);
-        if (at->conn != NULL)
-            tm_amqp_serve(at, "connect"); /* still alive? */
-        if (at->conn == NULL)
-            rc = tm_amqp_task_connect(at, &perm);
-        if (rc != 0)
-            tm_broker_set_error(b, perm ? EINVAL : ECONNREFUSED, "%s",
-                                at->errstr);
-        pthread_mutex_unlock(&at->io_mu);
+    for (size_t li = 0; li < ab->nlinks; li++) {
+        struct tm_amqp_link *l = &ab->links[li];
+        pthread_mutex_lock(&l->io_mu);
+        int rc = connect_link(b, l);
+        pthread_mutex_unlock(&l->io_mu);
         if (rc != 0)
             return -1;
     }
@@ -196,7 +200,10 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .check = ab_check,
     .create = ab_create,
     .connect = ab_connect_all,
-    .fetch = tm_amqp_fetch,
+    .lanes = tm_amqp_lanes,
+    .lane_of = tm_amqp_lane_of,
+    .fetch_lane = tm_amqp_fetch_lane,
+    .room_made = tm_amqp_room_made,
     .settle = tm_amqp_settle,
     .wake = ab_wake,
     .tick = tm_amqp_tick,

@@ -866,11 +866,11 @@ static long long depth_count(struct tm_amqp_broker *ab, const char *queue,
  * (a few milliseconds, to go out with others) still counts. */
 static long long unacked(struct tm_amqp_task *at)
 {
-    pthread_mutex_lock(&at->io_mu);
+    pthread_mutex_lock(at->io_mu);
     long long n = 0;
     if (at->conn != NULL)
         n = (long long)tm_amqp_acks_unacked(&at->acks, at->dlv_tag);
-    pthread_mutex_unlock(&at->io_mu);
+    pthread_mutex_unlock(at->io_mu);
     return n;
 }
 

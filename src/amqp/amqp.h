@@ -70,12 +70,25 @@
 /* The x-error header carries at most this much of the failure text. */
 #define TM_AMQP_ERROR_HEADER_MAX 4096
 
-/* Channels of a consuming connection: it never publishes, so a broker
- * that blocks publishers (memory or disk alarm) never blocks its acks. */
+/* Channels of a consuming connection (struct tm_amqp_link): the
+ * synchronous declarations on one, and one per task of the link for its
+ * consumer, acks, nacks and rejects. It never publishes, so a broker that
+ * blocks publishers (memory or disk alarm) never blocks its acks. */
 enum {
-    TM_AMQP_CH_CONSUME = 1, /* basic.consume, acks, nacks, rejects */
-    TM_AMQP_CH_ADMIN = 2    /* synchronous declarations */
+    TM_AMQP_CH_ADMIN = 1, /* synchronous declarations */
+    TM_AMQP_CH_TASK0 = 2  /* the link's task k consumes on channel 2 + k */
 };
+
+/* Tasks that share one consuming connection: 500 tasks consume on two
+ * connections, each with a channel per task (RabbitMQ allows 2047 channels
+ * a connection by default). */
+#define TM_AMQP_LINK_TASKS 256
+
+/* A task whose channel failed (the broker closed it, or cancelled its
+ * consumer) opens it again after this wait, doubled at each failure in a
+ * row up to the largest (ms); the other tasks of its connection go on. */
+#define TM_AMQP_REOPEN_MIN_MS 1000
+#define TM_AMQP_REOPEN_MAX_MS 30000
 
 /* Channels of the publishing connection. Replies have their own channel:
  * a reply to a requester that is gone may close it (direct reply-to),
@@ -107,7 +120,7 @@ enum {
  */
 struct tm_amqp_delivery {
     struct tm_amqp_delivery *next; /* ready list */
-    uint64_t tag;                  /* delivery tag on TM_AMQP_CH_CONSUME */
+    uint64_t tag;                  /* delivery tag on its task's channel */
     uint64_t gen;                  /* connection it came on */
     unsigned attempt;              /* this run: runs before it + 1 */
     int has_priority;
@@ -282,30 +295,71 @@ struct tm_amqp_publisher {
 };
 
 /*
- * struct tm_amqp_task is one task's consuming connection and what hangs
- * on it. io_mu is held by whichever thread does I/O on the connection,
- * briefly: the task's intake thread inside fetch() (not while it
- * connects or waits), the settle thread in settle() and tick(), the main
- * thread in connect() and wake(). Everything below io_mu is guarded by
- * it.
+ * struct tm_amqp_link is one consuming connection, shared by up to
+ * TM_AMQP_LINK_TASKS tasks, each on a channel of its own (its consumer,
+ * its prefetch window, its acks). Its lane's intake thread reads it
+ * (fetch_lane: one thread for all its tasks), the settle thread acks on
+ * it, the main thread connects and wakes. io_mu is held by whichever
+ * thread does I/O on the connection, briefly: intake holds it while it
+ * reads, not while it connects or waits in poll. It guards everything
+ * below it here, and the channel state of each task of the link (struct
+ * tm_amqp_task from conn on).
+ *
+ * Frames of every channel come on one socket: the reader hands each to
+ * its task (the channel number is the task's place in the link), so a
+ * busy task cannot hold up another's deliveries beyond what its own
+ * prefetch window lets the broker send.
+ */
+struct tm_amqp_link {
+    struct tm_amqp_broker *ab;
+    size_t index;                 /* the lane */
+    struct tm_amqp_task **tasks;  /* task k on channel TM_AMQP_CH_TASK0 + k */
+    size_t ntasks;
+    int efd;                      /* eventfd: deliveries ready, or wake */
+    atomic_int poked;             /* room_made since intake last looked */
+
+    pthread_mutex_t io_mu;
+    amqp_connection_state_t conn; /* NULL while down */
+    const struct tm_url *node;    /* where conn goes, while up */
+    int was_up;                   /* its loss is worth a warning */
+    int polling;                  /* intake waits in poll (without io_mu) */
+    int lowat;                    /* SO_RCVLOWAT is set on conn's socket */
+    unsigned seen_wake;           /* intake: wake_seq last noticed */
+    size_t fresh;                 /* deliveries made ready by this pump */
+    int announce;                 /* connected since intake last returned */
+    char errstr[512];
+    uint64_t err_hash;            /* of the last connect failure logged */
+};
+
+/*
+ * struct tm_amqp_task is one task's channel on its link and what hangs on
+ * it. Everything from conn on is guarded by the link's io_mu (io_mu
+ * points at it).
  */
 struct tm_amqp_task {
     struct tm_amqp_broker *ab;
     const struct tm_cfg_task *cfg;
     size_t index;
-    int efd;                      /* eventfd: deliveries read, or wake */
+    struct tm_amqp_link *link;
+    amqp_channel_t ch;            /* its channel on the link */
+    pthread_mutex_t *io_mu;       /* &link->io_mu */
 
-    pthread_mutex_t io_mu;
-    amqp_connection_state_t conn; /* NULL while down */
-    uint64_t gen;                 /* connection generation */
+    amqp_connection_state_t conn; /* the link's connection while this
+                                     task's channel is open on it, NULL
+                                     otherwise */
+    uint64_t gen;                 /* channel generation: a delivery of an
+                                     earlier one is settled nowhere */
     int was_up;                   /* its loss is worth a warning */
     int counted_down;             /* counted in ab->ndown */
     int stopped;                  /* consumer cancelled after wake() */
-    int polling;                  /* intake waits in poll (without io_mu) */
-    int lowat;                    /* SO_RCVLOWAT is set on conn's socket */
-    unsigned seen_wake;           /* intake: wake_seq last noticed */
+    int close_due;                /* the channel is open but failed (its
+                                     consumer was cancelled by the broker):
+                                     intake closes it before reopening */
+    int64_t reopen_at;            /* monotonic ms: next open of a failed
+                                     channel on a live link (0: at once) */
+    int64_t reopen_ms;            /* the wait before that, doubled */
     char consumer_tag[TM_AMQP_SHORTSTR_MAX + 1];
-    char salt[17];                /* for ids assigned on this connection */
+    char salt[17];                /* for ids assigned on this channel */
     struct tm_amqp_acks acks;
     /* a delivery being received: deliver, then header, then body frames */
     int dlv_state;                /* 0 none, 1 header next, 2 body */
@@ -325,15 +379,17 @@ struct tm_amqp_task {
     uint64_t *tags;               /* settle scratch: acks */
     size_t tagcap;
     char errstr[512];
-    uint64_t err_hash;            /* of the last reconnect failure logged */
+    uint64_t err_hash;            /* of the last open failure logged */
 };
 
 struct tm_amqp_broker {
     struct tm_broker base;
     struct tm_amqp_task *tasks;
     size_t ntasks;
+    struct tm_amqp_link *links;   /* the consuming connections (lanes) */
+    size_t nlinks;
     atomic_uint wake_seq;         /* wake() calls */
-    atomic_int ndown;             /* tasks without a connection */
+    atomic_int ndown;             /* tasks without an open channel */
     atomic_int ever_up;
     atomic_ullong gens;
     /* the broker's nodes (borrowed from the configuration), and in
@@ -422,24 +478,78 @@ void tm_amqp_new_message_props(amqp_basic_properties_t *p,
                                const struct tm_cfg_task *t, int priority,
                                const char *id);
 
-/* ---- intake.c: consuming connections, the pump, the ack floor ---- */
+/* ---- link.c: the consuming connections, shared by tasks ---- */
+/* tm_amqp_links_init spreads ab's tasks over ceil(ntasks /
+ * TM_AMQP_LINK_TASKS) links; -1 when an eventfd cannot be made. */
+int tm_amqp_links_init(struct tm_amqp_broker *ab);
+/* tm_amqp_links_close flushes the acks held back and closes every link
+ * (destroy, after the threads stopped); tm_amqp_links_free frees them. */
+void tm_amqp_links_close(struct tm_amqp_broker *ab);
+void tm_amqp_links_free(struct tm_amqp_broker *ab);
+/* tm_amqp_link_connect opens link l's connection and every task's channel
+ * on it; io_mu is held on entry and on return, but not while connecting.
+ * A task whose channel cannot be opened is left down for intake to open
+ * again (its reason in its errstr); -1 when the connection itself cannot
+ * be had (reason in l->errstr, *perm set when the broker refused a
+ * declaration for good). */
+int tm_amqp_link_connect(struct tm_amqp_link *l, int *perm);
+/* tm_amqp_task_open opens task at's channel on its live link: channel,
+ * topology, pause state, prefetch and consumer (io_mu held). -1 when it
+ * failed (reason in at->errstr, *perm set when the broker refused the
+ * topology); the link is then lost too when *link_dead is set. */
+int tm_amqp_task_open(struct tm_amqp_task *at, int *perm, int *link_dead);
+/* tm_amqp_link_lost drops the link's connection after an error in
+ * l->errstr: every task of it goes down, RabbitMQ redelivers what was not
+ * acknowledged. io_mu held. */
+void tm_amqp_link_lost(struct tm_amqp_link *l, const char *what);
+/* tm_amqp_conn_lost drops the connection task at's channel is on after
+ * an error in at->errstr (a failed write: the socket is gone). */
+void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what);
+/* tm_amqp_task_down takes task at's channel down after the broker closed
+ * it (closed set: the close was answered) or cancelled its consumer
+ * (closed 0: intake closes it): the link goes on, the task opens again
+ * after a wait. io_mu held. */
+void tm_amqp_task_down(struct tm_amqp_task *at, int closed);
+/* tm_amqp_serve does what a holder of io_mu owes the link: read what
+ * arrived (heartbeats, deliveries of every task, the broker's notices).
+ * -1 when the connection failed (then lost). */
+int tm_amqp_serve(struct tm_amqp_link *l, const char *what);
+/* tm_amqp_nothing_buffered says whether rabbitmq-c holds no byte and no
+ * frame of c read from the socket already. */
+int tm_amqp_nothing_buffered(amqp_connection_state_t c);
+/* tm_amqp_lowat_set turns the link socket's low-water mark for reads on
+ * or off (see TM_AMQP_LOWAT_BYTES); tm_amqp_lowat_off before a
+ * synchronous call. io_mu held. */
+void tm_amqp_lowat_set(struct tm_amqp_link *l, int on);
+void tm_amqp_lowat_off(struct tm_amqp_link *l);
+/* tm_amqp_signal_intake wakes the link's intake thread if it waits. */
+void tm_amqp_signal_intake(struct tm_amqp_link *l);
+
+/* ---- intake.c: deliveries, the ack floor, the lanes ---- */
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
 /* tm_amqp_ready_push appends d to the task's ready list (io_mu held). */
 void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d);
+/* tm_amqp_conn_reset forgets everything tied to the task's channel
+ * (which is gone). io_mu held. */
 void tm_amqp_conn_reset(struct tm_amqp_task *at);
-void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what);
-int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm);
-int tm_amqp_serve(struct tm_amqp_task *at, const char *what);
+/* tm_amqp_task_frame handles one frame of task at's channel: 0, 1 when
+ * the task's channel went down (tm_amqp_task_down), -1 when the
+ * connection failed (reason in at->errstr). io_mu held. */
+int tm_amqp_task_frame(struct tm_amqp_task *at, const amqp_frame_t *f);
+int tm_amqp_start_consumer(const struct tm_amqp_task *at,
+                           amqp_connection_state_t c, char *ctag, char *buf,
+                           size_t size);
 void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
                          size_t na, const uint64_t *nacks, size_t nn,
                          int now_all, int *err);
 int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now);
 int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now);
 int tm_amqp_stop_consuming(struct tm_amqp_task *at);
-void tm_amqp_lowat_off(struct tm_amqp_task *at);
-void tm_amqp_signal_intake(struct tm_amqp_task *at);
-int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
-                  int timeout_ms, struct tm_batch **out);
+size_t tm_amqp_lanes(struct tm_broker *b);
+size_t tm_amqp_lane_of(struct tm_broker *b, size_t ti);
+void tm_amqp_room_made(struct tm_broker *b, size_t ti);
+int tm_amqp_fetch_lane(struct tm_broker *b, size_t lane, const size_t *room,
+                       int timeout_ms, struct tm_batch **out, size_t nout);
 
 /* ---- publish.c: the publishing connection ---- */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,

@@ -236,7 +236,7 @@ void tm_amqp_park_take(struct tm_amqp_broker *ab)
             continue;
         if (now == 0)
             now = tm_wall_ms();
-        pthread_mutex_lock(&at->io_mu);
+        pthread_mutex_lock(at->io_mu);
         struct tm_amqp_delivery *list = at->park;
         at->park = at->park_tail = NULL;
         atomic_store_explicit(&at->parked, 0, memory_order_relaxed);
@@ -258,9 +258,9 @@ void tm_amqp_park_take(struct tm_amqp_broker *ab)
                 tm_amqp_delivery_free(d); /* redelivered by RabbitMQ */
             }
         }
-        pthread_mutex_unlock(&at->io_mu);
+        pthread_mutex_unlock(at->io_mu);
         if (ready > 0)
-            tm_amqp_signal_intake(at);
+            tm_amqp_signal_intake(at->link);
         while (list != NULL) {
             struct tm_amqp_delivery *d = list;
             list = d->next;

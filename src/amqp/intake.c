@@ -1,4 +1,6 @@
-/* amqp/intake.c - RabbitMQ intake: the delivery pump and the ack floor. */
+/* amqp/intake.c - RabbitMQ intake: deliveries assembled from their
+ * frames, the ack floor of each task's channel, and the lanes (one per
+ * consuming connection, link.c) that hand them to the pool. */
 #include "amqp.h"
 
 #include <assert.h>
@@ -28,32 +30,6 @@ void tm_amqp_delivery_free(struct tm_amqp_delivery *d)
     tm_free(d);
 }
 
-/* The broker is up while every task has its connection; the reconnect
- * counter counts recoveries after a loss. */
-static void task_up(struct tm_amqp_task *at)
-{
-    struct tm_amqp_broker *ab = at->ab;
-    if (!at->counted_down)
-        return;
-    at->counted_down = 0;
-    if (atomic_fetch_sub(&ab->ndown, 1) == 1) {
-        if (atomic_exchange(&ab->base.up, 1) == 0 &&
-            atomic_load(&ab->ever_up))
-            atomic_fetch_add(&ab->base.reconnects, 1);
-        atomic_store(&ab->ever_up, 1);
-    }
-}
-
-static void task_down(struct tm_amqp_task *at)
-{
-    struct tm_amqp_broker *ab = at->ab;
-    if (at->counted_down)
-        return;
-    at->counted_down = 1;
-    atomic_fetch_add(&ab->ndown, 1);
-    atomic_store(&ab->base.up, 0);
-}
-
 void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
 {
     d->next = NULL;
@@ -63,6 +39,7 @@ void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d)
         at->ready = d;
     at->ready_tail = d;
     at->nready++;
+    at->link->fresh++;
 }
 
 static struct tm_amqp_delivery *ready_pop(struct tm_amqp_task *at)
@@ -78,8 +55,8 @@ static struct tm_amqp_delivery *ready_pop(struct tm_amqp_task *at)
     return d;
 }
 
-/* tm_amqp_conn_reset forgets everything tied to the connection (which is
- * gone): unacknowledged deliveries are redelivered by RabbitMQ. */
+/* tm_amqp_conn_reset forgets everything tied to the task's channel (which
+ * is gone): unacknowledged deliveries are redelivered by RabbitMQ. */
 void tm_amqp_conn_reset(struct tm_amqp_task *at)
 {
     struct tm_amqp_delivery *d;
@@ -102,34 +79,18 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     at->acks.n = 0;
     at->acks.nheld = 0;
     at->stopped = 0;
-    at->lowat = 0; /* a new connection's socket has none */
 }
 
-/* tm_amqp_conn_lost drops the task's connection after an error in
- * at->errstr. */
-void tm_amqp_conn_lost(struct tm_amqp_task *at, const char *what)
-{
-    if (at->was_up)
-        tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name, NULL,
-                     "%s: %s; reconnecting (RabbitMQ redelivers what was "
-                     "not acknowledged)", what, at->errstr);
-    at->was_up = 0;
-    task_down(at);
-    tm_amqp_drop(at->conn);
-    at->conn = NULL;
-    tm_amqp_conn_reset(at);
-}
-
-/* start_consumer sets the prefetch and starts the task's consumer (manual
- * acks) on c; its consumer tag is written to ctag (TM_AMQP_SHORTSTR_MAX + 1
- * bytes). */
-static int start_consumer(const struct tm_amqp_task *at,
+/* tm_amqp_start_consumer sets the prefetch and starts the task's consumer
+ * (manual acks) on its channel of c; its consumer tag is written to ctag
+ * (TM_AMQP_SHORTSTR_MAX + 1 bytes). */
+int tm_amqp_start_consumer(const struct tm_amqp_task *at,
                           amqp_connection_state_t c, char *ctag, char *buf,
                           size_t size)
 {
     const struct tm_cfg_task *t = at->cfg;
     char eb[256], tag[TM_AMQP_SHORTSTR_MAX + 1];
-    sym_amqp_basic_qos(c, TM_AMQP_CH_CONSUME, /* prefetch_size = */ 0,
+    sym_amqp_basic_qos(c, at->ch, /* prefetch_size = */ 0,
                        (uint16_t)t->prefetch, /* global = */ 0);
     amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -141,7 +102,7 @@ static int start_consumer(const struct tm_amqp_task *at,
                 at->ab->base.cfg->instance ? at->ab->base.cfg->instance : "",
                 t->name, (unsigned long long)tm_rand64() % 1000000);
     amqp_basic_consume_ok_t *ok = sym_amqp_basic_consume(
-        c, TM_AMQP_CH_CONSUME, sym_amqp_cstring_bytes(t->queue),
+        c, at->ch, sym_amqp_cstring_bytes(t->queue),
         sym_amqp_cstring_bytes(tag), /* no_local = */ 0, /* no_ack = */ 0,
         /* exclusive = */ 0, TM_AMQP_EMPTY_TABLE);
     r = sym_amqp_get_rpc_reply(c);
@@ -153,92 +114,6 @@ static int start_consumer(const struct tm_amqp_task *at,
     tm_snprintf(ctag, TM_AMQP_SHORTSTR_MAX + 1, "%.*s",
                 (int)ok->consumer_tag.len,
                 (const char *)ok->consumer_tag.bytes);
-    return 0;
-}
-
-/*
- * task_open opens a connection for the task: channels, topology, qos
- * (prefetch) and, unless the task is paused (*paused set to 1), the
- * consumer with manual acks. It touches no shared state, so it runs
- * without io_mu (a slow connect must not hold up the settle thread).
- * Returns the connection, or NULL with the reason in buf (and *perm set
- * when the broker refused the topology).
- */
-static amqp_connection_state_t task_open(const struct tm_amqp_task *at,
-                                         char *ctag,
-                                         const struct tm_url **node,
-                                         char *buf, size_t size, int *perm,
-                                         int *paused)
-{
-    const struct tm_cfg_task *t = at->cfg;
-    char role[300];
-    *perm = 0;
-    tm_snprintf(role, sizeof role, "task %s", t->name);
-    amqp_connection_state_t c =
-        tm_amqp_open(at->ab, role, tm_amqp_heartbeat_s(at->ab), node, buf,
-                     size);
-    if (c == NULL)
-        return NULL;
-    /* the pause state is read before the consumer starts: a task paused
-     * meanwhile gets no delivery on this connection */
-    *paused = -1;
-    if (tm_amqp_channel(c, TM_AMQP_CH_CONSUME, 0, buf, size) == 0 &&
-        tm_amqp_channel(c, TM_AMQP_CH_ADMIN, 0, buf, size) == 0 &&
-        tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, t, buf, size, perm) == 0)
-        *paused = tm_amqp_pause_read(c, TM_AMQP_CH_ADMIN, at, buf, size);
-    if (*paused < 0 ||
-        (!*paused && start_consumer(at, c, ctag, buf, size) != 0)) {
-        tm_amqp_drop(c);
-        return NULL;
-    }
-    return c;
-}
-
-/* task_install makes c the task's connection (io_mu held). */
-static void task_install(struct tm_amqp_task *at, amqp_connection_state_t c,
-                         const char *ctag, const struct tm_url *node)
-{
-    const struct tm_cfg_task *t = at->cfg;
-    at->conn = c;
-    tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s", ctag);
-    at->gen = atomic_fetch_add(&at->ab->gens, 1) + 1;
-    tm_snprintf(at->salt, sizeof at->salt, "%016llx",
-                (unsigned long long)(tm_rand64() ^ at->gen));
-    at->salt[8] = '\0';
-    tm_amqp_conn_reset(at);
-    /* no consumer tag: the task is paused, no consumer was started */
-    tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, t->name, NULL,
-                 "%s queue '%s' on %s "
-                 "(prefetch %u; dead letters to '%s')",
-                 ctag[0] != '\0' ? "consuming" : "connected for",
-                 t->queue, node->redacted, t->prefetch, t->dead_letter);
-    at->was_up = 1;
-    at->err_hash = 0;
-    task_up(at);
-}
-
-/* tm_amqp_task_connect opens and installs the task's connection; io_mu is held
- * on entry and on return, but not while connecting. */
-int tm_amqp_task_connect(struct tm_amqp_task *at, int *perm)
-{
-    char eb[512], ctag[TM_AMQP_SHORTSTR_MAX + 1] = "";
-    const struct tm_url *node = NULL;
-    int paused = 0;
-    pthread_mutex_unlock(&at->io_mu);
-    amqp_connection_state_t c =
-        task_open(at, ctag, &node, eb, sizeof eb, perm, &paused);
-    pthread_mutex_lock(&at->io_mu);
-    if (c == NULL) {
-        tm_snprintf(at->errstr, sizeof at->errstr, "%s", eb);
-        return -1;
-    }
-    if (at->conn != NULL) {
-        /* another thread connected meanwhile */
-        tm_amqp_close(c);
-        return 0;
-    }
-    task_install(at, c, ctag, node);
-    tm_amqp_pause_connected(at, paused);
     return 0;
 }
 
@@ -377,33 +252,30 @@ static int delivery_done(struct tm_amqp_task *at)
     return err ? -1 : 0;
 }
 
-static int on_method(struct tm_amqp_task *at, amqp_channel_t ch,
-                     const amqp_method_t *m)
+/* on_method handles a method of the task's channel: 0, 1 when the
+ * channel went down, -1 when the connection failed. */
+static int on_method(struct tm_amqp_task *at, const amqp_method_t *m)
 {
     switch (m->id) {
-    case AMQP_CONNECTION_CLOSE_METHOD: {
-        const amqp_connection_close_t *x = m->decoded;
-        tm_snprintf(at->errstr, sizeof at->errstr,
-                    "connection closed by the broker: %u %.*s",
-                    x->reply_code, (int)x->reply_text.len,
-                    (const char *)x->reply_text.bytes);
-        amqp_connection_close_ok_t ok;
-        memset(&ok, 0, sizeof ok);
-        sym_amqp_send_method(at->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-        return -1;
-    }
     case AMQP_CHANNEL_CLOSE_METHOD: {
+        /* the broker closed this task's channel (a refused ack, its
+         * queue gone): answered, the task opens it again; the other
+         * tasks of the connection go on */
         const amqp_channel_close_t *x = m->decoded;
         tm_snprintf(at->errstr, sizeof at->errstr,
-                    "channel %u closed by the broker: %u %.*s", ch,
+                    "channel %u closed by the broker: %u %.*s", at->ch,
                     x->reply_code, (int)x->reply_text.len,
                     (const char *)x->reply_text.bytes);
-        return -1;
+        if (tm_amqp_channel_closed_ok(at->conn, at->ch) != AMQP_STATUS_OK) {
+            tm_snprintf(at->errstr, sizeof at->errstr,
+                        "channel.close-ok failed");
+            return -1;
+        }
+        tm_amqp_task_down(at, /* closed = */ 1);
+        return 1;
     }
     case AMQP_BASIC_DELIVER_METHOD: {
         const amqp_basic_deliver_t *x = m->decoded;
-        if (ch != TM_AMQP_CH_CONSUME)
-            return 0;
         if (at->dlv_state != 0) {
             tm_snprintf(at->errstr, sizeof at->errstr, "protocol error: a "
                         "delivery started inside another");
@@ -416,18 +288,20 @@ static int on_method(struct tm_amqp_task *at, amqp_channel_t ch,
     case AMQP_BASIC_CANCEL_METHOD:
         tm_snprintf(at->errstr, sizeof at->errstr, "RabbitMQ cancelled the "
                     "consumer of '%s' (queue deleted?)", at->cfg->queue);
-        return -1;
+        tm_amqp_task_down(at, /* closed = */ 0);
+        return 1;
     default:
         return 0;
     }
 }
 
-static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
+int tm_amqp_task_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
 {
+    assert(f->channel == at->ch && at->conn != NULL);
     if (f->frame_type == AMQP_FRAME_METHOD)
-        return on_method(at, f->channel, &f->payload.method);
+        return on_method(at, &f->payload.method);
     if (f->frame_type == AMQP_FRAME_HEADER) {
-        if (f->channel == TM_AMQP_CH_CONSUME && at->dlv_state == 1) {
+        if (at->dlv_state == 1) {
             at->partial = delivery_start(at, f);
             if (at->partial == NULL) {
                 tm_snprintf(at->errstr, sizeof at->errstr, "a message of "
@@ -444,7 +318,7 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
     }
     if (f->frame_type == AMQP_FRAME_BODY) {
         const amqp_bytes_t *b = &f->payload.body_fragment;
-        if (f->channel == TM_AMQP_CH_CONSUME && at->dlv_state == 2) {
+        if (at->dlv_state == 2) {
             struct tm_amqp_delivery *d = at->partial;
             if (b->len > d->body_len - d->body_got) {
                 tm_snprintf(at->errstr, sizeof at->errstr, "protocol error: "
@@ -458,52 +332,6 @@ static int on_frame(struct tm_amqp_task *at, const amqp_frame_t *f)
                 return delivery_done(at);
         }
     }
-    return 0;
-}
-
-/* nothing_buffered says whether rabbitmq-c holds no byte and no frame
- * of c that was read from the socket already. */
-static int nothing_buffered(amqp_connection_state_t c)
-{
-    return sym_amqp_data_in_buffer(c) == 0 && sym_amqp_frames_enqueued(c) == 0;
-}
-
-/*
- * pump reads every frame available now without blocking, and handles
- * each: deliveries go to the ready list. It also lets rabbitmq-c send a
- * heartbeat when one is due and notice a broker silent for two
- * heartbeats (a 1 us timeout rather than 0 keeps that check alive).
- * Returns -1 when the connection failed.
- */
-static int pump(struct tm_amqp_task *at)
-{
-    amqp_connection_state_t c = at->conn;
-    for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
-        /* what was read is decoded: with deliveries to hand over, they
-         * go now rather than after one more read that would most often
-         * find the socket empty (a failed read and a poll) */
-        if (i > 0 && at->nready > 0 && nothing_buffered(c))
-            break;
-        amqp_frame_t f;
-        struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
-        int rc = sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
-        if (rc == AMQP_STATUS_TIMEOUT)
-            break;
-        if (rc != AMQP_STATUS_OK) {
-            tm_snprintf(at->errstr, sizeof at->errstr, "%s",
-                        sym_amqp_error_string2(rc));
-            return -1;
-        }
-        int body = f.frame_type == AMQP_FRAME_BODY;
-        amqp_channel_t ch = f.channel;
-        if (on_frame(at, &f) != 0)
-            return -1;
-        /* a body frame is copied or dropped by now: its buffer goes back
-         * at once, so that a large body never piles up in rabbitmq-c */
-        if (body)
-            sym_amqp_maybe_release_buffers_on_channel(c, ch);
-    }
-    sym_amqp_maybe_release_buffers(c);
     return 0;
 }
 
@@ -552,7 +380,7 @@ static int reject_oversized(struct tm_amqp_task *at,
                  "invalid: body of %zu bytes exceeds max_payload (%zu "
                  "bytes); dead-lettered unread", d->body_len,
                  at->cfg->max_payload);
-    if (sym_amqp_basic_reject(at->conn, TM_AMQP_CH_CONSUME, d->tag,
+    if (sym_amqp_basic_reject(at->conn, at->ch, d->tag,
                               /* requeue = */ 0) != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.reject failed");
         return -1;
@@ -619,7 +447,7 @@ int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
                nabove < ack_quarter(at);
     int rc = AMQP_STATUS_OK;
     if (multi > 0)
-        rc = sym_amqp_basic_ack(c, TM_AMQP_CH_CONSUME, multi,
+        rc = sym_amqp_basic_ack(c, at->ch, multi,
                                 /* multiple = */ 1);
     size_t kept = 0;
     for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++) {
@@ -628,7 +456,7 @@ int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
         if (keep)
             k->held[kept++] = k->held[i];
         else
-            rc = sym_amqp_basic_ack(c, TM_AMQP_CH_CONSUME, k->held[i], 0);
+            rc = sym_amqp_basic_ack(c, at->ch, k->held[i], 0);
     }
     k->nheld = rc == AMQP_STATUS_OK ? kept : 0;
     if (rc != AMQP_STATUS_OK) {
@@ -670,7 +498,7 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
     if (c == NULL || na + nn == 0)
         return;
     for (size_t i = 0; i < nn; i++) {
-        if (sym_amqp_basic_nack(c, TM_AMQP_CH_CONSUME, nacks[i],
+        if (sym_amqp_basic_nack(c, at->ch, nacks[i],
                                 /* multiple = */ 0,
                                 /* requeue = */ 1) != AMQP_STATUS_OK) {
             tm_snprintf(at->errstr, sizeof at->errstr, "basic.nack failed");
@@ -704,8 +532,8 @@ void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
     /* only a hold that outlives this call needs the intake thread's
      * shorter poll: acks that went out at once (the common case while
      * the daemon keeps up, with few deliveries unsettled) wake nobody */
-    if (starts && k->nheld > 0 && at->polling)
-        tm_amqp_signal_intake(at);
+    if (starts && k->nheld > 0 && at->link->polling)
+        tm_amqp_signal_intake(at->link);
 }
 
 /* tm_amqp_stop_consuming cancels the task's consumer (wake()) without waiting
@@ -721,7 +549,7 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
     memset(&cancel, 0, sizeof cancel);
     cancel.consumer_tag = sym_amqp_cstring_bytes(at->consumer_tag);
     cancel.nowait = 1;
-    if (sym_amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
+    if (sym_amqp_send_method(at->conn, at->ch,
                              AMQP_BASIC_CANCEL_METHOD,
                              &cancel) != AMQP_STATUS_OK) {
         tm_snprintf(at->errstr, sizeof at->errstr, "basic.cancel failed");
@@ -736,42 +564,6 @@ int tm_amqp_stop_consuming(struct tm_amqp_task *at)
     return err ? -1 : 0;
 }
 
-/* resume_consuming starts the consumer again when intake comes back
- * after a wake() (a reload that did not happen). io_mu held. */
-static int resume_consuming(struct tm_amqp_task *at)
-{
-    char ctag[TM_AMQP_SHORTSTR_MAX + 1];
-    tm_amqp_lowat_off(at); /* its answers are short */
-    if (start_consumer(at, at->conn, ctag, at->errstr, sizeof at->errstr) != 0)
-        return -1;
-    tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s", ctag);
-    at->stopped = 0;
-    return 0;
-}
-
-/* tm_amqp_serve does what a holder of io_mu owes the connection: read
- * what arrived (heartbeats, deliveries, the broker's notices). */
-int tm_amqp_serve(struct tm_amqp_task *at, const char *what)
-{
-    if (at->conn == NULL)
-        return 0;
-    if (pump(at) != 0) {
-        tm_amqp_conn_lost(at, what);
-        return -1;
-    }
-    return 0;
-}
-
-/* tm_amqp_signal_intake wakes the task's intake thread if it waits in
- * fetch. */
-void tm_amqp_signal_intake(struct tm_amqp_task *at)
-{
-    uint64_t one = 1;
-    if (write(at->efd, &one, sizeof one) < 0) {
-        /* the counter is saturated: it is signalled anyway */
-    }
-}
-
 static void cb_release_batch(struct tm_batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
@@ -779,168 +571,262 @@ static void cb_release_batch(struct tm_batch *b)
     tm_free(b);
 }
 
-/* woken says whether wake() was called since this task's intake last
+/* woken says whether wake() was called since this link's intake last
  * noticed; noticing it makes this fetch return at once. */
-static int woken(struct tm_amqp_task *at)
+static int woken(struct tm_amqp_link *l)
 {
-    unsigned seq = atomic_load(&at->ab->wake_seq);
-    if (seq == at->seen_wake)
+    unsigned seq = atomic_load(&l->ab->wake_seq);
+    if (seq == l->seen_wake)
         return 0;
-    at->seen_wake = seq;
+    l->seen_wake = seq;
     return 1;
 }
 
-/* set_lowat turns the socket's low-water mark for reads on or off (see
- * TM_AMQP_LOWAT_BYTES) after a batch of k deliveries. io_mu held. A
- * socket that refuses it just wakes intake for every byte, as without. */
-static void set_lowat(struct tm_amqp_task *at, size_t k)
+size_t tm_amqp_lanes(struct tm_broker *b)
 {
-    int on = at->cfg->prefetch >= TM_AMQP_LOWAT_PREFETCH &&
-             (at->lowat ? k >= TM_AMQP_LOWAT_OFF : k >= TM_AMQP_LOWAT_ON);
-    if (on == at->lowat || at->conn == NULL)
-        return;
-    int bytes = on ? TM_AMQP_LOWAT_BYTES : 1;
-    if (setsockopt(sym_amqp_get_sockfd(at->conn), SOL_SOCKET, SO_RCVLOWAT,
-                   &bytes, sizeof bytes) == 0 || !on)
-        at->lowat = on;
+    return ((struct tm_amqp_broker *)b)->nlinks;
 }
 
-/* tm_amqp_lowat_off takes the low-water mark off the consuming socket
- * before a synchronous call on it (an RPC, the close): rabbitmq-c waits
- * for an answer in poll, which would otherwise wake only once
- * TM_AMQP_LOWAT_BYTES arrived, or at its timeout. io_mu held. */
-void tm_amqp_lowat_off(struct tm_amqp_task *at)
+size_t tm_amqp_lane_of(struct tm_broker *b, size_t ti)
 {
-    set_lowat(at, 0);
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    assert(ti < ab->ntasks);
+    return ab->tasks[ti].link->index;
+}
+
+void tm_amqp_room_made(struct tm_broker *b, size_t ti)
+{
+    struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
+    if (ti >= ab->ntasks)
+        return;
+    struct tm_amqp_link *l = ab->tasks[ti].link;
+    atomic_store(&l->poked, 1);
+    tm_amqp_signal_intake(l);
 }
 
 /*
- * tm_amqp_fetch reads up to max deliveries for task ti. It holds io_mu only
- * while it touches the connection: connecting and waiting (poll on the
- * socket and the task's eventfd) happen without it, so the settle thread
- * can settle at any time. The first call after wake() returns 0 at once;
- * a call after that (intake started again) consumes again.
+ * prepare brings each task of l to what it should be now (io_mu held):
+ * a pause read since is applied (consumer cancelled, or to start again),
+ * a consumer cancelled by wake() starts again once the task has room (a
+ * reload that did not happen: intake goes on), and a channel that failed
+ * opens again when its wait is over. *wait_ms is lowered to the next such
+ * wait. -1 when the connection failed (then lost).
  */
-int tm_amqp_fetch(struct tm_broker *b, size_t ti, size_t max,
-                    int timeout_ms, struct tm_batch **out)
+static int prepare(struct tm_amqp_link *l, const size_t *room,
+                   int64_t now, int64_t *wait_ms)
+{
+    for (size_t k = 0; k < l->ntasks && l->conn != NULL; k++) {
+        struct tm_amqp_task *at = l->tasks[k];
+        if (at->conn == NULL) {
+            if (at->reopen_at > now) {
+                if (at->reopen_at - now < *wait_ms)
+                    *wait_ms = at->reopen_at - now;
+                continue;
+            }
+            int perm, dead;
+            if (tm_amqp_task_open(at, &perm, &dead) != 0) {
+                if (dead) {
+                    tm_amqp_conn_lost(at, "open");
+                    return -1;
+                }
+                continue;
+            }
+        }
+        if (tm_amqp_pause_apply(at) != 0) {
+            tm_amqp_conn_lost(at, "pause");
+            return -1;
+        }
+        if (at->stopped && room[at->index] > 0) {
+            char ctag[TM_AMQP_SHORTSTR_MAX + 1];
+            tm_amqp_lowat_off(l); /* its answers are short */
+            if (tm_amqp_start_consumer(at, l->conn, ctag, at->errstr,
+                                       sizeof at->errstr) != 0) {
+                tm_amqp_conn_lost(at, "consume");
+                return -1;
+            }
+            tm_snprintf(at->consumer_tag, sizeof at->consumer_tag, "%s",
+                        ctag);
+            at->stopped = 0;
+        }
+    }
+    return l->conn != NULL ? 0 : -1;
+}
+
+/* any_ready says whether a task of l with room has deliveries ready. */
+static int any_ready(const struct tm_amqp_link *l, const size_t *room)
+{
+    for (size_t k = 0; k < l->ntasks; k++)
+        if (l->tasks[k]->nready > 0 && room[l->tasks[k]->index] > 0)
+            return 1;
+    return 0;
+}
+
+/* flush_acks sends the acks held back that are due, on every task of l,
+ * and lowers *wait_ms to when the next are due. -1 when the connection
+ * failed (then lost). */
+static int flush_acks(struct tm_amqp_link *l, int64_t now, int64_t *wait_ms)
+{
+    for (size_t k = 0; k < l->ntasks; k++) {
+        struct tm_amqp_task *at = l->tasks[k];
+        if (at->acks.nheld == 0)
+            continue;
+        if (tm_amqp_acks_flush(at, /* force = */ 0, now) != 0) {
+            tm_amqp_conn_lost(at, "ack");
+            return -1;
+        }
+        int64_t hold = tm_amqp_acks_wait_ms(at, now);
+        if (hold >= 0 && hold < *wait_ms)
+            *wait_ms = hold;
+    }
+    return 0;
+}
+
+/* take makes out[] the batches of what l's tasks have ready, up to their
+ * room: one batch per task; returns how many. */
+static int take(struct tm_amqp_link *l, const size_t *room,
+                struct tm_batch **out, size_t nout)
+{
+    int nb = 0;
+    size_t total = 0;
+    unsigned prefetch = 0;
+    int64_t now = tm_now_ns();
+    if (l->lowat)
+        atomic_fetch_add_explicit(&tm_broker_lowat_batches, 1,
+                                  memory_order_relaxed);
+    for (size_t j = 0; j < l->ntasks && (size_t)nb < nout; j++) {
+        struct tm_amqp_task *at = l->tasks[j];
+        size_t r = room[at->index];
+        size_t k = at->nready < r ? at->nready : r;
+        if (k == 0)
+            continue;
+        struct tm_batch *batch = tm_batch_new(k);
+        batch->release = cb_release_batch;
+        for (size_t i = 0; i < k; i++) {
+            struct tm_amqp_delivery *d = ready_pop(at);
+            struct tm_msg *m = &batch->msgs[i];
+            m->task_index = at->index;
+            m->id = d->id;
+            m->id_len = strlen(d->id);
+            m->body = d->body;
+            m->body_len = d->body_len;
+            m->attempt = d->attempt;
+            m->tag = d->tag;
+            m->bctx = d;
+            m->t_recv_ns = now;
+        }
+        out[nb++] = batch;
+        total += k;
+        if (at->cfg->prefetch > prefetch)
+            prefetch = at->cfg->prefetch;
+    }
+    /* The low-water mark pays while deliveries come in batches of
+     * TM_AMQP_LOWAT_ON or more, for a task whose window is large enough
+     * (TM_AMQP_LOWAT_PREFETCH) that the mark is a small part of it. */
+    tm_amqp_lowat_set(l, prefetch >= TM_AMQP_LOWAT_PREFETCH &&
+                             (l->lowat ? total >= TM_AMQP_LOWAT_OFF
+                                       : total >= TM_AMQP_LOWAT_ON));
+    return nb;
+}
+
+/*
+ * tm_amqp_fetch_lane reads the deliveries of lane l's tasks (those of
+ * one link) up to their room. It holds io_mu only while it touches the
+ * connection: connecting and waiting (poll on the socket and the link's
+ * eventfd) happen without it, so the settle thread can settle at any
+ * time. The first call after wake() returns 0 at once; a call after that
+ * with room (intake started again) consumes again.
+ */
+int tm_amqp_fetch_lane(struct tm_broker *b, size_t lane, const size_t *room,
+                       int timeout_ms, struct tm_batch **out, size_t nout)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
-    struct tm_amqp_task *at = &ab->tasks[ti];
+    assert(lane < ab->nlinks);
+    struct tm_amqp_link *l = &ab->links[lane];
     int n = 0;
-    *out = NULL;
-    pthread_mutex_lock(&at->io_mu);
-    if (woken(at))
+    pthread_mutex_lock(&l->io_mu);
+    if (woken(l))
         goto out;
-    if (at->conn == NULL) {
+    if (l->conn == NULL) {
         int perm = 0;
-        if (tm_amqp_task_connect(at, &perm) != 0) {
+        if (tm_amqp_link_connect(l, &perm) != 0) {
             /* a new reason is worth a line; the same again is noise */
-            uint64_t h = tm_amqp_fnv64(at->errstr, strlen(at->errstr),
+            uint64_t h = tm_amqp_fnv64(l->errstr, strlen(l->errstr),
                                        TM_AMQP_FNV64_INIT);
-            tm_log_write(h != at->err_hash ? (perm ? TM_LOG_ERR
-                                                   : TM_LOG_WARNING)
-                                           : TM_LOG_DEBUG,
-                         TM_AMQP_SRC, at->cfg->name, NULL, "%s; retrying",
-                         at->errstr);
-            at->err_hash = h;
-            task_down(at);
+            tm_log_write(h != l->err_hash ? (perm ? TM_LOG_ERR
+                                                  : TM_LOG_WARNING)
+                                          : TM_LOG_DEBUG,
+                         TM_AMQP_SRC, NULL, NULL, "%s; retrying",
+                         l->errstr);
+            l->err_hash = h;
             n = -1;
             goto out;
         }
     }
-    if (tm_amqp_pause_apply(at) != 0) {
-        tm_amqp_conn_lost(at, "pause");
-        n = -1;
-        goto out;
-    }
-    if (at->stopped && resume_consuming(at) != 0) {
-        tm_amqp_conn_lost(at, "consume");
-        n = -1;
+    if (l->announce) {
+        /* connected (here, or by connect()): the lane's tasks count as
+         * subscribed now, not once this read ends, which may wait long
+         * for a first delivery */
+        l->announce = 0;
         goto out;
     }
     int64_t deadline = tm_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     /* with nothing read already, poll comes first: the socket is read
      * once it holds something (rather than a failed read, a poll in
      * rabbitmq-c, then this poll); every wake-up of poll reads */
-    int served = 0, skip = at->conn != NULL && at->nready == 0 &&
-                           nothing_buffered(at->conn);
+    int served = 0, skip = !any_ready(l, room) &&
+                           tm_amqp_nothing_buffered(l->conn);
     for (;;) {
-        if (at->conn == NULL) {
-            n = -1; /* lost by the settle thread meanwhile */
+        int64_t now = tm_now_ms(), left = deadline - now;
+        int64_t wait = left <= 0 ? 0 : left < INT_MAX ? left : INT_MAX;
+        if (l->conn == NULL || prepare(l, room, now, &wait) != 0) {
+            n = -1; /* lost meanwhile */
             goto out;
         }
         if (!skip) {
-            if (tm_amqp_serve(at, "consume") != 0) {
+            if (tm_amqp_serve(l, "consume") != 0) {
                 n = -1;
                 goto out;
             }
             served = 1;
             /* nothing read: the stream has stopped (or thinned out), and
              * the next delivery is read as it comes */
-            if (at->nready == 0)
-                set_lowat(at, 0);
+            if (l->fresh == 0)
+                tm_amqp_lowat_off(l);
         }
         skip = 0;
-        if (at->nready > 0 && max > 0)
+        if (any_ready(l, room))
             break;
-        if (woken(at))
+        /* room was made for a task given none: the caller reads again
+         * with the room it has now */
+        if (woken(l) || atomic_exchange(&l->poked, 0))
             goto out;
-        int64_t now = tm_now_ms(), left = deadline - now;
         if (left <= 0 && served)
             goto out;
         /* acks held back go out when due, even while nothing arrives */
-        if (tm_amqp_acks_flush(at, /* force = */ 0, now) != 0) {
-            tm_amqp_conn_lost(at, "ack");
+        if (flush_acks(l, now, &wait) != 0) {
             n = -1;
             goto out;
         }
-        int64_t hold = tm_amqp_acks_wait_ms(at, now);
-        int wait = (int)(left <= 0 ? 0 : left < INT_MAX ? left : INT_MAX);
-        if (hold >= 0 && hold < wait)
-            wait = (int)hold;
         /* with a low-water mark, what is under it is read after a while */
-        if (at->lowat && wait > TM_AMQP_LOWAT_WAIT_MS)
+        if (l->lowat && wait > TM_AMQP_LOWAT_WAIT_MS)
             wait = TM_AMQP_LOWAT_WAIT_MS;
         struct pollfd p[2] = {
-            {.fd = sym_amqp_get_sockfd(at->conn), .events = POLLIN},
-            {.fd = at->efd, .events = POLLIN},
+            {.fd = sym_amqp_get_sockfd(l->conn), .events = POLLIN},
+            {.fd = l->efd, .events = POLLIN},
         };
-        at->polling = 1;
-        pthread_mutex_unlock(&at->io_mu);
-        if (poll(p, 2, wait) > 0 &&
-            (p[1].revents & POLLIN)) {
+        l->polling = 1;
+        pthread_mutex_unlock(&l->io_mu);
+        if (poll(p, 2, (int)wait) > 0 && (p[1].revents & POLLIN)) {
             uint64_t cnt;
-            if (read(at->efd, &cnt, sizeof cnt) < 0) {
+            if (read(l->efd, &cnt, sizeof cnt) < 0) {
                 /* EAGAIN: taken already */
             }
         }
-        pthread_mutex_lock(&at->io_mu);
-        at->polling = 0;
+        pthread_mutex_lock(&l->io_mu);
+        l->polling = 0;
     }
-    size_t k = at->nready < max ? at->nready : max;
-    if (at->lowat)
-        atomic_fetch_add_explicit(&tm_broker_lowat_batches, 1,
-                                  memory_order_relaxed);
-    set_lowat(at, k);
-    struct tm_batch *batch = tm_batch_new(k);
-    batch->release = cb_release_batch;
-    int64_t now = tm_now_ns();
-    for (size_t i = 0; i < k; i++) {
-        struct tm_amqp_delivery *d = ready_pop(at);
-        struct tm_msg *m = &batch->msgs[i];
-        m->task_index = ti;
-        m->id = d->id;
-        m->id_len = strlen(d->id);
-        m->body = d->body;
-        m->body_len = d->body_len;
-        m->attempt = d->attempt;
-        m->tag = d->tag;
-        m->bctx = d;
-        m->t_recv_ns = now;
-    }
-    *out = batch;
-    n = (int)k;
+    n = take(l, room, out, nout);
 out:
-    pthread_mutex_unlock(&at->io_mu);
+    pthread_mutex_unlock(&l->io_mu);
     return n;
 }

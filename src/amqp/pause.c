@@ -122,7 +122,7 @@ int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
 static void note_state(struct tm_amqp_task *at, int paused)
 {
     if (atomic_exchange(&at->paused, paused) != paused)
-        tm_amqp_signal_intake(at);
+        tm_amqp_signal_intake(at->link);
 }
 
 /* frame_wait reads one frame on c within tv: 1 read, 0 none in time, -1
@@ -166,10 +166,10 @@ static void shortstr(char q[TM_AMQP_SHORTSTR_MAX + 1], amqp_bytes_t b)
  * would otherwise go on receiving as runs end. */
 static void apply_locked(struct tm_amqp_task *at)
 {
-    pthread_mutex_lock(&at->io_mu);
+    pthread_mutex_lock(at->io_mu);
     if (tm_amqp_pause_apply(at) != 0)
         tm_amqp_conn_lost(at, "pause");
-    pthread_mutex_unlock(&at->io_mu);
+    pthread_mutex_unlock(at->io_mu);
 }
 
 /* read_task reads task at's state on the pause connection and applies
@@ -374,7 +374,7 @@ int tm_amqp_pause_apply(struct tm_amqp_task *at)
                 memset(&cancel, 0, sizeof cancel);
                 cancel.consumer_tag = sym_amqp_cstring_bytes(at->consumer_tag);
                 cancel.nowait = 1;
-                if (sym_amqp_send_method(at->conn, TM_AMQP_CH_CONSUME,
+                if (sym_amqp_send_method(at->conn, at->ch,
                                          AMQP_BASIC_CANCEL_METHOD,
                                          &cancel) != AMQP_STATUS_OK) {
                     tm_snprintf(at->errstr, sizeof at->errstr,

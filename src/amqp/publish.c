@@ -353,9 +353,9 @@ static int pump(struct tm_amqp_publisher *pc)
 static uint64_t task_gen(struct tm_amqp_broker *ab, size_t i)
 {
     struct tm_amqp_task *at = &ab->tasks[i];
-    pthread_mutex_lock(&at->io_mu);
+    pthread_mutex_lock(at->io_mu);
     uint64_t gen = at->conn != NULL ? at->gen : 0;
-    pthread_mutex_unlock(&at->io_mu);
+    pthread_mutex_unlock(at->io_mu);
     return gen;
 }
 

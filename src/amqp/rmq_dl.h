@@ -41,6 +41,7 @@
     X(amqp_basic_publish)                                                   \
     X(amqp_basic_qos)                                                       \
     X(amqp_basic_reject)                                                    \
+    X(amqp_channel_close)                                                   \
     X(amqp_channel_open)                                                    \
     X(amqp_confirm_select)                                                  \
     X(amqp_connection_close)                                                \

@@ -216,7 +216,7 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
         struct tm_amqp_task *at = &ab->tasks[ti];
         size_t na = 0, stale = 0, mine = hi - lo;
         int copies = 0;
-        pthread_mutex_lock(&at->io_mu);
+        pthread_mutex_lock(at->io_mu);
         if (mine > at->tagcap) {
             at->tagcap = mine * 2;
             at->tags = tm_realloc(at->tags, at->tagcap * sizeof *at->tags);
@@ -235,9 +235,9 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
         if (err)
             tm_amqp_conn_lost(at, "settle");
         int ready = at->nready > 0;
-        pthread_mutex_unlock(&at->io_mu);
+        pthread_mutex_unlock(at->io_mu);
         if (ready)
-            tm_amqp_signal_intake(at);
+            tm_amqp_signal_intake(at->link);
         if (stale > 0)
             tm_log_write(TM_LOG_DEBUG, TM_AMQP_SRC, at->cfg->name, NULL,
                          "%zu settlement(s) dropped: their connection was "
@@ -321,17 +321,24 @@ void tm_amqp_tick(struct tm_broker *b)
     tm_amqp_park_take(ab);
     tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
     tm_amqp_settle_originals(ab, &ab->done);
-    for (size_t i = 0; i < ab->ntasks; i++) {
-        struct tm_amqp_task *at = &ab->tasks[i];
-        pthread_mutex_lock(&at->io_mu);
+    int64_t now = tm_now_ms();
+    for (size_t li = 0; li < ab->nlinks; li++) {
+        struct tm_amqp_link *l = &ab->links[li];
+        int ready = 0;
+        pthread_mutex_lock(&l->io_mu);
         /* held acks due while neither settle() nor intake came by */
-        if (tm_amqp_acks_flush(at, /* force = */ 0, tm_now_ms()) != 0)
-            tm_amqp_conn_lost(at, "ack");
-        tm_amqp_serve(at, "upkeep");
-        int ready = at->nready > 0;
-        pthread_mutex_unlock(&at->io_mu);
+        for (size_t k = 0; k < l->ntasks && l->conn != NULL; k++) {
+            struct tm_amqp_task *at = l->tasks[k];
+            if (at->acks.nheld > 0 &&
+                tm_amqp_acks_flush(at, /* force = */ 0, now) != 0)
+                tm_amqp_conn_lost(at, "ack");
+        }
+        tm_amqp_serve(l, "upkeep");
+        for (size_t k = 0; k < l->ntasks && !ready; k++)
+            ready = l->tasks[k]->nready > 0;
+        pthread_mutex_unlock(&l->io_mu);
         if (ready)
-            tm_amqp_signal_intake(at);
+            tm_amqp_signal_intake(l);
     }
     tm_amqp_pause_poll(ab);
 }

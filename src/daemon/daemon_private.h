@@ -67,7 +67,7 @@ void tm_gen_publish(struct tm_daemon *d, struct tm_gen *g);
 
 /* tm_intake_submit hands a batch read by intake to the pool. */
 void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch);
-/* tm_intake_start starts one intake thread per task of g. */
+/* tm_intake_start starts one intake thread per lane of g's broker. */
 void tm_intake_start(struct tm_gen *g);
 
 /* tm_intake_stop stops reading new messages and joins the intake

@@ -337,8 +337,6 @@ int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
         drained = g->pool->ops->drain(g->pool, deadline);
         tm_intake_join(g);
     }
-    for (size_t i = 0; i < g->ntasks; i++)
-        g->tasks[i].intake_started = 0;
     if (drained != 0) {
         /* should_stop() says yes to this generation's calls only */
         atomic_store(&g->abandon, 1);

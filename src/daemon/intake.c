@@ -1,16 +1,13 @@
-/* intake.c - the intake threads: one per task, or one per lane for a
- * broker with lanes, reading from the broker and handing messages to the
- * pool. */
+/* intake.c - the intake threads, one per lane of the broker (the
+ * adapter groups its tasks into lanes, see struct tm_broker_ops), reading
+ * from the broker and handing messages to the pool. */
 #include "daemon_private.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "log.h"
 #include "util.h"
-
-/* How long one blocking broker read may wait before intake looks at its
- * stop flag again. */
-#define TM_FETCH_BLOCK_MS 250
 
 /* wait_ms waits until ms pass, the generation stops, or room is made. */
 static void wait_ms(struct tm_gen *g, int64_t ms)
@@ -135,64 +132,6 @@ void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch)
     collect_runs(g, batch, &grown);
     submit_runs(g, &grown);
     runs_free(&grown);
-}
-
-static void *intake_main(void *arg)
-{
-    struct tm_task *t = arg;
-    struct tm_gen *g = t->gen;
-    struct tm_broker *b = g->broker;
-    int64_t backoff = TM_RECONNECT_MIN_MS;
-    int by_conc;
-
-    while (!atomic_load(&g->stopping)) {
-        /* looked at each time: the task's other generations leave it
-         * room as they finish */
-        long cap = tm_flow_cap(t, &by_conc);
-        long room = cap - (long)atomic_load(&t->stats.inflight);
-        if (room <= 0) {
-            atomic_store(&t->waiting_room, 1);
-            room = cap - (long)atomic_load(&t->stats.inflight);
-            if (room <= 0) {
-                tm_flow_held(t, by_conc != 0);
-                wait_ms(g, by_conc == 2 ? TM_FLOW_OTHERS_MS : 100);
-            }
-            atomic_store(&t->waiting_room, 0);
-            continue;
-        }
-        /* an open circuit breaker holds the task's messages in the broker */
-        int64_t hold = tm_circuit_gate(&t->circuit, t->cfg,
-                                       atomic_load(&t->stats.inflight), &room);
-        if (hold > 0) {
-            wait_ms(g, hold);
-            continue;
-        }
-        /* rate_limit: this daemon's bucket (the only intake with fetch
-         * is of brokers that keep no bucket) */
-        int64_t wait;
-        size_t max = tm_flow_take_local(t, (size_t)room, &wait);
-        tm_flow_held(t, max == 0);
-        int block = TM_FETCH_BLOCK_MS;
-        if (max == 0 && wait < block)
-            block = (int)wait;
-        /* with no token the read takes nothing: it only keeps the
-         * connection served (heartbeats) until the next token is due */
-        struct tm_batch *batch = NULL;
-        int n = b->ops->fetch(b, t->index, max, block, &batch);
-        tm_flow_used_local(t, n > 0 && batch != NULL ? batch->n : 0);
-        if (n < 0) {
-            atomic_store(&t->subscribed, 0);
-            wait_ms(g, tm_backoff_jitter(backoff));
-            backoff = tm_backoff_next(backoff);
-            continue;
-        }
-        backoff = TM_RECONNECT_MIN_MS;
-        atomic_store(&t->subscribed, 1);
-        if (n == 0 || batch == NULL)
-            continue;
-        tm_intake_submit(g, batch);
-    }
-    return NULL;
 }
 
 /* How long one blocking read of a lane may wait: the broker ends it
@@ -362,28 +301,17 @@ void tm_intake_start(struct tm_gen *g)
 {
     struct tm_broker *b = g->broker;
     atomic_store(&g->stopping, 0);
-    if (b->ops->fetch_lane != NULL) {
-        g->nlanes = b->ops->lanes(b);
-        g->lanes = tm_calloc(g->nlanes ? g->nlanes : 1, sizeof *g->lanes);
-        for (size_t l = 0; l < g->nlanes; l++) {
-            g->lanes[l].g = g;
-            g->lanes[l].index = l;
-            if (pthread_create(&g->lanes[l].thread, NULL, lane_main,
-                               &g->lanes[l]) == 0)
-                g->lanes[l].started = 1;
-            else
-                tm_log_err(TM_DAEMON_SRC, "cannot start intake lane %zu", l);
-        }
-        return;
-    }
-    for (size_t i = 0; i < g->ntasks; i++) {
-        if (pthread_create(&g->tasks[i].intake, NULL, intake_main,
-                           &g->tasks[i]) == 0)
-            g->tasks[i].intake_started = 1;
+    assert(b->ops->fetch_lane != NULL);
+    g->nlanes = b->ops->lanes(b);
+    g->lanes = tm_calloc(g->nlanes ? g->nlanes : 1, sizeof *g->lanes);
+    for (size_t l = 0; l < g->nlanes; l++) {
+        g->lanes[l].g = g;
+        g->lanes[l].index = l;
+        if (pthread_create(&g->lanes[l].thread, NULL, lane_main,
+                           &g->lanes[l]) == 0)
+            g->lanes[l].started = 1;
         else
-            tm_log_err(TM_DAEMON_SRC,
-                       "task '%s': cannot start its intake thread",
-                       g->tasks[i].cfg->name);
+            tm_log_err(TM_DAEMON_SRC, "cannot start intake lane %zu", l);
     }
 }
 
@@ -401,11 +329,6 @@ void tm_intake_stop(struct tm_gen *g)
 /* tm_intake_join joins the intake threads of a generation told to stop. */
 void tm_intake_join(struct tm_gen *g)
 {
-    for (size_t i = 0; i < g->ntasks; i++)
-        if (g->tasks[i].intake_started) {
-            pthread_join(g->tasks[i].intake, NULL);
-            g->tasks[i].intake_started = 0;
-        }
     for (size_t l = 0; l < g->nlanes; l++)
         if (g->lanes[l].started) {
             pthread_join(g->lanes[l].thread, NULL);
