@@ -130,8 +130,8 @@ size_t tm_dlq_utf8_cut(const char *s, size_t n)
 size_t tm_broker_nodes(const struct tm_cfg *cfg, struct tm_broker *b,
                        struct tm_broker_node *out, size_t max)
 {
-    if (b != NULL && b->ops->nodes != NULL)
-        return b->ops->nodes(b, out, max);
+    if (b != NULL && b->ops->admin->nodes != NULL)
+        return b->ops->admin->nodes(b, out, max);
     int up = b != NULL && atomic_load(&b->up);
     int on = b != NULL ? atomic_load(&b->node) : -1;
     size_t k = 0;

@@ -1,4 +1,5 @@
-/* broker.h - the broker interface: one vtable, one file per adapter. */
+/* broker.h - the broker interface: one table per role, one folder per
+ * adapter. */
 #ifndef TASKMILL_BROKER_H
 #define TASKMILL_BROKER_H
 
@@ -76,34 +77,26 @@ static inline const char *tm_pub_dedup_key(const struct tm_pub *pub)
 }
 
 /*
- * struct tm_broker_ops is filled by each adapter (broker_redis.c, ...).
- *
- * Threading contract: fetch_lane(b, l, ...) is called only by the intake
- * thread of lane l; settle() only by the settle thread; both may run at
- * the same time, and the adapter keeps them apart (separate connections,
- * or a lock of its own). The CLI functions (publish, dlq_*) are used by a process that
- * runs no intake.
+ * The broker seam, one table per role. Each adapter (src/redis/redis.c,
+ * src/amqp/adapter.c) fills a struct tm_broker_ops: its kind and
+ * lifecycle hooks, and a pointer to each role's table (consume, produce,
+ * admin, pause, sched). Every role pointer is set by both adapters; a
+ * hook an adapter lacks is NULL, where marked Optional.
  *
  * Errors: functions return 0 (or a count) on success and -1 on failure,
  * with tm_broker_set_error() called to describe it.
  */
-struct tm_broker_ops {
-    const char *kind; /* "redis", "amqp" */
 
-    /* check, optional, checks what this adapter requires of a config that
-     * loaded (tm_cfg_load_all), with no I/O to the broker: the shared
-     * libraries it opens (dlib.h) are opened here, and rules of the broker
-     * (Redis Cluster's one slot per task) applied. Each refusal is
-     * reported into e at the config's mark of what it refuses, as the
-     * loader reports (config.h); stops once e is full. 0, or -1 when one
-     * was reported. Run by tm_broker_load_config, so by every command at
-     * startup and by each reload, before any create for that config. */
-    int (*check)(const struct tm_cfg *cfg, struct tm_cfg_errors *e);
-
-    /* create allocates the adapter for cfg (borrowed; it outlives the
-     * broker), a config that passed check. No I/O. */
-    struct tm_broker *(*create)(const struct tm_cfg *cfg);
-
+/*
+ * struct tm_broker_consume_ops is the daemon's intake and settlement.
+ *
+ * Threading contract: fetch_lane(b, l, ...) is called only by the intake
+ * thread of lane l; settle() only by the settle thread; both may run at
+ * the same time, and the adapter keeps them apart (separate connections,
+ * or a lock of its own). A process that runs no intake (the CLI) never
+ * calls this table.
+ */
+struct tm_broker_consume_ops {
     /* connect opens the connections and prepares every task's queue
      * (consumer group, dead-letter queue). -1 when the broker cannot be
      * reached or refuses; the caller retries with backoff. */
@@ -146,12 +139,69 @@ struct tm_broker_ops {
     void (*tick)(struct tm_broker *b);
     int64_t (*tick_ms)(struct tm_broker *b);
 
+    /* rate_take takes rate_limit tokens from buckets the broker keeps,
+     * shared by every daemon reading the same tasks. Called by lane l's
+     * intake thread only, before its fetch_lane: for each task i of the
+     * lane (indexes are task indexes, all of them, other lanes' and tasks
+     * without rate_limit ignored) it first gives back back[i] tokens a
+     * read left unused, then takes up to want[i] (0: none wanted) and
+     * sets got[i]; when got[i] is 0 for want[i] > 0, wait_ms[i] is how
+     * long until the bucket has a token again. Returns 0, or -1 on a
+     * connection error (nothing taken, nothing given back). Optional:
+     * NULL when the broker keeps no buckets; each daemon then limits
+     * with its own (rate_limit is per daemon). */
+    int (*rate_take)(struct tm_broker *b, size_t lane, const size_t *want,
+                     const size_t *back, size_t *got, int64_t *wait_ms);
+};
+
+/*
+ * struct tm_broker_produce_ops adds messages to a task's queue.
+ *
+ * Threading contract: used by a process that runs no intake (the CLI:
+ * publish, publish_at, request) or by the admin API worker on a broker of
+ * its own (publish, publish_at), one thread per broker.
+ */
+struct tm_broker_produce_ops {
     /* publish adds one message to the task's queue, with pub's options
      * (NULL: none); the new message id is written to id (size idlen). */
     int (*publish)(struct tm_broker *b, const struct tm_cfg_task *t,
                    const char *body, size_t len, const struct tm_pub *pub,
                    char *id, size_t idlen);
 
+    /* publish_at adds one message to the task's queue that runs no
+     * earlier than due_ms (epoch ms, wall clock): on Redis a member of
+     * the sorted set "<queue>.scheduled", on RabbitMQ a message with
+     * header x-not-before (docs/delivery.md, Delayed messages). The
+     * message id is written to id (size idlen); pub as publish's.
+     * Optional: NULL when the broker has no delayed messages. */
+    int (*publish_at)(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const char *body, size_t len, const struct tm_pub *pub,
+                      int64_t due_ms, char *id, size_t idlen);
+
+    /* request publishes body to the task's queue as a request (reply-to
+     * and correlation id; priority < 0 means the task default) and waits
+     * up to timeout_ms for its answer. Returns 0 with *reply set to the
+     * answer's JSON text (the caller frees it with tm_free) and
+     * *task_failed set when the task failed (the answer is then an error
+     * object); -1 on failure, with b->err ETIMEDOUT when no answer came
+     * in time. The message id is written to id (size idlen) once the
+     * request is published. CLI only. Optional: NULL when the broker has
+     * no request/reply. */
+    int (*request)(struct tm_broker *b, const struct tm_cfg_task *t,
+                   const char *body, size_t len, const struct tm_pub *pub,
+                   int64_t timeout_ms, char *id, size_t idlen, char **reply,
+                   int *task_failed);
+};
+
+/*
+ * struct tm_broker_admin_ops reads and repairs what the broker keeps:
+ * dead letters, and the counts /metrics and /status show.
+ *
+ * Threading contract: the dlq_* hooks are used by a process that runs no
+ * intake (the CLI) or by the admin API worker on a broker of its own, one
+ * thread per broker; depth, scheduled and nodes as each one states.
+ */
+struct tm_broker_admin_ops {
     /* dlq_list returns up to max entries, newest first, in a new array of
      * *n entries (free with tm_dlq_entries_free). */
     int (*dlq_list)(struct tm_broker *b, const struct tm_cfg_task *t,
@@ -170,9 +220,6 @@ struct tm_broker_ops {
     long (*dlq_purge)(struct tm_broker *b, const struct tm_cfg_task *t,
                       const char *id);
 
-    /* destroy closes everything and frees the adapter; NULL accepted. */
-    void (*destroy)(struct tm_broker *b);
-
     /* depth reads, for monitoring, task i's queue depth (messages not yet
      * delivered), pending count (delivered, not acknowledged) and
      * dead-letter depth; each is -1 when the broker cannot tell. It runs
@@ -185,34 +232,26 @@ struct tm_broker_ops {
     int (*depth)(struct tm_broker *b, size_t task_index, long long *depth,
                  long long *pending, long long *dlq_depth);
 
-    /* request publishes body to the task's queue as a request (reply-to
-     * and correlation id; priority < 0 means the task default) and waits
-     * up to timeout_ms for its answer. Returns 0 with *reply set to the
-     * answer's JSON text (the caller frees it with tm_free) and
-     * *task_failed set when the task failed (the answer is then an error
-     * object); -1 on failure, with b->err ETIMEDOUT when no answer came
-     * in time. The message id is written to id (size idlen) once the
-     * request is published. CLI only. Optional: NULL when the broker has
-     * no request/reply. */
-    int (*request)(struct tm_broker *b, const struct tm_cfg_task *t,
-                   const char *body, size_t len, const struct tm_pub *pub,
-                   int64_t timeout_ms, char *id, size_t idlen, char **reply,
-                   int *task_failed);
+    /* scheduled reads, for monitoring, how many delayed messages of task
+     * i wait for their time: *n, or -1 when the broker cannot tell
+     * cheaply. Called by the depth refresher only, task 0 first in each
+     * round: the count is one the adapter keeps, and at task 0 it may
+     * wait, a second at most, for the adapter's own thread to read them
+     * all (Redis: the promoter). Optional: NULL means -1 for every
+     * task. */
+    int (*scheduled)(struct tm_broker *b, size_t task_index, long long *n);
 
-    /* rate_take takes rate_limit tokens from buckets the broker keeps,
-     * shared by every daemon reading the same tasks. Called by lane l's
-     * intake thread only, before its fetch_lane: for each task i of the
-     * lane (indexes are task indexes, all of them, other lanes' and tasks
-     * without rate_limit ignored) it first gives back back[i] tokens a
-     * read left unused, then takes up to want[i] (0: none wanted) and
-     * sets got[i]; when got[i] is 0 for want[i] > 0, wait_ms[i] is how
-     * long until the bucket has a token again. Returns 0, or -1 on a
-     * connection error (nothing taken, nothing given back). Optional:
-     * NULL when the broker keeps no buckets; each daemon then limits
-     * with its own (rate_limit is per daemon). */
-    int (*rate_take)(struct tm_broker *b, size_t lane, const size_t *want,
-                     const size_t *back, size_t *got, int64_t *wait_ms);
+    /* nodes fills out[0..k) with the nodes the adapter knows (k <= max;
+     * e.g. a cluster's masters, found at run time) and returns k.
+     * Optional: NULL when the nodes are broker.url's list and the one
+     * connected to is b->node. Any thread. */
+    size_t (*nodes)(struct tm_broker *b, struct tm_broker_node *out,
+                    size_t max);
+};
 
+/* struct tm_broker_pause_ops holds a task's intake back; each hook
+ * states its threads. */
+struct tm_broker_pause_ops {
     /* Pause (docs/delivery.md, Pausing a task). The state of a task is
      * kept in the broker, where every daemon consuming the task reads it
      * (Redis: the key "<queue>.paused.<group>"; RabbitMQ: the control
@@ -233,6 +272,10 @@ struct tm_broker_ops {
      * set task i's state to paused, so that it acts at once rather than at
      * its next read of the state; any thread, no I/O. */
     void (*pause_note)(struct tm_broker *b, size_t task_index, int paused);
+};
+
+/* struct tm_broker_sched_ops is the schedule session (src/schedule/). */
+struct tm_broker_sched_ops {
     /*
      * Schedules (src/schedule/fire.c). A schedule session is a connection
      * of its own, apart from intake and settlement, used by one thread.
@@ -281,33 +324,35 @@ struct tm_broker_ops {
     int (*sched_serve)(struct tm_sched_session *ss, int64_t timeout_ms);
     int (*sched_clock)(struct tm_sched_session *ss, int64_t *skew_ms);
     void (*sched_close)(struct tm_sched_session *ss);
+};
 
-    /* publish_at adds one message to the task's queue that runs no
-     * earlier than due_ms (epoch ms, wall clock): on Redis a member of
-     * the sorted set "<queue>.scheduled", on RabbitMQ a message with
-     * header x-not-before (docs/delivery.md, Delayed messages). The
-     * message id is
-     * written to id (size idlen); pub as publish's.
-     * Optional: NULL when the broker has no delayed messages. */
-    int (*publish_at)(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *body, size_t len, const struct tm_pub *pub,
-                      int64_t due_ms, char *id, size_t idlen);
+/* struct tm_broker_ops is one adapter: its kind, its lifecycle, and its
+ * role tables (see the top of this section). */
+struct tm_broker_ops {
+    const char *kind; /* "redis", "amqp" */
 
-    /* scheduled reads, for monitoring, how many delayed messages of task
-     * i wait for their time: *n, or -1 when the broker cannot tell
-     * cheaply. Called by the depth refresher only, task 0 first in each
-     * round: the count is one the adapter keeps, and at task 0 it may
-     * wait, a second at most, for the adapter's own thread to read them
-     * all (Redis: the promoter). Optional: NULL means -1 for every
-     * task. */
-    int (*scheduled)(struct tm_broker *b, size_t task_index, long long *n);
+    /* check, optional, checks what this adapter requires of a config that
+     * loaded (tm_cfg_load_all), with no I/O to the broker: the shared
+     * libraries it opens (dlib.h) are opened here, and rules of the broker
+     * (Redis Cluster's one slot per task) applied. Each refusal is
+     * reported into e at the config's mark of what it refuses, as the
+     * loader reports (config.h); stops once e is full. 0, or -1 when one
+     * was reported. Run by tm_broker_load_config, so by every command at
+     * startup and by each reload, before any create for that config. */
+    int (*check)(const struct tm_cfg *cfg, struct tm_cfg_errors *e);
 
-    /* nodes fills out[0..k) with the nodes the adapter knows (k <= max;
-     * e.g. a cluster's masters, found at run time) and returns k.
-     * Optional: NULL when the nodes are broker.url's list and the one
-     * connected to is b->node. Any thread. */
-    size_t (*nodes)(struct tm_broker *b, struct tm_broker_node *out,
-                    size_t max);
+    /* create allocates the adapter for cfg (borrowed; it outlives the
+     * broker), a config that passed check. No I/O. */
+    struct tm_broker *(*create)(const struct tm_cfg *cfg);
+
+    /* destroy closes everything and frees the adapter; NULL accepted. */
+    void (*destroy)(struct tm_broker *b);
+
+    const struct tm_broker_consume_ops *consume;
+    const struct tm_broker_produce_ops *produce;
+    const struct tm_broker_admin_ops *admin;
+    const struct tm_broker_pause_ops *pause;
+    const struct tm_broker_sched_ops *sched;
 };
 
 /* struct tm_sched_session is the common head of each adapter's schedule
@@ -349,8 +394,9 @@ struct tm_broker {
 
 static inline int tm_broker_paused(struct tm_broker *b, size_t task_index)
 {
-    return b != NULL && b->ops->paused != NULL &&
-           b->ops->paused(b, task_index) == 1;
+    return b != NULL && b->ops->pause != NULL &&
+           b->ops->pause->paused != NULL &&
+           b->ops->pause->paused(b, task_index) == 1;
 }
 
 /* tm_broker_ops_for returns the adapter for a URL kind, or NULL when this

@@ -195,10 +195,7 @@ static int ab_connect_all(struct tm_broker *b)
     return 0;
 }
 
-const struct tm_broker_ops tm_broker_amqp_ops = {
-    .kind = "amqp",
-    .check = ab_check,
-    .create = ab_create,
+static const struct tm_broker_consume_ops amqp_consume = {
     .connect = ab_connect_all,
     .lanes = tm_amqp_lanes,
     .lane_of = tm_amqp_lane_of,
@@ -208,21 +205,44 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .wake = ab_wake,
     .tick = tm_amqp_tick,
     .tick_ms = ab_tick_ms,
+};
+
+static const struct tm_broker_produce_ops amqp_produce = {
     .publish = tm_amqp_publish,
+    .publish_at = tm_amqp_publish_at,
+    .request = tm_amqp_request,
+};
+
+static const struct tm_broker_admin_ops amqp_admin = {
     .dlq_list = tm_amqp_dlq_list,
     .dlq_browse = tm_amqp_dlq_browse,
     .dlq_replay = tm_amqp_dlq_replay,
     .dlq_purge = tm_amqp_dlq_purge,
-    .destroy = ab_destroy,
     .depth = tm_amqp_depth,
-    .publish_at = tm_amqp_publish_at,
-    .request = tm_amqp_request,
+};
+
+static const struct tm_broker_pause_ops amqp_pause = {
     .pause_set = tm_amqp_pause_set,
     .paused = tm_amqp_paused,
     .pause_note = tm_amqp_pause_note,
+};
+
+static const struct tm_broker_sched_ops amqp_sched = {
     .sched_open = tm_amqp_sched_open,
     .sched_fire = tm_amqp_sched_fire,
     .sched_last = tm_amqp_sched_last,
     .sched_serve = tm_amqp_sched_serve,
     .sched_close = tm_amqp_sched_close,
+};
+
+const struct tm_broker_ops tm_broker_amqp_ops = {
+    .kind = "amqp",
+    .check = ab_check,
+    .create = ab_create,
+    .destroy = ab_destroy,
+    .consume = &amqp_consume,
+    .produce = &amqp_produce,
+    .admin = &amqp_admin,
+    .pause = &amqp_pause,
+    .sched = &amqp_sched,
 };

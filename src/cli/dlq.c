@@ -83,7 +83,7 @@ static int list_task(struct tm_broker *b, const struct tm_cfg_task *t)
 {
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
-    if (b->ops->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
+    if (b->ops->admin->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
         fprintf(stderr, "taskmill: dlq list: %s\n", b->errstr);
         return TM_EXIT_FAIL;
     }
@@ -105,12 +105,12 @@ static long long dlq_count(struct tm_broker *b, const struct tm_cfg *cfg,
                            size_t i)
 {
     long long depth = -1, pending = -1, dlq = -1;
-    if (b->ops->depth != NULL &&
-        b->ops->depth(b, i, &depth, &pending, &dlq) == 0 && dlq >= 0)
+    if (b->ops->admin->depth != NULL &&
+        b->ops->admin->depth(b, i, &depth, &pending, &dlq) == 0 && dlq >= 0)
         return dlq;
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
-    if (b->ops->dlq_list(b, &cfg->tasks[i], TM_CLI_DLQ_MAX, &e, &n) != 0)
+    if (b->ops->admin->dlq_list(b, &cfg->tasks[i], TM_CLI_DLQ_MAX, &e, &n) != 0)
         return -1;
     tm_dlq_entries_free(e, n);
     return (long long)n;
@@ -131,9 +131,10 @@ static int list_all(struct tm_broker *b, const struct tm_cfg *cfg)
         }
         printf("%s\t%s\t%lld\n", t->name, t->dead_letter, n);
     }
-    if (b->ops->depth != NULL) {
+    if (b->ops->admin->depth != NULL) {
         long long unused;
-        b->ops->depth(b, TM_BROKER_DEPTH_CLOSE, &unused, &unused, &unused);
+        b->ops->admin->depth(b, TM_BROKER_DEPTH_CLOSE, &unused, &unused,
+                             &unused);
     }
     return status;
 }
@@ -145,7 +146,7 @@ static int show(struct tm_broker *b, const struct tm_cfg_task *t,
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
     int found = 0;
-    if (b->ops->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
+    if (b->ops->admin->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
         fprintf(stderr, "taskmill: dlq show: %s\n", b->errstr);
         return TM_EXIT_FAIL;
     }
@@ -169,8 +170,8 @@ static int move(struct tm_broker *b, const struct tm_cfg_task *t,
                 const char *op, const char *id)
 {
     int replay = strcmp(op, "replay") == 0;
-    long n = replay ? b->ops->dlq_replay(b, t, id)
-                    : b->ops->dlq_purge(b, t, id);
+    long n = replay ? b->ops->admin->dlq_replay(b, t, id)
+                    : b->ops->admin->dlq_purge(b, t, id);
     if (n < 0) {
         fprintf(stderr, "taskmill: dlq %s: %s\n", op, b->errstr);
         return TM_EXIT_FAIL;

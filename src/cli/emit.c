@@ -37,7 +37,7 @@ static int due_option(const struct tm_cfg *cfg, const struct tm_cli_args *a,
         return TM_EXIT_USAGE;
     }
     const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
-    if (ops == NULL || ops->publish_at == NULL) {
+    if (ops == NULL || ops->produce->publish_at == NULL) {
         fprintf(stderr, "taskmill: delayed messages are not supported by "
                 "the %s broker\n", cfg->url.scheme);
         return TM_EXIT_USAGE;
@@ -81,7 +81,7 @@ static int emit_options(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
         return TM_EXIT_USAGE;
     if (a->wait != NULL) {
         const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
-        if (ops == NULL || ops->request == NULL) {
+        if (ops == NULL || ops->produce->request == NULL) {
             fprintf(stderr, "taskmill: emit --wait (request/reply) is not "
                     "supported by the %s broker\n", cfg->url.scheme);
             return TM_EXIT_USAGE;
@@ -151,8 +151,8 @@ static int emit_request(struct tm_broker *b, const struct tm_cfg_task *t,
     char *reply = NULL;
     int task_failed = 0;
     int status = TM_EXIT_FAIL;
-    if (b->ops->request(b, t, body, len, pub, wait_ms, id, sizeof id,
-                        &reply, &task_failed) != 0) {
+    if (b->ops->produce->request(b, t, body, len, pub, wait_ms, id,
+                                 sizeof id, &reply, &task_failed) != 0) {
         if (b->err == ETIMEDOUT && id[0] != '\0')
             fprintf(stderr, "taskmill: no reply from task '%s' within %s s; "
                     "the request %s stays queued and will run, but its "
@@ -211,10 +211,11 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
         goto out;
     }
     char id[128];
-    int rc = due_ms != 0 ? b->ops->publish_at(b, t, body, len, &pub,
-                                              due_ms, id, sizeof id)
-                         : b->ops->publish(b, t, body, len, &pub, id,
-                                           sizeof id);
+    int rc = due_ms != 0
+                 ? b->ops->produce->publish_at(b, t, body, len, &pub, due_ms,
+                                               id, sizeof id)
+                 : b->ops->produce->publish(b, t, body, len, &pub, id,
+                                            sizeof id);
     if (rc != 0) {
         fprintf(stderr, "taskmill: emit to '%s' failed: %s\n", t->queue,
                 b->errstr);

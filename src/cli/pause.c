@@ -24,12 +24,12 @@ int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a)
     if (b == NULL)
         goto out;
     status = TM_EXIT_FAIL;
-    if (b->ops->pause_set == NULL) {
+    if (b->ops->pause->pause_set == NULL) {
         fprintf(stderr, "taskmill: %s: the %s broker cannot pause a task\n",
                 a->cmd, b->ops->kind);
         goto out;
     }
-    if (b->ops->pause_set(b, t, paused) != 0) {
+    if (b->ops->pause->pause_set(b, t, paused) != 0) {
         fprintf(stderr, "taskmill: %s: %s\n", a->cmd, b->errstr);
         goto out;
     }

@@ -184,14 +184,14 @@ int tm_flow_lane_rate(struct tm_gen *g, size_t lane, size_t *room,
                       int64_t *hold, struct tm_lane_flow *f)
 {
     struct tm_broker *b = g->broker;
-    int ask = 0, with_room = 0, shared = b->ops->rate_take != NULL;
+    int ask = 0, with_room = 0, shared = b->ops->consume->rate_take != NULL;
     int64_t now = tm_now_ms();
     f->waiting = 0;
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
         f->want[i] = f->got[i] = f->back[i] = 0;
         f->wait[i] = 0;
-        if (b->ops->lane_of(b, i) != lane || t->cfg->rate_count == 0)
+        if (b->ops->consume->lane_of(b, i) != lane || t->cfg->rate_count == 0)
             continue;
         assert(t->flow.granted == 0);
         if (!shared) {
@@ -202,12 +202,12 @@ int tm_flow_lane_rate(struct tm_gen *g, size_t lane, size_t *room,
         if (f->want[i] > 0 || f->back[i] > 0)
             ask = 1;
     }
-    if (ask && b->ops->rate_take(b, lane, f->want, f->back, f->got,
-                                 f->wait) != 0)
+    if (ask && b->ops->consume->rate_take(b, lane, f->want, f->back,
+                                          f->got, f->wait) != 0)
         return -1;
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
-        if (b->ops->lane_of(b, i) != lane)
+        if (b->ops->consume->lane_of(b, i) != lane)
             continue;
         if (t->cfg->rate_count == 0) {
             if (room[i] > 0)
@@ -252,7 +252,7 @@ void tm_flow_lane_used(struct tm_gen *g, size_t lane, struct tm_batch **out,
                        int n)
 {
     struct tm_broker *b = g->broker;
-    int shared = b->ops->rate_take != NULL;
+    int shared = b->ops->consume->rate_take != NULL;
     for (int k = 0; k < n; k++) {
         struct tm_task *t = &g->tasks[out[k]->msgs[0].task_index];
         if (t->cfg->rate_count == 0)
@@ -263,7 +263,7 @@ void tm_flow_lane_used(struct tm_gen *g, size_t lane, struct tm_batch **out,
     }
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
-        if (b->ops->lane_of(b, i) != lane || t->cfg->rate_count == 0)
+        if (b->ops->consume->lane_of(b, i) != lane || t->cfg->rate_count == 0)
             continue;
         if (n < 0)
             t->flow.have = t->flow.granted = 0;

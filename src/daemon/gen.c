@@ -326,7 +326,7 @@ int tm_gen_stop(struct tm_gen *g, int64_t deadline, int finish_queued)
     pthread_mutex_lock(&g->mu);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
-    g->broker->ops->wake(g->broker);
+    g->broker->ops->consume->wake(g->broker);
     int drained = 0;
     if (finish_queued) {
         tm_intake_stop(g);

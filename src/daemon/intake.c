@@ -1,6 +1,7 @@
 /* intake.c - the intake threads, one per lane of the broker (the
- * adapter groups its tasks into lanes, see struct tm_broker_ops), reading
- * from the broker and handing messages to the pool. */
+ * adapter groups its tasks into lanes, see struct
+ * tm_broker_consume_ops), reading from the broker and handing messages to
+ * the pool. */
 #include "daemon_private.h"
 
 #include <assert.h>
@@ -139,7 +140,8 @@ void tm_intake_submit(struct tm_gen *g, struct tm_batch *batch)
 #define TM_LANE_BLOCK_MS 30000
 
 /* struct tm_intake_lane is one lane's intake thread (brokers with lanes:
- * one thread reads the tasks of a lane, see struct tm_broker_ops). */
+ * one thread reads the tasks of a lane, see struct
+ * tm_broker_consume_ops). */
 struct tm_intake_lane {
     struct tm_gen *g;
     size_t index;
@@ -176,7 +178,7 @@ static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
     for (size_t i = 0; i < g->ntasks; i++) {
         struct tm_task *t = &g->tasks[i];
         room[i] = 0;
-        if (b->ops->lane_of(b, i) != lane)
+        if (b->ops->consume->lane_of(b, i) != lane)
             continue;
         int by_conc;
         long cap = tm_flow_cap(t, &by_conc);
@@ -211,7 +213,7 @@ static void lane_room(struct tm_gen *g, size_t lane, size_t *room,
 static void set_subscribed(struct tm_gen *g, size_t lane, int on)
 {
     for (size_t i = 0; i < g->ntasks; i++)
-        if (g->broker->ops->lane_of(g->broker, i) == lane)
+        if (g->broker->ops->consume->lane_of(g->broker, i) == lane)
             atomic_store(&g->tasks[i].subscribed, on);
 }
 
@@ -222,7 +224,7 @@ static void take_ahead(struct tm_gen *g, size_t lane, const size_t *room,
                        struct tm_runs *runs)
 {
     struct tm_broker *b = g->broker;
-    int n = b->ops->fetch_lane(b, lane, room, 0, out, n_out);
+    int n = b->ops->consume->fetch_lane(b, lane, room, 0, out, n_out);
     for (int i = 0; i < n; i++)
         collect_runs(g, out[i], runs);
     submit_runs(g, runs);
@@ -265,7 +267,7 @@ static void *lane_main(void *arg)
             wait_ms(g, hold < 100 || f.waiting ? hold : 100);
             continue;
         }
-        int n = b->ops->fetch_lane(b, ln->index, room, (int)hold, out,
+        int n = b->ops->consume->fetch_lane(b, ln->index, room, (int)hold, out,
                                    n_out);
         tm_flow_lane_used(g, ln->index, out, n);
         if (n < 0) {
@@ -301,8 +303,8 @@ void tm_intake_start(struct tm_gen *g)
 {
     struct tm_broker *b = g->broker;
     atomic_store(&g->stopping, 0);
-    assert(b->ops->fetch_lane != NULL);
-    g->nlanes = b->ops->lanes(b);
+    assert(b->ops->consume->fetch_lane != NULL);
+    g->nlanes = b->ops->consume->lanes(b);
     g->lanes = tm_calloc(g->nlanes ? g->nlanes : 1, sizeof *g->lanes);
     for (size_t l = 0; l < g->nlanes; l++) {
         g->lanes[l].g = g;
@@ -322,7 +324,7 @@ void tm_intake_stop(struct tm_gen *g)
     pthread_mutex_lock(&g->mu);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
-    g->broker->ops->wake(g->broker);
+    g->broker->ops->consume->wake(g->broker);
     tm_intake_join(g);
 }
 

@@ -186,7 +186,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     int logged = 0;
     while (!stop_requested(d)) {
         tm_beat_io_begin(&d->main_beat);
-        int connected = g->broker->ops->connect(g->broker) == 0;
+        int connected = g->broker->ops->consume->connect(g->broker) == 0;
         tm_beat_io_end(&d->main_beat);
         pthread_mutex_lock(&d->stop_mu);
         if (connected)

@@ -106,8 +106,8 @@ static void room_made(struct tm_gen *g, struct tm_task *t)
         pthread_cond_broadcast(&g->cv);
         pthread_mutex_unlock(&g->mu);
         /* a lane reading without this task: let it look again */
-        if (g->broker->ops->room_made != NULL)
-            g->broker->ops->room_made(g->broker, t->index);
+        if (g->broker->ops->consume->room_made != NULL)
+            g->broker->ops->consume->room_made(g->broker, t->index);
     }
 }
 
@@ -143,7 +143,7 @@ static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
 static void acking_add(struct tm_gen *g, struct tm_msg **v, size_t n,
                        long long by)
 {
-    if (g->broker->ops->fetch_lane == NULL)
+    if (g->broker->ops->consume->fetch_lane == NULL)
         return;
     size_t i = 0;
     while (i < n) {
@@ -176,7 +176,7 @@ static void settle_list(struct tm_gen *g, struct tm_msg *list)
         g->scratch[n++] = m;
     acking_add(g, g->scratch, n, 1);
     tm_beat_io_begin(&g->settle_beat);
-    size_t failed = g->broker->ops->settle(g->broker, g->scratch, n);
+    size_t failed = g->broker->ops->consume->settle(g->broker, g->scratch, n);
     tm_beat_io_end(&g->settle_beat);
     /* off acking before any leaves inflight (finish): a lane's look, which
      * reads inflight before acking, never sees a message counted out
@@ -274,7 +274,8 @@ void *tm_settle_main(void *arg)
     struct tm_gen *g = arg;
     struct tm_broker *b = g->broker;
     int64_t last_resettle = 0, next_tick = 0;
-    int64_t tick_ms = b->ops->tick_ms != NULL ? b->ops->tick_ms(b) : 1000;
+    int64_t tick_ms =
+        b->ops->consume->tick_ms != NULL ? b->ops->consume->tick_ms(b) : 1000;
     if (tick_ms > 1000)
         tick_ms = 1000;
     tm_beat_start(&g->settle_beat);
@@ -297,11 +298,11 @@ void *tm_settle_main(void *arg)
             atomic_load(&g->prev_done))
             fold(g);
         int64_t now = tm_now_ms();
-        if (b->ops->tick != NULL && now >= next_tick &&
+        if (b->ops->consume->tick != NULL && now >= next_tick &&
             !atomic_load(&g->stopping)) {
             next_tick = now + tick_ms;
             tm_beat_io_begin(&g->settle_beat);
-            b->ops->tick(b);
+            b->ops->consume->tick(b);
             tm_beat_io_end(&g->settle_beat);
         }
         if (g->unsettled != NULL && now - last_resettle >= TM_RESETTLE_MS) {

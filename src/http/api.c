@@ -306,7 +306,7 @@ static unsigned parse_due(struct MHD_Connection *conn,
         return 400;
     }
     const struct tm_broker_ops *ops = tm_broker_ops_for(kind);
-    if (ops == NULL || ops->publish_at == NULL) {
+    if (ops == NULL || ops->produce->publish_at == NULL) {
         tm_snprintf(msg, size, "the %s broker has no delayed messages",
                     ops != NULL ? ops->kind : "configured");
         return 501;

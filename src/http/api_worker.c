@@ -164,7 +164,7 @@ static size_t entry_cost(const struct tm_dlq_entry *e)
 static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
                      const struct job *job, struct tm_api_req *out)
 {
-    if (b->ops->dlq_browse == NULL) {
+    if (b->ops->admin->dlq_browse == NULL) {
         tm_api_error(out, 501, "the %s broker cannot page dead letters",
                      b->ops->kind);
         return;
@@ -177,7 +177,7 @@ static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
     int more = 0;
-    if (b->ops->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
+    if (b->ops->admin->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
         tm_api_error(out, 502, "broker: %s", b->errstr);
         return;
     }
@@ -200,7 +200,7 @@ static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
 static void run_get(struct tm_broker *b, const struct tm_cfg_task *t,
                     const struct job *job, struct tm_api_req *out)
 {
-    if (b->ops->dlq_browse == NULL) {
+    if (b->ops->admin->dlq_browse == NULL) {
         tm_api_error(out, 501, "the %s broker cannot read one dead letter",
                      b->ops->kind);
         return;
@@ -209,7 +209,7 @@ static void run_get(struct tm_broker *b, const struct tm_cfg_task *t,
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
     int more = 0;
-    if (b->ops->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
+    if (b->ops->admin->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
         tm_api_error(out, 502, "broker: %s", b->errstr);
         return;
     }
@@ -229,12 +229,12 @@ static void set_pause(struct tm_daemon *d, struct tm_broker *b,
                       const struct tm_cfg_task *t, int paused,
                       struct tm_api_req *out)
 {
-    if (b->ops->pause_set == NULL) {
+    if (b->ops->pause->pause_set == NULL) {
         tm_api_error(out, 501, "the %s broker cannot pause a task",
                      b->ops->kind);
         return;
     }
-    if (b->ops->pause_set(b, t, paused) != 0) {
+    if (b->ops->pause->pause_set(b, t, paused) != 0) {
         tm_api_error(out, 502, "broker: %s", b->errstr);
         return;
     }
@@ -244,10 +244,10 @@ static void set_pause(struct tm_daemon *d, struct tm_broker *b,
     pthread_rwlock_rdlock(&d->gen_lock);
     const struct tm_cfg_task *now = tm_cfg_find_task(d->cfg, t->name);
     if (now != NULL && d->broker != NULL &&
-        d->broker->ops->pause_note != NULL) {
+        d->broker->ops->pause->pause_note != NULL) {
         size_t i = (size_t)(now - d->cfg->tasks);
         assert(i < d->cfg->ntasks);
-        d->broker->ops->pause_note(d->broker, i, paused);
+        d->broker->ops->pause->pause_note(d->broker, i, paused);
     }
     pthread_rwlock_unlock(&d->gen_lock);
     cJSON *j = cJSON_CreateObject();
@@ -325,8 +325,8 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
     case TM_API_DLQ_REPLAY:
     case TM_API_DLQ_PURGE: {
         int replay = job->op == TM_API_DLQ_REPLAY;
-        long n = replay ? b->ops->dlq_replay(b, t, id)
-                        : b->ops->dlq_purge(b, t, id);
+        long n = replay ? b->ops->admin->dlq_replay(b, t, id)
+                        : b->ops->admin->dlq_purge(b, t, id);
         if (n < 0) {
             tm_api_error(out, 502, "broker: %s", b->errstr);
         } else if (id != NULL && n == 0) {
@@ -343,12 +343,13 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
     case TM_API_PUBLISH: {
         char newid[TM_API_ID_MAX];
         /* a due time was accepted only for a broker with publish_at */
-        assert(job->due_ms == 0 || b->ops->publish_at != NULL);
+        assert(job->due_ms == 0 || b->ops->produce->publish_at != NULL);
         int rc = job->due_ms != 0
-                     ? b->ops->publish_at(b, t, job->body, job->len, NULL,
-                                          job->due_ms, newid, sizeof newid)
-                     : b->ops->publish(b, t, job->body, job->len, NULL, newid,
-                                       sizeof newid);
+                     ? b->ops->produce->publish_at(b, t, job->body, job->len,
+                                                   NULL, job->due_ms, newid,
+                                                   sizeof newid)
+                     : b->ops->produce->publish(b, t, job->body, job->len,
+                                                NULL, newid, sizeof newid);
         if (rc != 0) {
             tm_api_error(out, 502, "broker: %s", b->errstr);
             break;

@@ -416,7 +416,7 @@ char *tm_asyncapi_render(const struct tm_cfg *cfg, const struct tm_task *tasks,
     cJSON *operations = cJSON_AddObjectToObject(doc, "operations");
     /* replies only where the broker adapter can deliver them */
     const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
-    int with_reply = ops != NULL && ops->request != NULL;
+    int with_reply = ops != NULL && ops->produce->request != NULL;
     cJSON *models = cJSON_CreateObject();
     for (size_t i = 0; i < ntasks; i++)
         add_task(channels, operations, models, &tasks[i], with_reply,

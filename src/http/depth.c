@@ -71,7 +71,7 @@ static struct tm_gen *pick_gen(struct tm_daemon *d, int need_up)
 {
     struct tm_gen *g = tm_gen_current(d);
     struct tm_broker *b = g->broker;
-    if (b == NULL || b->ops->depth == NULL ||
+    if (b == NULL || b->ops->admin->depth == NULL ||
         (need_up && !atomic_load(&b->up))) {
         tm_gen_unref(g);
         return NULL;
@@ -97,14 +97,15 @@ static int refresh_depths(struct tm_http_depth *h)
     size_t got = 0;
     for (; got < n; got++) {
         struct depth_read *v = &h->vals[got];
-        if (b->ops->depth(b, got, &v->depth, &v->pending, &v->dlq) != 0) {
+        if (b->ops->admin->depth(b, got, &v->depth, &v->pending,
+                                 &v->dlq) != 0) {
             rc = -1;
             break;
         }
         /* delayed messages: a count the adapter keeps, or -1 */
         v->scheduled = -1;
-        if (b->ops->scheduled != NULL &&
-            b->ops->scheduled(b, got, &v->scheduled) != 0)
+        if (b->ops->admin->scheduled != NULL &&
+            b->ops->admin->scheduled(b, got, &v->scheduled) != 0)
             v->scheduled = -1;
         v->at_ms = tm_now_ms();
     }
@@ -161,7 +162,8 @@ static void *refresher_main(void *arg)
     struct tm_gen *g = pick_gen(h->d, /* need_up = */ 0);
     if (g != NULL) {
         long long x;
-        g->broker->ops->depth(g->broker, TM_BROKER_DEPTH_CLOSE, &x, &x, &x);
+        g->broker->ops->admin->depth(g->broker, TM_BROKER_DEPTH_CLOSE, &x,
+                                     &x, &x);
         tm_gen_unref(g);
     }
     return NULL;

@@ -141,10 +141,7 @@ static void rb_destroy(struct tm_broker *b)
     tm_free(rb);
 }
 
-const struct tm_broker_ops tm_broker_redis_ops = {
-    .kind = "redis",
-    .check = rb_check,
-    .create = rb_create,
+static const struct tm_broker_consume_ops redis_consume = {
     .connect = rb_connect_all,
     .lanes = tm_redis_nlanes,
     .lane_of = tm_redis_lane_of,
@@ -154,24 +151,47 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .wake = tm_redis_wake,
     .tick = tm_redis_tick,
     .tick_ms = tm_redis_tick_ms,
+    .rate_take = tm_redis_rate_take,
+};
+
+static const struct tm_broker_produce_ops redis_produce = {
     .publish = tm_redis_publish,
+    .publish_at = tm_redis_publish_at,
+    .request = tm_redis_request,
+};
+
+static const struct tm_broker_admin_ops redis_admin = {
     .dlq_list = tm_redis_dlq_list,
     .dlq_browse = tm_redis_dlq_browse,
     .dlq_replay = tm_redis_dlq_replay,
     .dlq_purge = tm_redis_dlq_purge,
-    .destroy = rb_destroy,
     .depth = tm_redis_depth,
-    .request = tm_redis_request,
-    .rate_take = tm_redis_rate_take,
+    .scheduled = tm_redis_scheduled,
+    .nodes = tm_redis_nodes,
+};
+
+static const struct tm_broker_pause_ops redis_pause = {
     .pause_set = tm_redis_pause_set,
     .paused = tm_redis_paused,
     .pause_note = tm_redis_pause_note,
+};
+
+static const struct tm_broker_sched_ops redis_sched = {
     .sched_open = tm_redis_sched_open,
     .sched_fire = tm_redis_sched_fire,
     .sched_last = tm_redis_sched_last,
     .sched_clock = tm_redis_sched_clock,
     .sched_close = tm_redis_sched_close,
-    .publish_at = tm_redis_publish_at,
-    .scheduled = tm_redis_scheduled,
-    .nodes = tm_redis_nodes,
+};
+
+const struct tm_broker_ops tm_broker_redis_ops = {
+    .kind = "redis",
+    .check = rb_check,
+    .create = rb_create,
+    .destroy = rb_destroy,
+    .consume = &redis_consume,
+    .produce = &redis_produce,
+    .admin = &redis_admin,
+    .pause = &redis_pause,
+    .sched = &redis_sched,
 };

@@ -152,7 +152,7 @@ static void wait_ms(struct tm_fire *f, int64_t ms)
 
 static void close_session(struct tm_fire *f)
 {
-    f->b->ops->sched_close(f->ss);
+    f->b->ops->sched->sched_close(f->ss);
     f->ss = NULL;
 }
 
@@ -174,7 +174,7 @@ static int64_t next_after(const struct tm_cfg_schedule *s, int64_t t)
 static int place(struct tm_fire *f, struct cursor *c, int64_t now)
 {
     int64_t last = -1, prev = -1;
-    if (f->b->ops->sched_last(f->ss, c->s, &last) != 0)
+    if (f->b->ops->sched->sched_last(f->ss, c->s, &last) != 0)
         return -1;
     tm_sched_stats_note(f->st, c->s->name, 0, last);
     c->next = next_after(c->s, now);
@@ -217,7 +217,7 @@ static int fire_due(struct tm_fire *f, struct cursor *c, int64_t now)
     while (c->next <= now && !atomic_load(&f->stop)) {
         int64_t last = -1;
         int64_t asked = tm_sched_now_ms();
-        int rc = f->b->ops->sched_fire(f->ss, c->s, c->next, &last);
+        int rc = f->b->ops->sched->sched_fire(f->ss, c->s, c->next, &last);
         if (rc < 0)
             return -1;
         if (rc == 2) {
@@ -252,10 +252,10 @@ static int fire_due(struct tm_fire *f, struct cursor *c, int64_t now)
 static int measure_skew(struct tm_fire *f)
 {
     int64_t skew, mono = tm_now_ms();
-    if (f->b->ops->sched_clock == NULL ||
+    if (f->b->ops->sched->sched_clock == NULL ||
         (f->skew_at != 0 && mono - f->skew_at < TM_SCHED_SKEW_EVERY_MS))
         return 0;
-    if (f->b->ops->sched_clock(f->ss, &skew) != 0)
+    if (f->b->ops->sched->sched_clock(f->ss, &skew) != 0)
         return -1;
     tm_sched_skew_note(skew);
     f->skew_at = mono != 0 ? mono : 1;
@@ -279,7 +279,7 @@ static void *fire_main(void *arg)
     char err[512];
     while (!atomic_load(&f->stop)) {
         if (f->ss == NULL) {
-            f->ss = ops->sched_open(f->b, 1, err, sizeof err);
+            f->ss = ops->sched->sched_open(f->b, 1, err, sizeof err);
             if (f->ss == NULL) {
                 if (!logged)
                     tm_log_warn(SRC, "cannot reach the broker to fire "
@@ -328,8 +328,8 @@ static void *fire_main(void *arg)
             ms = TM_FIRE_TURN_MS;
         if (ms < 0)
             ms = 0;
-        if (ops->sched_serve != NULL) {
-            if (ops->sched_serve(f->ss, ms) != 0) {
+        if (ops->sched->sched_serve != NULL) {
+            if (ops->sched->sched_serve(f->ss, ms) != 0) {
                 tm_log_warn(SRC, "schedule session: %s; reconnecting",
                             f->ss->errstr);
                 close_session(f);
@@ -357,7 +357,7 @@ struct tm_fire *tm_fire_start(struct tm_broker *b, struct tm_sched_stats *st,
                               const struct tm_fire *prev)
 {
     const struct tm_cfg *cfg = b->cfg;
-    if (cfg->nschedules == 0 || b->ops->sched_open == NULL)
+    if (cfg->nschedules == 0 || b->ops->sched->sched_open == NULL)
         return NULL;
     struct tm_fire *f = tm_calloc(1, sizeof *f);
     f->b = b;

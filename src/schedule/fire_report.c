@@ -25,18 +25,18 @@ int tm_sched_report(struct tm_broker *b, int64_t now,
     }
     if (cfg->nschedules == 0)
         goto out;
-    if (b->ops->sched_open == NULL) {
+    if (b->ops->sched->sched_open == NULL) {
         tm_snprintf(err, errlen, "this broker keeps no schedule state");
         rc = -1;
         goto out;
     }
-    ss = b->ops->sched_open(b, 0, err, errlen);
+    ss = b->ops->sched->sched_open(b, 0, err, errlen);
     if (ss == NULL) {
         rc = -1;
         goto out;
     }
     for (size_t i = 0; i < cfg->nschedules; i++) {
-        if (b->ops->sched_last(ss, rows[i].s, &rows[i].last_ms) != 0) {
+        if (b->ops->sched->sched_last(ss, rows[i].s, &rows[i].last_ms) != 0) {
             tm_snprintf(err, errlen, "%s", ss->errstr);
             rc = -1;
             goto out;
@@ -44,6 +44,6 @@ int tm_sched_report(struct tm_broker *b, int64_t now,
     }
 out:
     if (ss != NULL)
-        b->ops->sched_close(ss);
+        b->ops->sched->sched_close(ss);
     return rc;
 }

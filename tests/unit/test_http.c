@@ -99,8 +99,9 @@ static int hang_depth(struct tm_broker *b, size_t ti, long long *depth,
     return 0;
 }
 
+static const struct tm_broker_admin_ops hang_admin = {.depth = hang_depth};
 static const struct tm_broker_ops hang_ops = {.kind = "hang",
-                                              .depth = hang_depth};
+                                              .admin = &hang_admin};
 
 /* the hanging broker */
 static struct tm_broker hang_broker;

@@ -93,13 +93,15 @@ static void fake_close(struct tm_sched_session *ss)
     (void)ss;
 }
 
-static const struct tm_broker_ops fake_ops = {
-    .kind = "fake",
+static const struct tm_broker_sched_ops fake_sched = {
     .sched_open = fake_open,
     .sched_fire = fake_fire,
     .sched_last = fake_last,
     .sched_close = fake_close,
 };
+
+static const struct tm_broker_ops fake_ops = {.kind = "fake",
+                                              .sched = &fake_sched};
 
 /* ------------------------------------------------------------ helpers */
 
@@ -329,14 +331,16 @@ static int clock_skew(struct tm_sched_session *ss, int64_t *skew)
     return 0;
 }
 
-static const struct tm_broker_ops clock_ops = {
-    .kind = "fake-clock",
+static const struct tm_broker_sched_ops clock_sched = {
     .sched_open = fake_open,
     .sched_fire = clock_fire,
     .sched_last = fake_last,
     .sched_clock = clock_skew,
     .sched_close = fake_close,
 };
+
+static const struct tm_broker_ops clock_ops = {.kind = "fake-clock",
+                                               .sched = &clock_sched};
 
 #define DAY_MS 86400000LL
 

@@ -346,7 +346,7 @@ START_TEST(asyncapi_model_names)
     cJSON_Delete(doc);
 
     /* on Redis, a reply only when its adapter has request/reply */
-    int redis_replies = tm_broker_redis_ops.request != NULL;
+    int redis_replies = tm_broker_redis_ops.produce->request != NULL;
     doc = render_two(TM_BROKER_REDIS);
     ck_assert_int_eq(jget(doc, "operations", "send_mail", "reply", NULL) !=
                          NULL, redis_replies);
