@@ -525,17 +525,24 @@ void tm_amqp_lowat_off(struct tm_amqp_link *l);
 /* tm_amqp_signal_intake wakes the link's intake thread if it waits. */
 void tm_amqp_signal_intake(struct tm_amqp_link *l);
 
-/* ---- intake.c: deliveries, the ack floor, the lanes ---- */
+/* ---- delivery.c: deliveries assembled from their frames ---- */
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
-/* tm_amqp_ready_push appends d to the task's ready list (io_mu held). */
+/* tm_amqp_ready_push appends d to the task's ready list (io_mu held);
+ * tm_amqp_ready_pop takes its first (NULL: none). */
 void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d);
-/* tm_amqp_conn_reset forgets everything tied to the task's channel
- * (which is gone). io_mu held. */
-void tm_amqp_conn_reset(struct tm_amqp_task *at);
+struct tm_amqp_delivery *tm_amqp_ready_pop(struct tm_amqp_task *at);
 /* tm_amqp_task_frame handles one frame of task at's channel: 0, 1 when
  * the task's channel went down (tm_amqp_task_down), -1 when the
  * connection failed (reason in at->errstr). io_mu held. */
 int tm_amqp_task_frame(struct tm_amqp_task *at, const amqp_frame_t *f);
+
+/* ---- intake.c: the consumer, the ack floor, the lanes ---- */
+/* tm_amqp_conn_reset forgets everything tied to the task's channel
+ * (which is gone). io_mu held. */
+void tm_amqp_conn_reset(struct tm_amqp_task *at);
+/* tm_amqp_floor_add records n delivery tags of k as settled. */
+void tm_amqp_floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
+                       size_t n);
 int tm_amqp_start_consumer(const struct tm_amqp_task *at,
                            amqp_connection_state_t c, char *ctag, char *buf,
                            size_t size);
