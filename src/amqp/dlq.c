@@ -78,7 +78,7 @@ static const amqp_table_t *last_death(const amqp_table_t *h)
 
 /* broker_death_error describes a dead letter that RabbitMQ moved itself
  * (no x-error header). The daemon rejects a message whose body exceeds
- * max_payload without reading it (see intake.c), so a message rejected
+ * max_payload without reading it (see delivery.c), so a message rejected
  * from the task queue with a body over the task's max_payload is named
  * as such; the rest is told by x-death. Returns a new string. */
 static char *broker_death_error(const struct tm_cfg_task *t,

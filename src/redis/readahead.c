@@ -7,8 +7,6 @@
 #include "redis/redis.h"
 
 #include <assert.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

@@ -21,7 +21,9 @@
  *   tls.c     TLS under a connection: context, handshake, reads, writes
  *   conn.c    opening connections (sentinel: to the master), errors
  *   topo.c    nodes, the cluster's slot map, links that route commands
- *   intake.c  reads of new entries, own history and reclaim (lane thread)
+ *   intake.c  a lane's fetch; replies made batches, failed reads
+ *   claim.c   scripted reads: due retries, reclaim, own history, peek
+ *   readahead.c  new entries (XREADGROUP) and the read ahead
  *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
  *   rate.c    rate_limit: the task's token bucket, shared by all daemons
