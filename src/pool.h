@@ -14,7 +14,7 @@ struct tm_task;
 
 /*
  * struct tm_run_watch is where a worker publishes its run for the pool's
- * watchdog (pool_thread.c): per worker, so that the hot path takes no
+ * watchdog (pool_watch.c): per worker, so that the hot path takes no
  * lock. state holds the worker's run number << 2 | TM_RUN_ACTIVE while a
  * run with a deadline is in its task's code, | TM_RUN_TAKEN once the
  * watchdog settled that run at its deadline. Whichever of the worker

@@ -1,5 +1,7 @@
-/* pool_thread.c - the pthread pool: fixed workers, bounded hand-off. */
-#include "pool.h"
+/* pool_thread.c - the pthread pool: fixed workers, bounded hand-off, the
+ * queue workers take chunks from; the deadline watchdog that replaces a
+ * stuck worker is in pool_watch.c. */
+#include "pool_thread_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -12,113 +14,6 @@
 #include "log.h"
 #include "util.h"
 
-/* Queue slots per worker at start: enough to keep workers fed between
- * intake batches. The queue grows, up to TP_RING_MAX slots, when one
- * read brings more (per-task prefetch bounds what is unacknowledged
- * anyway): a submitter that waited for room would be woken once per
- * chunk a worker takes. */
-#define TP_SLOTS_PER_WORKER 64
-#define TP_RING_MAX 65536
-/* Most messages a worker takes per lock acquisition. */
-#define TP_CHUNK_MAX 64
-/* A sleeping worker is woken for queued work of at least this much (ns,
- * at the pool's recent time per run): for less, the wake-up costs more
- * than the runs, which the workers awake take on their next loop. */
-#define TP_WAKE_WORK_NS 50000
-/* Queued messages no worker has taken from for this long are taken by a
- * sleeping worker all the same: the awake ones are held up in slow runs
- * (among fast ones, which set the pace). */
-#define TP_STALE_NS 1000000
-/* A worker whose chunk's runs have taken this long (ns) so far hands the
- * unstarted rest back to the queue, where idle workers take it: runs that
- * turned slow keep no queued message waiting behind them. Fast runs (a
- * chunk of 64 noop runs takes a tenth of it) never reach it, so they pay
- * no lock and no wake-up for it. */
-#define TP_HOLD_NS 1000000
-/* A run this long (ns) past its deadline is settled by the watchdog as a
- * timeout, and its worker replaced: a host that looks at should_stop()
- * returns within it and files its own timeout, keeping its thread. */
-#define TP_STUCK_GRACE_NS 100000000LL
-/* The watchdog looks at the workers every quarter of the shortest task
- * timeout, within these bounds (ns): a run is seen before its deadline,
- * and then settled at deadline + TP_STUCK_GRACE_NS. */
-#define TP_WATCH_MIN_NS 10000000LL
-#define TP_WATCH_MAX_NS 1000000000LL
-/* After a replacement worker's init was refused, the next try waits this
- * long (ns). */
-#define TP_REFILL_NS 1000000000LL
-
-struct tp_worker {
-    struct tpool *pool;
-    pthread_t thread;
-    unsigned index;           /* its slot in pool->workers */
-    int started;
-    int in_call;              /* under pool->mu: runs a chunk it took */
-    int init_here;            /* a replacement: its thread runs the
-                                 tasks' cb_worker_init (fill_slots) */
-    void **wdata;             /* per task: cb_worker_init's data */
-    struct tm_run_watch watch; /* the run in task code, for the watchdog */
-    /* The chunk it took: chunk[0 .. k), chunk[at] the run in task code,
-     * the finished ones on done_head, not handed to done yet. Written by
-     * the worker only, before it publishes a run (watch); read by the
-     * watchdog only once it took that run, under mu. */
-    struct tm_msg *chunk[TP_CHUNK_MAX];
-    size_t k, at;
-    struct tm_msg *done_head, **done_tail;
-    /* Set by the watchdog under mu when it took the run (the worker is
-     * then stuck: out of its slot, on pool->stuck_list, detached), and
-     * read under mu: the batch held for the run's code (tm_batch_hold)
-     * and what /status shows of the run. */
-    struct tp_worker *next_stuck;
-    struct tm_batch *held;
-    size_t stuck_task;
-    const char *stuck_id;     /* in held's storage */
-    size_t stuck_id_len;
-    int64_t stuck_deadline_ns;
-};
-
-struct tpool {
-    struct tm_pool base;
-    pthread_mutex_t mu;
-    pthread_cond_t not_empty; /* workers wait here */
-    pthread_cond_t not_full;  /* submitters wait here */
-    pthread_cond_t idle;      /* drain waits here */
-    struct tm_msg **ring;
-    size_t cap, head, count;
-    unsigned running;         /* workers inside cb_run (under mu) */
-    unsigned sleeping;        /* workers waiting on not_empty (under mu) */
-    unsigned timed;           /* of them, waiting at most TP_STALE_NS */
-    int64_t taken_ns;         /* when a worker last took from the queue */
-    int64_t run_ns;           /* recent time per run, moving average
-                                 (under mu) */
-    atomic_uint busy;         /* same, for lock-free readers */
-    int draining;             /* no more submissions */
-    atomic_int dropping;      /* set with draining: a worker hands back
-                                 the messages of its chunk not started
-                                 yet, as the drain does with the queue */
-    int stop;                 /* workers exit when the queue is empty */
-    /* size slots; NULL while the watchdog has not replaced a stuck
-     * worker. Set by tp_start, then changed under mu (by the watchdog,
-     * and by a replacement whose init was refused), then by tp_destroy
-     * once the watchdog stopped. */
-    struct tp_worker **workers;
-    unsigned live;            /* workers taking from the queue (under mu) */
-    unsigned stuck;           /* of running: runs settled at their
-                                 deadline still in task code (under mu) */
-    struct tp_worker *stuck_list; /* their workers (under mu) */
-    unsigned handing;         /* lists the watchdog settled and is
-                                 handing to done (under mu): a drain
-                                 waits for them, so that the settle
-                                 thread, stopped after it, gets them */
-    /* the watchdog: started when a task has a timeout */
-    pthread_t watch_thread;
-    int watch_started;
-    int watch_stop;           /* under mu */
-    pthread_cond_t watch_cv;
-    int64_t watch_ns;         /* how often it looks at the workers */
-    int64_t refill_ns;        /* no replacement tried before (watchdog) */
-};
-
 static void worker_fini(struct tp_worker *w)
 {
     struct tm_pool *p = &w->pool->base;
@@ -129,12 +24,12 @@ static void worker_fini(struct tp_worker *w)
     }
 }
 
-/* wake wakes, under tp->mu, sleeping workers for the queued messages:
+/* tm_tpool_wake wakes, under tp->mu, sleeping workers for the queued messages:
  * at most max, and only as many as the queued work is worth at the
  * recent time per run (see TP_WAKE_WORK_NS). A worker that takes its
  * share wakes the next one the same way, so a long queue of slow runs
  * wakes them all, and a burst of fast ones only one or two. */
-static void wake(struct tpool *tp, unsigned max)
+void tm_tpool_wake(struct tpool *tp, unsigned max)
 {
     if (tp->count == 0 || tp->sleeping == 0)
         return;
@@ -200,13 +95,13 @@ static int tp_grow(struct tpool *tp, size_t n)
     return 0;
 }
 
-/* requeue_front puts the n unstarted messages rest[0 .. n) back at the
- * head of the queue, under tp->mu, in their order and before what was
+/* tm_tpool_requeue_front puts the n unstarted messages rest[0 .. n) back at
+ * the head of the queue, under tp->mu, in their order and before what was
  * queued after them. Returns 0, or -1 (nothing put back) when the pool is
  * draining (tp_drain has taken the queue already) or the queue is full at
  * TP_RING_MAX. */
-static int requeue_front(struct tpool *tp, struct tm_msg *const *rest,
-                         size_t n)
+int tm_tpool_requeue_front(struct tpool *tp, struct tm_msg *const *rest,
+                           size_t n)
 {
     if (tp->draining)
         return -1;
@@ -224,9 +119,9 @@ static int requeue_front(struct tpool *tp, struct tm_msg *const *rest,
 }
 
 /* give_back puts the n unstarted messages rest[0 .. n) of a worker's
- * chunk back at the head of the queue (requeue_front) once the chunk's
- * runs so far (ran of them, ns in all) have taken TP_HOLD_NS: those runs
- * go into the recent time per run, and sleeping workers are woken as the
+ * chunk back at the head of the queue (tm_tpool_requeue_front) once the
+ * chunk's runs so far (ran of them, ns in all) have taken TP_HOLD_NS: those
+ * runs go into the recent time per run, and sleeping workers are woken as the
  * rest is worth at that time (wake). Takes tp->mu. Returns 0, or -1 when
  * it gave nothing back and the worker keeps its chunk: the pool is
  * draining (the worker hands the rest back unsettled, see dropping,
@@ -238,17 +133,17 @@ static int give_back(struct tpool *tp, struct tm_msg *const *rest, size_t n,
 {
     int rc = -1;
     pthread_mutex_lock(&tp->mu);
-    if (requeue_front(tp, rest, n) == 0) {
+    if (tm_tpool_requeue_front(tp, rest, n) == 0) {
         note_runs(tp, ns, ran);
-        wake(tp, tp->base.size);
+        tm_tpool_wake(tp, tp->base.size);
         rc = 0;
     }
     pthread_mutex_unlock(&tp->mu);
     return rc;
 }
 
-/* append adds m to the worker's list of finished messages. */
-static void append(struct tp_worker *w, struct tm_msg *m)
+/* tm_tpool_append adds m to the worker's list of finished messages. */
+void tm_tpool_append(struct tp_worker *w, struct tm_msg *m)
 {
     m->next = NULL;
     *w->done_tail = m;
@@ -310,7 +205,7 @@ static int worker_init(struct tp_worker *w)
     return 0;
 }
 
-static struct tp_worker *worker_alloc(struct tpool *tp, unsigned i)
+struct tp_worker *tm_tpool_worker_alloc(struct tpool *tp, unsigned i)
 {
     struct tp_worker *w = tm_calloc(1, sizeof *w);
     w->pool = tp;
@@ -342,7 +237,7 @@ static void init_refused(struct tp_worker *w)
     }
 }
 
-static void *worker_main(void *arg)
+void *tm_tpool_worker_main(void *arg)
 {
     struct tp_worker *w = arg;
     struct tpool *tp = w->pool;
@@ -407,7 +302,8 @@ static void *worker_main(void *arg)
         w->in_call = 1;
         atomic_store_explicit(&tp->busy, tp->running, memory_order_relaxed);
         pthread_cond_signal(&tp->not_full);
-        wake(tp, 1); /* the next worker, if what is left is worth it */
+        /* the next worker, if what is left is worth it */
+        tm_tpool_wake(tp, 1);
         pthread_mutex_unlock(&tp->mu);
 
         w->done_head = NULL;
@@ -422,7 +318,7 @@ static void *worker_main(void *arg)
                                               memory_order_relaxed)) {
                 /* a stop: never started, back unsettled (tp_drain) */
                 m->outcome = TM_OUT_NONE;
-                append(w, m);
+                tm_tpool_append(w, m);
                 continue;
             }
             w->at = i;
@@ -439,7 +335,7 @@ static void *worker_main(void *arg)
             assert(m->t_end_ns >= t);
             t = m->t_end_ns;
             ran++;
-            append(w, m);
+            tm_tpool_append(w, m);
             /* one comparison per run: the fast case stops here */
             if (i + 1 < k && t - t0 >= TP_HOLD_NS &&
                 give_back(tp, &w->chunk[i + 1], k - i - 1, t - t0,
@@ -467,163 +363,6 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* take_run settles the run that worker w published as state s, if it is
- * still in task code, as a timeout at its deadline, and the rest of w's
- * chunk with it, under tp->mu; it returns what is to be passed to done,
- * or NULL when the run ended meanwhile. w becomes stuck (see struct
- * tp_worker) and its slot empty, for fill_slots. The run's code keeps
- * reading the message's id and body, and the message itself (host
- * calls), until it returns: the batch is held for it (tm_batch_hold, and
- * m->held for the broker) until then, and nothing the run does from now
- * on writes to the message (tm_exec_run_watched). Runs in the watchdog. */
-static struct tm_msg *take_run(struct tpool *tp, struct tp_worker *w,
-                               uint_fast64_t s)
-{
-    uint_fast64_t want = s;
-    /* a stopped pool: the drain let go of what still runs */
-    if (tp->stop ||
-        !atomic_compare_exchange_strong_explicit(
-            &w->watch.state, &want, s | TM_RUN_TAKEN, memory_order_acq_rel,
-            memory_order_relaxed))
-        return NULL;
-    struct tm_msg *m = w->chunk[w->at];
-    int64_t deadline = atomic_load_explicit(&w->watch.deadline_ns,
-                                            memory_order_relaxed);
-    long long limit_ms = (long long)m->task->cfg->timeout_ms;
-    m->outcome = TM_OUT_TIMEOUT;
-    m->t_end_ns = deadline;
-    m->held = 1;
-    tm_msg_set_error(m, "ran past the limit of %lld ms; still running",
-                     limit_ms);
-    if (m->batch != NULL)
-        tm_batch_hold(m->batch);
-    w->held = m->batch;
-    w->stuck_task = m->task_index;
-    w->stuck_id = m->id;
-    w->stuck_id_len = m->id_len;
-    w->stuck_deadline_ns = deadline;
-    append(w, m);
-    /* the rest of the chunk, never started, goes to the other workers;
-     * if the queue cannot take it (a drain has taken the queue already,
-     * or it is full), back unsettled */
-    size_t rest = w->k - w->at - 1;
-    if (rest > 0) {
-        if (requeue_front(tp, &w->chunk[w->at + 1], rest) == 0) {
-            wake(tp, tp->base.size);
-        } else {
-            for (size_t i = w->at + 1; i < w->k; i++) {
-                w->chunk[i]->outcome = TM_OUT_NONE;
-                append(w, w->chunk[i]);
-            }
-        }
-    }
-    struct tm_msg *list = w->done_head;
-    w->done_head = NULL;
-    w->in_call = 0;
-    w->next_stuck = tp->stuck_list;
-    tp->stuck_list = w;
-    tp->workers[w->index] = NULL;
-    tp->stuck++;
-    tp->live--;
-    pthread_detach(w->thread);
-    w->started = 0;
-    if (tp->running == tp->stuck)
-        pthread_cond_broadcast(&tp->idle);
-    tm_log_write(TM_LOG_WARNING, "task", m->task->cfg->name, m->id,
-                 "ran past the limit of %lld ms and is still running: "
-                 "settled as timeout; worker %u replaced", limit_ms,
-                 w->index);
-    return list;
-}
-
-/* fill_slots starts a replacement worker in each empty slot (a stuck
- * worker's), under tp->mu, unless the pool is draining. The new thread
- * runs the tasks' cb_worker_init itself (init_here), so that no task's
- * init ever holds up the watchdog; one that is refused leaves its slot
- * empty again, tried again TP_REFILL_NS later. Runs in the watchdog. */
-static void fill_slots(struct tpool *tp)
-{
-    struct tm_pool *p = &tp->base;
-    if (tp->draining)
-        return;
-    for (unsigned i = 0; i < p->size; i++) {
-        if (tp->workers[i] != NULL || tm_now_ns() < tp->refill_ns)
-            continue;
-        struct tp_worker *w = worker_alloc(tp, i);
-        w->init_here = 1;
-        int rc = pthread_create(&w->thread, NULL, worker_main, w);
-        if (rc != 0) {
-            char eb[TM_STRERRNO_BUF];
-            tm_log_err("pool:thread", "cannot start a worker in place of "
-                       "stuck worker %u: %s", i,
-                       tm_strerror(rc, eb, sizeof eb));
-            tm_free(w->wdata);
-            tm_free(w);
-            tp->refill_ns = tm_now_ns() + TP_REFILL_NS;
-            continue;
-        }
-        w->started = 1;
-        tp->workers[i] = w;
-        tp->live++;
-    }
-}
-
-/* watch_main is the watchdog: under tp->mu, once per watch_ns or at the
- * next deadline it saw, it looks at the workers' published runs (struct
- * tm_run_watch; the workers publish without the lock), settles those
- * TP_STUCK_GRACE_NS past their deadline (take_run), hands them to done
- * without the lock, and replaces their workers (fill_slots). */
-static void *watch_main(void *arg)
-{
-    struct tpool *tp = arg;
-    struct tm_pool *p = &tp->base;
-    pthread_mutex_lock(&tp->mu);
-    while (!tp->watch_stop) {
-        int64_t now = tm_now_ns();
-        int64_t next = now + tp->watch_ns;
-        struct tm_msg *settled = NULL;
-        for (unsigned i = 0; i < p->size; i++) {
-            struct tp_worker *w = tp->workers[i];
-            if (w == NULL)
-                continue;
-            uint_fast64_t s = atomic_load_explicit(&w->watch.state,
-                                                   memory_order_acquire);
-            if (!(s & TM_RUN_ACTIVE))
-                continue;
-            int64_t due = atomic_load_explicit(&w->watch.deadline_ns,
-                                               memory_order_relaxed) +
-                          TP_STUCK_GRACE_NS;
-            if (due > now) {
-                if (due < next)
-                    next = due;
-                continue;
-            }
-            struct tm_msg *list = take_run(tp, w, s);
-            if (list != NULL) {
-                struct tm_msg *tail = list;
-                while (tail->next != NULL)
-                    tail = tail->next;
-                tail->next = settled;
-                settled = list;
-            }
-        }
-        fill_slots(tp);
-        if (settled != NULL) {
-            tp->handing++;
-            pthread_mutex_unlock(&tp->mu);
-            p->done(p->done_ctx, settled);
-            pthread_mutex_lock(&tp->mu);
-            tp->handing--;
-            pthread_cond_broadcast(&tp->idle);
-            continue; /* look again: time went by */
-        }
-        int64_t wait = next - tm_now_ns();
-        if (!tp->watch_stop && wait > 0)
-            tm_cond_wait_ns(&tp->watch_cv, &tp->mu, wait);
-    }
-    pthread_mutex_unlock(&tp->mu);
-    return NULL;
-}
 
 static struct tm_pool *tp_create(const struct tm_cfg *cfg,
                                  struct tm_task **tasks, size_t ntasks,
@@ -669,7 +408,7 @@ static int tp_start(struct tm_pool *p)
         /* cb_worker_init runs here, before the thread starts, so a
          * refusal is reported synchronously; the data is then only used
          * by it */
-        struct tp_worker *w = worker_alloc(tp, i);
+        struct tp_worker *w = tm_tpool_worker_alloc(tp, i);
         if (worker_init(w) != 0) {
             tm_free(w->wdata);
             tm_free(w);
@@ -679,7 +418,7 @@ static int tp_start(struct tm_pool *p)
         pthread_mutex_lock(&tp->mu);
         tp->live++;
         pthread_mutex_unlock(&tp->mu);
-        int rc = pthread_create(&w->thread, NULL, worker_main, w);
+        int rc = pthread_create(&w->thread, NULL, tm_tpool_worker_main, w);
         if (rc != 0) {
             char eb[TM_STRERRNO_BUF];
             tm_log_err("pool:thread", "cannot start worker %u: %s", i,
@@ -689,7 +428,8 @@ static int tp_start(struct tm_pool *p)
         w->started = 1;
     }
     if (tp->watch_ns > 0) {
-        int rc = pthread_create(&tp->watch_thread, NULL, watch_main, tp);
+        int rc =
+            pthread_create(&tp->watch_thread, NULL, tm_tpool_watch_main, tp);
         if (rc != 0) {
             char eb[TM_STRERRNO_BUF];
             tm_log_err("pool:thread", "cannot start the watchdog: %s",
@@ -736,7 +476,7 @@ static size_t tp_submit(struct tm_pool *p, struct tm_msg *msgs, size_t n)
             tp->count++;
         }
         if (tp->count > before)
-            wake(tp, tp->base.size);
+            tm_tpool_wake(tp, tp->base.size);
     }
     pthread_mutex_unlock(&tp->mu);
     return done;
@@ -772,7 +512,7 @@ static void tp_submit_runs(struct tm_pool *p, struct tm_msg *const *runs,
         accepted[r] = done;
     }
     if (added > 0)
-        wake(tp, tp->base.size);
+        tm_tpool_wake(tp, tp->base.size);
     pthread_mutex_unlock(&tp->mu);
 }
 

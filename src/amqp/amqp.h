@@ -525,17 +525,24 @@ void tm_amqp_lowat_off(struct tm_amqp_link *l);
 /* tm_amqp_signal_intake wakes the link's intake thread if it waits. */
 void tm_amqp_signal_intake(struct tm_amqp_link *l);
 
-/* ---- intake.c: deliveries, the ack floor, the lanes ---- */
+/* ---- delivery.c: deliveries assembled from their frames ---- */
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
-/* tm_amqp_ready_push appends d to the task's ready list (io_mu held). */
+/* tm_amqp_ready_push appends d to the task's ready list (io_mu held);
+ * tm_amqp_ready_pop takes its first (NULL: none). */
 void tm_amqp_ready_push(struct tm_amqp_task *at, struct tm_amqp_delivery *d);
-/* tm_amqp_conn_reset forgets everything tied to the task's channel
- * (which is gone). io_mu held. */
-void tm_amqp_conn_reset(struct tm_amqp_task *at);
+struct tm_amqp_delivery *tm_amqp_ready_pop(struct tm_amqp_task *at);
 /* tm_amqp_task_frame handles one frame of task at's channel: 0, 1 when
  * the task's channel went down (tm_amqp_task_down), -1 when the
  * connection failed (reason in at->errstr). io_mu held. */
 int tm_amqp_task_frame(struct tm_amqp_task *at, const amqp_frame_t *f);
+
+/* ---- intake.c: the consumer, the ack floor, the lanes ---- */
+/* tm_amqp_conn_reset forgets everything tied to the task's channel
+ * (which is gone). io_mu held. */
+void tm_amqp_conn_reset(struct tm_amqp_task *at);
+/* tm_amqp_floor_add records n delivery tags of k as settled. */
+void tm_amqp_floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
+                       size_t n);
 int tm_amqp_start_consumer(const struct tm_amqp_task *at,
                            amqp_connection_state_t c, char *ctag, char *buf,
                            size_t size);
@@ -626,7 +633,19 @@ int tm_amqp_prepare_park(struct tm_amqp_publisher *pc,
 uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
                               struct tm_amqp_rec *r);
 
-/* ---- admin.c: CLI and monitoring ---- */
+/* ---- admin.c: the CLI's connection, publish and request ---- */
+/* tm_amqp_cli_declare opens the CLI connection when it is not open and
+ * declares task t's queues on it; tm_amqp_cli_lost closes it after a
+ * failure; tm_amqp_cli_publish publishes on its confirm channel and
+ * waits for the confirm (w: NULL, or the caller's wait state). */
+struct tm_amqp_cli_wait;
+int tm_amqp_cli_declare(struct tm_amqp_broker *ab,
+                        const struct tm_cfg_task *t);
+void tm_amqp_cli_lost(struct tm_amqp_broker *ab);
+int tm_amqp_cli_publish(struct tm_amqp_broker *ab, const char *rk,
+                        const amqp_basic_properties_t *props, const char *body,
+                        size_t len, struct tm_amqp_cli_wait *w,
+                        int64_t deadline);
 int tm_amqp_publish(struct tm_broker *b, const struct tm_cfg_task *t,
                     const char *body, size_t len, const struct tm_pub *pub,
                     char *id, size_t idlen);
@@ -634,6 +653,10 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
                     const char *body, size_t len, const struct tm_pub *pub,
                     int64_t timeout_ms, char *id, size_t idlen, char **reply,
                     int *task_failed);
+int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                       const char *body, size_t len, const struct tm_pub *pub,
+                       int64_t due_ms, char *id, size_t idlen);
+/* ---- dlq.c: dead-letter list, browse, replay, purge ---- */
 int tm_amqp_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
                      size_t max, struct tm_dlq_entry **out, size_t *n);
 int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
@@ -643,11 +666,9 @@ long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
                         const char *id);
 long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                        const char *id);
+/* ---- depth.c: queue depths for monitoring ---- */
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);
-int tm_amqp_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *body, size_t len, const struct tm_pub *pub,
-                       int64_t due_ms, char *id, size_t idlen);
 
 /* ---- schedule.c: the election of each schedule's leader, fires ---- */
 struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,

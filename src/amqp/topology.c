@@ -78,7 +78,7 @@ static void quorum_args(struct args *a, enum tm_amqp_queue_type type)
  * unsettled (a daemon killed before it could settle, a foreign consumer
  * that never acknowledges). RabbitMQ dead-letters a message, through the
  * queue's x-dead-letter-exchange, once it has been returned more than
- * this many times. taskmill's own count (intake.c: x-attempts plus
+ * this many times. taskmill's own count (delivery.c: x-attempts plus
  * x-delivery-count; exec.c) dead-letters it as crashed, with its failure
  * headers, at the latest at the delivery that carries x-delivery-count
  * max_retries + 1; the limit lies TM_AMQP_DELIVERY_MARGIN returns above
@@ -156,7 +156,7 @@ static int first_warning(const char *q)
  * both queues are quorum queues, and the task queue gets quorum_args and
  * x-delivery-limit (delivery_limit). The dead-letter queue gets no
  * x-delivery-limit: it is browsed by reading unacknowledged and giving
- * back (basic.nack with requeue, admin.c), which RabbitMQ before 4.3
+ * back (basic.nack with requeue, dlq.c), which RabbitMQ before 4.3
  * counts as a delivery, and it has no dead-letter exchange, so a limit
  * there would make browsing drop dead letters. An existing queue or exchange with
  * other arguments makes the broker refuse (406 PRECONDITION_FAILED,

@@ -21,7 +21,9 @@
  *   tls.c     TLS under a connection: context, handshake, reads, writes
  *   conn.c    opening connections (sentinel: to the master), errors
  *   topo.c    nodes, the cluster's slot map, links that route commands
- *   intake.c  reads of new entries, own history and reclaim (lane thread)
+ *   intake.c  a lane's fetch; replies made batches, failed reads
+ *   claim.c   scripted reads: due retries, reclaim, own history, peek
+ *   readahead.c  new entries (XREADGROUP) and the read ahead
  *   lane.c    intake lanes: tasks per lane, pokes
  *   retry.c   the retry schedule
  *   rate.c    rate_limit: the task's token bucket, shared by all daemons
@@ -476,7 +478,7 @@ int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
                         int64_t due_ms, char *id, size_t idlen);
 int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
 
-/* ---- intake.c ---- */
+/* ---- intake.c, claim.c, readahead.c ---- */
 
 void tm_redis_collect(struct tm_redis_task *rt);
 /* tm_redis_ahead_end reads the reply of lane l's read ahead, if one is
@@ -484,6 +486,38 @@ void tm_redis_collect(struct tm_redis_task *rt);
  * consumer, as unstarted ones left at a stop do (lanes_free; the lane's
  * last fetch after wake() normally takes it in). */
 void tm_redis_ahead_end(struct tm_redis *rb, struct tm_redis_lane *l);
+/* intake.c's parts every read uses (see each definition) */
+struct tm_batch *tm_redis_entries_batch(struct tm_redis_task *rt,
+                                        redisReply *reply,
+                                        struct tm_rarena *arena,
+                                        const redisReply *entries,
+                                        size_t task_index);
+void tm_redis_intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
+                            const char *what);
+int tm_redis_group_lost(const char *err);
+void tm_redis_regroup(struct tm_redis *rb, struct tm_redis_lane *l,
+                      const char *err, const size_t *ti, size_t k);
+int tm_redis_read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
+                         const char *what);
+redisReply *tm_redis_intake_command(struct tm_redis_task *rt, int argc,
+                                    const char **argv,
+                                    struct tm_rarena *arena,
+                                    int64_t timeout_ms, int *dead);
+/* claim.c: the scripted reads of what a task is owed, and the peek */
+int tm_redis_take_owed(struct tm_redis *rb, struct tm_broker *b,
+                       struct tm_redis_task *rt, size_t ti, size_t max,
+                       struct tm_batch **out);
+int64_t tm_redis_next_look(const struct tm_redis_task *rt);
+int tm_redis_peek(struct tm_redis *rb, struct tm_redis_lane *l);
+/* readahead.c: new entries, and the read ahead */
+int tm_redis_read_new(struct tm_redis *rb, struct tm_redis_lane *l,
+                      size_t from, size_t k, int64_t block_ms,
+                      struct tm_batch **out, size_t nout);
+int tm_redis_take_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
+                        const size_t *room, struct tm_batch **out,
+                        size_t nout);
+int tm_redis_poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
+                      int64_t until, struct tm_batch **out, size_t nout);
 /* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
  * stream, KEYS[2] the retry set, KEYS[3] the due-time index; ARGV[1] group, ARGV[2] consumer, ARGV[3]
  * max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the

@@ -33,6 +33,14 @@
  * process at once, for a round that sees it (tm_redis_publish_at). So an
  * idle daemon sends about two commands a second per slot it reads,
  * whatever the count of tasks.
+ *
+ * The file stays whole (over 800 lines): everything in it reads or
+ * writes struct tm_redis_sched, the promoter's state, which no other
+ * file sees: its rounds, its thread, the process's list of promoters,
+ * and the producer's side that wakes them and waits for their counts
+ * (tm_redis_publish_at, tm_redis_scheduled). Split, that state would
+ * have to be declared for the whole adapter; a sixth of the lines are
+ * promote_script, one Lua script that cannot be cut.
  */
 #include "redis/redis.h"
 
