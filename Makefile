@@ -60,7 +60,7 @@ CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
 # the core: src/*.c and one level of subdirectories (src/redis/, ...)
-CORE_SRCS = $(filter-out src/main.c,$(wildcard src/*.c src/*/*.c))
+CORE_SRCS = $(filter-out src/cli/main.c,$(wildcard src/*.c src/*/*.c))
 CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/console_assets.o
 # the console's page, style and script, compiled in as byte arrays
 CONSOLE_FILES = src/console/index.html src/console/console.css \
@@ -128,7 +128,7 @@ $(BUILD)/obj/console_assets.o: $(BUILD)/gen/console_assets.c src/http/console.h 
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(REAL_CFLAGS) -Isrc -c -o $@ $<
 
-$(BUILD)/taskmill: $(BUILD)/obj/main.o $(CORE_OBJS)
+$(BUILD)/taskmill: $(BUILD)/obj/cli/main.o $(CORE_OBJS)
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(REAL_LDFLAGS) -rdynamic -o $@ $^ $(DEP_LIBS) -ldl -lm
 

@@ -247,7 +247,7 @@ static int answer(int fd, struct child_ring *cr, const struct tm_fork_resp *rs,
      * its low mark tells (so that it refills the ring while this process
      * runs the rest); the answer to the last request tells of all (the
      * parent also looks at the ring on its own, at least every few ms
-     * while requests are out: pool_fork.c) */
+     * while requests are out: fork/pool.c) */
     uint64_t low = atomic_load_explicit(&cr->ctl->req_low,
                                         memory_order_relaxed);
     int past_low = low > cr->low_told && cr->req_tail >= low;

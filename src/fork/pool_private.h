@@ -1,5 +1,5 @@
 /* fork/pool_private.h - the fork pool's parent side, shared by
- * pool_fork.c (queues, dispatch, timers, children's start, the pool
+ * fork/pool.c (queues, dispatch, timers, children's start, the pool
  * interface) and fork/reap.c (answers, deaths and what they cost). The
  * dispatcher thread owns every struct fp_child; fields marked "mu" are
  * shared with the submitting threads under fpool.mu. */
@@ -188,7 +188,7 @@ static inline void fp_wake(struct fpool *fp)
 
 /* tm_fp_give_back returns never-started messages (in order): to the
  * front of their task's queue, or unsettled (outcome none) into done when
- * the pool is draining (pool_fork.c). */
+ * the pool is draining (fork/pool.c). */
 void tm_fp_give_back(struct fpool *fp, struct fp_list *unsent,
                      struct fp_list *done);
 

@@ -1,5 +1,5 @@
 /* fork/reap.c - the fork pool's parent side: a child's answers, its
- * death, and what each costs the messages it had (see pool_fork.c for
+ * death, and what each costs the messages it had (see fork/pool.c for
  * the design). Runs on the dispatcher thread. */
 #include "fork/pool_private.h"
 

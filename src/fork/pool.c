@@ -1,4 +1,4 @@
-/* pool_fork.c - the pre-forked process pool, parent side: crashing task
+/* fork/pool.c - the pre-forked process pool, parent side: crashing task
  * code costs an attempt of its own task, never the daemon nor the other
  * tasks: its queues, the dispatcher, timers, starting children and the
  * pool interface. Answers and deaths are fork/reap.c (the two share

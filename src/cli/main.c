@@ -1,4 +1,4 @@
-/* main.c - the entry point: picks the command (src/cli/) or the daemon. */
+/* cli/main.c - the entry point: picks the command (src/cli/) or the daemon. */
 #include "daemon.h"
 
 #include <errno.h>
