@@ -277,7 +277,7 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	redis_retry redis_retry_reload redis_restart amqp_ack amqp_retry_dlq \
 	amqp_sigterm fork_thread_parity fork_sigterm fork_zygote schedule_reload \
 	fork_ring_edges fork_pack_slow host_lua_hostile thread_stuck thread_late \
-	thread_stuck_reload thread_stuck_refill amqp_thread_late amqp_shared_conn \
+	thread_stuck_reload thread_stuck_refill amqp_thread_late \
 	host_python_stuck \
 	host_python_stopped fork_reload_init fork_zygote_restart reload_concurrency \
 	http_reload_hammer
