@@ -114,19 +114,19 @@ deps:
 deps-demo:
 	@scripts/install-deps.sh --demo
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h src/*/*.h) | $(BUILD)/obj
+$(BUILD)/obj/%.o: src/%.c $(wildcard include/*.h src/*/*.h) | $(BUILD)/obj
 	@$(if $(Q),echo "  CC      $<")
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Isrc -c -o $@ $<
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Iinclude -Isrc -c -o $@ $<
 
 $(BUILD)/gen/console_assets.c: $(CONSOLE_FILES) scripts/embed-console.sh
 	@$(if $(Q),echo "  EMBED   $@")
 	@mkdir -p $(dir $@)
 	$(Q)scripts/embed-console.sh $(CONSOLE_FILES) >$@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/console_assets.o: $(BUILD)/gen/console_assets.c src/http/console.h | $(BUILD)/obj
+$(BUILD)/obj/console_assets.o: $(BUILD)/gen/console_assets.c src/http/console_private.h | $(BUILD)/obj
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(REAL_CFLAGS) -Isrc -c -o $@ $<
+	$(Q)$(CC) $(REAL_CFLAGS) -Iinclude -Isrc -c -o $@ $<
 
 $(BUILD)/taskmill: $(BUILD)/obj/cli/main.o $(CORE_OBJS)
 	@$(if $(Q),echo "  LINK    $@")
@@ -134,9 +134,9 @@ $(BUILD)/taskmill: $(BUILD)/obj/cli/main.o $(CORE_OBJS)
 
 # The example plugins include taskmill.h alone, as an installed plugin
 # does: no private helpers.
-$(BUILD)/plugins/%.so: plugins/%/*.c src/taskmill.h | $(BUILD)/plugins
+$(BUILD)/plugins/%.so: plugins/%/*.c include/taskmill.h | $(BUILD)/plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
-	$(Q)$(CC) $(REAL_CFLAGS) $(PLUGIN_CFLAGS) -fPIC -shared -Isrc -o $@ \
+	$(Q)$(CC) $(REAL_CFLAGS) $(PLUGIN_CFLAGS) -fPIC -shared -Iinclude -Isrc -o $@ \
 		$(filter %.c,$^) $(PLUGIN_LIBS)
 	@chmod go-w $@
 
@@ -159,18 +159,18 @@ $(BUILD)/plugins/python.so: PLUGIN_LIBS = $(shell $(PKG_CONFIG) --libs python3-e
 
 # Test plugins, test tools and unit tests include headers of their own
 # directory (tests/plugins/*.h, tests/unit/*.h) and the daemon's
-# (src/taskmill.h, src/*/*.h): the
+# (include/taskmill.h, src/*/*.h): the
 # compiler lists those it read in a dependency file next to the output
 # (-MMD; -MP adds a rule per header, so a removed header is no error), and
 # the files included below make a changed header rebuild them. Compiling
 # and linking in one step, the file and its target are named explicitly.
-# src/taskmill.h stays a prerequisite of its own: every test plugin
+# include/taskmill.h stays a prerequisite of its own: every test plugin
 # includes it, also one built before it had a dependency file.
 TEST_DEPFLAGS = -MMD -MP -MF $(basename $@).d -MT $@
 
-$(BUILD)/test-plugins/%.so: tests/plugins/%.c src/taskmill.h | $(BUILD)/test-plugins
+$(BUILD)/test-plugins/%.so: tests/plugins/%.c include/taskmill.h | $(BUILD)/test-plugins
 	@$(if $(Q),echo "  PLUGIN  $@")
-	$(Q)$(CC) $(REAL_CFLAGS) $(TEST_DEPFLAGS) -fPIC -shared -Isrc -o $@ $<
+	$(Q)$(CC) $(REAL_CFLAGS) $(TEST_DEPFLAGS) -fPIC -shared -Iinclude -Isrc -o $@ $<
 	@chmod go-w $@
 
 # Test tools (tests/tools/*.c: fault proxy, load clients): one binary
@@ -189,7 +189,7 @@ test-plugins: $(TEST_PLUGIN_SOS) $(TEST_TOOLS)
 $(BUILD)/tests/%: tests/unit/%.c $(CORE_OBJS) | $(BUILD)/tests
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) $(TEST_DEPFLAGS) \
-		-Isrc -o $@ $< \
+		-Iinclude -Isrc -o $@ $< \
 		$(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) $(CHECK_LIBS) -ldl -lm
 -include $(UNIT_BINS:=.d)
 
@@ -207,7 +207,7 @@ $(BUILD)/tests/test_host_lua_json: tests/unit/test_host_lua_json.c \
 		$(wildcard plugins/lua/*.h) $(CORE_OBJS) | $(BUILD)/tests
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) \
-		$(shell $(PKG_CONFIG) --cflags lua5.4) -Isrc -Iplugins/lua -o $@ \
+		$(shell $(PKG_CONFIG) --cflags lua5.4) -Iinclude -Isrc -Iplugins/lua -o $@ \
 		$< plugins/lua/json_lua.c $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
 		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
 
@@ -218,7 +218,7 @@ $(BUILD)/tests/test_host_lua_fuzz: tests/unit/test_host_lua_fuzz.c \
 		$(wildcard plugins/lua/*.h) $(CORE_OBJS) | $(BUILD)/tests
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) $(CHECK_CFLAGS) \
-		$(shell $(PKG_CONFIG) --cflags lua5.4) -Isrc -Iplugins/lua -o $@ \
+		$(shell $(PKG_CONFIG) --cflags lua5.4) -Iinclude -Isrc -Iplugins/lua -o $@ \
 		$< $(LUA_HOST_SRCS) $(CORE_OBJS) $(REAL_LDFLAGS) $(DEP_LIBS) \
 		$(CHECK_LIBS) $(shell $(PKG_CONFIG) --libs lua5.4) -ldl -lm
 
@@ -435,7 +435,7 @@ install: all
 		$(DESTDIR)$(DOCDIR)
 	install -m 0755 $(BUILD)/taskmill $(DESTDIR)$(BINDIR)/taskmill
 	install -m 0755 $(PLUGIN_SOS) $(DESTDIR)$(PLUGINDIR)/
-	install -m 0644 src/taskmill.h $(DESTDIR)$(INCDIR)/taskmill.h
+	install -m 0644 include/taskmill.h $(DESTDIR)$(INCDIR)/taskmill.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		scripts/taskmill.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/taskmill.pc
 	sed -e 's|^plugin_dir: .*|plugin_dir: $(PLUGINDIR)|' \

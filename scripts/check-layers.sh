@@ -18,15 +18,15 @@ PKG_CONFIG=${PKG_CONFIG:-pkg-config}
 DEP_CFLAGS=$($PKG_CONFIG --cflags libcjson yaml-0.1 2>/dev/null || true)
 
 # the headers config/ may read, as paths under src/
-allowed='^src/(config\.h|config/[^/]+\.h|util\.h|log\.h|json\.h|taskmill\.h|schedule/(cron|slots|tz)\.h)$'
+allowed='^(src/config/[^/]+\.h|src/util/(util|log|json)\.h|include/taskmill\.h|src/schedule/[a-z_]+\.h)$'
 # the symbols config/ must not reference
 forbidden='^(tm_redis_|tm_amqp_|tm_rmq_|tm_broker_|tm_ssl_dl_|tm_dlib_|tm_pool_|tm_http_|tm_daemon_|tm_gen_)'
 
 bad=0
-for f in src/config.h src/config/*.[ch]; do
+for f in src/config/*.[ch]; do
 	# shellcheck disable=SC2086
-	deps=$($CC -MM -std=c11 -D_GNU_SOURCE -Isrc $DEP_CFLAGS "$f" |
-		tr ' \\' '\n\n' | grep '^src/' | grep -vxF "$f" | sort -u || true)
+	deps=$($CC -MM -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $DEP_CFLAGS "$f" |
+		tr ' \\' '\n\n' | grep -E '^(src|include)/' | grep -vxF "$f" | sort -u || true)
 	for h in $deps; do
 		[[ $h == *.h ]] || continue
 		if ! [[ $h =~ $allowed ]]; then

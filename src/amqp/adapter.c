@@ -5,9 +5,9 @@
 #include <errno.h>
 #include <stdlib.h> /* getenv */
 
-#include "log.h"
-#include "ssl_dl.h" /* tm_ssl_dl_open, for the check op */
-#include "util.h"
+#include "util/log.h"
+#include "util/ssl_dl.h" /* tm_ssl_dl_open, for the check op */
+#include "util/util.h"
 
 static void ab_destroy(struct tm_broker *b);
 

@@ -5,8 +5,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 static int cli_ready(struct tm_amqp_broker *ab)
 {

@@ -11,9 +11,9 @@
 
 /* rabbitmq-c's headers, and its functions as sym_ pointers: it is opened
  * the first time a configuration names a RabbitMQ broker */
-#include "amqp/rmq_dl.h"
+#include "amqp/rmq_dl_private.h"
 
-#include "broker.h"
+#include "broker/broker.h"
 
 /* TM_AMQP_SRC prefixes the adapter's log lines. */
 #define TM_AMQP_SRC "broker:amqp"

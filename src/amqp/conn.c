@@ -5,9 +5,9 @@
 #include <string.h>
 #include <sys/socket.h> /* shutdown: see tm_amqp_drop */
 
-#include "config.h"
-#include "ssl_dl.h" /* tls_setup: the verified name on the SSL_CTX */
-#include "util.h"
+#include "config/config.h"
+#include "util/ssl_dl.h" /* tls_setup: the verified name on the SSL_CTX */
+#include "util/util.h"
 
 /* tm_amqp_strerror describes a failed rabbitmq-c call: the library's status,
  * or the broker's close reason ("406 PRECONDITION_FAILED - ..."), as

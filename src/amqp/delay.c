@@ -34,8 +34,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* The levels: the shortest wait, and the longest (2^24 of the shortest,
  * about 24 days; longer delays take several hops). */

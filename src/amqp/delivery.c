@@ -10,8 +10,8 @@
 #include <assert.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d)
 {

@@ -5,8 +5,8 @@
 
 #include <assert.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* depth_count reads a queue's ready count with a passive declare: 0 for a
  * queue that does not exist; -1 when the connection failed. */

@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* struct dlq_msg is one dead letter read with basic.get (unacked). */
 struct dlq_msg {

@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* tm_amqp_conn_reset forgets everything tied to the task's channel (which
  * is gone): unacknowledged deliveries are redelivered by RabbitMQ. */

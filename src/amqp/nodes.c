@@ -3,7 +3,7 @@
 
 #include <assert.h>
 
-#include "log.h"
+#include "util/log.h"
 
 /* tm_amqp_node returns the index in ab->nodes of the node a new
  * connection goes to. */

@@ -45,8 +45,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* The pause connection's channels: declarations (also the writer's own,
  * in confirm mode), and the notices' consumer. */

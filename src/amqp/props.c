@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/random.h> /* getrandom: message ids */
 
-#include "util.h"
+#include "util/util.h"
 
 amqp_bytes_t tm_amqp_bytes_of(const char *s)
 {

@@ -6,9 +6,9 @@
 #include <poll.h>
 #include <string.h>
 
-#include "core.h" /* tm_retry_delay_ms: the retry queue of a delay */
-#include "log.h"
-#include "util.h"
+#include "task/task.h" /* tm_retry_delay_ms: the retry queue of a delay */
+#include "util/log.h"
+#include "util/util.h"
 
 /* Reconnect backoff of the publishing connection: first and largest
  * wait, in ms (it is only tried while copies wait for it). */

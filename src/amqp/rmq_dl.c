@@ -1,5 +1,5 @@
 /* amqp/rmq_dl.c - rabbitmq-c opened on first need (see rmq_dl.h). */
-#include "amqp/rmq_dl.h"
+#include "amqp/rmq_dl_private.h"
 
 TM_RMQ_FUNCS(TM_DLSYM_STORAGE)
 

@@ -33,9 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "schedule/fire.h"
-#include "util.h"
+#include "util/log.h"
+#include "schedule/schedule.h"
+#include "util/util.h"
 
 #define SRC TM_AMQP_SRC
 

@@ -7,8 +7,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* TASK_CFG is the configuration of the task a record settles. */
 #define TASK_CFG(pc, r) ((pc)->ab->tasks[(r)->task].cfg)

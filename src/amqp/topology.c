@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* returns of a message above taskmill's own dead-lettering point before
  * RabbitMQ's x-delivery-limit dead-letters it (delivery_limit) */

@@ -7,8 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "broker.h" /* tm_broker_load_config, tm_broker_new */
-#include "util.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h" /* tm_broker_load_config, tm_broker_new */
+#include "util/util.h"
 
 const char tm_cli_usage[] =
     "usage: taskmill [run] [-c FILE]          run in the foreground\n"

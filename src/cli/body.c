@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "json.h"
-#include "util.h"
+#include "util/json.h"
+#include "util/util.h"
 
 /* First buffer for standard input; it doubles from there. */
 #define TM_CLI_READ_CHUNK 65536

@@ -3,8 +3,8 @@
 
 #include <stdio.h>
 
-#include "daemon.h"
-#include "util.h"
+#include "daemon/daemon.h"
+#include "util/util.h"
 
 /* CHECK_ERR_MAX: the refusals told, a line per refused task. */
 #define CHECK_ERR_MAX 65536

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "config/config.h"
 
 /* Exit statuses (docs/cli.md): 0 success, 1 runtime failure, 2 usage or
  * configuration error. */
@@ -48,14 +48,6 @@ struct tm_cli_args {
     const char *dedup_key;     /* --dedup-key KEY, or NULL */
     int yes;                   /* --yes given */
 };
-
-/* tm_cli_parse_at reads the TIME of `emit --at`: RFC 3339 (ISO 8601
- * with a zone: 2026-12-01T03:00:00Z, 2026-12-01T04:00:00.250+01:00) or
- * a count of epoch milliseconds, into epoch ms; tm_cli_parse_delay reads
- * the DURATION of `emit --delay` (250ms, 30s, 5m, 1h, the units of the
- * configuration). Both return 0, or -1 when s is not such a value. */
-int tm_cli_parse_at(const char *s, int64_t *ms);
-int tm_cli_parse_delay(const char *s, int64_t *ms);
 
 /* tm_cli_usage is the text of --help. */
 extern const char tm_cli_usage[];

@@ -9,8 +9,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "broker.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "util/util.h"
 
 /* Most entries `dlq list TASK` and `dlq show` read. */
 #define TM_CLI_DLQ_MAX ((size_t)1 << 20)

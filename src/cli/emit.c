@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
-#include "daemon.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h"
+#include "util/util.h"
 
 /* Longest --wait, in seconds: one day. */
 #define TM_CLI_MAX_WAIT_S 86400
@@ -43,14 +43,14 @@ static int due_option(const struct tm_cfg *cfg, const struct tm_cli_args *a,
         return TM_EXIT_USAGE;
     }
     if (a->delay != NULL) {
-        if (tm_cli_parse_delay(a->delay, &v) != 0) {
+        if (tm_parse_delay(a->delay, &v) != 0) {
             fprintf(stderr, "taskmill: --delay must be a duration such as "
                     "30s, 5m or 1h, not '%s'\n", a->delay);
             return TM_EXIT_USAGE;
         }
         *due_ms = now + v;
     } else {
-        if (tm_cli_parse_at(a->at, &v) != 0) {
+        if (tm_parse_at(a->at, &v) != 0) {
             fprintf(stderr, "taskmill: --at must be an RFC 3339 time with a "
                     "zone (2026-12-01T03:00:00Z) or epoch milliseconds, "
                     "not '%s'\n", a->at);

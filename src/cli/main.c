@@ -1,5 +1,5 @@
 /* cli/main.c - the entry point: picks the command (src/cli/) or the daemon. */
-#include "daemon.h"
+#include "daemon/daemon.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,9 +9,10 @@
 #include <sys/resource.h>
 
 #include "cli/cli.h"
-#include "crash.h"
-#include "log.h"
-#include "util.h"
+#include "http/http.h"
+#include "util/crash.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* raise_nofile lifts the soft descriptor limit to the hard one: the
  * daemon holds broker connections, plugin files, pool sockets and HTTP
@@ -97,5 +98,6 @@ int main(int argc, char **argv)
     if (strcmp(a.cmd, "schedules") == 0)
         return tm_cli_schedules(cfg, &a);
     raise_nofile();
-    return tm_daemon_run(cfg);
+    static const struct tm_daemon_http http = { tm_http_start, tm_http_stop };
+    return tm_daemon_run(cfg, &http);
 }

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "broker.h"
+#include "broker/broker.h"
 
 int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a)
 {

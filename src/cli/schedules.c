@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "broker.h"
-#include "schedule/clock.h"
-#include "schedule/fire_report.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "schedule/schedule.h"
+#include "daemon/fire_report.h"
+#include "util/util.h"
 
 /* slot_text writes a slot as RFC 3339, or "-" when there is none. */
 static const char *slot_text(int64_t ms, char *buf, size_t size)

@@ -23,7 +23,7 @@
 #include <yaml.h>
 
 #include "taskmill.h" /* TM_LOG_* levels */
-#include "util.h"
+#include "util/util.h"
 
 /* CFG_MAX_NODES bounds the URLs of broker.url. */
 #define CFG_MAX_NODES 64

@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 #include <yaml.h>
 
-#include "config.h"
+#include "config/config.h"
 
 /* CFG_MAX_FILE bounds the config file: a task map is a few KiB, anything
  * past 16 MiB is a mistake (a log file given by -c, say). */

@@ -23,7 +23,7 @@
 #include <yaml.h>
 
 #include "taskmill.h" /* TM_LOG_* levels */
-#include "util.h"
+#include "util/util.h"
 
 /* in the order of tm_cfg_sec_top (keys.c) */
 enum top_key {

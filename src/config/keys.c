@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 /* STRNE: a and b differ, NULL (not set) being a value of its own */
 static bool strne(const char *a, const char *b)

@@ -23,7 +23,7 @@
 #include <yaml.h>
 
 #include "taskmill.h" /* TM_LOG_* levels */
-#include "util.h"
+#include "util/util.h"
 
 void tm_cfg_errors_init(struct tm_cfg_errors *e, const char *path,
                         size_t max_errors, char *err, size_t errlen)

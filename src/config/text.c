@@ -23,7 +23,7 @@
 #include <yaml.h>
 
 #include "taskmill.h" /* TM_LOG_* levels */
-#include "util.h"
+#include "util/util.h"
 
 /* ------------------------------------------------------------ buffers */
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 
 /* Log source of the daemon's own lines. */
 #define TM_DAEMON_SRC "daemon"

@@ -6,7 +6,7 @@
 
 #include <assert.h>
 
-#include "util.h"
+#include "util/util.h"
 
 /* tm_flow_cap is how many messages of t may be in flight (read and not yet
  * settled) in its generation: prefetch, or concurrency less the messages

@@ -8,9 +8,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "schedule/fire.h"
-#include "util.h"
+#include "util/log.h"
+#include "daemon/fire.h"
+#include "util/util.h"
 
 /* How often a retired generation looks whether its abandoned calls have
  * returned. */

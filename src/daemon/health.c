@@ -2,7 +2,7 @@
  * heartbeats they read. */
 #include "daemon_private.h"
 
-#include "util.h"
+#include "util/util.h"
 
 /* A loop that has not gone round for this long is not responsive. */
 #define TM_ALIVE_MS 10000

@@ -7,8 +7,8 @@
 #include <assert.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* wait_ms waits until ms pass, the generation stops, or room is made. */
 static void wait_ms(struct tm_gen *g, int64_t ms)

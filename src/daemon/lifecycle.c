@@ -1,6 +1,7 @@
 /* lifecycle.c - the daemon's start, main loop, signals and stop. */
 #include "daemon_private.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
@@ -9,11 +10,10 @@
 #include <unistd.h>
 
 /* the daemon's one HTTP header: it starts and stops the server */
-#include "http/http.h"
-#include "log.h"
-#include "notify.h"
-#include "schedule/fire.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/notify.h"
+#include "daemon/fire.h"
+#include "util/util.h"
 
 /* How long the exit waits for a retired generation being freed (pool
  * and broker shutdown, plugin fini): seconds at most. */
@@ -123,12 +123,14 @@ static void main_wait(struct tm_daemon *d, int64_t ms)
     tm_beat_tick(&d->main_beat);
 }
 
-int tm_daemon_run(struct tm_cfg *cfg)
+int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
 {
     struct tm_daemon *d = &the_daemon;
     char err[8192]; /* a line per refused task */
     int status = 1;
+    assert(http != NULL);
     memset(d, 0, sizeof *d);
+    d->http_ops = http;
     d->config_path = tm_strdup(cfg->path);
     d->start_wall_ms = tm_wall_ms();
     d->start_mono_ms = tm_now_ms();
@@ -172,7 +174,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     pthread_detach(sig_thread);
 
     if (cfg->http_listen != NULL) {
-        d->http = tm_http_start(d, err, sizeof err);
+        d->http = d->http_ops->start(d, err, sizeof err);
         if (d->http == NULL) {
             tm_log_err("http", "%s", err);
             g->pool->ops->drain(g->pool, tm_now_ns());
@@ -202,7 +204,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
              * exists with other arguments): retrying cannot help */
             tm_log_err("broker", "%s", g->broker->errstr);
             g->pool->ops->drain(g->pool, tm_now_ns());
-            tm_http_stop(d->http);
+            d->http_ops->stop(d->http);
             tm_gen_unref(g);
             return 2;
         }
@@ -215,7 +217,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     if (pthread_create(&g->settle_thread, NULL, tm_settle_main, g) != 0) {
         tm_log_err(TM_DAEMON_SRC, "cannot start the settle thread");
         g->pool->ops->drain(g->pool, tm_now_ns());
-        tm_http_stop(d->http);
+        d->http_ops->stop(d->http);
         tm_gen_unref(g);
         return 1;
     }
@@ -281,7 +283,7 @@ int tm_daemon_run(struct tm_cfg *cfg)
     status = rc == 0 && !atomic_load(&d->retiring) ? 0 : 1;
     if (status == 0)
         tm_log_info(TM_DAEMON_SRC, "stopped cleanly");
-    tm_http_stop(d->http);
+    d->http_ops->stop(d->http);
     d->http = NULL;
     /* a retired generation being freed finishes first; none starts */
     pthread_mutex_lock(&d->stop_mu);

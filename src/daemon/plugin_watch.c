@@ -7,8 +7,8 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* tm_plugin_watch_main asks for a reload when a .so file in plugin_dir is written,
  * replaced, added or removed; bursts (a copy, then a rename) are merged. */

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* ---- reload ------------------------------------------------------------- */
 

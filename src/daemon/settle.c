@@ -5,8 +5,8 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 /* How often failed settlements are tried again. */
 #define TM_RESETTLE_MS 500

@@ -1,5 +1,5 @@
 /* fork/child.c - the fork pool's worker process. */
-#include "fork/child.h"
+#include "fork/child_private.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,11 +10,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "task/task.h"
 #include "fork/ring.h"
 #include "fork/wire.h"
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC "pool:fork"
 

@@ -1,5 +1,5 @@
 /* fork/link.c - the parent's side of the rings and the socket of a child. */
-#include "fork/link.h"
+#include "fork/link_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -8,8 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "msg.h"
-#include "util.h"
+#include "task/msg.h"
+#include "util/util.h"
 
 int tm_fork_link_open(struct tm_fork_link *l, int sock)
 {

@@ -20,13 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core.h"
-#include "fork/child.h"
-#include "fork/link.h"
+#include "task/task.h"
+#include "fork/child_private.h"
+#include "fork/link_private.h"
 #include "fork/wire.h"
-#include "fork/zygote.h"
-#include "log.h"
-#include "util.h"
+#include "fork/zygote_private.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC "pool:fork"
 

@@ -12,10 +12,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "core.h"
-#include "fork/link.h"
+#include "task/task.h"
+#include "fork/link_private.h"
 #include "fork/ring.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 /* Queue slots per worker, per task: as in the thread pool. */
 #define FP_SLOTS_PER_WORKER 64

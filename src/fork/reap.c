@@ -11,9 +11,9 @@
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 
-#include "fork/zygote.h"
-#include "log.h"
-#include "util.h"
+#include "fork/zygote_private.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC "pool:fork"
 

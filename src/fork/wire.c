@@ -3,8 +3,8 @@
 
 #include <string.h>
 
-#include "msg.h"
-#include "util.h"
+#include "task/msg.h"
+#include "util/util.h"
 
 /* text_ok says whether n bytes of text are free of NUL and valid UTF-8. */
 static int text_ok(const char *s, size_t n)

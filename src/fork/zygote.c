@@ -1,6 +1,6 @@
 /* fork/zygote.c - the zygote process (forks the workers, reaps them,
  * loads the generations started after it) and the protocol helpers. */
-#include "fork/zygote_proto.h"
+#include "fork/zygote_proto_private.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -13,9 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core.h"
-#include "fork/child.h"
-#include "util.h"
+#include "task/task.h"
+#include "fork/child_private.h"
+#include "util/util.h"
 
 /* tm_zy_fingerprint sums up what the daemon and the zygote must agree on about
  * each task of a generation (FNV-1a). */

@@ -1,6 +1,7 @@
 /* fork/zygote_client.c - the daemon's side of the zygote: starting its
  * seed, requests from any thread, exit reports, restarts. */
-#include "fork/zygote.h"
+#include "fork/fork.h"
+#include "fork/zygote_private.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -13,10 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core.h"
-#include "fork/zygote_proto.h"
-#include "log.h"
-#include "util.h"
+#include "task/task.h"
+#include "fork/zygote_proto_private.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC "pool:fork"
 

@@ -1,7 +1,7 @@
 /* api.c - the admin API under /api/v1/: routes, token and argument
  * checks, request bodies, and the answers. Broker operations run on the
  * worker (api_worker.c) while the connection is suspended. */
-#include "http/api.h"
+#include "http/api_private.h"
 #include "http/http_private.h"
 
 #include <assert.h>
@@ -12,11 +12,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "broker.h"
-#include "cli/cli.h" /* tm_cli_parse_at: the TIME syntax of emit --at */
-#include "daemon.h"
-#include "json.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "config/config.h" /* tm_parse_at: the TIME syntax of emit --at */
+#include "daemon/daemon.h"
+#include "util/json.h"
+#include "util/util.h"
 
 /* A request that reaches the broker is answered 504 past this. */
 #define TM_API_DEADLINE_MS 15000
@@ -312,7 +312,7 @@ static unsigned parse_due(struct MHD_Connection *conn,
         return 501;
     }
     if (delay != NULL) {
-        if (tm_cli_parse_delay(delay, &v) != 0) {
+        if (tm_parse_delay(delay, &v) != 0) {
             tm_snprintf(msg, size, "delay: expected a duration such as "
                         "250ms, 30s, 5m or 1h, not '%.64s'", delay);
             return 400;
@@ -325,7 +325,7 @@ static unsigned parse_due(struct MHD_Connection *conn,
         *due_ms = v > 0 ? now + v : 0;
         return 0;
     }
-    if (tm_cli_parse_at(at, &v) != 0) {
+    if (tm_parse_at(at, &v) != 0) {
         tm_snprintf(msg, size, "at: expected an RFC 3339 time with a zone "
                     "(2026-12-01T03:00:00Z) or epoch milliseconds, not "
                     "'%.64s'", at);

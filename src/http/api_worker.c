@@ -2,7 +2,7 @@
  * publish, pause), run on a thread of their own so that a slow or silent broker
  * never stalls the HTTP thread: the request's connection is suspended
  * meanwhile, and resumed when the answer is ready or its deadline passed. */
-#include "http/api.h"
+#include "http/api_private.h"
 #include "http/http_private.h"
 
 #include <assert.h>
@@ -14,12 +14,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "broker.h"
-#include "daemon.h"
-#include "log.h"
-#include "schedule/clock.h"
-#include "schedule/fire_report.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h"
+#include "util/log.h"
+#include "schedule/schedule.h"
+#include "daemon/fire_report.h"
+#include "util/util.h"
 
 #define SRC "http"
 

@@ -6,8 +6,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "broker.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h" /* tm_broker_ops_for */
+#include "util/util.h"
 
 /* Longest channel or operation id; longer task names are cut. */
 #define TM_AA_ID_MAX 200

@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "core.h"
+#include "config/config.h"
+#include "task/task.h"
 
 /*
  * tm_asyncapi_render describes the tasks as an AsyncAPI 3.0.0 document:

@@ -4,7 +4,7 @@
 
 #include <assert.h>
 
-#include "util.h"
+#include "util/util.h"
 
 static void list_init(struct tm_http_conn *head)
 {

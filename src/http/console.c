@@ -1,6 +1,6 @@
 /* console.c - serves the console page and its assets (GET /,
  * /console.css, /console.js) from the copies compiled into the binary. */
-#include "http/console.h"
+#include "http/console_private.h"
 #include "http/http_private.h"
 
 #include <string.h>

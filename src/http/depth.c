@@ -5,10 +5,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "broker.h"
-#include "daemon.h"
-#include "log.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC "http"
 

@@ -14,9 +14,9 @@
 #include <microhttpd.h>
 
 #include "http/asyncapi.h"
-#include "broker.h"
-#include "daemon.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h"
+#include "util/util.h"
 
 struct reply {
     unsigned status;

@@ -8,12 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "broker.h"
-#include "daemon.h"
-#include "fork/zygote.h"
-#include "schedule/clock.h"
-#include "schedule/fire.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h"
+#include "fork/fork.h"
+#include "schedule/schedule.h"
+#include "daemon/fire.h"
+#include "util/util.h"
 
 struct mbuf {
     char *p;

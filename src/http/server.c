@@ -18,10 +18,10 @@
 
 #include <microhttpd.h>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "http/http_private.h"
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC "http"
 

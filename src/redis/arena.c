@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "util/log.h"
 #include "redis/arena.h"
-#include "util.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

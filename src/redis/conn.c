@@ -10,8 +10,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

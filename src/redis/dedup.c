@@ -20,8 +20,8 @@
 
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "util/util.h"
 
 char *tm_redis_retry_key(const struct tm_cfg_task *t)
 {

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "config/config.h"
 
 #define TM_REDIS_SLOTS 16384
 

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

@@ -14,7 +14,7 @@
  *   call has set c->err, later calls do no I/O on the connection (they
  *   fail at once) until the caller closes it.
  * - The output buffer is empty after every flush, sent or not. */
-#include "redis/net.h"
+#include "redis/net_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -33,8 +33,8 @@
 #include <unistd.h>
 
 #include "redis/arena.h"
-#include "redis/tls.h"
-#include "util.h"
+#include "redis/tls_private.h"
+#include "util/util.h"
 
 /* Bytes read from the socket at a time. */
 #define TM_RCONN_CHUNK 16384

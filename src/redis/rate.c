@@ -15,9 +15,9 @@
 #include <assert.h>
 #include <string.h>
 
-#include "flow.h"
-#include "log.h"
-#include "util.h"
+#include "task/flow.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

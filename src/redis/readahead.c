@@ -11,9 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
+#include "util/log.h"
 #include "redis/arena.h"
-#include "util.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

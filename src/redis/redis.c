@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "util/log.h"
 #include "redis/arena.h"
-#include "ssl_dl.h"
-#include "util.h"
+#include "util/ssl_dl.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

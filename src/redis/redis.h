@@ -9,9 +9,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "broker.h"
-#include "log.h"
-#include "redis/net.h"
+#include "broker/broker.h"
+#include "util/log.h"
+#include "redis/net_private.h"
 #include "redis/keys.h"
 
 /*

@@ -49,10 +49,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "core.h"
-#include "log.h"
+#include "task/task.h"
+#include "util/log.h"
 #include "redis/keys.h"
-#include "util.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

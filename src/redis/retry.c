@@ -27,9 +27,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
+#include "util/log.h"
 #include "redis/keys.h"
-#include "util.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

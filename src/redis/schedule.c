@@ -9,10 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "schedule/clock.h"
-#include "schedule/fire.h"
-#include "util.h"
+#include "util/log.h"
+#include "schedule/schedule.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

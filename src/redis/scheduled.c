@@ -53,9 +53,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "log.h"
+#include "util/log.h"
 #include "redis/keys.h"
-#include "util.h"
+#include "util/util.h"
 
 #define SRC TM_REDIS_SRC
 

@@ -15,7 +15,7 @@
  *   no stale entry blames a later call.
  * - Every wait (want-read, want-write) is tm_rconn_wait on c->fd, bounded
  *   by the caller's deadline. */
-#include "redis/tls.h"
+#include "redis/tls_private.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -24,8 +24,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 
-#include "ssl_dl.h"
-#include "util.h"
+#include "util/ssl_dl.h"
+#include "util/util.h"
 
 /* Room for one OpenSSL error text (ERR_error_string_n). */
 #define TLS_ERR_BUF 200

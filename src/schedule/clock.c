@@ -6,8 +6,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "log.h"
-#include "util.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #define SRC "schedule"
 

@@ -6,7 +6,7 @@
 #include <strings.h>
 
 #include "schedule/civil.h"
-#include "util.h"
+#include "util/util.h"
 
 /* CRON_SCAN_DAYS bounds a search: the Gregorian calendar repeats every
  * 400 years (146097 days), so a spec that matches no day in that span

@@ -13,6 +13,7 @@
 #include <assert.h>
 
 #include "schedule/civil.h"
+#include "util/util.h"
 
 /* SLOT_WINDOW_S: offsets are looked at three days around the instant,
  * more than any two offsets can differ (RFC 8536: -89999..93599 s). */
@@ -161,4 +162,9 @@ int tm_sched_prev(const struct tm_sched_spec *s, int64_t t_ms,
     assert(slot <= t_ms);
     *slot_ms = slot;
     return 0;
+}
+
+char *tm_sched_dedup_key(const char *name, int64_t slot_ms)
+{
+    return tm_asprintf("schedule:%s:%lld", name, (long long)slot_ms);
 }

@@ -53,4 +53,13 @@ int tm_sched_prev(const struct tm_sched_spec *s, int64_t t_ms,
 int tm_sched_wall_to_instant(const struct tm_tz *z, int64_t w,
                              int64_t *u);
 
+/*
+ * tm_sched_dedup_key is the dedup key each fired message of slot slot_ms
+ * of schedule name carries, "schedule:<name>:<slot>" with the slot in
+ * epoch milliseconds (UTC, decimal, as the message's slot field): the
+ * same on every daemon and broker, so that a task with dedup_ttl runs a
+ * slot published twice (after a failover) once. The caller frees it.
+ */
+char *tm_sched_dedup_key(const char *name, int64_t slot_ms);
+
 #endif /* TASKMILL_SCHEDULE_SLOTS_H */

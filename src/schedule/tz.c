@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "schedule/civil.h"
-#include "util.h"
+#include "util/util.h"
 
 /* TZ_MAX_FILE bounds a zone file; the largest in tzdata is under 4 KiB. */
 #define TZ_MAX_FILE (1u << 20)

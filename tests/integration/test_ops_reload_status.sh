@@ -8,7 +8,7 @@
 PLUG=$TEST_DIR/plugins
 mkdir -p "$PLUG" && chmod 0755 "$PLUG"
 build_version() { # N -> $TEST_DIR/versioned-N.so
-	cc -std=c11 -Wall -Wextra -Werror -fPIC -shared -I "$TM_SRCDIR/src" \
+	cc -std=c11 -Wall -Wextra -Werror -fPIC -shared -I "$TM_SRCDIR/include" \
 		-DTM_TEST_VERSION="$1" -o "$TEST_DIR/versioned-$1.so" \
 		"$TM_SRCDIR/tests/plugins/versioned.c" || fail "cannot build v$1"
 	chmod 0755 "$TEST_DIR/versioned-$1.so"

@@ -1,4 +1,4 @@
-# The complete plugin shown in README.md compiles against src/taskmill.h
+# The complete plugin shown in README.md compiles against include/taskmill.h
 # alone and runs: through `taskmill invoke`, and through the daemon.
 README=$TM_SRCDIR/README.md
 SRC=$TEST_DIR/greet.c
@@ -11,7 +11,7 @@ sed -n '/<!-- readme-plugin:start -->/,/<!-- readme-plugin:end -->/p' "$README" 
 [[ -s $SRC ]] || fail "no plugin source between the readme-plugin markers"
 grep -q 'TM_TASK_DECLARE' "$SRC" || fail "extracted source has no TM_TASK_DECLARE"
 
-cc -std=c11 -Wall -Wextra -Werror -fPIC -shared -I "$TM_SRCDIR/src" \
+cc -std=c11 -Wall -Wextra -Werror -fPIC -shared -I "$TM_SRCDIR/include" \
 	-o "$PLUGDIR/greet.so" "$SRC" 2>"$TEST_DIR/cc.log" ||
 	fail "README plugin does not compile: $(cat "$TEST_DIR/cc.log")"
 chmod 0755 "$PLUGDIR/greet.so"

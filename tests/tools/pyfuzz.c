@@ -10,7 +10,7 @@
  *   pyfuzz PLUGIN_SO MODULE_DIR SECONDS [SEED [THREADS [DEADLINE_MS]]]
  */
 
-#include "../../src/taskmill.h"
+#include "../../include/taskmill.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

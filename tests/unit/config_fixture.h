@@ -9,8 +9,8 @@
 #define _GNU_SOURCE 1 /* mkdtemp, setenv */
 #endif
 
-#include "broker.h" /* tm_broker_load_config */
-#include "config.h"
+#include "config/config.h"
+#include "daemon/daemon.h" /* tm_broker_load_config */
 
 #include <dirent.h>
 #include <limits.h>
@@ -22,7 +22,7 @@
 #include <check.h>
 
 #include "unit_main.h"
-#include "util.h"
+#include "util/util.h"
 
 /* The scratch directory every test writes its YAML files into. */
 static char g_dir[64];

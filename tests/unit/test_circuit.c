@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "circuit.h"
-#include "log.h"
-#include "util.h"
+#include "task/circuit.h"
+#include "util/log.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "util.h"
+#include "config/config.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

@@ -2,7 +2,7 @@
  * every function or none, a clear reason when the library is missing or
  * lacks a function, a second open that changes nothing. libm stands in
  * for an optional library. */
-#include "dlib.h"
+#include "util/dlib.h"
 
 #include <math.h>
 #include <stdlib.h>

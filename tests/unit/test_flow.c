@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flow.h"
-#include "log.h"
+#include "task/flow.h"
+#include "util/log.h"
 
 #include "unit_main.h"
 

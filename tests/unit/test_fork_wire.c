@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "fork/wire.h"
-#include "msg.h"
-#include "util.h"
+#include "task/msg.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

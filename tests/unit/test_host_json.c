@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "host_json.h"
-#include "json.h"
+#include "task/task.h"
+#include "task/host_json.h"
+#include "util/json.h"
 #include "taskmill.h"
-#include "util.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

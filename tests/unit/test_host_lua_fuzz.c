@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "host_json.h"
+#include "task/host_json.h"
 #include "lua_host.h"
-#include "util.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

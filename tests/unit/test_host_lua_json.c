@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_json.h"
-#include "log.h"
-#include "config.h"
+#include "task/host_json.h"
+#include "util/log.h"
+#include "config/config.h"
 #include "lua_host.h"
 
 #include "unit_main.h"

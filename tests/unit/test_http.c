@@ -8,10 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "broker.h"
-#include "daemon.h"
+#include "broker/broker.h"
+#include "daemon/daemon.h"
 #include "http/http_private.h"
-#include "util.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

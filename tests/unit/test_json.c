@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
-#include "util.h"
+#include "util/json.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

@@ -2,7 +2,7 @@
  * count of lines held back, reset. */
 #include <check.h>
 
-#include "log.h"
+#include "util/log.h"
 
 #include "unit_main.h"
 

@@ -12,9 +12,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "core.h"
-#include "plugin.h"
-#include "util.h"
+#include "task/task.h"
+#include "task/plugin.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

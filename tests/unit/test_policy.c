@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "util.h"
+#include "task/task.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

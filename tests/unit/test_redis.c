@@ -12,7 +12,7 @@
 
 #include <check.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

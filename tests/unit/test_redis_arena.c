@@ -9,7 +9,7 @@
 #include <check.h>
 #include <pthread.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

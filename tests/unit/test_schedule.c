@@ -17,7 +17,7 @@
 
 #include <check.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

@@ -4,7 +4,7 @@
  * catch-up at start, late slots, the grace, a lead that passes to this
  * daemon, and a broker with a clock against a daemon's fast clock. */
 #include "schedule/clock.h"
-#include "schedule/fire.h"
+#include "daemon/fire.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -12,9 +12,9 @@
 
 #include <check.h>
 
-#include "broker.h"
-#include "config.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "config/config.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

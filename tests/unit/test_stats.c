@@ -9,9 +9,9 @@
 #include <cjson/cJSON.h>
 
 #include "http/asyncapi.h"
-#include "broker.h"
-#include "stats.h"
-#include "util.h"
+#include "broker/broker.h"
+#include "task/stats.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "util/util.h"
 
 #include "unit_main.h"
 
