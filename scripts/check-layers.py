@@ -10,8 +10,8 @@ top. A folder may reach only folders of a lower rank:
     that an object of another folder defines.
 Inside a folder, the files' include graph and call graph may hold at most
 one cycle (a strongly connected set of files), and only the one the
-folder's header names in a line "cycle: a.c b.c ..." with the reason
-beside it; a cycle that the header names but the code no longer has is
+folder's header names in a comment line "cycle: a.c b.c - reason" (the
+file names first, then why they must stay together); a cycle that the header names but the code no longer has is
 an offence too, so that the comment stays true.
 Headers: every folder has its header, FOLDER/FOLDER.h; a header that no
 file outside its folder includes is that folder's own and is named
@@ -188,8 +188,14 @@ def main():
         named = []
         if os.path.exists(header):
             for m in CYCLE_RX.findall(open(header).read()):
-                named.append(sorted(w.strip(" ,.;") for w in m.split()
-                                    if w.strip(" ,.;").endswith((".c", ".h"))))
+                # the file names lead the line; the reason follows them
+                files = []
+                for w in m.split():
+                    w = w.strip(",;:")
+                    if not w.endswith((".c", ".h")):
+                        break
+                    files.append(w)
+                named.append(sorted(set(files)))
         found = []
         for kind, graph in (("include", inc), ("call", calls)):
             sub = {a[len(f) + 1:]: {b[len(f) + 1:] for b in bs

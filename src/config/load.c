@@ -243,26 +243,3 @@ void tm_cfg_free(struct tm_cfg *cfg)
     tm_free(cfg);
 }
 
-const struct tm_cfg_task *tm_cfg_find_task(const struct tm_cfg *cfg,
-                                           const char *name)
-{
-    if (cfg == NULL || name == NULL)
-        return NULL;
-    for (size_t i = 0; i < cfg->ntasks; i++) {
-        if (strcmp(cfg->tasks[i].name, name) == 0)
-            return &cfg->tasks[i];
-    }
-    return NULL;
-}
-
-const struct tm_cfg_schedule *tm_cfg_find_schedule(const struct tm_cfg *cfg,
-                                                   const char *name)
-{
-    if (cfg == NULL || name == NULL)
-        return NULL;
-    for (size_t i = 0; i < cfg->nschedules; i++) {
-        if (strcmp(cfg->schedules[i].name, name) == 0)
-            return &cfg->schedules[i];
-    }
-    return NULL;
-}

@@ -143,14 +143,6 @@ int tm_cfg_is_null(const yaml_node_t *n)
            (n->data.scalar.length == 0 || tm_cfg_is_null_word(tm_cfg_scalar_raw(n)));
 }
 
-void tm_cfg_join_path(char *buf, const char *where, const char *key)
-{
-    if (where == NULL)
-        tm_snprintf(buf, CFG_PATH_LEN, "%s", key);
-    else
-        tm_snprintf(buf, CFG_PATH_LEN, "%s.%s", where, key);
-}
-
 /* tm_cfg_scalar_text returns the scalar's value with ${VAR} expanded (the caller
  * frees), or NULL after reporting an error at the value. */
 char *tm_cfg_scalar_text(struct ctx *c, const yaml_node_t *n,

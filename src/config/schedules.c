@@ -273,3 +273,15 @@ int tm_cfg_check_schedules(struct ctx *c)
     }
     return bad ? -1 : 0;
 }
+
+const struct tm_cfg_schedule *tm_cfg_find_schedule(const struct tm_cfg *cfg,
+                                                   const char *name)
+{
+    if (cfg == NULL || name == NULL)
+        return NULL;
+    for (size_t i = 0; i < cfg->nschedules; i++) {
+        if (strcmp(cfg->schedules[i].name, name) == 0)
+            return &cfg->schedules[i];
+    }
+    return NULL;
+}

@@ -366,3 +366,15 @@ int tm_cfg_parse_tasks(struct ctx *c, const yaml_node_t *k,
     }
     return bad ? -1 : 0;
 }
+
+const struct tm_cfg_task *tm_cfg_find_task(const struct tm_cfg *cfg,
+                                           const char *name)
+{
+    if (cfg == NULL || name == NULL)
+        return NULL;
+    for (size_t i = 0; i < cfg->ntasks; i++) {
+        if (strcmp(cfg->tasks[i].name, name) == 0)
+            return &cfg->tasks[i];
+    }
+    return NULL;
+}

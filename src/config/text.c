@@ -75,3 +75,11 @@ int tm_cfg_is_digit(int ch)
 {
     return ch >= '0' && ch <= '9';
 }
+
+void tm_cfg_join_path(char *buf, const char *where, const char *key)
+{
+    if (where == NULL)
+        tm_snprintf(buf, CFG_PATH_LEN, "%s", key);
+    else
+        tm_snprintf(buf, CFG_PATH_LEN, "%s.%s", where, key);
+}

@@ -69,35 +69,6 @@ static int set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* ---- task queues (under mu) ------------------------------------------ */
-
-static void tq_push(struct fpool *fp, struct tm_msg *m)
-{
-    assert(m->task_index < fp->base.ntasks);
-    struct fp_tq *q = &fp->tq[m->task_index];
-    fp_list_add(&q->q, m);
-    q->len++;
-    fp->qlen++;
-}
-
-static void tq_push_front(struct fpool *fp, struct tm_msg *m)
-{
-    struct fp_tq *q = &fp->tq[m->task_index];
-    fp_list_push_front(&q->q, m);
-    q->len++;
-    fp->qlen++;
-}
-
-static struct tm_msg *tq_pop(struct fpool *fp, struct fp_tq *q)
-{
-    struct tm_msg *m = fp_list_pop(&q->q);
-    if (m == NULL)
-        return NULL;
-    q->len--;
-    fp->qlen--;
-    return m;
-}
-
 /* held says whether task t's queue waits at now (updating *next to when
  * to look again): damped after crashes, or its circuit breaker open. */
 static int held(struct fpool *fp, size_t t, int64_t now, int64_t *next)
@@ -139,41 +110,6 @@ static struct tm_msg *take_from(struct fpool *fp, size_t t)
     return tq_pop(fp, &fp->tq[t]);
 }
 
-/* ---- the parent: completion and failure (fork/reap.c) --------------- */
-
-/* tm_fp_give_back returns never-started messages (in order): to the front of
- * their task's queue, or unsettled (outcome none) when the pool is
- * draining. */
-void tm_fp_give_back(struct fpool *fp, struct fp_list *unsent,
-                     struct fp_list *done)
-{
-    if (unsent->head == NULL)
-        return;
-    pthread_mutex_lock(&fp->mu);
-    if (fp->draining) {
-        pthread_mutex_unlock(&fp->mu);
-        for (struct tm_msg *m = unsent->head, *n; m != NULL; m = n) {
-            n = m->next;
-            m->outcome = TM_OUT_NONE;
-            fp_list_add(done, m);
-        }
-    } else {
-        /* last first, so that each queue keeps the original order */
-        struct tm_msg *rev = NULL;
-        for (struct tm_msg *m = unsent->head, *n; m != NULL; m = n) {
-            n = m->next;
-            m->next = rev;
-            rev = m;
-        }
-        for (struct tm_msg *m = rev, *n; m != NULL; m = n) {
-            n = m->next;
-            tq_push_front(fp, m);
-        }
-        pthread_mutex_unlock(&fp->mu);
-        fp_wake(fp);
-    }
-    unsent->head = unsent->tail = NULL;
-}
 
 /* fits says whether c takes one more message of task t at now: an idle
  * child always does; a busy one while the runs it has out are expected to

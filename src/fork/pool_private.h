@@ -6,6 +6,7 @@
 #ifndef TASKMILL_FORK_POOL_PRIVATE_H
 #define TASKMILL_FORK_POOL_PRIVATE_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -186,9 +187,38 @@ static inline void fp_wake(struct fpool *fp)
     }
 }
 
+/* ---- task queues (under mu) ------------------------------------------ */
+
+static inline void tq_push(struct fpool *fp, struct tm_msg *m)
+{
+    assert(m->task_index < fp->base.ntasks);
+    struct fp_tq *q = &fp->tq[m->task_index];
+    fp_list_add(&q->q, m);
+    q->len++;
+    fp->qlen++;
+}
+
+static inline void tq_push_front(struct fpool *fp, struct tm_msg *m)
+{
+    struct fp_tq *q = &fp->tq[m->task_index];
+    fp_list_push_front(&q->q, m);
+    q->len++;
+    fp->qlen++;
+}
+
+static inline struct tm_msg *tq_pop(struct fpool *fp, struct fp_tq *q)
+{
+    struct tm_msg *m = fp_list_pop(&q->q);
+    if (m == NULL)
+        return NULL;
+    q->len--;
+    fp->qlen--;
+    return m;
+}
+
 /* tm_fp_give_back returns never-started messages (in order): to the
  * front of their task's queue, or unsettled (outcome none) into done when
- * the pool is draining (fork/pool.c). */
+ * the pool is draining (fork/reap.c). */
 void tm_fp_give_back(struct fpool *fp, struct fp_list *unsent,
                      struct fp_list *done);
 

@@ -294,3 +294,37 @@ int tm_fp_read_answers(struct fpool *fp, struct fp_child *c,
     }
     return eof ? -1 : 0;
 }
+
+/* tm_fp_give_back returns never-started messages (in order): to the front of
+ * their task's queue, or unsettled (outcome none) when the pool is
+ * draining. */
+void tm_fp_give_back(struct fpool *fp, struct fp_list *unsent,
+                     struct fp_list *done)
+{
+    if (unsent->head == NULL)
+        return;
+    pthread_mutex_lock(&fp->mu);
+    if (fp->draining) {
+        pthread_mutex_unlock(&fp->mu);
+        for (struct tm_msg *m = unsent->head, *n; m != NULL; m = n) {
+            n = m->next;
+            m->outcome = TM_OUT_NONE;
+            fp_list_add(done, m);
+        }
+    } else {
+        /* last first, so that each queue keeps the original order */
+        struct tm_msg *rev = NULL;
+        for (struct tm_msg *m = unsent->head, *n; m != NULL; m = n) {
+            n = m->next;
+            m->next = rev;
+            rev = m;
+        }
+        for (struct tm_msg *m = rev, *n; m != NULL; m = n) {
+            n = m->next;
+            tq_push_front(fp, m);
+        }
+        pthread_mutex_unlock(&fp->mu);
+        fp_wake(fp);
+    }
+    unsent->head = unsent->tail = NULL;
+}

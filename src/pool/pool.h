@@ -1,4 +1,15 @@
-/* pool.h - the worker pool interface: one vtable, one file per kind. */
+/*
+ * pool.h - the worker pool interface: one vtable (struct tm_pool_ops), a
+ * kind per implementation. The thread pool is this folder's (thread.c,
+ * its deadline watchdog watch.c, their state pool_private.h); the fork
+ * pool is fork/'s; pool.c holds what every kind shares.
+ *
+ * cycle: thread.c watch.c - one pool in two files: thread.c starts the
+ * watchdog thread (tm_tpool_watch_main), and the watchdog replaces the
+ * worker of a run it settled at its deadline (tm_tpool_worker_alloc,
+ * tm_tpool_worker_main) and gives back that worker's queued messages
+ * (tm_tpool_requeue_front) under the pool's one lock.
+ */
 #ifndef TASKMILL_POOL_H
 #define TASKMILL_POOL_H
 

@@ -57,7 +57,7 @@ const char *tm_hjson_error(const struct tm_json *jb);
 const char *tm_hjson_take(struct tm_json *jb, char **text, size_t *len);
 
 /* TM_HOST_JSON_MEMBERS initialises the json_* members of a struct tm_host
- * but json_result, which the run's owner (exec.c) provides. */
+ * but json_result, which the run's owner (run.c) provides. */
 #define TM_HOST_JSON_MEMBERS                                              \
     .json_find = tm_hjson_find, .json_string = tm_hjson_string,           \
     .json_int = tm_hjson_int, .json_number = tm_hjson_number,             \

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "task/task.h" /* tm_exec_host */
 #include "util/json.h"
 #include "util/util.h"
 
@@ -160,10 +159,20 @@ static int end_value(struct jbuild *b)
     return 0;
 }
 
+/* builder_host is the table a builder carries (struct tm_json.host): the
+ * plugins' inline helpers reach the builder's functions through it, and
+ * only its json_* members are ever read from a builder. The same
+ * functions as the daemon's host table (task/run.c), so that a builder
+ * needs no host above it. */
+static const struct tm_host builder_host = {
+    .struct_size = sizeof(struct tm_host),
+    TM_HOST_JSON_MEMBERS,
+};
+
 struct tm_json *tm_hjson_new(void)
 {
     struct jbuild *b = tm_calloc(1, sizeof *b);
-    b->head.host = tm_exec_host();
+    b->head.host = &builder_host;
     return &b->head;
 }
 

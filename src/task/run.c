@@ -1,4 +1,5 @@
-/* exec.c - running one message through its plugin; the plugins' host. */
+/* run.c - running one message through its plugin; the plugins' host
+ * table, whose callbacks file what the plugin sets into the run. */
 #include "task/task.h"
 
 #include <stdarg.h>
