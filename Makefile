@@ -51,7 +51,7 @@ REAL_LDFLAGS += $(SAN_FLAGS)
 endif
 
 # librabbitmq and openssl: headers only; the daemon opens them when a
-# configuration names their broker (src/dlib.h), so it never links them
+# configuration names their broker (src/util/dlib.h), so it never links them
 DL_PKGS = librabbitmq openssl
 DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) $(DL_PKGS) 2>/dev/null)

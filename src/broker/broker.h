@@ -277,7 +277,7 @@ struct tm_broker_pause_ops {
 /* struct tm_broker_sched_ops is the schedule session (src/schedule/). */
 struct tm_broker_sched_ops {
     /*
-     * Schedules (src/schedule/fire.c). A schedule session is a connection
+     * Schedules (src/daemon/fire.c). A schedule session is a connection
      * of its own, apart from intake and settlement, used by one thread.
      * sched_open(b, fire) opens one for b->cfg's schedules: with fire set
      * it takes part in firing (RabbitMQ: its consumers join the election

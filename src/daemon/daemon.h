@@ -109,7 +109,7 @@ struct tm_gen {
     /* its pool's and broker's counts when it was replaced */
     unsigned long restarts_at_swap;
     unsigned long reconnects_at_swap;
-    /* the thread firing its schedules (schedule/fire.h), NULL without
+    /* the thread firing its schedules (daemon/fire.h), NULL without
      * schedules; started with intake, stopped before the next
      * generation's starts */
     struct tm_fire *fire;
@@ -165,7 +165,7 @@ struct tm_daemon {
      * replaced, so that the counters do not go back on a reload */
     atomic_ulong restarts_before;
     atomic_ulong reconnects_before;
-    /* schedule fires and last slots, across reloads (schedule/fire.h) */
+    /* schedule fires and last slots, across reloads (daemon/fire.h) */
     struct tm_sched_stats *sched_stats;
 };
 

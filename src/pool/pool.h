@@ -37,7 +37,7 @@ struct tm_pool_stuck {
 typedef void (*tm_pool_done_fn)(void *ctx, struct tm_msg *list);
 
 /*
- * struct tm_pool_ops is filled by each pool kind (pool_thread.c, ...).
+ * struct tm_pool_ops is filled by each pool kind (pool/thread.c, fork/pool.c).
  * submit is called by intake threads (several at once); drain and destroy
  * by the main thread.
  */

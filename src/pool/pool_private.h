@@ -1,6 +1,6 @@
-/* pool_thread_private.h - the pthread pool's state, shared by its
- * workers and hand-off (pool_thread.c) and its deadline watchdog
- * (pool_watch.c). */
+/* pool_private.h - the pthread pool's state, shared by its
+ * workers and hand-off (thread.c) and its deadline watchdog
+ * (watch.c). */
 #ifndef TASKMILL_POOL_THREAD_PRIVATE_H
 #define TASKMILL_POOL_THREAD_PRIVATE_H
 
@@ -128,7 +128,7 @@ int tm_tpool_requeue_front(struct tpool *tp, struct tm_msg *const *rest,
 void tm_tpool_append(struct tp_worker *w, struct tm_msg *m);
 struct tp_worker *tm_tpool_worker_alloc(struct tpool *tp, unsigned i);
 void *tm_tpool_worker_main(void *arg);
-/* tm_tpool_watch_main is the watchdog's thread (pool_watch.c). */
+/* tm_tpool_watch_main is the watchdog's thread (pool/watch.c). */
 void *tm_tpool_watch_main(void *arg);
 
 #endif /* TASKMILL_POOL_THREAD_PRIVATE_H */

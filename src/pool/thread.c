@@ -1,6 +1,6 @@
-/* pool_thread.c - the pthread pool: fixed workers, bounded hand-off, the
+/* thread.c - the pthread pool: fixed workers, bounded hand-off, the
  * queue workers take chunks from; the deadline watchdog that replaces a
- * stuck worker is in pool_watch.c. */
+ * stuck worker is in watch.c. */
 #include "pool/pool_private.h"
 
 #include <assert.h>

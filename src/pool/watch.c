@@ -1,4 +1,4 @@
-/* pool_watch.c - the pthread pool's deadline watchdog: it settles a run
+/* watch.c - the pthread pool's deadline watchdog: it settles a run
  * TP_STUCK_GRACE_NS past its deadline as a timeout while its code still
  * runs, hands the rest of that worker's chunk to the others, and starts
  * a replacement worker in the stuck one's slot. */

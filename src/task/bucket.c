@@ -1,4 +1,4 @@
-/* flow.c - the token bucket of rate_limit (see flow.h). */
+/* bucket.c - the token bucket of rate_limit (see flow.h). */
 #include "task/flow.h"
 
 #include <assert.h>

@@ -114,7 +114,7 @@ void tm_msg_release(struct tm_msg *m);
 
 /* tm_batch_hold takes one more reference on b, for code that still reads
  * a message's storage (id, body) after the message was released: a run
- * settled at its deadline whose code has not returned (pool_watch.c).
+ * settled at its deadline whose code has not returned (pool/watch.c).
  * tm_batch_drop gives it back, releasing the batch with the last (NULL:
  * nothing). */
 void tm_batch_hold(struct tm_batch *b);

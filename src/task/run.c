@@ -192,7 +192,7 @@ void tm_exec_run_from(struct tm_msg *m, void *worker_data, int64_t start_ns)
 /* watch_begin publishes a run with a deadline in watch: the deadline
  * first, then the state with release order, so that the watchdog, which
  * reads the state with acquire order, sees the deadline and everything
- * the worker wrote before the run (pool_thread.c: its chunk). Returns
+ * the worker wrote before the run (pool/thread.c: its chunk). Returns
  * the state published. */
 static uint_fast64_t watch_begin(struct tm_run_watch *watch,
                                  int64_t deadline_ns)

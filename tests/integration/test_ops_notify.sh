@@ -1,7 +1,7 @@
 # sd_notify: READY=1 once every task is subscribed, STATUS= lines,
 # WATCHDOG=1 from the main loop when WATCHDOG_USEC is set, STOPPING=1 on
 # SIGTERM; all sent to the NOTIFY_SOCKET a service manager provides.
-# The protocol is the daemon's own (src/notify.c): no libsystemd is mapped.
+# The protocol is the daemon's own (src/util/notify.c): no libsystemd is mapped.
 # grep reads all of ldd's output (with grep -q, ldd could die of SIGPIPE
 # after the match and pipefail would fail the check).
 if ldd "$TM_BIN" | grep libsystemd >/dev/null; then

@@ -1,5 +1,5 @@
 # The daemon does not link librabbitmq, libssl or libcrypto: it opens them
-# when a configuration names a broker that needs them (src/dlib.h).
+# when a configuration names a broker that needs them (src/util/dlib.h).
 # - An idle Redis daemon with the example tasks maps none of the three.
 # - With LD_LIBRARY_PATH naming a directory that holds broken copies
 #   (empty files) of librabbitmq.so.4 and libssl.so.3, a Redis daemon

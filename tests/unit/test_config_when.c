@@ -1,5 +1,5 @@
 /* test_config_when.c - the times of `emit --delay` and `emit --at`
- * (src/cli/when.c). */
+ * (src/config/when.c). */
 #include "config/config.h"
 
 #include <stdlib.h>

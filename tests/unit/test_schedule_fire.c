@@ -1,5 +1,5 @@
 /* test_schedule_fire.c - unit tests for the firing thread
- * (src/schedule/fire.c), on a broker of its own that keeps the last slot
+ * (src/daemon/fire.c), on a broker of its own that keeps the last slot
  * of each schedule in memory, with the schedule clock driven by the test:
  * catch-up at start, late slots, the grace, a lead that passes to this
  * daemon, and a broker with a clock against a daemon's fast clock. */
