@@ -20,9 +20,10 @@
 # lane's tests) and its own slice of the free_port range; 1 runs them one
 # after another. A free lane takes the next test that may start: the known
 # long tests first (LONG_TESTS below), then file order. Tests sharing
-# something global never overlap: the test_amqp_* tests (the one RabbitMQ
-# node) run one at a time, the test_amqp_cluster_* tests (a cluster each)
-# one at a time beside them, and so do the tests with a line
+# something global never overlap: each test_amqp_* test has one of the
+# run's RabbitMQ nodes to itself (TM_RABBIT_NODES of them, default 2), the
+# test_amqp_cluster_* tests (a cluster each) run one at a time beside
+# them, and so do the tests with a line
 # "# run.sh: serial" (fixed ports, ...); a test with a line
 # "# run.sh: alone" runs while no other test does. With TM_TEST_REDIS_PORT
 # there is one lane. Results print as each test ends.
@@ -130,6 +131,7 @@ LANE_REDIS_PID=()
 LANE_REDIS_PORT=()
 LANE_DIR=()
 LANE_JOB=()
+LANE_RNODE=() # the RabbitMQ node of the lane's test_amqp_* test
 
 # Kill whatever a test left behind: daemons it recorded.
 kill_test_daemons() {
@@ -169,7 +171,7 @@ cleanup() {
 	for lane in "${!LANE_DIR[@]}"; do
 		stop_lane_test "$lane"
 	done
-	[[ -n ${RABBIT_PID:-} ]] && stop_rabbit # RabbitMQ block below
+	stop_rabbits # RabbitMQ block below
 	for lane in "${!LANE_REDIS_PID[@]}"; do
 		stop_redis "${LANE_REDIS_PID[lane]}"
 	done
@@ -244,97 +246,143 @@ echo "# binary: $TM_BUILD/taskmill${SAN_NAME:+ ($SAN_NAME)}"
 echo "# $JOBS lane(s) (TM_TEST_JOBS)"
 
 # ---- RabbitMQ: BEGIN (maintained with src/amqp/) --------------------------
-# One rabbitmq-server per run, started only when a test_amqp_* test is
-# selected: loopback, free AMQP, distribution and epmd ports, node
-# taskmill-test-$$@localhost, data, logs, config and Erlang cookie (HOME) in
-# $SCRATCH/rabbit. Exported for the tests (see lib_amqp.sh): RABBIT_PORT,
-# RABBIT_NODE, RABBIT_BIN, RABBIT_HOME, RABBIT_EPMD_PORT. Not started (the
-# amqp tests then skip) when rabbitmq-server is not installed, nor for the
-# test_amqp_cluster_* tests, which start a cluster of their own
-# (lib_rabbit_cluster.sh).
-RABBIT_PID=
+# RABBIT_NODES rabbitmq-servers per run (TM_RABBIT_NODES, default 2, at
+# most one per lane), started only when a test_amqp_* test is selected:
+# each on loopback, with free AMQP, distribution and epmd ports, node
+# taskmill-test-$$-K@localhost, and its data, logs, config and Erlang
+# cookie (HOME) in $SCRATCH/rabbit-K. A test_amqp_* test has a node to
+# itself while it runs (it may restart it, raise its alarms, count its
+# connections): run_lane_test exports that node's RABBIT_PORT,
+# RABBIT_NODE, RABBIT_BIN, RABBIT_HOME and RABBIT_EPMD_PORT for it (see
+# lib_amqp.sh). Not started (the amqp tests then skip) when
+# rabbitmq-server is not installed, nor for the test_amqp_cluster_* tests,
+# which start a cluster of their own (lib_rabbit_cluster.sh).
 RABBIT_BIN=${TM_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
-RABBIT_HOME=$SCRATCH/rabbit
-RABBIT_NODE=taskmill-test-$$@localhost
+RABBIT_NODES=${TM_RABBIT_NODES:-2}
+[[ $RABBIT_NODES =~ ^[1-9]$ ]] || {
+	echo "run.sh: TM_RABBIT_NODES must be 1-9 (got '$RABBIT_NODES')" >&2
+	exit 2
+}
+((RABBIT_NODES <= JOBS)) || RABBIT_NODES=$JOBS
+# per node K: pid, ports, HOME and name; RNODE_LANE[K] is the lane whose
+# test uses it (unset: free)
+R_PID=() R_PORT=() R_DIST=() R_EPMD=() R_HOME=() R_NAME=() RNODE_LANE=()
 
-# rabbit_export: put the node's environment into this (sub)shell.
-rabbit_export() {
-	export HOME="$RABBIT_HOME" ERL_EPMD_PORT="$RABBIT_EPMD_PORT" \
-		ERL_CRASH_DUMP="$RABBIT_HOME/erl_crash.dump" \
-		RABBITMQ_NODENAME="$RABBIT_NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-		RABBITMQ_NODE_PORT="$RABBIT_PORT" RABBITMQ_DIST_PORT="$RABBIT_DIST_PORT" \
-		RABBITMQ_MNESIA_BASE="$RABBIT_HOME/mnesia" \
-		RABBITMQ_LOG_BASE="$RABBIT_HOME/log" \
-		RABBITMQ_CONFIG_FILE="$RABBIT_HOME/rabbitmq.conf" \
-		RABBITMQ_ENABLED_PLUGINS_FILE="$RABBIT_HOME/enabled_plugins"
+# rabbitctl_node K ARGS...: rabbitmqctl against node K.
+rabbitctl_node() {
+	local k=$1
+	shift
+	timeout 40 env HOME="${R_HOME[k]}" ERL_EPMD_PORT="${R_EPMD[k]}" \
+		"$RABBIT_BIN/rabbitmqctl" -n "${R_NAME[k]}" "$@"
 }
 
 stop_rabbit() {
-	local i
-	timeout 30 env HOME="$RABBIT_HOME" ERL_EPMD_PORT="$RABBIT_EPMD_PORT" \
-		"$RABBIT_BIN/rabbitmqctl" -n "$RABBIT_NODE" stop >/dev/null 2>&1 || true
+	local k=$1 i pid=${R_PID[$1]:-}
+	[[ -n $pid ]] || return 0
+	rabbitctl_node "$k" stop >/dev/null 2>&1 || true
 	for ((i = 0; i < 100; i++)); do
-		kill -0 "$RABBIT_PID" 2>/dev/null || break
-		((i == 50)) && kill -TERM "$RABBIT_PID" 2>/dev/null
+		kill -0 "$pid" 2>/dev/null || break
+		((i == 50)) && kill -TERM "$pid" 2>/dev/null
 		sleep 0.1
 	done
-	kill -KILL "$RABBIT_PID" 2>/dev/null || true
-	wait "$RABBIT_PID" 2>/dev/null || true
-	RABBIT_PID=
-	# the node started a private epmd on RABBIT_EPMD_PORT: end it too
-	ERL_EPMD_PORT=$RABBIT_EPMD_PORT timeout 5 epmd -kill >/dev/null 2>&1 || true
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	R_PID[k]=
+	# the node started a private epmd on its epmd port: end it too
+	ERL_EPMD_PORT=${R_EPMD[k]} timeout 5 epmd -kill >/dev/null 2>&1 || true
 }
 
-# start_rabbit: start the node and wait (bounded) until it serves AMQP;
-# another set of ports when it could not start (a port taken meanwhile).
-# Ports below 32000, out of the kernel's ephemeral range, as lib.sh's.
-start_rabbit() {
-	local attempt p ports i deadline
-	mkdir -p "$RABBIT_HOME"
-	: >"$RABBIT_HOME/enabled_plugins"
-	for ((attempt = 0; attempt < 3; attempt++)); do
-		ports=()
-		for ((i = 0; i < 200 && ${#ports[@]} < 3; i++)); do
-			p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
-			port_is_free "$p" && [[ " ${ports[*]} " != *" $p "* ]] && ports+=("$p")
-		done
-		((${#ports[@]} == 3)) || continue
-		RABBIT_PORT=${ports[0]} RABBIT_DIST_PORT=${ports[1]} RABBIT_EPMD_PORT=${ports[2]}
-		printf '%s\n' "listeners.tcp.default = 127.0.0.1:$RABBIT_PORT" \
-			'loopback_users = none' 'log.console = false' \
-			'log.file.level = info' 'disk_free_limit.absolute = 1MB' \
-			>"$RABBIT_HOME/rabbitmq.conf"
-		(cd "$RABBIT_HOME" && rabbit_export && exec "$RABBIT_BIN/rabbitmq-server") \
-			>"$RABBIT_HOME/server.log" 2>&1 &
-		RABBIT_PID=$!
-		deadline=$((SECONDS + 60))
-		while ((SECONDS < deadline)); do
-			kill -0 "$RABBIT_PID" 2>/dev/null || break
-			if timeout 40 env HOME="$RABBIT_HOME" ERL_EPMD_PORT="$RABBIT_EPMD_PORT" \
-				"$RABBIT_BIN/rabbitmqctl" -n "$RABBIT_NODE" await_startup \
-				--timeout 30 >/dev/null 2>&1; then
-				return 0
-			fi
-			sleep 0.5
-		done
-		stop_rabbit
+stop_rabbits() {
+	local k
+	for k in "${!R_PID[@]}"; do
+		stop_rabbit "$k"
 	done
-	echo "run.sh: could not start rabbitmq-server; its log:" >&2
-	tail -n 20 "$RABBIT_HOME/server.log" >&2 2>/dev/null
+}
+
+# launch_rabbit K: start node K's server on ports no node uses, without
+# waiting for it. Ports below 32000, out of the kernel's ephemeral range,
+# as lib.sh's.
+launch_rabbit() {
+	local k=$1 p ports=() i home=$SCRATCH/rabbit-$1
+	for ((i = 0; i < 200 && ${#ports[@]} < 3; i++)); do
+		p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
+		port_is_free "$p" && [[ " ${ports[*]} ${R_PORT[*]} ${R_DIST[*]} ${R_EPMD[*]} " != *" $p "* ]] &&
+			ports+=("$p")
+	done
+	((${#ports[@]} == 3)) || return 1
+	R_PORT[k]=${ports[0]} R_DIST[k]=${ports[1]} R_EPMD[k]=${ports[2]}
+	R_HOME[k]=$home R_NAME[k]=taskmill-test-$$-$k@localhost
+	mkdir -p "$home"
+	: >"$home/enabled_plugins"
+	printf '%s\n' "listeners.tcp.default = 127.0.0.1:${R_PORT[k]}" \
+		'loopback_users = none' 'log.console = false' \
+		'log.file.level = info' 'disk_free_limit.absolute = 1MB' \
+		>"$home/rabbitmq.conf"
+	(
+		cd "$home" &&
+			export HOME="$home" ERL_EPMD_PORT="${R_EPMD[k]}" \
+				ERL_CRASH_DUMP="$home/erl_crash.dump" \
+				RABBITMQ_NODENAME="${R_NAME[k]}" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+				RABBITMQ_NODE_PORT="${R_PORT[k]}" RABBITMQ_DIST_PORT="${R_DIST[k]}" \
+				RABBITMQ_MNESIA_BASE="$home/mnesia" RABBITMQ_LOG_BASE="$home/log" \
+				RABBITMQ_CONFIG_FILE="$home/rabbitmq.conf" \
+				RABBITMQ_ENABLED_PLUGINS_FILE="$home/enabled_plugins" &&
+			exec "$RABBIT_BIN/rabbitmq-server"
+	) >"$home/server.log" 2>&1 &
+	R_PID[k]=$!
+}
+
+# await_rabbit K: wait (bounded) until node K serves AMQP; 1 when it died
+# or did not come up.
+await_rabbit() {
+	local k=$1 deadline=$((SECONDS + 60))
+	while ((SECONDS < deadline)); do
+		kill -0 "${R_PID[k]}" 2>/dev/null || return 1
+		rabbitctl_node "$k" await_startup --timeout 30 >/dev/null 2>&1 && return 0
+		sleep 0.5
+	done
 	return 1
+}
+
+# start_rabbits: launch every node, then wait for each; a node that could
+# not start (a port taken meanwhile) gets other ports, up to 3 tries.
+start_rabbits() {
+	local k attempt
+	for ((k = 0; k < RABBIT_NODES; k++)); do
+		launch_rabbit "$k" || true
+	done
+	for ((k = 0; k < RABBIT_NODES; k++)); do
+		for ((attempt = 0; attempt < 3; attempt++)); do
+			[[ -n ${R_PID[k]:-} ]] && await_rabbit "$k" && continue 2
+			stop_rabbit "$k"
+			launch_rabbit "$k" || true
+		done
+		echo "run.sh: could not start rabbitmq-server; its log:" >&2
+		tail -n 20 "$SCRATCH/rabbit-$k/server.log" >&2 2>/dev/null
+		return 1
+	done
 }
 
 for t in "${tests[@]}"; do
 	# the cluster tests start their own nodes (lib_rabbit_cluster.sh)
 	[[ ${t##*/} == test_amqp_* && ${t##*/} != test_amqp_cluster_* ]] || continue
 	if [[ -x $RABBIT_BIN/rabbitmq-server ]]; then
-		start_rabbit || exit 1
-		export RABBIT_PORT RABBIT_NODE RABBIT_BIN RABBIT_HOME RABBIT_EPMD_PORT
+		start_rabbits || exit 1
 		v=$(cd "$RABBIT_BIN/../lib" 2>/dev/null && ls -d rabbitmq_server-* 2>/dev/null | head -n 1)
-		echo "# rabbitmq-server ${v#rabbitmq_server-} on 127.0.0.1:$RABBIT_PORT ($RABBIT_NODE)"
+		for k in "${!R_PID[@]}"; do
+			echo "# rabbitmq-server ${v#rabbitmq_server-} on 127.0.0.1:${R_PORT[k]} (${R_NAME[k]})"
+		done
 	fi
 	break
 done
+
+# free_rabbit: the index of a node no test uses, or nothing.
+free_rabbit() {
+	local k
+	for k in "${!R_PID[@]}"; do
+		[[ -n ${RNODE_LANE[k]:-} ]] || { echo "$k"; return 0; }
+	done
+}
 # ---- RabbitMQ: END ---------------------------------------------------------
 
 # job_gone PID: the lane's job has ended (gone, or a zombie not yet waited).
@@ -381,6 +429,12 @@ run_lane_test() {
 	# moves slots and fails Redis masters over
 	[[ $name != amqp_cluster_* && $name != redis_cluster ]] ||
 		((limit >= 300)) || limit=300
+	# a test_amqp_* test's own node (the scheduler gave it one)
+	local rk=${LANE_RNODE[lane]:-}
+	if [[ -n $rk ]]; then
+		export RABBIT_PORT=${R_PORT[rk]} RABBIT_NODE=${R_NAME[rk]} \
+			RABBIT_BIN RABBIT_HOME=${R_HOME[rk]} RABBIT_EPMD_PORT=${R_EPMD[rk]}
+	fi
 	TEST_DIR=$dir REDIS_PORT=${LANE_REDIS_PORT[lane]} \
 		TM_PORT_LO=$((20000 + lane * (12000 / JOBS))) \
 		TM_PORT_SPAN=$((12000 / JOBS)) \
@@ -443,8 +497,9 @@ report() {
 }
 
 # The scheduler. Invariants: a lane is busy iff LANE_DIR[lane] is set; at
-# most one busy lane runs a serial test (serial_lane), at most one a
-# test_amqp_* test on the run's shared RabbitMQ node (amqp_lane) and at
+# most one busy lane runs a serial test (serial_lane), a test_amqp_* test
+# runs only on a RabbitMQ node no other test uses (RNODE_LANE[K] is the
+# lane using node K, LANE_RNODE[LANE] the node of a lane) and at
 # most one a test_amqp_cluster_* test, which starts a cluster of its own
 # (cluster_lane: two clusters at once would be six nodes on the machine);
 # a test marked alone runs (alone_lane) only while no other lane is busy;
@@ -453,7 +508,6 @@ report() {
 mkfifo "$SCRATCH/lanes.fifo"
 exec 3<>"$SCRATCH/lanes.fifo"
 serial_lane=
-amqp_lane=
 cluster_lane=
 alone_lane=
 busy=0
@@ -473,8 +527,8 @@ while ((${#tests[@]} || busy)); do
 			fi
 			if [[ ${t##*/} == test_amqp_cluster_* ]]; then
 				[[ -z $cluster_lane ]] || continue
-			elif [[ ${t##*/} == test_amqp_* ]]; then
-				[[ -z $amqp_lane ]] || continue
+			elif [[ ${t##*/} == test_amqp_* && ${#R_PID[@]} -gt 0 ]]; then
+				[[ -n $(free_rabbit) ]] || continue
 			fi
 			pick=$i
 			break
@@ -503,8 +557,10 @@ while ((${#tests[@]} || busy)); do
 		[[ -n ${SERIAL[$t]:-} ]] && serial_lane=$lane
 		if [[ ${t##*/} == test_amqp_cluster_* ]]; then
 			cluster_lane=$lane
-		elif [[ ${t##*/} == test_amqp_* ]]; then
-			amqp_lane=$lane
+		elif [[ ${t##*/} == test_amqp_* && ${#R_PID[@]} -gt 0 ]]; then
+			k=$(free_rabbit)
+			RNODE_LANE[k]=$lane
+			LANE_RNODE[lane]=$k
 		fi
 		[[ -n ${ALONE[$t]:-} ]] && alone_lane=$lane
 		LANE_DIR[lane]=$dir
@@ -529,7 +585,9 @@ while ((${#tests[@]} || busy)); do
 	unset 'LANE_DIR[lane]' 'LANE_JOB[lane]'
 	busy=$((busy - 1))
 	[[ $serial_lane == "$lane" ]] && serial_lane=
-	[[ $amqp_lane == "$lane" ]] && amqp_lane=
+	if [[ -n ${LANE_RNODE[lane]:-} ]]; then
+		unset 'RNODE_LANE[LANE_RNODE[lane]]' 'LANE_RNODE[lane]'
+	fi
 	[[ $cluster_lane == "$lane" ]] && cluster_lane=
 	[[ $alone_lane == "$lane" ]] && alone_lane=
 	report "${dir##*/}" "$dir" "$rc" "$elapsed"
