@@ -86,10 +86,12 @@ rabbitctl() {
 
 AMQPTOOL=${TEST_DIR%/*}/amqptool
 
-# build_amqptool: compile amqptool once per run (the scratch dir is shared).
+# build_amqptool: compile amqptool once per run (the scratch dir is shared):
+# in the test's own dir, then renamed into place, so that two amqp tests
+# running at once never see each other's half-written file.
 build_amqptool() {
 	[[ -x $AMQPTOOL ]] && return 0
-	local src=${TEST_DIR%/*}/amqptool.c
+	local src=$TEST_DIR/amqptool.c
 	cat >"$src" <<'C'
 /* amqptool - a raw AMQP client for taskmill's tests. */
 #define _GNU_SOURCE
@@ -411,9 +413,9 @@ int main(int argc, char **argv)
     return 0;
 }
 C
-	cc -std=c11 -O1 -Wall -o "$AMQPTOOL.tmp" "$src" -lrabbitmq ||
+	cc -std=c11 -O1 -Wall -o "$TEST_DIR/amqptool" "$src" -lrabbitmq ||
 		fail "cannot compile amqptool (needs cc and librabbitmq-dev)"
-	mv "$AMQPTOOL.tmp" "$AMQPTOOL"
+	mv -f "$TEST_DIR/amqptool" "$AMQPTOOL"
 }
 
 # amqptool CMD QUEUE ARGS...: run the raw client against the run's node.
