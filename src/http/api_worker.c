@@ -14,11 +14,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "admin/admin.h"
 #include "broker/broker.h"
 #include "daemon/daemon.h"
-#include "util/log.h"
 #include "schedule/schedule.h"
-#include "daemon/fire_report.h"
+#include "util/log.h"
 #include "util/util.h"
 
 #define SRC "http"
@@ -278,10 +278,11 @@ static void run_schedules(struct tm_broker *b, struct tm_api_req *out)
 {
     const struct tm_cfg *cfg = b->cfg;
     size_t n = cfg->nschedules;
-    struct tm_sched_row *rows = tm_calloc(n ? n : 1, sizeof *rows);
-    char err[512];
-    if (tm_sched_report(b, tm_sched_now_ms(), rows, err, sizeof err) != 0) {
-        tm_api_error(out, 502, "broker: %s", err);
+    struct tm_admin_sched_row *rows = tm_calloc(n ? n : 1, sizeof *rows);
+    struct tm_admin_err err;
+    if (tm_admin_schedules(b, tm_sched_now_ms(), rows, &err) != 0) {
+        /* 502 whatever the reason, a broker without schedule state too */
+        tm_api_error(out, 502, "broker: %s", err.msg);
         tm_free(rows);
         return;
     }
