@@ -33,6 +33,7 @@ LAYERS = [
     ["broker", "pool"],        # the two seams (vtables)
     ["redis", "amqp", "fork"],  # the adapters behind them
     ["daemon"],                # generations, intake, settlement, firing
+    ["admin"],                 # what operators run: emit, pause, dead letters
     ["http"],                  # endpoints, admin API, console
     ["cli"],                   # the commands and the entry point
 ]

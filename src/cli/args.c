@@ -7,8 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "admin/admin.h"
 #include "broker/broker.h"
-#include "daemon/daemon.h" /* tm_broker_load_config, tm_broker_new */
+#include "daemon/daemon.h" /* tm_broker_load_config */
 #include "util/util.h"
 
 const char tm_cli_usage[] =
@@ -177,7 +178,7 @@ const struct tm_cfg_task *tm_cli_find_task(const struct tm_cfg *cfg,
 struct tm_broker *tm_cli_broker(const struct tm_cfg *cfg)
 {
     char err[512];
-    struct tm_broker *b = tm_broker_new(cfg, err, sizeof err);
+    struct tm_broker *b = tm_admin_broker(cfg, err, sizeof err);
     if (b == NULL)
         fprintf(stderr, "taskmill: %s\n", err);
     return b;
@@ -185,6 +186,5 @@ struct tm_broker *tm_cli_broker(const struct tm_cfg *cfg)
 
 void tm_cli_broker_close(struct tm_broker *b)
 {
-    if (b != NULL)
-        b->ops->destroy(b);
+    tm_admin_broker_close(b);
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util/json.h"
+#include "admin/admin.h"
 #include "util/util.h"
 
 /* First buffer for standard input; it doubles from there. */
@@ -98,33 +98,37 @@ int tm_cli_body(const char *arg, const struct tm_cfg_task *t,
 
 int tm_cli_check_body(const char *body, size_t len)
 {
-    size_t at = 0;
-    const char *nul = memchr(body, '\0', len);
-    if (nul != NULL) {
-        fprintf(stderr, "taskmill: the message body contains a NUL byte "
-                "(at byte %zu)\n", (size_t)(nul - body));
-        return -1;
-    }
-    if (!tm_utf8_valid(body, len)) {
-        fprintf(stderr, "taskmill: the message body is not valid UTF-8\n");
-        return -1;
-    }
-    switch (tm_json_check_at(body, len, &at)) {
-    case TM_JSON_OBJECT:
+    struct tm_admin_err err;
+    if (tm_admin_body_check(body, len, &err) == 0)
         return 0;
-    case TM_JSON_OTHER:
+    switch (err.code) {
+    case TM_ADMIN_E_BODY_NUL:
+        fprintf(stderr, "taskmill: the message body contains a NUL byte "
+                "(at byte %zu)\n", err.at);
+        break;
+    case TM_ADMIN_E_BODY_UTF8:
+        fprintf(stderr, "taskmill: the message body is not valid UTF-8\n");
+        break;
+    case TM_ADMIN_E_BODY_OTHER:
         fprintf(stderr, "taskmill: the message body must be a JSON object, "
                 "e.g. '{\"a\": 1}'\n");
-        return -1;
-    case TM_JSON_INVALID:
+        break;
+    case TM_ADMIN_E_BODY_EMPTY:
+        /* no bytes: JSON text that ends before it starts */
+    case TM_ADMIN_E_BODY_JSON:
+        if (err.at >= len)
+            fprintf(stderr, "taskmill: the message body is not valid JSON: "
+                    "it ends too early (at byte %zu)\n", err.at);
+        else
+            fprintf(stderr, "taskmill: the message body is not valid JSON "
+                    "(at byte %zu, '%c')\n", err.at,
+                    body[err.at] >= 0x20 && body[err.at] < 0x7f
+                        ? body[err.at]
+                        : '?');
+        break;
+    default:
+        fprintf(stderr, "taskmill: %s\n", err.msg);
         break;
     }
-    if (at >= len)
-        fprintf(stderr, "taskmill: the message body is not valid JSON: it "
-                "ends too early (at byte %zu)\n", at);
-    else
-        fprintf(stderr, "taskmill: the message body is not valid JSON "
-                "(at byte %zu, '%c')\n", at,
-                body[at] >= 0x20 && body[at] < 0x7f ? body[at] : '?');
     return -1;
 }

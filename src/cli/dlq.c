@@ -9,11 +9,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "admin/admin.h"
 #include "broker/broker.h"
 #include "util/util.h"
-
-/* Most entries `dlq list TASK` and `dlq show` read. */
-#define TM_CLI_DLQ_MAX ((size_t)1 << 20)
 
 /* Spaces per level of the JSON that `dlq show` prints. */
 #define TM_CLI_JSON_INDENT 2
@@ -77,14 +75,24 @@ static void print_entry(const struct tm_dlq_entry *e)
     cJSON_Delete(o);
 }
 
+/* no_entry says that t has no dead letter id: the CLI's wording of
+ * TM_ADMIN_E_NO_ENTRY. */
+static int no_entry(const struct tm_cfg_task *t, const char *id)
+{
+    fprintf(stderr, "taskmill: no entry '%s' in '%s'\n", id,
+            t->dead_letter);
+    return TM_EXIT_FAIL;
+}
+
 /* list_task prints task t's dead letters, newest first, one per line:
  * id, original id, attempts, failed_at (RFC 3339), error. */
 static int list_task(struct tm_broker *b, const struct tm_cfg_task *t)
 {
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
-    if (b->ops->admin->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
-        fprintf(stderr, "taskmill: dlq list: %s\n", b->errstr);
+    struct tm_admin_err err;
+    if (tm_admin_dlq_list(b, t, TM_ADMIN_DLQ_LIST_MAX, &e, &n, &err) != 0) {
+        fprintf(stderr, "taskmill: dlq list: %s\n", err.msg);
         return TM_EXIT_FAIL;
     }
     for (size_t i = 0; i < n; i++) {
@@ -98,56 +106,37 @@ static int list_task(struct tm_broker *b, const struct tm_cfg_task *t)
     return TM_EXIT_OK;
 }
 
-/* dlq_count returns how many dead letters task i has: from the broker's
- * depth read where it can tell, else by listing them. -1 on failure,
- * with b->errstr set. */
-static long long dlq_count(struct tm_broker *b, const struct tm_cfg *cfg,
-                           size_t i)
-{
-    long long depth = -1, pending = -1, dlq = -1;
-    if (b->ops->admin->depth != NULL &&
-        b->ops->admin->depth(b, i, &depth, &pending, &dlq) == 0 && dlq >= 0)
-        return dlq;
-    struct tm_dlq_entry *e = NULL;
-    size_t n = 0;
-    if (b->ops->admin->dlq_list(b, &cfg->tasks[i], TM_CLI_DLQ_MAX, &e, &n) != 0)
-        return -1;
-    tm_dlq_entries_free(e, n);
-    return (long long)n;
-}
-
 /* list_all prints one line per task: name, dead-letter queue, count. */
 static int list_all(struct tm_broker *b, const struct tm_cfg *cfg)
 {
     int status = TM_EXIT_OK;
+    struct tm_admin_err err;
     for (size_t i = 0; i < cfg->ntasks; i++) {
         const struct tm_cfg_task *t = &cfg->tasks[i];
-        long long n = dlq_count(b, cfg, i);
-        if (n < 0) {
+        long long n = 0;
+        if (tm_admin_dlq_count(b, i, &n, &err) != 0) {
             fprintf(stderr, "taskmill: dlq list: task '%s': %s\n", t->name,
-                    b->errstr);
+                    err.msg);
             status = TM_EXIT_FAIL;
             break;
         }
         printf("%s\t%s\t%lld\n", t->name, t->dead_letter, n);
     }
-    if (b->ops->admin->depth != NULL) {
-        long long unused;
-        b->ops->admin->depth(b, TM_BROKER_DEPTH_CLOSE, &unused, &unused,
-                             &unused);
-    }
+    tm_admin_depth_close(b);
     return status;
 }
 
-/* show prints the entry id of task t as JSON. */
+/* show prints the entry id of task t as JSON: found in the whole list,
+ * as `dlq list TASK` reads it. */
 static int show(struct tm_broker *b, const struct tm_cfg_task *t,
                 const char *id)
 {
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
     int found = 0;
-    if (b->ops->admin->dlq_list(b, t, TM_CLI_DLQ_MAX, &e, &n) != 0) {
-        fprintf(stderr, "taskmill: dlq show: %s\n", b->errstr);
+    struct tm_admin_err err;
+    if (tm_admin_dlq_list(b, t, TM_ADMIN_DLQ_LIST_MAX, &e, &n, &err) != 0) {
+        fprintf(stderr, "taskmill: dlq show: %s\n", err.msg);
         return TM_EXIT_FAIL;
     }
     for (size_t i = 0; i < n && !found; i++) {
@@ -157,12 +146,7 @@ static int show(struct tm_broker *b, const struct tm_cfg_task *t,
         }
     }
     tm_dlq_entries_free(e, n);
-    if (!found) {
-        fprintf(stderr, "taskmill: no entry '%s' in '%s'\n", id,
-                t->dead_letter);
-        return TM_EXIT_FAIL;
-    }
-    return TM_EXIT_OK;
+    return found ? TM_EXIT_OK : no_entry(t, id);
 }
 
 /* move replays or purges one entry (id) or all (id NULL). */
@@ -170,15 +154,13 @@ static int move(struct tm_broker *b, const struct tm_cfg_task *t,
                 const char *op, const char *id)
 {
     int replay = strcmp(op, "replay") == 0;
-    long n = replay ? b->ops->admin->dlq_replay(b, t, id)
-                    : b->ops->admin->dlq_purge(b, t, id);
-    if (n < 0) {
-        fprintf(stderr, "taskmill: dlq %s: %s\n", op, b->errstr);
-        return TM_EXIT_FAIL;
-    }
-    if (id != NULL && n == 0) {
-        fprintf(stderr, "taskmill: no entry '%s' in '%s'\n", id,
-                t->dead_letter);
+    long n = 0;
+    struct tm_admin_err err;
+    if (tm_admin_dlq_move(b, t, replay ? TM_ADMIN_REPLAY : TM_ADMIN_PURGE,
+                          id, &n, &err) != 0) {
+        if (err.code == TM_ADMIN_E_NO_ENTRY)
+            return no_entry(t, id);
+        fprintf(stderr, "taskmill: dlq %s: %s\n", op, err.msg);
         return TM_EXIT_FAIL;
     }
     printf("%s %ld message%s\n", replay ? "replayed" : "purged", n,

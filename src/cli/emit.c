@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin/admin.h"
 #include "broker/broker.h"
 #include "daemon/daemon.h"
 #include "util/util.h"
@@ -14,57 +15,52 @@
 /* Longest --wait, in seconds: one day. */
 #define TM_CLI_MAX_WAIT_S 86400
 
-/* The farthest --delay / --at on RabbitMQ (docs/delivery.md: 1 s to 30 days;
- * the delay queues reach further, but that is what is tested). */
-#define TM_CLI_MAX_AMQP_DELAY_MS (30LL * 86400 * 1000)
-
 /* due_option reads --delay or --at into *due_ms (epoch ms; 0: neither
- * given). Returns 0, or TM_EXIT_USAGE after saying why. */
+ * given). Returns 0, or TM_EXIT_USAGE after saying why: the CLI's
+ * wording of tm_admin_due's refusals, which names its flags. */
 static int due_option(const struct tm_cfg *cfg, const struct tm_cli_args *a,
                       int64_t *due_ms)
 {
-    int64_t now = tm_wall_ms(), v;
+    struct tm_admin_err err;
     *due_ms = 0;
-    if (a->delay == NULL && a->at == NULL)
-        return 0;
-    if (a->delay != NULL && a->at != NULL) {
-        fprintf(stderr, "taskmill: --delay and --at exclude each other\n");
-        return TM_EXIT_USAGE;
-    }
-    if (a->wait != NULL) {
+    /* --wait goes with neither; both at once is tm_admin_due's refusal */
+    if (a->wait != NULL && (a->delay != NULL) != (a->at != NULL)) {
         fprintf(stderr, "taskmill: --wait cannot be combined with --delay "
                 "or --at\n");
         return TM_EXIT_USAGE;
     }
-    const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
-    if (ops == NULL || ops->produce->publish_at == NULL) {
+    /* the 30 days are RabbitMQ's bound (its delay queues); Redis holds a
+     * delayed message any time */
+    if (tm_admin_due(cfg->url.kind, a->delay, a->at, tm_wall_ms(),
+                     /* bound = */ cfg->url.kind == TM_BROKER_AMQP, due_ms,
+                     &err) == 0)
+        return 0;
+    switch (err.code) {
+    case TM_ADMIN_E_DUE_BOTH:
+        fprintf(stderr, "taskmill: --delay and --at exclude each other\n");
+        break;
+    case TM_ADMIN_E_NO_DELAY:
         fprintf(stderr, "taskmill: delayed messages are not supported by "
                 "the %s broker\n", cfg->url.scheme);
-        return TM_EXIT_USAGE;
-    }
-    if (a->delay != NULL) {
-        if (tm_parse_delay(a->delay, &v) != 0) {
-            fprintf(stderr, "taskmill: --delay must be a duration such as "
-                    "30s, 5m or 1h, not '%s'\n", a->delay);
-            return TM_EXIT_USAGE;
-        }
-        *due_ms = now + v;
-    } else {
-        if (tm_parse_at(a->at, &v) != 0) {
-            fprintf(stderr, "taskmill: --at must be an RFC 3339 time with a "
-                    "zone (2026-12-01T03:00:00Z) or epoch milliseconds, "
-                    "not '%s'\n", a->at);
-            return TM_EXIT_USAGE;
-        }
-        *due_ms = v;
-    }
-    if (cfg->url.kind == TM_BROKER_AMQP &&
-        *due_ms - now > TM_CLI_MAX_AMQP_DELAY_MS) {
+        break;
+    case TM_ADMIN_E_DELAY_SYNTAX:
+        fprintf(stderr, "taskmill: --delay must be a duration such as "
+                "30s, 5m or 1h, not '%s'\n", a->delay);
+        break;
+    case TM_ADMIN_E_AT_SYNTAX:
+        fprintf(stderr, "taskmill: --at must be an RFC 3339 time with a "
+                "zone (2026-12-01T03:00:00Z) or epoch milliseconds, "
+                "not '%s'\n", a->at);
+        break;
+    case TM_ADMIN_E_TOO_FAR:
         fprintf(stderr, "taskmill: on RabbitMQ a message can be delayed by "
                 "30 days at most\n");
-        return TM_EXIT_USAGE;
+        break;
+    default:
+        fprintf(stderr, "taskmill: %s\n", err.msg);
+        break;
     }
-    return 0;
+    return TM_EXIT_USAGE;
 }
 
 /* emit_options checks --priority, --wait, --delay and --at against the
@@ -79,13 +75,10 @@ static int emit_options(const struct tm_cfg *cfg, const struct tm_cfg_task *t,
     *wait_ms = 0;
     if (due_option(cfg, a, due_ms) != 0)
         return TM_EXIT_USAGE;
-    if (a->wait != NULL) {
-        const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
-        if (ops == NULL || ops->produce->request == NULL) {
-            fprintf(stderr, "taskmill: emit --wait (request/reply) is not "
-                    "supported by the %s broker\n", cfg->url.scheme);
-            return TM_EXIT_USAGE;
-        }
+    if (a->wait != NULL && !tm_admin_can_request(cfg->url.kind)) {
+        fprintf(stderr, "taskmill: emit --wait (request/reply) is not "
+                "supported by the %s broker\n", cfg->url.scheme);
+        return TM_EXIT_USAGE;
     }
     if (a->priority != NULL) {
         char *end;
@@ -151,15 +144,16 @@ static int emit_request(struct tm_broker *b, const struct tm_cfg_task *t,
     char *reply = NULL;
     int task_failed = 0;
     int status = TM_EXIT_FAIL;
-    if (b->ops->produce->request(b, t, body, len, pub, wait_ms, id,
-                                 sizeof id, &reply, &task_failed) != 0) {
-        if (b->err == ETIMEDOUT && id[0] != '\0')
+    struct tm_admin_err err;
+    if (tm_admin_request(b, t, body, len, pub, wait_ms, id, sizeof id,
+                         &reply, &task_failed, &err) != 0) {
+        if (err.code == TM_ADMIN_E_TIMEOUT)
             fprintf(stderr, "taskmill: no reply from task '%s' within %s s; "
                     "the request %s stays queued and will run, but its "
                     "result is lost\n", t->name, wait_text, id);
         else
             fprintf(stderr, "taskmill: emit --wait to '%s' failed: %s\n",
-                    t->queue, b->errstr);
+                    t->queue, err.msg);
         goto out;
     }
     printf("%s\n", reply);
@@ -211,14 +205,11 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
         goto out;
     }
     char id[128];
-    int rc = due_ms != 0
-                 ? b->ops->produce->publish_at(b, t, body, len, &pub, due_ms,
-                                               id, sizeof id)
-                 : b->ops->produce->publish(b, t, body, len, &pub, id,
-                                            sizeof id);
-    if (rc != 0) {
+    struct tm_admin_err err;
+    if (tm_admin_emit(b, t, body, len, &pub, due_ms, id, sizeof id,
+                      &err) != 0) {
         fprintf(stderr, "taskmill: emit to '%s' failed: %s\n", t->queue,
-                b->errstr);
+                err.msg);
         status = TM_EXIT_FAIL;
         goto out;
     }

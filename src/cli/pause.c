@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "broker/broker.h"
+#include "admin/admin.h"
 
 int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a)
 {
@@ -24,13 +24,9 @@ int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a)
     if (b == NULL)
         goto out;
     status = TM_EXIT_FAIL;
-    if (b->ops->pause->pause_set == NULL) {
-        fprintf(stderr, "taskmill: %s: the %s broker cannot pause a task\n",
-                a->cmd, b->ops->kind);
-        goto out;
-    }
-    if (b->ops->pause->pause_set(b, t, paused) != 0) {
-        fprintf(stderr, "taskmill: %s: %s\n", a->cmd, b->errstr);
+    struct tm_admin_err err;
+    if (tm_admin_pause(b, t, paused, &err) != 0) {
+        fprintf(stderr, "taskmill: %s: %s\n", a->cmd, err.msg);
         goto out;
     }
     printf("%s task '%s'\n", paused ? "paused" : "resumed", t->name);

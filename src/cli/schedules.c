@@ -5,9 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "broker/broker.h"
+#include "admin/admin.h"
 #include "schedule/schedule.h"
-#include "daemon/fire_report.h"
 #include "util/util.h"
 
 /* slot_text writes a slot as RFC 3339, or "-" when there is none. */
@@ -21,8 +20,9 @@ static const char *slot_text(int64_t ms, char *buf, size_t size)
 }
 
 /* width_of is the width of a column: its heading or its widest value. */
-static int width_of(const char *heading, const struct tm_sched_row *rows,
-                    size_t n, const char *(*get)(const struct tm_sched_row *))
+static int width_of(const char *heading,
+                    const struct tm_admin_sched_row *rows, size_t n,
+                    const char *(*get)(const struct tm_admin_sched_row *))
 {
     size_t w = strlen(heading);
     for (size_t i = 0; i < n; i++)
@@ -31,22 +31,22 @@ static int width_of(const char *heading, const struct tm_sched_row *rows,
     return (int)w;
 }
 
-static const char *get_name(const struct tm_sched_row *r)
+static const char *get_name(const struct tm_admin_sched_row *r)
 {
     return r->s->name;
 }
 
-static const char *get_task(const struct tm_sched_row *r)
+static const char *get_task(const struct tm_admin_sched_row *r)
 {
     return r->s->task;
 }
 
-static const char *get_spec(const struct tm_sched_row *r)
+static const char *get_spec(const struct tm_admin_sched_row *r)
 {
     return r->s->spec_text;
 }
 
-static const char *get_zone(const struct tm_sched_row *r)
+static const char *get_zone(const struct tm_admin_sched_row *r)
 {
     return r->s->timezone != NULL ? r->s->timezone : "-";
 }
@@ -55,8 +55,9 @@ int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a)
 {
     int status = TM_EXIT_FAIL;
     struct tm_broker *b = NULL;
-    struct tm_sched_row *rows = NULL;
-    char err[512], last[40], next[40];
+    struct tm_admin_sched_row *rows = NULL;
+    struct tm_admin_err err;
+    char last[40], next[40];
     if (a->npos != 0) {
         status = tm_cli_usage_error("schedules takes no argument");
         goto out;
@@ -66,9 +67,9 @@ int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a)
         goto out;
     size_t n = cfg->nschedules;
     rows = tm_calloc(n ? n : 1, sizeof *rows);
-    if (tm_sched_report(b, tm_sched_now_ms(), rows, err, sizeof err) != 0) {
+    if (tm_admin_schedules(b, tm_sched_now_ms(), rows, &err) != 0) {
         fprintf(stderr, "taskmill: cannot read the last slots from the "
-                "broker: %s\n", err);
+                "broker: %s\n", err.msg);
         goto out;
     }
     int wn = width_of("NAME", rows, n, get_name);

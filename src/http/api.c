@@ -12,10 +12,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "admin/admin.h"
 #include "broker/broker.h"
-#include "config/config.h" /* tm_parse_at: the TIME syntax of emit --at */
 #include "daemon/daemon.h"
-#include "util/json.h"
 #include "util/util.h"
 
 /* A request that reaches the broker is answered 504 past this. */
@@ -23,9 +22,6 @@
 /* Dead letters listed by default and at most. */
 #define TM_API_LIST_DEFAULT 50
 #define TM_API_LIST_MAX 1000
-/* The farthest ?delay= or ?at= of a message: 30 days (as emit's, the
- * range docs/delivery.md gives delayed messages). */
-#define TM_API_DELAY_MAX_MS (30LL * 86400 * 1000)
 /* Body bytes accepted (and ignored) by a request that takes none. */
 #define TM_API_OTHER_BODY_MAX 4096
 
@@ -244,26 +240,6 @@ static unsigned parse_route(const char *path, const char *method,
     return 404;
 }
 
-/* id_ok checks a dead-letter id's syntax: a Redis stream id (MS-SEQ, each
- * part 1 to 20 digits), or for AMQP printable ASCII without spaces. */
-static int id_ok(enum tm_broker_kind kind, const char *id)
-{
-    size_t n = strlen(id);
-    if (n == 0 || n > TM_API_ID_MAX)
-        return 0;
-    if (kind == TM_BROKER_REDIS) {
-        size_t a = strspn(id, "0123456789");
-        if (a == 0 || a > 20 || id[a] != '-')
-            return 0;
-        size_t b = strspn(id + a + 1, "0123456789");
-        return b > 0 && b <= 20 && id[a + 1 + b] == '\0';
-    }
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)id[i] < 0x21 || (unsigned char)id[i] > 0x7e)
-            return 0;
-    return 1;
-}
-
 /* parse_limit reads ?limit=N into *limit. Returns 0, or -1 when it is not
  * a number from 1 to TM_API_LIST_MAX. */
 static int parse_limit(struct MHD_Connection *conn, size_t *limit)
@@ -285,9 +261,10 @@ static int parse_limit(struct MHD_Connection *conn, size_t *limit)
 
 /*
  * parse_due reads ?delay=DURATION or ?at=TIME of a publish into *due_ms
- * (epoch ms; 0 when neither is given, or the delay is 0: run now).
- * Returns 0, or the status to refuse with (400: bad or too far; 501: the
- * broker has no delayed messages) with msg set.
+ * (epoch ms; 0 when neither is given, or the time is not in the future:
+ * run now), at most 30 days ahead on either broker. Returns 0, or the
+ * status to refuse with (400: bad or too far; 501: the broker has no
+ * delayed messages) with msg set.
  */
 static unsigned parse_due(struct MHD_Connection *conn,
                           enum tm_broker_kind kind, int64_t *due_ms,
@@ -297,47 +274,16 @@ static unsigned parse_due(struct MHD_Connection *conn,
         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "delay");
     const char *at =
         MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "at");
-    int64_t now = tm_wall_ms(), v = 0;
-    *due_ms = 0;
-    if (delay == NULL && at == NULL)
-        return 0;
-    if (delay != NULL && at != NULL) {
-        tm_snprintf(msg, size, "delay and at exclude each other");
-        return 400;
-    }
-    const struct tm_broker_ops *ops = tm_broker_ops_for(kind);
-    if (ops == NULL || ops->produce->publish_at == NULL) {
-        tm_snprintf(msg, size, "the %s broker has no delayed messages",
-                    ops != NULL ? ops->kind : "configured");
-        return 501;
-    }
-    if (delay != NULL) {
-        if (tm_parse_delay(delay, &v) != 0) {
-            tm_snprintf(msg, size, "delay: expected a duration such as "
-                        "250ms, 30s, 5m or 1h, not '%.64s'", delay);
-            return 400;
-        }
-        if (v > TM_API_DELAY_MAX_MS) {
-            tm_snprintf(msg, size, "delay: '%.64s' is over 30 days, the "
-                        "longest delay", delay);
-            return 400;
-        }
-        *due_ms = v > 0 ? now + v : 0;
-        return 0;
-    }
-    if (tm_parse_at(at, &v) != 0) {
-        tm_snprintf(msg, size, "at: expected an RFC 3339 time with a zone "
-                    "(2026-12-01T03:00:00Z) or epoch milliseconds, not "
-                    "'%.64s'", at);
-        return 400;
-    }
-    if (v - now > TM_API_DELAY_MAX_MS) {
-        tm_snprintf(msg, size, "at: '%.64s' is more than 30 days ahead, the "
-                    "longest delay", at);
-        return 400;
+    int64_t now = tm_wall_ms();
+    struct tm_admin_err err;
+    if (tm_admin_due(kind, delay, at, now, /* bound = */ 1, due_ms,
+                     &err) != 0) {
+        tm_snprintf(msg, size, "%s", err.msg);
+        return tm_api_admin_status(&err);
     }
     /* a time already past runs now, as a message due then would */
-    *due_ms = v > now ? v : 0;
+    if (*due_ms <= now)
+        *due_ms = 0;
     return 0;
 }
 
@@ -387,7 +333,8 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     if (!no_task && t == NULL) {
         code = 404;
         tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
-    } else if (rt.id[0] != '\0' && !id_ok(kind, rt.id)) {
+    } else if (rt.id[0] != '\0' &&
+               !tm_admin_dlq_id_ok(kind, rt.id, TM_API_ID_MAX)) {
         code = 400;
         tm_snprintf(msg, sizeof msg, "'%s' is not a dead-letter id of "
                     "this broker", rt.id);
@@ -407,7 +354,7 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     } else if (rt.op == TM_API_DLQ_LIST &&
                (after = MHD_lookup_connection_value(
                     conn, MHD_GET_ARGUMENT_KIND, "after")) != NULL &&
-               !id_ok(kind, after)) {
+               !tm_admin_dlq_id_ok(kind, after, TM_API_ID_MAX)) {
         code = 400;
         tm_snprintf(msg, sizeof msg, "after: '%.*s' is not a dead-letter id "
                     "of this broker", TM_API_ID_MAX, after);
@@ -458,31 +405,10 @@ static void take_body(struct tm_api_req *r, const char *data, size_t n)
 /* body_error describes what is wrong with a publish body, or returns 0. */
 static int body_error(const struct tm_api_req *r, char *msg, size_t size)
 {
-    size_t at = 0;
-    if (r->len == 0 || r->body == NULL) {
-        tm_snprintf(msg, size, "the message body is empty: send the task's "
-                    "JSON object");
-        return 1;
-    }
-    if (memchr(r->body, '\0', r->len) != NULL) {
-        tm_snprintf(msg, size, "the message body contains a NUL byte");
-        return 1;
-    }
-    if (!tm_utf8_valid(r->body, r->len)) {
-        tm_snprintf(msg, size, "the message body is not valid UTF-8");
-        return 1;
-    }
-    switch (tm_json_check_at(r->body, r->len, &at)) {
-    case TM_JSON_OBJECT:
+    struct tm_admin_err err;
+    if (tm_admin_body_check(r->body, r->len, &err) == 0)
         return 0;
-    case TM_JSON_OTHER:
-        tm_snprintf(msg, size, "the message body must be a JSON object");
-        return 1;
-    case TM_JSON_INVALID:
-        break;
-    }
-    tm_snprintf(msg, size, "the message body is not valid JSON (at byte "
-                "%zu)", at);
+    tm_snprintf(msg, size, "%s", err.msg);
     return 1;
 }
 

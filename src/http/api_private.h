@@ -10,6 +10,7 @@
 #include <microhttpd.h>
 
 struct tm_daemon;
+struct tm_admin_err;
 
 /* What a request asks of the broker. */
 enum tm_api_op {
@@ -110,5 +111,15 @@ void tm_api_finish(struct tm_api_req *r, unsigned status, void *j);
 /* tm_api_error sets r's answer to {"error": TEXT}. */
 void tm_api_error(struct tm_api_req *r, unsigned status, const char *fmt,
                   ...) __attribute__((format(printf, 3, 4)));
+
+/* tm_api_admin_status is the HTTP status that answers an admin layer
+ * refusal (admin/admin.h): 400 for what the request got wrong, 404 for
+ * no such entry, 501 for what the broker cannot do, 502 for a broker's
+ * failure, 504 for no answer in time. */
+unsigned tm_api_admin_status(const struct tm_admin_err *e);
+
+/* tm_api_admin_error sets r's answer to e: its status and
+ * {"error": TEXT}, a broker's reason as "broker: REASON". */
+void tm_api_admin_error(struct tm_api_req *r, const struct tm_admin_err *e);
 
 #endif /* TASKMILL_HTTP_API_H */

@@ -14,11 +14,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "admin/admin.h"
 #include "broker/broker.h"
 #include "daemon/daemon.h"
-#include "util/log.h"
 #include "schedule/schedule.h"
-#include "daemon/fire_report.h"
+#include "util/log.h"
 #include "util/util.h"
 
 #define SRC "http"
@@ -65,6 +65,44 @@ void tm_api_error(struct tm_api_req *r, unsigned status, const char *fmt,
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "error", msg);
     tm_api_finish(r, status, j);
+}
+
+unsigned tm_api_admin_status(const struct tm_admin_err *e)
+{
+    switch (e->code) {
+    case TM_ADMIN_OK:
+    case TM_ADMIN_E_BROKER:
+        break;
+    case TM_ADMIN_E_TIMEOUT:
+        return 504;
+    case TM_ADMIN_E_NO_ENTRY:
+        return 404;
+    case TM_ADMIN_E_NO_PAUSE:
+    case TM_ADMIN_E_NO_DELAY:
+    case TM_ADMIN_E_NO_REQUEST:
+    case TM_ADMIN_E_NO_BROWSE:
+    case TM_ADMIN_E_NO_SCHEDULES:
+        return 501;
+    case TM_ADMIN_E_DUE_BOTH:
+    case TM_ADMIN_E_DELAY_SYNTAX:
+    case TM_ADMIN_E_AT_SYNTAX:
+    case TM_ADMIN_E_TOO_FAR:
+    case TM_ADMIN_E_BODY_EMPTY:
+    case TM_ADMIN_E_BODY_NUL:
+    case TM_ADMIN_E_BODY_UTF8:
+    case TM_ADMIN_E_BODY_OTHER:
+    case TM_ADMIN_E_BODY_JSON:
+        return 400;
+    }
+    return 502;
+}
+
+void tm_api_admin_error(struct tm_api_req *r, const struct tm_admin_err *e)
+{
+    if (e->code == TM_ADMIN_E_BROKER)
+        tm_api_error(r, 502, "broker: %s", e->msg);
+    else
+        tm_api_error(r, tm_api_admin_status(e), "%s", e->msg);
 }
 
 /* ---- the list (mu held) ------------------------------------------------ */
@@ -164,21 +202,14 @@ static size_t entry_cost(const struct tm_dlq_entry *e)
 static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
                      const struct job *job, struct tm_api_req *out)
 {
-    if (b->ops->admin->dlq_browse == NULL) {
-        tm_api_error(out, 501, "the %s broker cannot page dead letters",
-                     b->ops->kind);
-        return;
-    }
-    struct tm_dlq_query q = {.after = job->after[0] != '\0' ? job->after
-                                                            : NULL,
-                             .max = job->limit,
-                             .body_max = TM_API_BODY_MAX,
-                             .bytes_max = TM_API_PAGE_BYTES};
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
     int more = 0;
-    if (b->ops->admin->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
-        tm_api_error(out, 502, "broker: %s", b->errstr);
+    struct tm_admin_err err;
+    if (tm_admin_dlq_page(b, t, job->after[0] != '\0' ? job->after : NULL,
+                          job->limit, TM_API_BODY_MAX, TM_API_PAGE_BYTES, &e,
+                          &n, &more, &err) != 0) {
+        tm_api_admin_error(out, &err);
         return;
     }
     cJSON *a = cJSON_CreateArray();
@@ -200,25 +231,14 @@ static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
 static void run_get(struct tm_broker *b, const struct tm_cfg_task *t,
                     const struct job *job, struct tm_api_req *out)
 {
-    if (b->ops->admin->dlq_browse == NULL) {
-        tm_api_error(out, 501, "the %s broker cannot read one dead letter",
-                     b->ops->kind);
-        return;
-    }
-    struct tm_dlq_query q = {.id = job->id, .max = 1};
     struct tm_dlq_entry *e = NULL;
-    size_t n = 0;
-    int more = 0;
-    if (b->ops->admin->dlq_browse(b, t, &q, &e, &n, &more) != 0) {
-        tm_api_error(out, 502, "broker: %s", b->errstr);
+    struct tm_admin_err err;
+    if (tm_admin_dlq_get(b, t, job->id, &e, &err) != 0) {
+        tm_api_admin_error(out, &err);
         return;
     }
-    if (n == 0)
-        tm_api_error(out, 404, "no dead letter '%s' in '%s'", job->id,
-                     t->dead_letter);
-    else
-        tm_api_finish(out, 200, entry_json(&e[0]));
-    tm_dlq_entries_free(e, n);
+    tm_api_finish(out, 200, entry_json(&e[0]));
+    tm_dlq_entries_free(e, 1);
 }
 
 /* set_pause writes task t's pause state with b, tells d's own intake at
@@ -229,27 +249,12 @@ static void set_pause(struct tm_daemon *d, struct tm_broker *b,
                       const struct tm_cfg_task *t, int paused,
                       struct tm_api_req *out)
 {
-    if (b->ops->pause->pause_set == NULL) {
-        tm_api_error(out, 501, "the %s broker cannot pause a task",
-                     b->ops->kind);
+    struct tm_admin_err err;
+    if (tm_admin_pause(b, t, paused, &err) != 0) {
+        tm_api_admin_error(out, &err);
         return;
     }
-    if (b->ops->pause->pause_set(b, t, paused) != 0) {
-        tm_api_error(out, 502, "broker: %s", b->errstr);
-        return;
-    }
-    /* the intake to tell is the one running now: the task of that name
-     * in the configuration published now, whose index is that of
-     * d->broker's task (a quick local call, made under gen_lock) */
-    pthread_rwlock_rdlock(&d->gen_lock);
-    const struct tm_cfg_task *now = tm_cfg_find_task(d->cfg, t->name);
-    if (now != NULL && d->broker != NULL &&
-        d->broker->ops->pause->pause_note != NULL) {
-        size_t i = (size_t)(now - d->cfg->tasks);
-        assert(i < d->cfg->ntasks);
-        d->broker->ops->pause->pause_note(d->broker, i, paused);
-    }
-    pthread_rwlock_unlock(&d->gen_lock);
+    tm_admin_pause_note(d, t->name, paused);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "name", t->name);
     cJSON_AddBoolToObject(j, "paused", paused);
@@ -278,10 +283,11 @@ static void run_schedules(struct tm_broker *b, struct tm_api_req *out)
 {
     const struct tm_cfg *cfg = b->cfg;
     size_t n = cfg->nschedules;
-    struct tm_sched_row *rows = tm_calloc(n ? n : 1, sizeof *rows);
-    char err[512];
-    if (tm_sched_report(b, tm_sched_now_ms(), rows, err, sizeof err) != 0) {
-        tm_api_error(out, 502, "broker: %s", err);
+    struct tm_admin_sched_row *rows = tm_calloc(n ? n : 1, sizeof *rows);
+    struct tm_admin_err err;
+    if (tm_admin_schedules(b, tm_sched_now_ms(), rows, &err) != 0) {
+        /* 502 whatever the reason, a broker without schedule state too */
+        tm_api_error(out, 502, "broker: %s", err.msg);
         tm_free(rows);
         return;
     }
@@ -312,6 +318,7 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
                    struct tm_api_req *out)
 {
     const char *id = job->id[0] != '\0' ? job->id : NULL;
+    struct tm_admin_err err;
     switch (job->op) {
     case TM_API_SCHEDULES:
         run_schedules(b, out);
@@ -325,33 +332,24 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
     case TM_API_DLQ_REPLAY:
     case TM_API_DLQ_PURGE: {
         int replay = job->op == TM_API_DLQ_REPLAY;
-        long n = replay ? b->ops->admin->dlq_replay(b, t, id)
-                        : b->ops->admin->dlq_purge(b, t, id);
-        if (n < 0) {
-            tm_api_error(out, 502, "broker: %s", b->errstr);
-        } else if (id != NULL && n == 0) {
-            tm_api_error(out, 404, "no dead letter '%s' in '%s'", id,
-                         t->dead_letter);
-        } else {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddNumberToObject(j, replay ? "replayed" : "purged",
-                                    (double)n);
-            tm_api_finish(out, 200, j);
+        long n = 0;
+        if (tm_admin_dlq_move(b, t, replay ? TM_ADMIN_REPLAY : TM_ADMIN_PURGE,
+                              id, &n, &err) != 0) {
+            tm_api_admin_error(out, &err);
+            break;
         }
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, replay ? "replayed" : "purged", (double)n);
+        tm_api_finish(out, 200, j);
         break;
     }
     case TM_API_PUBLISH: {
         char newid[TM_API_ID_MAX];
-        /* a due time was accepted only for a broker with publish_at */
-        assert(job->due_ms == 0 || b->ops->produce->publish_at != NULL);
-        int rc = job->due_ms != 0
-                     ? b->ops->produce->publish_at(b, t, job->body, job->len,
-                                                   NULL, job->due_ms, newid,
-                                                   sizeof newid)
-                     : b->ops->produce->publish(b, t, job->body, job->len,
-                                                NULL, newid, sizeof newid);
-        if (rc != 0) {
-            tm_api_error(out, 502, "broker: %s", b->errstr);
+        /* a due time was accepted only for a broker with delayed
+         * messages (parse_due) */
+        if (tm_admin_emit(b, t, job->body, job->len, /* pub = */ NULL,
+                          job->due_ms, newid, sizeof newid, &err) != 0) {
+            tm_api_admin_error(out, &err);
             break;
         }
         cJSON *j = cJSON_CreateObject();
@@ -393,15 +391,14 @@ static void run_job(struct tm_daemon *d, const struct job *job,
         tm_api_error(out, 404, "no task '%s'", job->task);
         goto out;
     }
-    b = tm_broker_new(cfg, err, sizeof err);
+    b = tm_admin_broker(cfg, err, sizeof err);
     if (b == NULL) {
         tm_api_error(out, 500, "%s", err);
         goto out;
     }
     run_on(d, b, t, job, out);
 out:
-    if (b != NULL)
-        b->ops->destroy(b);
+    tm_admin_broker_close(b);
     tm_gen_unref(g);
 }
 

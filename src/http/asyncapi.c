@@ -6,8 +6,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "admin/admin.h" /* tm_admin_can_request */
 #include "broker/broker.h"
-#include "daemon/daemon.h" /* tm_broker_ops_for */
 #include "util/util.h"
 
 /* Longest channel or operation id; longer task names are cut. */
@@ -416,8 +416,7 @@ char *tm_asyncapi_render(const struct tm_cfg *cfg, const struct tm_task *tasks,
     cJSON *channels = cJSON_AddObjectToObject(doc, "channels");
     cJSON *operations = cJSON_AddObjectToObject(doc, "operations");
     /* replies only where the broker adapter can deliver them */
-    const struct tm_broker_ops *ops = tm_broker_ops_for(cfg->url.kind);
-    int with_reply = ops != NULL && ops->produce->request != NULL;
+    int with_reply = tm_admin_can_request(cfg->url.kind);
     cJSON *models = cJSON_CreateObject();
     for (size_t i = 0; i < ntasks; i++)
         add_task(channels, operations, models, &tasks[i], with_reply,

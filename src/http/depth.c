@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "admin/admin.h"
 #include "broker/broker.h"
 #include "daemon/daemon.h"
 #include "util/log.h"
@@ -42,8 +43,9 @@ struct tm_http_depth {
 };
 
 /* ---- queue depth refresher ----------------------------------------------
- * Broker reads for taskmill_queue_depth and friends run here, on the
- * adapter's own monitoring connection, and only when a scrape (/metrics,
+ * Broker reads for taskmill_queue_depth and friends run here, through
+ * the admin layer's depth reads (admin/depth.c: the adapter's own
+ * monitoring connection, the one `dlq list` counts with), and only when a scrape (/metrics,
  * /status, /api/v1/tasks) finds the cached values older than
  * TM_DEPTH_REFRESH_MS: an idle daemon nobody scrapes reads no depths at
  * all, and a burst of scrapes costs the broker one read. */
@@ -71,7 +73,7 @@ static struct tm_gen *pick_gen(struct tm_daemon *d, int need_up)
 {
     struct tm_gen *g = tm_gen_current(d);
     struct tm_broker *b = g->broker;
-    if (b == NULL || b->ops->admin->depth == NULL ||
+    if (b == NULL || !tm_admin_has_depth(b) ||
         (need_up && !atomic_load(&b->up))) {
         tm_gen_unref(g);
         return NULL;
@@ -97,16 +99,16 @@ static int refresh_depths(struct tm_http_depth *h)
     size_t got = 0;
     for (; got < n; got++) {
         struct depth_read *v = &h->vals[got];
-        if (b->ops->admin->depth(b, got, &v->depth, &v->pending,
-                                 &v->dlq) != 0) {
+        struct tm_admin_depth c;
+        if (tm_admin_depth(b, got, &c) != 0) {
             rc = -1;
             break;
         }
+        v->depth = c.depth;
+        v->pending = c.pending;
+        v->dlq = c.dlq;
         /* delayed messages: a count the adapter keeps, or -1 */
-        v->scheduled = -1;
-        if (b->ops->admin->scheduled != NULL &&
-            b->ops->admin->scheduled(b, got, &v->scheduled) != 0)
-            v->scheduled = -1;
+        v->scheduled = tm_admin_scheduled(b, got);
         v->at_ms = tm_now_ms();
     }
     /* stored in the generation read from, current or not: a replaced
@@ -161,9 +163,7 @@ static void *refresher_main(void *arg)
     pthread_mutex_unlock(&h->mu);
     struct tm_gen *g = pick_gen(h->d, /* need_up = */ 0);
     if (g != NULL) {
-        long long x;
-        g->broker->ops->admin->depth(g->broker, TM_BROKER_DEPTH_CLOSE, &x,
-                                     &x, &x);
+        tm_admin_depth_close(g->broker);
         tm_gen_unref(g);
     }
     return NULL;

@@ -1,17 +1,15 @@
-/* fire_report.c - what `taskmill schedules` and GET /api/v1/schedules
+/* schedules.c - what `taskmill schedules` and GET /api/v1/schedules
  * show: each schedule with its last fired slot (read from the broker)
  * and its next slot. */
-#include "daemon/fire_report.h"
+#include "admin/admin.h"
 
 #include <stddef.h>
 
-#include "broker/broker.h"
-#include "config/config.h"
 #include "schedule/schedule.h"
-#include "util/util.h"
 
-int tm_sched_report(struct tm_broker *b, int64_t now,
-                    struct tm_sched_row *rows, char *err, size_t errlen)
+int tm_admin_schedules(struct tm_broker *b, int64_t now,
+                       struct tm_admin_sched_row *rows,
+                       struct tm_admin_err *e)
 {
     const struct tm_cfg *cfg = b->cfg;
     int rc = 0;
@@ -26,18 +24,21 @@ int tm_sched_report(struct tm_broker *b, int64_t now,
     if (cfg->nschedules == 0)
         goto out;
     if (b->ops->sched->sched_open == NULL) {
-        tm_snprintf(err, errlen, "this broker keeps no schedule state");
+        tm_admin_error(e, TM_ADMIN_E_NO_SCHEDULES, "this broker keeps no "
+                       "schedule state");
         rc = -1;
         goto out;
     }
-    ss = b->ops->sched->sched_open(b, 0, err, errlen);
+    e->code = TM_ADMIN_E_BROKER;
+    e->at = 0;
+    ss = b->ops->sched->sched_open(b, /* fire = */ 0, e->msg, sizeof e->msg);
     if (ss == NULL) {
         rc = -1;
         goto out;
     }
     for (size_t i = 0; i < cfg->nschedules; i++) {
         if (b->ops->sched->sched_last(ss, rows[i].s, &rows[i].last_ms) != 0) {
-            tm_snprintf(err, errlen, "%s", ss->errstr);
+            tm_admin_error(e, TM_ADMIN_E_BROKER, "%s", ss->errstr);
             rc = -1;
             goto out;
         }
