@@ -10,6 +10,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "redis/tls_private.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -120,7 +121,8 @@ struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
         .port = port,
         .connect_timeout_ms = TM_REDIS_CONNECT_TIMEOUT_MS,
         .timeout_ms = timeout_ms,
-        .tls = u->tls,
+        /* the transport: TLS for a rediss:// broker only */
+        .fns = u->tls ? &tm_rtls_fns : &tm_rconn_tcp,
         .ca_file = cfg->tls.ca_file,
         .cert_file = cfg->tls.cert_file,
         .key_file = cfg->tls.key_file,

@@ -540,6 +540,7 @@ START_TEST(send_ahead_then_read_reply)
     struct tm_rconn c;
     memset(&c, 0, sizeof c);
     c.fd = sv[0];
+    c.fns = &tm_rconn_tcp;
     c.reader = redisReaderCreate();
     c.timeout_ms = 5000;
     const char *argv[] = {"XREADGROUP", "GROUP", "g", "c", "COUNT", "2",
