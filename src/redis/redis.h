@@ -333,11 +333,6 @@ int tm_redis_error_moves(const char *err);
 redisReply *tm_redis_command(struct tm_rconn *c, int argc,
                              const char **argv, const size_t *lens,
                              char *buf, size_t size, int *dead);
-/* tm_redis_connect opens one authenticated connection whose commands time
- * out after timeout_ms (outside a cluster: the server, or the master the
- * sentinels name); NULL with the reason in buf. */
-struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
-                                  char *buf, size_t size);
 /* tm_redis_open_node connects to host:port with the credentials and
  * database of u, and broker.tls; name is how errors call it; sentinel:
  * an AUTH refused for want of a password is ignored, no SELECT. */
@@ -348,18 +343,10 @@ struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
                                     size_t size);
 void tm_redis_mark_up(struct tm_redis *rb);
 void tm_redis_mark_down(struct tm_redis *rb);
-/* tm_redis_ensure_group creates task rt's consumer group (and stream) on
- * link lk when missing; 1 when it created it, 0 when it was there, or -1
- * with the reason (*dead: connection lost). */
-int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
-                          const struct tm_redis_task *rt, char *buf,
-                          size_t size, int *dead);
-/* tm_redis_wc_lost notes a failure of the settle link (settle thread
- * only): the broker is down until a round of it works again. */
-void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
-                      const char *why);
+/* tm_redis_reply_field finds key in a flat [key, value, ...] array. */
 const redisReply *tm_redis_reply_field(const redisReply *a,
                                        const char *key);
+
 /* ---- topo.c ---- */
 
 enum tm_redis_redirect {
@@ -377,9 +364,6 @@ enum tm_redis_redirect tm_redis_redirect_of(const char *err, unsigned *slot,
 /* tm_redis_node_add returns the index of host:port in the node table,
  * adding it when new; TM_REDIS_NO_NODE when the table is full. */
 size_t tm_redis_node_add(struct tm_redis *rb, const char *host, int port);
-/* tm_redis_node_mark records host:port as the node connected to outside
- * a cluster (the sentinels' master). */
-void tm_redis_node_mark(struct tm_redis *rb, const char *host, int port);
 /* tm_redis_topo_refresh reads the slot map from a node that answers (the
  * masters known, the others, then broker.url's seeds); not more often
  * than every 200 ms unless force. 0, or -1 with the reason. */
@@ -445,6 +429,16 @@ int tm_redis_link_pipe(struct tm_redis *rb, struct tm_rlink *lk,
                        struct tm_redis_cmd *cmds, size_t n, char *buf,
                        size_t size);
 void tm_redis_cmds_free(struct tm_redis_cmd *cmds, size_t n);
+/* tm_redis_ensure_group creates task rt's consumer group (and stream) on
+ * link lk when missing; 1 when it created it, 0 when it was there, or -1
+ * with the reason (*dead: connection lost). */
+int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
+                          const struct tm_redis_task *rt, char *buf,
+                          size_t size, int *dead);
+/* tm_redis_wc_lost notes a failure of the settle link (settle thread
+ * only): the broker is down until a round of it works again. */
+void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
+                      const char *why);
 /* tm_redis_nodes fills the broker's nodes op. */
 size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
                       size_t max);
