@@ -15,26 +15,40 @@
 #include "redis/keys.h"
 
 /*
- * The adapter is split by layer:
+ * The adapter is a one-way stack of files, bottom to top: a file calls
+ * only files above it in this list (scripts/check-layers.py checks the
+ * calls; no call cycle).
  *   keys.c    key names, cluster slots, the one-slot rule (no hiredis)
- *   net.c     one connection: socket, deadlines, RESP, the reply filter
- *   tls.c     TLS under a connection: context, handshake, reads, writes
- *   conn.c    opening connections (sentinel: to the master), errors
- *   topo.c    nodes, the cluster's slot map, links that route commands
- *   intake.c  a lane's fetch; replies made batches, failed reads
+ *   arena.c   replies built in one arena (arena.h)
+ *   net.c     one connection: socket, deadlines, RESP, the reply filter;
+ *             its bytes through a transport table (tm_rconn_fns), plain
+ *             TCP here (tm_rconn_tcp)
+ *   tls.c     the TLS transport (tm_rtls_fns) over net.c's socket
+ *   conn.c    one authenticated connection to a node (chooses the
+ *             transport), command errors, the broker's up state
+ *   topo.c    nodes, sentinels, the cluster's slot map, links that route
+ *             commands; consumer groups, the settle link's loss
+ *   admin.c   CLI and monitoring: commands on the settle link, publish,
+ *             dead letters, depths
+ *   dedup.c   which messages of a read already succeeded (dedup_ttl)
+ *   reply.c   answers to requests (the final script), emit --wait
+ *   lane.c    intake lanes: tasks per lane, claim periods, pokes
+ *   read.c    what every read shares: batches, held ids, failed reads
+ *   retry.c   the retry schedule (and the script that takes due retries)
  *   claim.c   scripted reads: due retries, reclaim, own history, peek
  *   readahead.c  new entries (XREADGROUP) and the read ahead
- *   lane.c    intake lanes: tasks per lane, pokes
- *   retry.c   the retry schedule
+ *   pause.c   pause state: the keys, their reads, pause/resume
+ *   intake.c  a lane's fetch: pause state, peek, owed entries, new ones
+ *   scheduled.c  delayed messages: the scheduled set and its promoter
+ *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
  *   rate.c    rate_limit: the task's token bucket, shared by all daemons
  *   settle.c  ack, retry, dead-letter (settle thread)
- *   reply.c   answers to requests, written when settling; emit --wait
- *   dedup.c   which messages of a read already succeeded (dedup_ttl)
- *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
- *   scheduled.c  delayed messages: the scheduled set and its promoter
- *   admin.c   CLI and monitoring: publish, dead letters, depths
- *   pause.c   pause state: the keys, their reads, pause/resume
- *   redis.c   check, create, connect, wake, destroy and the vtable
+ *   schedule.c  periodic schedules: each slot published once (sched)
+ *   redis.c   check, create, connect, wake, destroy and the vtables
+ * Calls that go up the list go through function pointers only:
+ *   tm_rconn_fns (net.c calls the transport conn.c chose: tm_rconn_tcp or
+ *   tls.c's tm_rtls_fns); cb_release_reply (read.c, the batch's release,
+ *   called by the daemon's settlement); the broker tables redis.c fills.
  */
 
 #define TM_REDIS_SRC "broker:redis"
@@ -443,177 +457,38 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
 size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
                       size_t max);
 
-/* ---- retry.c ---- */
+/* ---- admin.c ---- */
 
-/* tm_redis_retry_argv fills argv (10 of them) with the command that
- * schedules m's retry after its delay (settle thread); delay is the
- * buffer argv points into. Returns the count. */
-int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
-                        const char **argv, char delay[24]);
-/* tm_redis_retry_note tells the task's intake that a retry is due at
- * due_ms (local monotonic ms), so it looks at the retry set then. */
-void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
-/* tm_redis_due_script is the intake script (the take prelude, then its
- * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
- * wait being the ms until the next retry is due (-1: none). */
-extern const char tm_redis_due_script[];
+int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
+                   long long *pending, long long *dlq_depth);
+/* tm_redis_cli_command runs one command of the CLI or the admin API on
+ * the settle link (any thread of a CLI adapter; a daemon's settle
+ * thread); argv[key] is a key it touches, whose slot routes it in a
+ * cluster. timeout_ms > 0: the reply's timeout (a blocking read). Its
+ * reply (the caller frees it), or NULL with the broker's error set. */
+redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
+                                 const char **argv, const size_t *lens,
+                                 int key, int64_t timeout_ms);
+int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const char *body, size_t len, const struct tm_pub *pub,
+                     char *id, size_t idlen);
+int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                      size_t max, struct tm_dlq_entry **out, size_t *n);
+int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const struct tm_dlq_query *q,
+                        struct tm_dlq_entry **out, size_t *n, int *more);
+long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
+                         const char *id);
+long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *id);
 
-/* ---- scheduled.c ---- */
+/* ---- dedup.c ---- */
 
-/* tm_redis_sched_new prepares the promoter of rb's tasks (no thread, no
- * I/O); tm_redis_sched_start starts its thread, once (settle thread: a
- * daemon's adapter, never the CLI's); tm_redis_sched_free stops and
- * frees it (NULL accepted). */
-struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb);
-void tm_redis_sched_start(struct tm_redis_sched *s);
-void tm_redis_sched_free(struct tm_redis_sched *s);
-int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *body, size_t len, const struct tm_pub *pub,
-                        int64_t due_ms, char *id, size_t idlen);
-int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
-
-/* ---- intake.c, claim.c, readahead.c ---- */
-
-void tm_redis_collect(struct tm_redis_task *rt);
-/* tm_redis_ahead_end reads the reply of lane l's read ahead, if one is
- * still in flight, and drops it: its entries stay pending on this
- * consumer, as unstarted ones left at a stop do (lanes_free; the lane's
- * last fetch after wake() normally takes it in). */
-void tm_redis_ahead_end(struct tm_redis *rb, struct tm_redis_lane *l);
-/* intake.c's parts every read uses (see each definition) */
-struct tm_batch *tm_redis_entries_batch(struct tm_redis_task *rt,
-                                        redisReply *reply,
-                                        struct tm_rarena *arena,
-                                        const redisReply *entries,
-                                        size_t task_index);
-void tm_redis_intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
-                            const char *what);
-int tm_redis_group_lost(const char *err);
-void tm_redis_regroup(struct tm_redis *rb, struct tm_redis_lane *l,
-                      const char *err, const size_t *ti, size_t k);
-int tm_redis_read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
-                         const char *what);
-redisReply *tm_redis_intake_command(struct tm_redis_task *rt, int argc,
-                                    const char **argv,
-                                    struct tm_rarena *arena,
-                                    int64_t timeout_ms, int *dead);
-/* claim.c: the scripted reads of what a task is owed, and the peek */
-int tm_redis_take_owed(struct tm_redis *rb, struct tm_broker *b,
-                       struct tm_redis_task *rt, size_t ti, size_t max,
-                       struct tm_batch **out);
-int64_t tm_redis_next_look(const struct tm_redis_task *rt);
-int tm_redis_peek(struct tm_redis *rb, struct tm_redis_lane *l);
-/* readahead.c: new entries, and the read ahead */
-int tm_redis_read_new(struct tm_redis *rb, struct tm_redis_lane *l,
-                      size_t from, size_t k, int64_t block_ms,
-                      struct tm_batch **out, size_t nout);
-int tm_redis_take_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
-                        const size_t *room, struct tm_batch **out,
-                        size_t nout);
-int tm_redis_poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
-                      int64_t until, struct tm_batch **out, size_t nout);
-/* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
- * stream, KEYS[2] the retry set, KEYS[3] the due-time index; ARGV[1] group, ARGV[2] consumer, ARGV[3]
- * max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the
- * script's own argument. It defines keep(entry) (adds an entry to `out`,
- * with its delivery count, and its body stripped with a reason when over
- * max_payload), claim(id) (XCLAIM to this consumer, then keep) and full()
- * (the reply reached its count or byte budget). Each script returns
- * {aux, out}. */
-#define TM_REDIS_LUA_TAKE                                                   \
-    "local maxp = tonumber(ARGV[3])\n"                                      \
-    "local budget, count = tonumber(ARGV[4]), tonumber(ARGV[5])\n"          \
-    "local out, used = {}, 0\n"                                             \
-    "local function keep(e, n)\n"                                           \
-    "  local f, cost, why = e[2], 64, false\n"                              \
-    "  if type(f) == 'table' then\n"                                        \
-    "    for i = 1, #f - 1, 2 do\n"                                         \
-    "      if f[i] == 'body' then\n"                                        \
-    "        local len = string.len(f[i + 1])\n"                            \
-    "        if len > maxp then\n"                                          \
-    "          why = 'body of ' .. len .. ' bytes exceeds max_payload of '"  \
-    "            .. maxp\n"                                                 \
-    "        end\n"                                                         \
-    "        break\n"                                                       \
-    "      end\n"                                                           \
-    "    end\n"                                                             \
-    "    if why then f = {} else\n"                                         \
-    "      for i = 1, #f do cost = cost + string.len(f[i]) end\n"           \
-    "    end\n"                                                             \
-    "  end\n"                                                               \
-    "  used = used + cost\n"                                                \
-    "  out[#out + 1] = {e[1], f, why, n}\n"                                 \
-    "end\n"                                                                 \
-    "local function full() return #out >= count or used >= budget end\n"    \
-    "local function claim(id, idle)\n"                                      \
-    "  local r = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], idle, id)\n" \
-    "  if #r == 0 or not r[1] then return end\n"                            \
-    "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"     \
-    "  keep(r[1], #p > 0 and p[1][4] or 1)\n"                               \
-    "end\n"
-int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
-                        const size_t *room, int timeout_ms,
-                        struct tm_batch **out, size_t nout);
-
-/* ---- rate.c ---- */
-
-/* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
-int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
-                       const size_t *back, size_t *got, int64_t *wait_ms);
-
-/* ---- lane.c ---- */
-
-/* A lane peeks at its tasks' pending lists (one script per slot) for
- * entries idle past claim_idle (other daemons die): with up to
- * TM_REDIS_PEEK_TASKS tasks at all of them every claim period (the
- * shortest; see tm_redis_claim_period), with more at that many each
- * claim_idle * TM_REDIS_PEEK_TASKS / ntasks, so that each is looked at
- * once per claim_idle (the shortest): such entries are reclaimed within
- * two claim_idle of their last delivery. Retries it learns of from the due-time index
- * (scheduled.c polls it, for the retries of every daemon) and its own at
- * once (tm_redis_retry_note). */
-#define TM_REDIS_PEEK_TASKS 16
-/* While a task of a lane waits for room, a read blocks at most this. */
-#define TM_REDIS_ROOM_BLOCK_MS 1000
-/* Cluster: blocking lanes per consumer group (one slot each); further
- * slots share a polling lane, whose longest sleep is this. */
-#define TM_REDIS_CLUSTER_LANES 4
-#define TM_REDIS_POLL_MAX_MS 1000
-/* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
- * another for a queue seen twice in one); tm_redis_lanes_free frees
- * them (closing their connections). */
-void tm_redis_lanes_init(struct tm_redis *rb);
-void tm_redis_lanes_free(struct tm_redis *rb);
-size_t tm_redis_nlanes(struct tm_broker *b);
-size_t tm_redis_lane_of(struct tm_broker *b, size_t ti);
-/* tm_redis_lane_poke makes the lane look again at once (any thread). */
-void tm_redis_lane_poke(struct tm_redis_lane *l);
-/* tm_redis_room_made pokes the lane of task ti (settle thread). */
-void tm_redis_room_made(struct tm_broker *b, size_t ti);
-/* tm_redis_wake pokes every lane (shutdown). */
-void tm_redis_wake(struct tm_broker *b);
-
-/* ---- pause.c ---- */
-
-/* A lane reads its tasks' pause keys this often, and no read of new
- * entries blocks longer, so that a pause set by any process stops every
- * daemon within about twice this. */
-#define TM_REDIS_PAUSE_POLL_MS 1000
-/* tm_redis_pause_poll reads the pause keys of the lane's tasks when that
- * is due (lane thread); -1 when the connection was lost. */
-int tm_redis_pause_poll(struct tm_redis *rb, struct tm_redis_lane *l);
-/* tm_redis_pause_wait waits, when every task of the lane that may read is
- * paused, until the next read of the pause keys, a poke or until_ms
- * (monotonic), whichever comes first (lane thread). */
-void tm_redis_pause_wait(struct tm_redis_lane *l, int64_t until_ms);
-int tm_redis_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
-                       int paused);
-int tm_redis_paused(struct tm_broker *b, size_t ti);
-void tm_redis_pause_note(struct tm_broker *b, size_t ti, int paused);
-
-/* ---- settle.c ---- */
-
-size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
+/* tm_redis_dedup_check marks, in the nb batches just read on lane l, the
+ * messages whose dedup key already succeeded (m->duplicate, m->result the
+ * stored result): one pipelined MGET per batch with keys (lane thread). */
+void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
+                          struct tm_batch **out, size_t nb);
 
 /* ---- reply.c ---- */
 
@@ -657,50 +532,209 @@ int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
                      int64_t timeout_ms, char *id, size_t idlen,
                      char **reply, int *task_failed);
 
-/* ---- dedup.c ---- */
+/* ---- lane.c ---- */
 
-/* tm_redis_dedup_check marks, in the nb batches just read on lane l, the
- * messages whose dedup key already succeeded (m->duplicate, m->result the
- * stored result): one pipelined MGET per batch with keys (lane thread). */
-void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
-                          struct tm_batch **out, size_t nb);
-
-/* ---- upkeep.c ---- */
-
+/* A lane peeks at its tasks' pending lists (one script per slot) for
+ * entries idle past claim_idle (other daemons die): with up to
+ * TM_REDIS_PEEK_TASKS tasks at all of them every claim period (the
+ * shortest; see tm_redis_claim_period), with more at that many each
+ * claim_idle * TM_REDIS_PEEK_TASKS / ntasks, so that each is looked at
+ * once per claim_idle (the shortest): such entries are reclaimed within
+ * two claim_idle of their last delivery. Retries it learns of from the due-time index
+ * (scheduled.c polls it, for the retries of every daemon) and its own at
+ * once (tm_redis_retry_note). */
+#define TM_REDIS_PEEK_TASKS 16
+/* While a task of a lane waits for room, a read blocks at most this. */
+#define TM_REDIS_ROOM_BLOCK_MS 1000
+/* Cluster: blocking lanes per consumer group (one slot each); further
+ * slots share a polling lane, whose longest sleep is this. */
+#define TM_REDIS_CLUSTER_LANES 4
+#define TM_REDIS_POLL_MAX_MS 1000
+/* tm_redis_claim_period is how often a task's entries are checked: a
+ * quarter of claim_idle, between 50 ms and 5 s. */
 int64_t tm_redis_claim_period(const struct tm_cfg_task *t);
+/* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
+ * another for a queue seen twice in one); tm_redis_lanes_free frees
+ * them (closing their connections; a read ahead still in flight is
+ * ended first by the caller, tm_redis_ahead_end). */
+void tm_redis_lanes_init(struct tm_redis *rb);
+void tm_redis_lanes_free(struct tm_redis *rb);
+size_t tm_redis_nlanes(struct tm_broker *b);
+size_t tm_redis_lane_of(struct tm_broker *b, size_t ti);
+/* tm_redis_lane_poke makes the lane look again at once (any thread). */
+void tm_redis_lane_poke(struct tm_redis_lane *l);
+/* tm_redis_room_made pokes the lane of task ti (settle thread). */
+void tm_redis_room_made(struct tm_broker *b, size_t ti);
+/* tm_redis_wake pokes every lane (shutdown). */
+void tm_redis_wake(struct tm_broker *b);
+
+/* ---- read.c ---- */
+
+/* tm_redis_collect frees the batches of task rt settled since its last
+ * read (its lane's thread; redis.c at the end). */
+void tm_redis_collect(struct tm_redis_task *rt);
+/* What every read uses (see each definition). */
+struct tm_batch *tm_redis_entries_batch(struct tm_redis_task *rt,
+                                        redisReply *reply,
+                                        struct tm_rarena *arena,
+                                        const redisReply *entries,
+                                        size_t task_index);
+void tm_redis_intake_failed(struct tm_redis *rb, struct tm_redis_task *rt,
+                            const char *what);
+int tm_redis_group_lost(const char *err);
+void tm_redis_regroup(struct tm_redis *rb, struct tm_redis_lane *l,
+                      const char *err, const size_t *ti, size_t k);
+int tm_redis_read_failed(struct tm_redis *rb, struct tm_redis_task *rt,
+                         const char *what);
+redisReply *tm_redis_intake_command(struct tm_redis_task *rt, int argc,
+                                    const char **argv,
+                                    struct tm_rarena *arena,
+                                    int64_t timeout_ms, int *dead);
+/* tm_redis_next_look is when task rt next needs a look outside the
+ * blocking read: its next due retry, or its next reclaim round. */
+int64_t tm_redis_next_look(const struct tm_redis_task *rt);
 /* tm_redis_held_ids copies the ids of the messages of task rt that this
  * process holds (read and not yet settled; settled_too: not yet released
  * either, their XACK may not have run yet) into *ids, grown as needed
  * (*cap entries); returns their count. Any thread (takes held_mu). */
 size_t tm_redis_held_ids(struct tm_redis_task *rt, int settled_too,
                          char (**ids)[TM_REDIS_ID_MAX], size_t *cap);
+
+/* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
+ * stream, KEYS[2] the retry set, KEYS[3] the due-time index; ARGV[1]
+ * group, ARGV[2] consumer, ARGV[3] max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the
+ * script's own argument. It defines keep(entry) (adds an entry to `out`,
+ * with its delivery count, and its body stripped with a reason when over
+ * max_payload), claim(id) (XCLAIM to this consumer, then keep) and full()
+ * (the reply reached its count or byte budget). Each script returns
+ * {aux, out}. */
+#define TM_REDIS_LUA_TAKE                                                   \
+    "local maxp = tonumber(ARGV[3])\n"                                      \
+    "local budget, count = tonumber(ARGV[4]), tonumber(ARGV[5])\n"          \
+    "local out, used = {}, 0\n"                                             \
+    "local function keep(e, n)\n"                                           \
+    "  local f, cost, why = e[2], 64, false\n"                              \
+    "  if type(f) == 'table' then\n"                                        \
+    "    for i = 1, #f - 1, 2 do\n"                                         \
+    "      if f[i] == 'body' then\n"                                        \
+    "        local len = string.len(f[i + 1])\n"                            \
+    "        if len > maxp then\n"                                          \
+    "          why = 'body of ' .. len .. ' bytes exceeds max_payload of '"  \
+    "            .. maxp\n"                                                 \
+    "        end\n"                                                         \
+    "        break\n"                                                       \
+    "      end\n"                                                           \
+    "    end\n"                                                             \
+    "    if why then f = {} else\n"                                         \
+    "      for i = 1, #f do cost = cost + string.len(f[i]) end\n"           \
+    "    end\n"                                                             \
+    "  end\n"                                                               \
+    "  used = used + cost\n"                                                \
+    "  out[#out + 1] = {e[1], f, why, n}\n"                                 \
+    "end\n"                                                                 \
+    "local function full() return #out >= count or used >= budget end\n"    \
+    "local function claim(id, idle)\n"                                      \
+    "  local r = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], idle, id)\n" \
+    "  if #r == 0 or not r[1] then return end\n"                            \
+    "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"     \
+    "  keep(r[1], #p > 0 and p[1][4] or 1)\n"                               \
+    "end\n"
+
+/* ---- retry.c ---- */
+
+/* tm_redis_retry_argv fills argv (10 of them) with the command that
+ * schedules m's retry after its delay (settle thread); delay is the
+ * buffer argv points into. Returns the count. */
+int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
+                        const char **argv, char delay[24]);
+/* tm_redis_retry_note tells the task's intake that a retry is due at
+ * due_ms (local monotonic ms), so it looks at the retry set then. */
+void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
+/* tm_redis_due_script is the intake script (the take prelude, then its
+ * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
+ * wait being the ms until the next retry is due (-1: none). */
+extern const char tm_redis_due_script[];
+
+/* ---- claim.c ---- */
+
+/* the scripted reads of what a task is owed, and the peek */
+int tm_redis_take_owed(struct tm_redis *rb, struct tm_broker *b,
+                       struct tm_redis_task *rt, size_t ti, size_t max,
+                       struct tm_batch **out);
+int tm_redis_peek(struct tm_redis *rb, struct tm_redis_lane *l);
+
+/* ---- readahead.c ---- */
+
+/* new entries, and the read ahead */
+int tm_redis_read_new(struct tm_redis *rb, struct tm_redis_lane *l,
+                      size_t from, size_t k, int64_t block_ms,
+                      struct tm_batch **out, size_t nout);
+int tm_redis_take_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
+                        const size_t *room, struct tm_batch **out,
+                        size_t nout);
+int tm_redis_poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
+                      int64_t until, struct tm_batch **out, size_t nout);
+/* tm_redis_ahead_end reads the reply of lane l's read ahead, if one is
+ * still in flight, and drops it: its entries stay pending on this
+ * consumer, as unstarted ones left at a stop do (redis.c, before
+ * tm_redis_lanes_free; the lane's last fetch after wake() normally takes
+ * it in). */
+void tm_redis_ahead_end(struct tm_redis *rb, struct tm_redis_lane *l);
+
+/* ---- pause.c ---- */
+
+/* A lane reads its tasks' pause keys this often, and no read of new
+ * entries blocks longer, so that a pause set by any process stops every
+ * daemon within about twice this. */
+#define TM_REDIS_PAUSE_POLL_MS 1000
+/* tm_redis_pause_poll reads the pause keys of the lane's tasks when that
+ * is due (lane thread); -1 when the connection was lost. */
+int tm_redis_pause_poll(struct tm_redis *rb, struct tm_redis_lane *l);
+/* tm_redis_pause_wait waits, when every task of the lane that may read is
+ * paused, until the next read of the pause keys, a poke or until_ms
+ * (monotonic), whichever comes first (lane thread). */
+void tm_redis_pause_wait(struct tm_redis_lane *l, int64_t until_ms);
+int tm_redis_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
+                       int paused);
+int tm_redis_paused(struct tm_broker *b, size_t ti);
+void tm_redis_pause_note(struct tm_broker *b, size_t ti, int paused);
+
+/* ---- intake.c ---- */
+
+/* tm_redis_fetch_lane is the fetch_lane hook (struct
+ * tm_broker_consume_ops). */
+int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
+                        const size_t *room, int timeout_ms,
+                        struct tm_batch **out, size_t nout);
+
+/* ---- scheduled.c ---- */
+
+/* tm_redis_sched_new prepares the promoter of rb's tasks (no thread, no
+ * I/O); tm_redis_sched_start starts its thread, once (settle thread: a
+ * daemon's adapter, never the CLI's); tm_redis_sched_free stops and
+ * frees it (NULL accepted). */
+struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb);
+void tm_redis_sched_start(struct tm_redis_sched *s);
+void tm_redis_sched_free(struct tm_redis_sched *s);
+int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *body, size_t len, const struct tm_pub *pub,
+                        int64_t due_ms, char *id, size_t idlen);
+int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
+
+/* ---- upkeep.c ---- */
+
 void tm_redis_tick(struct tm_broker *b);
 int64_t tm_redis_tick_ms(struct tm_broker *b);
 
-/* ---- admin.c ---- */
+/* ---- rate.c ---- */
 
-int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
-                   long long *pending, long long *dlq_depth);
-/* tm_redis_cli_command runs one command of the CLI or the admin API on
- * the settle link (any thread of a CLI adapter; a daemon's settle
- * thread); argv[key] is a key it touches, whose slot routes it in a
- * cluster. timeout_ms > 0: the reply's timeout (a blocking read). Its
- * reply (the caller frees it), or NULL with the broker's error set. */
-redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
-                                 const char **argv, const size_t *lens,
-                                 int key, int64_t timeout_ms);
-int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
-                     const char *body, size_t len, const struct tm_pub *pub,
-                     char *id, size_t idlen);
-int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
-                      size_t max, struct tm_dlq_entry **out, size_t *n);
-int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const struct tm_dlq_query *q,
-                        struct tm_dlq_entry **out, size_t *n, int *more);
-long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                         const char *id);
-long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *id);
+/* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
+int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
+                       const size_t *back, size_t *got, int64_t *wait_ms);
+
+/* ---- settle.c ---- */
+
+size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 
 /* ---- schedule.c ---- */
 
