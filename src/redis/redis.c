@@ -140,6 +140,7 @@ static void rb_destroy(struct tm_broker *b)
     tm_free(rb->keys);
     tm_free(rb->spans);
     tm_free(rb->done);
+    tm_free(rb->kinds);
     tm_free(rb->redo);
     tm_free(rb->ids);
     tm_free(rb);

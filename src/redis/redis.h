@@ -319,6 +319,9 @@ struct tm_redis {
                                       room (2 * scratchcap) */
     struct tm_redis_span *spans; /* settle: the messages of each command */
     unsigned char *done;        /* settle: settled, by position */
+    unsigned char *kinds;       /* settle: each message's kind and final
+                                   bits (tm_redis_settle_kind), by
+                                   position */
     size_t scratchcap;
     unsigned char *redo;        /* settle: spans to send again */
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
@@ -497,13 +500,31 @@ void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
  * ignored). m points into the reply. */
 void tm_redis_meta_field(struct tm_msg *m, const redisReply *k,
                          const redisReply *v);
-/* tm_redis_final_needed says whether m (to acknowledge or dead-letter) is
- * settled by the final script: it answers a request, or records its
- * dedup key. */
-int tm_redis_final_needed(const struct tm_redis *rb, const struct tm_msg *m);
-/* tm_redis_final_cross says whether m's answer is a command of its own,
- * queued before the final script (cluster: reply_to in another slot). */
-int tm_redis_final_cross(const struct tm_redis *rb, const struct tm_msg *m);
+/* enum tm_redis_settle_kind is how one message is settled, in command
+ * order: decided once per settlement by tm_redis_settle_kind, then only
+ * read (settle.c keeps it with each command). */
+enum tm_redis_settle_kind {
+    TM_REDIS_SK_RETRY,         /* the retry script (retry.c) */
+    TM_REDIS_SK_DEAD,          /* the dead-letter script (settle.c) */
+    TM_REDIS_SK_FINAL,         /* the final script: an acknowledgement or
+                                  dead letter that answers a request or
+                                  records a dedup key (final bits) */
+    TM_REDIS_SK_ACK,           /* XACK, with the task's other acks */
+    TM_REDIS_SK_NONE,          /* nothing to send (TM_SETTLE_NONE) */
+    TM_REDIS_SK_N
+};
+/* The final bits of a TM_REDIS_SK_FINAL message: what its final script
+ * does besides settling it. */
+#define TM_REDIS_FINAL_ANSWER 1u  /* answers reply_to in the script */
+#define TM_REDIS_FINAL_APART 2u   /* answers by a command of its own,
+                                     queued before the script (cluster:
+                                     reply_to in another slot) */
+#define TM_REDIS_FINAL_RECORD 4u  /* records its dedup key (dedup_ttl) */
+/* tm_redis_settle_kind classifies m once: its kind, and in *final its
+ * final bits (0 unless TM_REDIS_SK_FINAL). */
+enum tm_redis_settle_kind tm_redis_settle_kind(const struct tm_redis *rb,
+                                               const struct tm_msg *m,
+                                               unsigned *final);
 /* struct tm_redis_final is one command of a final settlement, built by
  * tm_redis_final_argv: argv points into it (and into the message). */
 struct tm_redis_final {
@@ -514,12 +535,13 @@ struct tm_redis_final {
     char nums[5][24];
     char *body, *dkey;
 };
-/* tm_redis_final_argv builds one command of m's settlement into f:
- * answer_only, the answer of its own (tm_redis_final_cross), which goes
- * before the other; else the final script. tm_redis_final_free frees
- * what f holds. */
+/* tm_redis_final_argv builds one command of the settlement of m, whose
+ * final bits (tm_redis_settle_kind) are final, into f: answer_only, the
+ * answer of its own (TM_REDIS_FINAL_APART), which goes before the other;
+ * else the final script. tm_redis_final_free frees what f holds. */
 void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
-                         int answer_only, struct tm_redis_final *f);
+                         unsigned final, int answer_only,
+                         struct tm_redis_final *f);
 void tm_redis_final_free(struct tm_redis_final *f);
 /* tm_redis_final_done reads the reply r of one command that
  * tm_redis_final_argv built (answer_only: the answer of its own); a
