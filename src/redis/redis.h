@@ -15,26 +15,21 @@
 #include "redis/keys.h"
 
 /*
- * The adapter is a one-way stack of files, bottom to top: a file calls
- * only files above it in this list (scripts/check-layers.py checks the
- * calls; no call cycle).
+ * The adapter is a one-way stack of files, listed bottom to top: a file
+ * calls only files listed before it (scripts/check-layers.py checks the
+ * calls: no call cycle in src/redis/).
  *   keys.c    key names, cluster slots, the one-slot rule (no hiredis)
- *   arena.c   replies built in one arena (arena.h)
- *   net.c     one connection: socket, deadlines, RESP, the reply filter;
- *             its bytes through a transport table (tm_rconn_fns), plain
- *             TCP here (tm_rconn_tcp)
+ *   arena.c   replies built in one arena per read (arena.h)
+ *   net.c     one connection: socket, deadlines, RESP, the reply filter
  *   tls.c     the TLS transport (tm_rtls_fns) over net.c's socket
- *   conn.c    one authenticated connection to a node (chooses the
- *             transport), command errors, the broker's up state
- *   topo.c    nodes, sentinels, the cluster's slot map, links that route
- *             commands; consumer groups, the settle link's loss
- *   admin.c   CLI and monitoring: commands on the settle link, publish,
- *             dead letters, depths
+ *   conn.c    one authenticated connection to a node, command errors
+ *   topo.c    nodes, sentinels, slot map, links; groups, settle link lost
+ *   admin.c   CLI and monitoring: publish, dead letters, depths
  *   dedup.c   which messages of a read already succeeded (dedup_ttl)
- *   reply.c   answers to requests (the final script), emit --wait
+ *   reply.c   answers to requests, emit --wait; a message's settle kind
  *   lane.c    intake lanes: tasks per lane, claim periods, pokes
  *   read.c    what every read shares: batches, held ids, failed reads
- *   retry.c   the retry schedule (and the script that takes due retries)
+ *   retry.c   the retry schedule, and the script that takes due retries
  *   claim.c   scripted reads: due retries, reclaim, own history, peek
  *   readahead.c  new entries (XREADGROUP) and the read ahead
  *   pause.c   pause state: the keys, their reads, pause/resume
@@ -42,13 +37,16 @@
  *   scheduled.c  delayed messages: the scheduled set and its promoter
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
  *   rate.c    rate_limit: the task's token bucket, shared by all daemons
- *   settle.c  ack, retry, dead-letter (settle thread)
- *   schedule.c  periodic schedules: each slot published once (sched)
+ *   settle.c  ack, retry, dead-letter, final scripts (settle thread)
+ *   schedule.c  periodic schedules: each slot published once
  *   redis.c   check, create, connect, wake, destroy and the vtables
- * Calls that go up the list go through function pointers only:
- *   tm_rconn_fns (net.c calls the transport conn.c chose: tm_rconn_tcp or
- *   tls.c's tm_rtls_fns); cb_release_reply (read.c, the batch's release,
- *   called by the daemon's settlement); the broker tables redis.c fills.
+ * The one call the other way (to a file listed later) goes through a
+ * function pointer: struct tm_rconn_fns, a connection's transport, through
+ * which net.c reads and writes with the table conn.c chose when it opened
+ * the connection (net.c's tm_rconn_tcp, or tls.c's tm_rtls_fns for
+ * rediss://). From outside, the daemon calls in through the broker tables
+ * redis.c fills, and through cb_release_reply (read.c), a batch's release
+ * when its last message is settled.
  */
 
 #define TM_REDIS_SRC "broker:redis"
@@ -562,9 +560,9 @@ int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
  * shortest; see tm_redis_claim_period), with more at that many each
  * claim_idle * TM_REDIS_PEEK_TASKS / ntasks, so that each is looked at
  * once per claim_idle (the shortest): such entries are reclaimed within
- * two claim_idle of their last delivery. Retries it learns of from the due-time index
- * (scheduled.c polls it, for the retries of every daemon) and its own at
- * once (tm_redis_retry_note). */
+ * two claim_idle of their last delivery. Retries it learns of from the
+ * due-time index (scheduled.c polls it, for the retries of every daemon)
+ * and its own at once (tm_redis_retry_note). */
 #define TM_REDIS_PEEK_TASKS 16
 /* While a task of a lane waits for room, a read blocks at most this. */
 #define TM_REDIS_ROOM_BLOCK_MS 1000
@@ -624,8 +622,8 @@ size_t tm_redis_held_ids(struct tm_redis_task *rt, int settled_too,
 
 /* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
  * stream, KEYS[2] the retry set, KEYS[3] the due-time index; ARGV[1]
- * group, ARGV[2] consumer, ARGV[3] max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the
- * script's own argument. It defines keep(entry) (adds an entry to `out`,
+ * group, ARGV[2] consumer, ARGV[3] max_payload, ARGV[4] byte budget,
+ * ARGV[5] most entries, ARGV[6] the script's own argument. It defines keep(entry) (adds an entry to `out`,
  * with its delivery count, and its body stripped with a reason when over
  * max_payload), claim(id) (XCLAIM to this consumer, then keep) and full()
  * (the reply reached its count or byte budget). Each script returns
