@@ -45,7 +45,7 @@ int tm_redis_error_moves(const char *err)
     /* READONLY: a master turned replica; MASTERDOWN: a replica lost its
      * master; UNBLOCKED: a blocking read ended by a change of role, but
      * not one ended because its stream was deleted (TM_REDIS_KEY_GONE:
-     * the connection is fine, see intake.c) */
+     * the connection is fine, see read.c, tm_redis_group_lost) */
     return strncmp(err, "READONLY", 8) == 0 ||
            strncmp(err, "MASTERDOWN", 10) == 0 ||
            (strncmp(err, "UNBLOCKED", 9) == 0 &&
