@@ -5,7 +5,7 @@
  * the lane's peek that says when the first two have work. The take
  * scripts strip a body over max_payload inside Redis and stop their
  * reply at TM_REDIS_READ_BYTES (see TM_REDIS_LUA_TAKE); their replies
- * become batches through tm_redis_entries_batch (intake.c). */
+ * become batches through tm_redis_entries_batch (read.c). */
 #include "redis/redis.h"
 
 #include <assert.h>
@@ -271,17 +271,6 @@ int tm_redis_take_owed(struct tm_redis *rb, struct tm_broker *b,
     if (!rt->history_done)
         return read_history(rb, rt, ti, max, out);
     return 0;
-}
-
-/* tm_redis_next_look is when the task next needs a look outside the blocking
- * read: its next due retry, or its next reclaim round. */
-int64_t tm_redis_next_look(const struct tm_redis_task *rt)
-{
-    int64_t hint = atomic_load(&rt->retry_hint_ms);
-    int64_t until = rt->next_due_ms < hint ? rt->next_due_ms : hint;
-    if (rt->history_done && rt->reclaimable && rt->next_maint_ms < until)
-        until = rt->next_maint_ms;
-    return until;
 }
 
 /* peek_run runs peek_script for the tasks l->tasks[from .. from + n),

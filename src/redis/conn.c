@@ -1,4 +1,7 @@
-/* conn.c - Redis connections, timeouts, error translation, stream ids. */
+/* conn.c - one authenticated connection to one node: its transport
+ * (TCP, or TLS for rediss://), AUTH and SELECT; commands on it, the
+ * translation of their errors; the broker's up state. Below topo.c: it
+ * knows no link, no slot map and no sentinel. */
 #include "redis/redis.h"
 
 #include <assert.h>
@@ -10,6 +13,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "redis/tls_private.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -41,7 +45,7 @@ int tm_redis_error_moves(const char *err)
     /* READONLY: a master turned replica; MASTERDOWN: a replica lost its
      * master; UNBLOCKED: a blocking read ended by a change of role, but
      * not one ended because its stream was deleted (TM_REDIS_KEY_GONE:
-     * the connection is fine, see intake.c) */
+     * the connection is fine, see read.c, tm_redis_group_lost) */
     return strncmp(err, "READONLY", 8) == 0 ||
            strncmp(err, "MASTERDOWN", 10) == 0 ||
            (strncmp(err, "UNBLOCKED", 9) == 0 &&
@@ -120,7 +124,8 @@ struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
         .port = port,
         .connect_timeout_ms = TM_REDIS_CONNECT_TIMEOUT_MS,
         .timeout_ms = timeout_ms,
-        .tls = u->tls,
+        /* the transport: TLS for a rediss:// broker only */
+        .fns = u->tls ? &tm_rtls_fns : &tm_rconn_tcp,
         .ca_file = cfg->tls.ca_file,
         .cert_file = cfg->tls.cert_file,
         .key_file = cfg->tls.key_file,
@@ -140,100 +145,6 @@ struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
     return c;
 }
 
-/* ask_sentinels finds the master's address: each sentinel of broker.url
- * in turn, from the one that answered last, is asked SENTINEL
- * get-master-addr-by-name; the first answer is taken. */
-static int ask_sentinels(struct tm_redis *rb, char *host, size_t hostlen,
-                         int *port, char *buf, size_t size)
-{
-    const struct tm_cfg *cfg = rb->base.cfg;
-    char eb[300] = "no sentinel";
-    for (size_t k = 0; k < cfg->nnodes; k++) {
-        size_t i = (atomic_load(&rb->sentinel_next) + k) % cfg->nnodes;
-        const struct tm_url *s = &cfg->nodes[i];
-        struct tm_rconn *c = tm_redis_open_node(rb, s, s->host, s->port,
-                                                s->redacted, 1,
-                                                TM_REDIS_CONNECT_TIMEOUT_MS,
-                                                eb, sizeof eb);
-        if (c == NULL)
-            continue;
-        const char *argv[] = {"SENTINEL", "get-master-addr-by-name",
-                              cfg->redis_master};
-        int dead;
-        redisReply *r = tm_redis_command(c, 3, argv, NULL, eb, sizeof eb,
-                                         &dead);
-        tm_rconn_close(c);
-        if (r == NULL)
-            continue;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_STRING &&
-            r->element[1]->type == REDIS_REPLY_STRING) {
-            tm_snprintf(host, hostlen, "%s", r->element[0]->str);
-            *port = atoi(r->element[1]->str);
-            freeReplyObject(r);
-            atomic_store(&rb->sentinel_next, i);
-            return 0;
-        }
-        freeReplyObject(r);
-        tm_snprintf(eb, sizeof eb, "%s does not know master '%s'",
-                    s->redacted, cfg->redis_master);
-    }
-    tm_snprintf(buf, size, "sentinels: cannot learn the address of master "
-                "'%s': %s", cfg->redis_master, eb);
-    return -1;
-}
-
-/* is_master checks with ROLE that c is a master: a sentinel's answer may
- * be older than a failover. */
-static int is_master(struct tm_rconn *c, const char *name, char *buf,
-                     size_t size)
-{
-    char eb[200];
-    int dead;
-    const char *argv[] = {"ROLE"};
-    redisReply *r = tm_redis_command(c, 1, argv, NULL, eb, sizeof eb, &dead);
-    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-             r->element[0]->type == REDIS_REPLY_STRING &&
-             strcmp(r->element[0]->str, "master") == 0;
-    if (!ok)
-        tm_snprintf(buf, size, "%s is not the master (ROLE: %s)", name,
-                    r == NULL ? eb
-                    : r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-                            r->element[0]->type == REDIS_REPLY_STRING
-                        ? r->element[0]->str
-                        : "unexpected reply");
-    if (r != NULL)
-        freeReplyObject(r);
-    return ok ? 0 : -1;
-}
-
-struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
-                                  char *buf, size_t size)
-{
-    const struct tm_cfg *cfg = rb->base.cfg;
-    const struct tm_url *u = &cfg->url;
-    if (cfg->redis_mode != TM_REDIS_SENTINEL)
-        return tm_redis_open_node(rb, u, u->host, u->port, u->redacted, 0,
-                                  timeout_ms, buf, size);
-    /* sentinel: the master the sentinels name, with the credentials and
-     * database of the first URL (password_file applies to all) */
-    char host[256], name[300];
-    int port = 0;
-    if (ask_sentinels(rb, host, sizeof host, &port, buf, size) != 0)
-        return NULL;
-    tm_snprintf(name, sizeof name, "master '%s' at %s:%d", cfg->redis_master,
-                host, port);
-    struct tm_rconn *c = tm_redis_open_node(rb, u, host, port, name, 0,
-                                            timeout_ms, buf, size);
-    if (c != NULL && is_master(c, name, buf, size) != 0) {
-        tm_rconn_close(c);
-        c = NULL;
-    }
-    if (c != NULL)
-        tm_redis_node_mark(rb, host, port);
-    return c;
-}
-
 void tm_redis_mark_up(struct tm_redis *rb)
 {
     if (atomic_exchange(&rb->base.up, 1) == 0 && atomic_load(&rb->ever_up))
@@ -244,56 +155,6 @@ void tm_redis_mark_up(struct tm_redis *rb)
 void tm_redis_mark_down(struct tm_redis *rb)
 {
     atomic_store(&rb->base.up, 0);
-}
-
-/* tm_redis_ensure_group creates the task's consumer group at the start of
- * the stream (creating the stream too; 1); an existing group is used as
- * is (0). */
-int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
-                          const struct tm_redis_task *rt, char *buf,
-                          size_t size, int *dead)
-{
-    const struct tm_cfg_task *t = rt->cfg;
-    const char *argv[] = {"XGROUP", "CREATE", t->queue, t->group, "0",
-                          "MKSTREAM"};
-    char eb[256];
-    redisReply *r = tm_redis_link_run(rb, lk, rt->slot, 6, argv, NULL, 0, 0,
-                                      eb, sizeof eb, dead);
-    if (r != NULL) {
-        freeReplyObject(r);
-        return 1;
-    }
-    if (!*dead && strncmp(eb, "BUSYGROUP", 9) == 0)
-        return 0;
-    tm_snprintf(buf, size, "%s", eb);
-    return -1;
-}
-
-void tm_redis_wc_lost(struct tm_redis *rb, const char *what, const char *why)
-{
-    /* A server that restarted closed every connection of the daemon. The
-     * intake finds that first, mostly (its blocking read ends), and marks
-     * the broker down until it has reconnected; the settle link finds it
-     * on its next use, later. So a link that worked and found its peer
-     * gone reconnects at once, and the broker is marked down only when
-     * that fails: otherwise /ping would turn 503 again for a moment after
-     * it came back, and one outage would count twice. A link that timed
-     * out (a hung or cut-off server) is marked down at once: a reconnect
-     * would wait as long again. The commands that failed stay unsettled
-     * and are sent again in the next round. */
-    char eb[256];
-    if (!rb->cluster && rb->wc_was_up &&
-        rb->settle.dropped_err == REDIS_ERR_EOF) {
-        rb->settle.dropped_err = 0;
-        if (tm_redis_link_get(rb, &rb->settle, 0, eb, sizeof eb) != NULL) {
-            tm_log_info(SRC, "%s: %s; reconnected", what, why);
-            return;
-        }
-    }
-    if (rb->wc_was_up)
-        tm_log_warn(SRC, "%s: %s; reconnecting", what, why);
-    rb->wc_was_up = 0;
-    tm_redis_mark_down(rb);
 }
 
 /* tm_redis_reply_field finds key in a flat [key, value, ...] array. */

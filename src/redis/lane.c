@@ -12,6 +12,14 @@
 
 #define SRC TM_REDIS_SRC
 
+/* tm_redis_claim_period is how often a task's entries are checked: a
+ * quarter of claim_idle, between 50 ms and 5 s. */
+int64_t tm_redis_claim_period(const struct tm_cfg_task *t)
+{
+    int64_t p = t->claim_idle_ms / 4;
+    return p < 50 ? 50 : p > 5000 ? 5000 : p;
+}
+
 /* reads_queue says whether lane l reads queue already. */
 static int reads_queue(const struct tm_redis *rb,
                        const struct tm_redis_lane *l, const char *queue)
@@ -162,7 +170,6 @@ void tm_redis_lanes_free(struct tm_redis *rb)
 {
     for (size_t i = 0; i < rb->nlanes; i++) {
         struct tm_redis_lane *l = &rb->lanes[i];
-        tm_redis_ahead_end(rb, l);
         tm_redis_link_close(rb, &l->link);
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);

@@ -2,14 +2,16 @@
  * deadlines, replies through hiredis's reader, commands in RESP
  * (hiredis's formatter for format strings; argv commands written here,
  * see tm_rconn_append_argv), and the reply filter that caps bulk
- * strings. TLS is a layer of its own under the same connection (tls.c).
+ * strings. Its bytes go through the connection's transport table
+ * (struct tm_rconn_fns): plain TCP here (tm_rconn_tcp), TLS a layer of
+ * its own above this file (tls.c), chosen by the caller that opens.
  *
  * Invariants:
  * - c->fd is non-blocking; every wait is tm_rconn_wait, in poll() for at
  *   most what is left of the call's deadline.
- * - This file calls no OpenSSL function: when c->ssl is set, every read
- *   and write of the connection goes through tm_rtls_read and
- *   tm_rtls_write, never straight to the socket.
+ * - Every read and write of a connection's bytes goes through c->fns
+ *   (never straight to the socket outside tm_rconn_tcp's hooks); this
+ *   file names no TLS symbol and calls no OpenSSL function.
  * - c->err and c->errstr are written only by tm_rconn_set_err; once a
  *   call has set c->err, later calls do no I/O on the connection (they
  *   fail at once) until the caller closes it.
@@ -33,7 +35,6 @@
 #include <unistd.h>
 
 #include "redis/arena.h"
-#include "redis/tls_private.h"
 #include "util/util.h"
 
 /* Bytes read from the socket at a time. */
@@ -82,7 +83,7 @@ int tm_rconn_wait(struct tm_rconn *c, short events, int64_t deadline,
 }
 
 /* sock_readv reads at least one byte from the plain socket into iov
- * before the deadline. */
+ * before the deadline (tm_rconn_tcp's readv). */
 static ssize_t sock_readv(struct tm_rconn *c, const struct iovec *iov,
                           int iovcnt, int64_t deadline)
 {
@@ -109,10 +110,8 @@ static ssize_t sock_readv(struct tm_rconn *c, const struct iovec *iov,
 static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
                          int64_t deadline)
 {
-    if (c->ssl != NULL)
-        return tm_rtls_read(c, buf, size, deadline);
     struct iovec iov = {buf, size};
-    return sock_readv(c, &iov, 1, deadline);
+    return c->fns->readv(c, &iov, 1, deadline);
 }
 
 /* read_into reads at least one byte before the deadline: the first size
@@ -121,14 +120,12 @@ static ssize_t read_some(struct tm_rconn *c, char *buf, size_t size,
 static ssize_t read_into(struct tm_rconn *c, char *at, size_t size,
                          char *buf, size_t bsize, int64_t deadline)
 {
-    if (c->ssl != NULL)
-        return tm_rtls_read(c, at, size, deadline);
     struct iovec iov[2] = {{at, size}, {buf, bsize}};
-    return sock_readv(c, iov, 2, deadline);
+    return c->fns->readv(c, iov, 2, deadline);
 }
 
 /* sock_send writes all len bytes at p to the plain socket before the
- * deadline: 0, or -1 with c->err set. */
+ * deadline (tm_rconn_tcp's write): 0, or -1 with c->err set. */
 static int sock_send(struct tm_rconn *c, const char *p, size_t len,
                      int64_t deadline)
 {
@@ -148,13 +145,16 @@ static int sock_send(struct tm_rconn *c, const char *p, size_t len,
     return 0;
 }
 
-/* flush sends every queued byte before the deadline, through the TLS
- * session when there is one; the buffer is empty after it either way. */
+const struct tm_rconn_fns tm_rconn_tcp = {
+    .readv = sock_readv,
+    .write = sock_send,
+};
+
+/* flush sends every queued byte before the deadline, through the
+ * connection's transport; the buffer is empty after it either way. */
 static int flush(struct tm_rconn *c, int64_t deadline)
 {
-    int rc = c->ssl != NULL
-                 ? tm_rtls_write(c, c->out, c->outlen, deadline)
-                 : sock_send(c, c->out, c->outlen, deadline);
+    int rc = c->fns->write(c, c->out, c->outlen, deadline);
     c->outlen = 0;
     return rc;
 }
@@ -210,6 +210,7 @@ struct tm_rconn *tm_rconn_open(const struct tm_rconn_opts *o, char *buf,
     char port[16], why[200] = "no address";
     int64_t deadline = tm_now_ms() + o->connect_timeout_ms;
     c->fd = -1;
+    c->fns = o->fns != NULL ? o->fns : &tm_rconn_tcp;
     c->timeout_ms = o->timeout_ms;
     tm_snprintf(port, sizeof port, "%d", o->port);
     int gai = getaddrinfo(o->host, port, &hints, &res);
@@ -226,14 +227,15 @@ struct tm_rconn *tm_rconn_open(const struct tm_rconn_opts *o, char *buf,
         tm_snprintf(buf, size, "%s", why);
         goto fail;
     }
-    if (o->tls && tm_rtls_connect(c, o, deadline, buf, size) != 0)
+    if (c->fns->connect != NULL &&
+        c->fns->connect(c, o, deadline, buf, size) != 0)
         goto fail;
     c->reader = redisReaderCreate();
     if (c->reader == NULL) {
         tm_snprintf(buf, size, "out of memory");
         goto fail;
     }
-    if (o->tls && tm_rtls_settled(c, buf, size) != 0)
+    if (c->fns->settled != NULL && c->fns->settled(c, buf, size) != 0)
         goto fail;
     return c;
 fail:
@@ -247,8 +249,8 @@ void tm_rconn_close(struct tm_rconn *c)
         return;
     if (c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR);
-    if (c->ssl != NULL)
-        tm_rtls_close(c); /* after the shutdown: no close_notify is sent */
+    if (c->priv != NULL && c->fns->close != NULL)
+        c->fns->close(c); /* after the shutdown: no close_notify is sent */
     if (c->fd >= 0)
         close(c->fd);
     if (c->reader != NULL)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h> /* ssize_t */
 
 #include <hiredis/hiredis.h>
 
@@ -87,13 +88,53 @@ void tm_redis_cap_filled(struct tm_redis_cap *f, size_t n);
  * with. */
 #define TM_REDIS_OVERSIZE "\x01"
 
+struct tm_rconn;
+struct tm_rconn_opts;
+struct iovec;
+
+/*
+ * struct tm_rconn_fns is a connection's transport, as hiredis's
+ * redisContextFuncs: the socket (TCP connect, deadlines, the output
+ * buffer, the reader) is net.c's for every connection, and every read
+ * and write of the connection's bytes goes through its table. The
+ * caller that opens a connection chooses the table (o->fns): net.c
+ * fills tm_rconn_tcp, tls.c tm_rtls_fns, and net.c names no TLS symbol.
+ * NULL hooks (connect, settled, close) have nothing to do.
+ */
+struct tm_rconn_fns {
+    /* connect starts the transport over c's connected socket before the
+     * deadline (TLS: the handshake); 0, or -1 with the reason in buf. On
+     * a failure c is closed, through close. */
+    int (*connect)(struct tm_rconn *c, const struct tm_rconn_opts *o,
+                   int64_t deadline, char *buf, size_t size);
+    /* settled waits, once c->reader exists, for the server's verdict on
+     * the transport (TLS: one PING); 0, or -1 with the reason in buf */
+    int (*settled)(struct tm_rconn *c, char *buf, size_t size);
+    /* readv reads at least one byte before the deadline into iov (a
+     * transport that cannot scatter fills iov[0] only): the count, or -1
+     * with c->err set */
+    ssize_t (*readv)(struct tm_rconn *c, const struct iovec *iov,
+                     int iovcnt, int64_t deadline);
+    /* write writes all len bytes at p before the deadline: 0, or -1 with
+     * c->err set */
+    int (*write)(struct tm_rconn *c, const char *p, size_t len,
+                 int64_t deadline);
+    /* close frees the transport's state (c->priv) after the socket was
+     * shut down, and clears c->priv */
+    void (*close)(struct tm_rconn *c);
+};
+
+/* tm_rconn_tcp is plain TCP: reads and writes straight on the socket. */
+extern const struct tm_rconn_fns tm_rconn_tcp;
+
 /* struct tm_rconn_opts says where and how to connect. */
 struct tm_rconn_opts {
     const char *host;
     int port;
     int64_t connect_timeout_ms;  /* TCP connect and TLS handshake */
     int64_t timeout_ms;          /* each reply after that */
-    bool tls;
+    const struct tm_rconn_fns *fns; /* the transport (NULL: tm_rconn_tcp) */
+    /* read by a TLS transport (tm_rtls_fns) only */
     const char *ca_file;         /* NULL: the system CA store */
     const char *cert_file;       /* client certificate, with key_file */
     const char *key_file;
@@ -105,7 +146,9 @@ struct tm_rconn_opts {
  * is unusable (a reply may be half read): the caller closes it. */
 struct tm_rconn {
     int fd;
-    void *ssl;                   /* SSL * (tls.c's), NULL: plain TCP */
+    const struct tm_rconn_fns *fns; /* its transport, never NULL */
+    void *priv;                  /* the transport's state (tls.c: its
+                                    SSL *), NULL: none */
     redisReader *reader;
     char *out;                   /* formatted commands not yet sent */
     size_t outlen, outcap;
@@ -155,5 +198,19 @@ int tm_rconn_get_reply_in(struct tm_rconn *c, size_t limit,
 redisReply *tm_rconn_command_argv(struct tm_rconn *c, int argc,
                                   const char **argv, const size_t *lens);
 redisReply *tm_rconn_command(struct tm_rconn *c, const char *fmt, ...);
+
+/* For transports (tls.c): the connection's error and its waits. */
+
+/* tm_rconn_set_err sets c->err and c->errstr, the one place they are
+ * written. */
+void tm_rconn_set_err(struct tm_rconn *c, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* tm_rconn_set_errno sets a REDIS_ERR_IO of "what: <errno e's text>". */
+void tm_rconn_set_errno(struct tm_rconn *c, const char *what, int e);
+/* tm_rconn_wait waits until c->fd is ready for events (POLLIN, POLLOUT)
+ * or the deadline passes: 0 ready, or -1 with c->err set ("what: timed
+ * out", or poll's error). */
+int tm_rconn_wait(struct tm_rconn *c, short events, int64_t deadline,
+                  const char *what);
 
 #endif /* TASKMILL_REDIS_NET_H */

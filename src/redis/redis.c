@@ -112,6 +112,10 @@ static void rb_destroy(struct tm_broker *b)
         return;
     struct tm_redis *rb = (struct tm_redis *)b;
     tm_redis_sched_free(rb->sched);
+    /* a read sent ahead is readahead.c's, above the lanes: its reply is
+     * taken off each lane's connection before lane.c closes it */
+    for (size_t i = 0; i < rb->nlanes; i++)
+        tm_redis_ahead_end(rb, &rb->lanes[i]);
     tm_redis_lanes_free(rb);
     tm_redis_link_close(rb, &rb->wake);
     pthread_mutex_destroy(&rb->wake_mu);
@@ -136,6 +140,7 @@ static void rb_destroy(struct tm_broker *b)
     tm_free(rb->keys);
     tm_free(rb->spans);
     tm_free(rb->done);
+    tm_free(rb->kinds);
     tm_free(rb->redo);
     tm_free(rb->ids);
     tm_free(rb);

@@ -15,26 +15,38 @@
 #include "redis/keys.h"
 
 /*
- * The adapter is split by layer:
+ * The adapter is a one-way stack of files, listed bottom to top: a file
+ * calls only files listed before it (scripts/check-layers.py checks the
+ * calls: no call cycle in src/redis/).
  *   keys.c    key names, cluster slots, the one-slot rule (no hiredis)
+ *   arena.c   replies built in one arena per read (arena.h)
  *   net.c     one connection: socket, deadlines, RESP, the reply filter
- *   tls.c     TLS under a connection: context, handshake, reads, writes
- *   conn.c    opening connections (sentinel: to the master), errors
- *   topo.c    nodes, the cluster's slot map, links that route commands
- *   intake.c  a lane's fetch; replies made batches, failed reads
+ *   tls.c     the TLS transport (tm_rtls_fns) over net.c's socket
+ *   conn.c    one authenticated connection to a node, command errors
+ *   topo.c    nodes, sentinels, slot map, links; groups, settle link lost
+ *   admin.c   CLI and monitoring: publish, dead letters, depths
+ *   dedup.c   which messages of a read already succeeded (dedup_ttl)
+ *   reply.c   answers to requests, emit --wait; a message's settle kind
+ *   lane.c    intake lanes: tasks per lane, claim periods, pokes
+ *   read.c    what every read shares: batches, held ids, failed reads
+ *   retry.c   the retry schedule, and the script that takes due retries
  *   claim.c   scripted reads: due retries, reclaim, own history, peek
  *   readahead.c  new entries (XREADGROUP) and the read ahead
- *   lane.c    intake lanes: tasks per lane, pokes
- *   retry.c   the retry schedule
- *   rate.c    rate_limit: the task's token bucket, shared by all daemons
- *   settle.c  ack, retry, dead-letter (settle thread)
- *   reply.c   answers to requests, written when settling; emit --wait
- *   dedup.c   which messages of a read already succeeded (dedup_ttl)
- *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
- *   scheduled.c  delayed messages: the scheduled set and its promoter
- *   admin.c   CLI and monitoring: publish, dead letters, depths
  *   pause.c   pause state: the keys, their reads, pause/resume
- *   redis.c   check, create, connect, wake, destroy and the vtable
+ *   intake.c  a lane's fetch: pause state, peek, owed entries, new ones
+ *   scheduled.c  delayed messages: the scheduled set and its promoter
+ *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
+ *   rate.c    rate_limit: the task's token bucket, shared by all daemons
+ *   settle.c  ack, retry, dead-letter, final scripts (settle thread)
+ *   schedule.c  periodic schedules: each slot published once
+ *   redis.c   check, create, connect, wake, destroy and the vtables
+ * The one call the other way (to a file listed later) goes through a
+ * function pointer: struct tm_rconn_fns, a connection's transport, through
+ * which net.c reads and writes with the table conn.c chose when it opened
+ * the connection (net.c's tm_rconn_tcp, or tls.c's tm_rtls_fns for
+ * rediss://). From outside, the daemon calls in through the broker tables
+ * redis.c fills, and through cb_release_reply (read.c), a batch's release
+ * when its last message is settled.
  */
 
 #define TM_REDIS_SRC "broker:redis"
@@ -305,6 +317,9 @@ struct tm_redis {
                                       room (2 * scratchcap) */
     struct tm_redis_span *spans; /* settle: the messages of each command */
     unsigned char *done;        /* settle: settled, by position */
+    unsigned char *kinds;       /* settle: each message's kind and final
+                                   bits (tm_redis_settle_kind), by
+                                   position */
     size_t scratchcap;
     unsigned char *redo;        /* settle: spans to send again */
     char (*ids)[TM_REDIS_ID_MAX]; /* upkeep: ids to refresh */
@@ -333,11 +348,6 @@ int tm_redis_error_moves(const char *err);
 redisReply *tm_redis_command(struct tm_rconn *c, int argc,
                              const char **argv, const size_t *lens,
                              char *buf, size_t size, int *dead);
-/* tm_redis_connect opens one authenticated connection whose commands time
- * out after timeout_ms (outside a cluster: the server, or the master the
- * sentinels name); NULL with the reason in buf. */
-struct tm_rconn *tm_redis_connect(struct tm_redis *rb, int64_t timeout_ms,
-                                  char *buf, size_t size);
 /* tm_redis_open_node connects to host:port with the credentials and
  * database of u, and broker.tls; name is how errors call it; sentinel:
  * an AUTH refused for want of a password is ignored, no SELECT. */
@@ -348,18 +358,10 @@ struct tm_rconn *tm_redis_open_node(struct tm_redis *rb,
                                     size_t size);
 void tm_redis_mark_up(struct tm_redis *rb);
 void tm_redis_mark_down(struct tm_redis *rb);
-/* tm_redis_ensure_group creates task rt's consumer group (and stream) on
- * link lk when missing; 1 when it created it, 0 when it was there, or -1
- * with the reason (*dead: connection lost). */
-int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
-                          const struct tm_redis_task *rt, char *buf,
-                          size_t size, int *dead);
-/* tm_redis_wc_lost notes a failure of the settle link (settle thread
- * only): the broker is down until a round of it works again. */
-void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
-                      const char *why);
+/* tm_redis_reply_field finds key in a flat [key, value, ...] array. */
 const redisReply *tm_redis_reply_field(const redisReply *a,
                                        const char *key);
+
 /* ---- topo.c ---- */
 
 enum tm_redis_redirect {
@@ -377,9 +379,6 @@ enum tm_redis_redirect tm_redis_redirect_of(const char *err, unsigned *slot,
 /* tm_redis_node_add returns the index of host:port in the node table,
  * adding it when new; TM_REDIS_NO_NODE when the table is full. */
 size_t tm_redis_node_add(struct tm_redis *rb, const char *host, int port);
-/* tm_redis_node_mark records host:port as the node connected to outside
- * a cluster (the sentinels' master). */
-void tm_redis_node_mark(struct tm_redis *rb, const char *host, int port);
 /* tm_redis_topo_refresh reads the slot map from a node that answers (the
  * masters known, the others, then broker.url's seeds); not more often
  * than every 200 ms unless force. 0, or -1 with the reason. */
@@ -445,48 +444,156 @@ int tm_redis_link_pipe(struct tm_redis *rb, struct tm_rlink *lk,
                        struct tm_redis_cmd *cmds, size_t n, char *buf,
                        size_t size);
 void tm_redis_cmds_free(struct tm_redis_cmd *cmds, size_t n);
+/* tm_redis_ensure_group creates task rt's consumer group (and stream) on
+ * link lk when missing; 1 when it created it, 0 when it was there, or -1
+ * with the reason (*dead: connection lost). */
+int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
+                          const struct tm_redis_task *rt, char *buf,
+                          size_t size, int *dead);
+/* tm_redis_wc_lost notes a failure of the settle link (settle thread
+ * only): the broker is down until a round of it works again. */
+void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
+                      const char *why);
 /* tm_redis_nodes fills the broker's nodes op. */
 size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
                       size_t max);
 
-/* ---- retry.c ---- */
+/* ---- admin.c ---- */
 
-/* tm_redis_retry_argv fills argv (10 of them) with the command that
- * schedules m's retry after its delay (settle thread); delay is the
- * buffer argv points into. Returns the count. */
-int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
-                        const char **argv, char delay[24]);
-/* tm_redis_retry_note tells the task's intake that a retry is due at
- * due_ms (local monotonic ms), so it looks at the retry set then. */
-void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
-/* tm_redis_due_script is the intake script (the take prelude, then its
- * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
- * wait being the ms until the next retry is due (-1: none). */
-extern const char tm_redis_due_script[];
+int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
+                   long long *pending, long long *dlq_depth);
+/* tm_redis_cli_command runs one command of the CLI or the admin API on
+ * the settle link (any thread of a CLI adapter; a daemon's settle
+ * thread); argv[key] is a key it touches, whose slot routes it in a
+ * cluster. timeout_ms > 0: the reply's timeout (a blocking read). Its
+ * reply (the caller frees it), or NULL with the broker's error set. */
+redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
+                                 const char **argv, const size_t *lens,
+                                 int key, int64_t timeout_ms);
+int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const char *body, size_t len, const struct tm_pub *pub,
+                     char *id, size_t idlen);
+int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
+                      size_t max, struct tm_dlq_entry **out, size_t *n);
+int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const struct tm_dlq_query *q,
+                        struct tm_dlq_entry **out, size_t *n, int *more);
+long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
+                         const char *id);
+long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *id);
 
-/* ---- scheduled.c ---- */
+/* ---- dedup.c ---- */
 
-/* tm_redis_sched_new prepares the promoter of rb's tasks (no thread, no
- * I/O); tm_redis_sched_start starts its thread, once (settle thread: a
- * daemon's adapter, never the CLI's); tm_redis_sched_free stops and
- * frees it (NULL accepted). */
-struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb);
-void tm_redis_sched_start(struct tm_redis_sched *s);
-void tm_redis_sched_free(struct tm_redis_sched *s);
-int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *body, size_t len, const struct tm_pub *pub,
-                        int64_t due_ms, char *id, size_t idlen);
-int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
+/* tm_redis_dedup_check marks, in the nb batches just read on lane l, the
+ * messages whose dedup key already succeeded (m->duplicate, m->result the
+ * stored result): one pipelined MGET per batch with keys (lane thread). */
+void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
+                          struct tm_batch **out, size_t nb);
 
-/* ---- intake.c, claim.c, readahead.c ---- */
+/* ---- reply.c ---- */
 
+/* tm_redis_meta_field sets m's request or dedup metadata from one field
+ * k = v of its entry (reply_to, correlation_id, dedup_key; others are
+ * ignored). m points into the reply. */
+void tm_redis_meta_field(struct tm_msg *m, const redisReply *k,
+                         const redisReply *v);
+/* enum tm_redis_settle_kind is how one message is settled, in command
+ * order: decided once per settlement by tm_redis_settle_kind, then only
+ * read (settle.c keeps it with each command). */
+enum tm_redis_settle_kind {
+    TM_REDIS_SK_RETRY,         /* the retry script (retry.c) */
+    TM_REDIS_SK_DEAD,          /* the dead-letter script (settle.c) */
+    TM_REDIS_SK_FINAL,         /* the final script: an acknowledgement or
+                                  dead letter that answers a request or
+                                  records a dedup key (final bits) */
+    TM_REDIS_SK_ACK,           /* XACK, with the task's other acks */
+    TM_REDIS_SK_NONE,          /* nothing to send (TM_SETTLE_NONE) */
+    TM_REDIS_SK_N
+};
+/* The final bits of a TM_REDIS_SK_FINAL message: what its final script
+ * does besides settling it. */
+#define TM_REDIS_FINAL_ANSWER 1u  /* answers reply_to in the script */
+#define TM_REDIS_FINAL_APART 2u   /* answers by a command of its own,
+                                     queued before the script (cluster:
+                                     reply_to in another slot) */
+#define TM_REDIS_FINAL_RECORD 4u  /* records its dedup key (dedup_ttl) */
+/* tm_redis_settle_kind classifies m once: its kind, and in *final its
+ * final bits (0 unless TM_REDIS_SK_FINAL). */
+enum tm_redis_settle_kind tm_redis_settle_kind(const struct tm_redis *rb,
+                                               const struct tm_msg *m,
+                                               unsigned *final);
+/* struct tm_redis_final is one command of a final settlement, built by
+ * tm_redis_final_argv: argv points into it (and into the message). */
+struct tm_redis_final {
+    const char *argv[28];
+    size_t lens[28];
+    int argc;
+    unsigned slot;             /* the slot of its keys */
+    char nums[5][24];
+    char *body, *dkey;
+};
+/* tm_redis_final_argv builds one command of the settlement of m, whose
+ * final bits (tm_redis_settle_kind) are final, into f: answer_only, the
+ * answer of its own (TM_REDIS_FINAL_APART), which goes before the other;
+ * else the final script. tm_redis_final_free frees what f holds. */
+void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
+                         unsigned final, int answer_only,
+                         struct tm_redis_final *f);
+void tm_redis_final_free(struct tm_redis_final *f);
+/* tm_redis_final_done reads the reply r of one command that
+ * tm_redis_final_argv built (answer_only: the answer of its own); a
+ * success that another copy of its dedup key beat becomes a duplicate.
+ * r is not an error reply unless answer_only. */
+void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
+                         const redisReply *r, int answer_only);
+int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const char *body, size_t len, const struct tm_pub *pub,
+                     int64_t timeout_ms, char *id, size_t idlen,
+                     char **reply, int *task_failed);
+
+/* ---- lane.c ---- */
+
+/* A lane peeks at its tasks' pending lists (one script per slot) for
+ * entries idle past claim_idle (other daemons die): with up to
+ * TM_REDIS_PEEK_TASKS tasks at all of them every claim period (the
+ * shortest; see tm_redis_claim_period), with more at that many each
+ * claim_idle * TM_REDIS_PEEK_TASKS / ntasks, so that each is looked at
+ * once per claim_idle (the shortest): such entries are reclaimed within
+ * two claim_idle of their last delivery. Retries it learns of from the
+ * due-time index (scheduled.c polls it, for the retries of every daemon)
+ * and its own at once (tm_redis_retry_note). */
+#define TM_REDIS_PEEK_TASKS 16
+/* While a task of a lane waits for room, a read blocks at most this. */
+#define TM_REDIS_ROOM_BLOCK_MS 1000
+/* Cluster: blocking lanes per consumer group (one slot each); further
+ * slots share a polling lane, whose longest sleep is this. */
+#define TM_REDIS_CLUSTER_LANES 4
+#define TM_REDIS_POLL_MAX_MS 1000
+/* tm_redis_claim_period is how often a task's entries are checked: a
+ * quarter of claim_idle, between 50 ms and 5 s. */
+int64_t tm_redis_claim_period(const struct tm_cfg_task *t);
+/* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
+ * another for a queue seen twice in one); tm_redis_lanes_free frees
+ * them (closing their connections; a read ahead still in flight is
+ * ended first by the caller, tm_redis_ahead_end). */
+void tm_redis_lanes_init(struct tm_redis *rb);
+void tm_redis_lanes_free(struct tm_redis *rb);
+size_t tm_redis_nlanes(struct tm_broker *b);
+size_t tm_redis_lane_of(struct tm_broker *b, size_t ti);
+/* tm_redis_lane_poke makes the lane look again at once (any thread). */
+void tm_redis_lane_poke(struct tm_redis_lane *l);
+/* tm_redis_room_made pokes the lane of task ti (settle thread). */
+void tm_redis_room_made(struct tm_broker *b, size_t ti);
+/* tm_redis_wake pokes every lane (shutdown). */
+void tm_redis_wake(struct tm_broker *b);
+
+/* ---- read.c ---- */
+
+/* tm_redis_collect frees the batches of task rt settled since its last
+ * read (its lane's thread; redis.c at the end). */
 void tm_redis_collect(struct tm_redis_task *rt);
-/* tm_redis_ahead_end reads the reply of lane l's read ahead, if one is
- * still in flight, and drops it: its entries stay pending on this
- * consumer, as unstarted ones left at a stop do (lanes_free; the lane's
- * last fetch after wake() normally takes it in). */
-void tm_redis_ahead_end(struct tm_redis *rb, struct tm_redis_lane *l);
-/* intake.c's parts every read uses (see each definition) */
+/* What every read uses (see each definition). */
 struct tm_batch *tm_redis_entries_batch(struct tm_redis_task *rt,
                                         redisReply *reply,
                                         struct tm_rarena *arena,
@@ -503,25 +610,20 @@ redisReply *tm_redis_intake_command(struct tm_redis_task *rt, int argc,
                                     const char **argv,
                                     struct tm_rarena *arena,
                                     int64_t timeout_ms, int *dead);
-/* claim.c: the scripted reads of what a task is owed, and the peek */
-int tm_redis_take_owed(struct tm_redis *rb, struct tm_broker *b,
-                       struct tm_redis_task *rt, size_t ti, size_t max,
-                       struct tm_batch **out);
+/* tm_redis_next_look is when task rt next needs a look outside the
+ * blocking read: its next due retry, or its next reclaim round. */
 int64_t tm_redis_next_look(const struct tm_redis_task *rt);
-int tm_redis_peek(struct tm_redis *rb, struct tm_redis_lane *l);
-/* readahead.c: new entries, and the read ahead */
-int tm_redis_read_new(struct tm_redis *rb, struct tm_redis_lane *l,
-                      size_t from, size_t k, int64_t block_ms,
-                      struct tm_batch **out, size_t nout);
-int tm_redis_take_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
-                        const size_t *room, struct tm_batch **out,
-                        size_t nout);
-int tm_redis_poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
-                      int64_t until, struct tm_batch **out, size_t nout);
+/* tm_redis_held_ids copies the ids of the messages of task rt that this
+ * process holds (read and not yet settled; settled_too: not yet released
+ * either, their XACK may not have run yet) into *ids, grown as needed
+ * (*cap entries); returns their count. Any thread (takes held_mu). */
+size_t tm_redis_held_ids(struct tm_redis_task *rt, int settled_too,
+                         char (**ids)[TM_REDIS_ID_MAX], size_t *cap);
+
 /* TM_REDIS_LUA_TAKE is the prelude of every intake script: KEYS[1] the
- * stream, KEYS[2] the retry set, KEYS[3] the due-time index; ARGV[1] group, ARGV[2] consumer, ARGV[3]
- * max_payload, ARGV[4] byte budget, ARGV[5] most entries, ARGV[6] the
- * script's own argument. It defines keep(entry) (adds an entry to `out`,
+ * stream, KEYS[2] the retry set, KEYS[3] the due-time index; ARGV[1]
+ * group, ARGV[2] consumer, ARGV[3] max_payload, ARGV[4] byte budget,
+ * ARGV[5] most entries, ARGV[6] the script's own argument. It defines keep(entry) (adds an entry to `out`,
  * with its delivery count, and its body stripped with a reason when over
  * max_payload), claim(id) (XCLAIM to this consumer, then keep) and full()
  * (the reply reached its count or byte budget). Each script returns
@@ -557,47 +659,47 @@ int tm_redis_poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
     "  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)\n"     \
     "  keep(r[1], #p > 0 and p[1][4] or 1)\n"                               \
     "end\n"
-int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
-                        const size_t *room, int timeout_ms,
-                        struct tm_batch **out, size_t nout);
 
-/* ---- rate.c ---- */
+/* ---- retry.c ---- */
 
-/* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
-int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
-                       const size_t *back, size_t *got, int64_t *wait_ms);
+/* tm_redis_retry_argv fills argv (10 of them) with the command that
+ * schedules m's retry after its delay (settle thread); delay is the
+ * buffer argv points into. Returns the count. */
+int tm_redis_retry_argv(struct tm_redis *rb, const struct tm_msg *m,
+                        const char **argv, char delay[24]);
+/* tm_redis_retry_note tells the task's intake that a retry is due at
+ * due_ms (local monotonic ms), so it looks at the retry set then. */
+void tm_redis_retry_note(struct tm_redis_task *rt, int64_t due_ms);
+/* tm_redis_due_script is the intake script (the take prelude, then its
+ * own part) that claims due retries; ARGV[6] unused. Returns {wait, out},
+ * wait being the ms until the next retry is due (-1: none). */
+extern const char tm_redis_due_script[];
 
-/* ---- lane.c ---- */
+/* ---- claim.c ---- */
 
-/* A lane peeks at its tasks' pending lists (one script per slot) for
- * entries idle past claim_idle (other daemons die): with up to
- * TM_REDIS_PEEK_TASKS tasks at all of them every claim period (the
- * shortest; see tm_redis_claim_period), with more at that many each
- * claim_idle * TM_REDIS_PEEK_TASKS / ntasks, so that each is looked at
- * once per claim_idle (the shortest): such entries are reclaimed within
- * two claim_idle of their last delivery. Retries it learns of from the due-time index
- * (scheduled.c polls it, for the retries of every daemon) and its own at
- * once (tm_redis_retry_note). */
-#define TM_REDIS_PEEK_TASKS 16
-/* While a task of a lane waits for room, a read blocks at most this. */
-#define TM_REDIS_ROOM_BLOCK_MS 1000
-/* Cluster: blocking lanes per consumer group (one slot each); further
- * slots share a polling lane, whose longest sleep is this. */
-#define TM_REDIS_CLUSTER_LANES 4
-#define TM_REDIS_POLL_MAX_MS 1000
-/* tm_redis_lanes_init puts rb's tasks into lanes (one per group, and
- * another for a queue seen twice in one); tm_redis_lanes_free frees
- * them (closing their connections). */
-void tm_redis_lanes_init(struct tm_redis *rb);
-void tm_redis_lanes_free(struct tm_redis *rb);
-size_t tm_redis_nlanes(struct tm_broker *b);
-size_t tm_redis_lane_of(struct tm_broker *b, size_t ti);
-/* tm_redis_lane_poke makes the lane look again at once (any thread). */
-void tm_redis_lane_poke(struct tm_redis_lane *l);
-/* tm_redis_room_made pokes the lane of task ti (settle thread). */
-void tm_redis_room_made(struct tm_broker *b, size_t ti);
-/* tm_redis_wake pokes every lane (shutdown). */
-void tm_redis_wake(struct tm_broker *b);
+/* the scripted reads of what a task is owed, and the peek */
+int tm_redis_take_owed(struct tm_redis *rb, struct tm_broker *b,
+                       struct tm_redis_task *rt, size_t ti, size_t max,
+                       struct tm_batch **out);
+int tm_redis_peek(struct tm_redis *rb, struct tm_redis_lane *l);
+
+/* ---- readahead.c ---- */
+
+/* new entries, and the read ahead */
+int tm_redis_read_new(struct tm_redis *rb, struct tm_redis_lane *l,
+                      size_t from, size_t k, int64_t block_ms,
+                      struct tm_batch **out, size_t nout);
+int tm_redis_take_ahead(struct tm_redis *rb, struct tm_redis_lane *l,
+                        const size_t *room, struct tm_batch **out,
+                        size_t nout);
+int tm_redis_poll_new(struct tm_redis *rb, struct tm_redis_lane *l, size_t k,
+                      int64_t until, struct tm_batch **out, size_t nout);
+/* tm_redis_ahead_end reads the reply of lane l's read ahead, if one is
+ * still in flight, and drops it: its entries stay pending on this
+ * consumer, as unstarted ones left at a stop do (redis.c, before
+ * tm_redis_lanes_free; the lane's last fetch after wake() normally takes
+ * it in). */
+void tm_redis_ahead_end(struct tm_redis *rb, struct tm_redis_lane *l);
 
 /* ---- pause.c ---- */
 
@@ -617,96 +719,42 @@ int tm_redis_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
 int tm_redis_paused(struct tm_broker *b, size_t ti);
 void tm_redis_pause_note(struct tm_broker *b, size_t ti, int paused);
 
-/* ---- settle.c ---- */
+/* ---- intake.c ---- */
 
-size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
+/* tm_redis_fetch_lane is the fetch_lane hook (struct
+ * tm_broker_consume_ops). */
+int tm_redis_fetch_lane(struct tm_broker *b, size_t lane,
+                        const size_t *room, int timeout_ms,
+                        struct tm_batch **out, size_t nout);
 
-/* ---- reply.c ---- */
+/* ---- scheduled.c ---- */
 
-/* tm_redis_meta_field sets m's request or dedup metadata from one field
- * k = v of its entry (reply_to, correlation_id, dedup_key; others are
- * ignored). m points into the reply. */
-void tm_redis_meta_field(struct tm_msg *m, const redisReply *k,
-                         const redisReply *v);
-/* tm_redis_final_needed says whether m (to acknowledge or dead-letter) is
- * settled by the final script: it answers a request, or records its
- * dedup key. */
-int tm_redis_final_needed(const struct tm_redis *rb, const struct tm_msg *m);
-/* tm_redis_final_cross says whether m's answer is a command of its own,
- * queued before the final script (cluster: reply_to in another slot). */
-int tm_redis_final_cross(const struct tm_redis *rb, const struct tm_msg *m);
-/* struct tm_redis_final is one command of a final settlement, built by
- * tm_redis_final_argv: argv points into it (and into the message). */
-struct tm_redis_final {
-    const char *argv[28];
-    size_t lens[28];
-    int argc;
-    unsigned slot;             /* the slot of its keys */
-    char nums[5][24];
-    char *body, *dkey;
-};
-/* tm_redis_final_argv builds one command of m's settlement into f:
- * answer_only, the answer of its own (tm_redis_final_cross), which goes
- * before the other; else the final script. tm_redis_final_free frees
- * what f holds. */
-void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
-                         int answer_only, struct tm_redis_final *f);
-void tm_redis_final_free(struct tm_redis_final *f);
-/* tm_redis_final_done reads the reply r of one command that
- * tm_redis_final_argv built (answer_only: the answer of its own); a
- * success that another copy of its dedup key beat becomes a duplicate.
- * r is not an error reply unless answer_only. */
-void tm_redis_final_done(struct tm_redis *rb, struct tm_msg *m,
-                         const redisReply *r, int answer_only);
-int tm_redis_request(struct tm_broker *b, const struct tm_cfg_task *t,
-                     const char *body, size_t len, const struct tm_pub *pub,
-                     int64_t timeout_ms, char *id, size_t idlen,
-                     char **reply, int *task_failed);
-
-/* ---- dedup.c ---- */
-
-/* tm_redis_dedup_check marks, in the nb batches just read on lane l, the
- * messages whose dedup key already succeeded (m->duplicate, m->result the
- * stored result): one pipelined MGET per batch with keys (lane thread). */
-void tm_redis_dedup_check(struct tm_redis *rb, struct tm_redis_lane *l,
-                          struct tm_batch **out, size_t nb);
+/* tm_redis_sched_new prepares the promoter of rb's tasks (no thread, no
+ * I/O); tm_redis_sched_start starts its thread, once (settle thread: a
+ * daemon's adapter, never the CLI's); tm_redis_sched_free stops and
+ * frees it (NULL accepted). */
+struct tm_redis_sched *tm_redis_sched_new(struct tm_redis *rb);
+void tm_redis_sched_start(struct tm_redis_sched *s);
+void tm_redis_sched_free(struct tm_redis_sched *s);
+int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *body, size_t len, const struct tm_pub *pub,
+                        int64_t due_ms, char *id, size_t idlen);
+int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
 
 /* ---- upkeep.c ---- */
 
-int64_t tm_redis_claim_period(const struct tm_cfg_task *t);
-/* tm_redis_held_ids copies the ids of the messages of task rt that this
- * process holds (read and not yet settled; settled_too: not yet released
- * either, their XACK may not have run yet) into *ids, grown as needed
- * (*cap entries); returns their count. Any thread (takes held_mu). */
-size_t tm_redis_held_ids(struct tm_redis_task *rt, int settled_too,
-                         char (**ids)[TM_REDIS_ID_MAX], size_t *cap);
 void tm_redis_tick(struct tm_broker *b);
 int64_t tm_redis_tick_ms(struct tm_broker *b);
 
-/* ---- admin.c ---- */
+/* ---- rate.c ---- */
 
-int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
-                   long long *pending, long long *dlq_depth);
-/* tm_redis_cli_command runs one command of the CLI or the admin API on
- * the settle link (any thread of a CLI adapter; a daemon's settle
- * thread); argv[key] is a key it touches, whose slot routes it in a
- * cluster. timeout_ms > 0: the reply's timeout (a blocking read). Its
- * reply (the caller frees it), or NULL with the broker's error set. */
-redisReply *tm_redis_cli_command(struct tm_redis *rb, int argc,
-                                 const char **argv, const size_t *lens,
-                                 int key, int64_t timeout_ms);
-int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
-                     const char *body, size_t len, const struct tm_pub *pub,
-                     char *id, size_t idlen);
-int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
-                      size_t max, struct tm_dlq_entry **out, size_t *n);
-int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const struct tm_dlq_query *q,
-                        struct tm_dlq_entry **out, size_t *n, int *more);
-long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                         const char *id);
-long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *id);
+/* tm_redis_rate_take is the rate_take op (see struct tm_broker_ops). */
+int tm_redis_rate_take(struct tm_broker *b, size_t lane, const size_t *want,
+                       const size_t *back, size_t *got, int64_t *wait_ms);
+
+/* ---- settle.c ---- */
+
+size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 
 /* ---- schedule.c ---- */
 

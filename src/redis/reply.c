@@ -198,11 +198,6 @@ static int records(const struct tm_redis *rb, const struct tm_msg *m)
            rb->tasks[m->task_index].cfg->dedup_ttl_ms > 0;
 }
 
-int tm_redis_final_needed(const struct tm_redis *rb, const struct tm_msg *m)
-{
-    return answers(m) || records(rb, m);
-}
-
 /* cross_slot says whether m's reply_to cannot be written by the script
  * that acknowledges m: another slot than the queue's, in cluster mode. */
 static int cross_slot(const struct tm_redis *rb, const struct tm_msg *m)
@@ -213,9 +208,29 @@ static int cross_slot(const struct tm_redis *rb, const struct tm_msg *m)
                tm_redis_key_slot(t->queue, strlen(t->queue));
 }
 
-int tm_redis_final_cross(const struct tm_redis *rb, const struct tm_msg *m)
+enum tm_redis_settle_kind tm_redis_settle_kind(const struct tm_redis *rb,
+                                               const struct tm_msg *m,
+                                               unsigned *final)
 {
-    return answers(m) && cross_slot(rb, m);
+    *final = 0;
+    switch (m->settle) {
+    case TM_SETTLE_RETRY:
+        return TM_REDIS_SK_RETRY; /* a retry answers nothing */
+    case TM_SETTLE_DEAD:
+    case TM_SETTLE_ACK:
+        if (answers(m))
+            *final |= cross_slot(rb, m) ? TM_REDIS_FINAL_APART
+                                        : TM_REDIS_FINAL_ANSWER;
+        if (records(rb, m))
+            *final |= TM_REDIS_FINAL_RECORD;
+        if (*final != 0)
+            return TM_REDIS_SK_FINAL;
+        return m->settle == TM_SETTLE_DEAD ? TM_REDIS_SK_DEAD
+                                           : TM_REDIS_SK_ACK;
+    case TM_SETTLE_NONE:
+        break;
+    }
+    return TM_REDIS_SK_NONE;
 }
 
 /* answer_body returns m's answer: its result (null when none) for a
@@ -249,18 +264,20 @@ static unsigned attempts_of(const struct tm_msg *m)
 }
 
 void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
-                         int answer_only, struct tm_redis_final *f)
+                         unsigned final, int answer_only,
+                         struct tm_redis_final *f)
 {
     const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
     int dead = m->settle == TM_SETTLE_DEAD;
-    int here = answers(m) && !cross_slot(rb, m);
+    int here = (final & TM_REDIS_FINAL_ANSWER) != 0;
     char *attempts = f->nums[0], *failed_at = f->nums[1];
     char *rttl = f->nums[2], *dttl = f->nums[3], *attl = f->nums[4];
     tm_snprintf(attempts, 24, "%u", attempts_of(m));
     tm_snprintf(failed_at, 24, "%lld", (long long)tm_wall_ms());
     tm_snprintf(rttl, 24, "%lld", here ? (long long)t->reply_ttl_ms : 0LL);
     tm_snprintf(dttl, 24, "%lld",
-                records(rb, m) ? (long long)t->dedup_ttl_ms : 0LL);
+                final & TM_REDIS_FINAL_RECORD ? (long long)t->dedup_ttl_ms
+                                              : 0LL);
     tm_snprintf(attl, 24, "%lld", (long long)t->reply_ttl_ms);
     f->body = answer_body(rb, m, attempts_of(m));
     f->dkey = m->dedup_key != NULL
@@ -272,7 +289,7 @@ void tm_redis_final_argv(struct tm_redis *rb, const struct tm_msg *m,
 
     if (answer_only) {
         /* its own command, in reply_to's slot, before the final script */
-        assert(answers(m) && !here);
+        assert((final & TM_REDIS_FINAL_APART) != 0);
         const char *av[] = {"EVAL", answer_script, "1", m->reply_to,
                             attl, "taskmill_reply", t->name, "body",
                             f->body, "outcome", outcome, "attempts",

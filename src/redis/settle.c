@@ -1,5 +1,10 @@
 /* settle.c - Redis settlement: ack, retry, dead-letter (settle thread).
  *
+ * Each message is classified once per call (tm_redis_settle_kind, reply.c:
+ * retry, dead letter, final script with its final bits, ack, nothing);
+ * its commands are built and their replies read from that kind, kept
+ * with each command (struct tm_redis_span), never decided again.
+ *
  * One pipeline per node and call: a retry script per retried message, a
  * dead-letter script per dead-lettered one, a final script (reply.c) per
  * message that answers a request or records a dedup key, then one XACK
@@ -64,14 +69,21 @@ static const char dead_script[] =
     "return id\n";
 
 /* struct tm_redis_span is one pipelined command: it settles
- * msgs[from..to). An answer of its own (answer_only, reply.c) settles
+ * msgs[from..to), all of one kind (tm_redis_settle_kind, decided once by
+ * order_work). An answer of its own (answer_only, reply.c) settles
  * nothing: it precedes the final script of msgs[from], the next span. */
 struct tm_redis_span {
     size_t from, to;
     int answer_only;
     size_t ni;                 /* the node it was sent to */
     int answered;              /* answer_only: its reply came */
+    enum tm_redis_settle_kind kind;
+    unsigned final;            /* TM_REDIS_SK_FINAL: its final bits */
 };
+
+/* The kind and final bits of one message, packed in rb->kinds. */
+#define KIND_OF(k) ((enum tm_redis_settle_kind)((k) & 0x0f))
+#define FINAL_OF(k) ((unsigned)(k) >> 4)
 
 static void argv_reserve(struct tm_redis *rb, size_t n)
 {
@@ -99,6 +111,7 @@ static void scratch_reserve(struct tm_redis *rb, size_t n)
     /* a message takes up to two commands (an answer of its own) */
     rb->spans = tm_realloc(rb->spans, 2 * cap * sizeof *rb->spans);
     rb->done = tm_realloc(rb->done, cap);
+    rb->kinds = tm_realloc(rb->kinds, cap);
     rb->redo = tm_realloc(rb->redo, 2 * cap);
     rb->scratchcap = cap;
 }
@@ -239,47 +252,41 @@ static void sort_acks(struct tm_redis *rb, struct tm_msg **msgs, size_t n)
         msgs[i] = v[i].m;
 }
 
-/* Settle classes, in command order. FINAL: an acknowledgement or dead
- * letter that also answers a request or records a dedup key (reply.c). */
-enum settle_class { CL_RETRY, CL_DEAD, CL_FINAL, CL_ACK, CL_NONE, CL_N };
+_Static_assert(TM_REDIS_SK_N <= 0x10, "a kind fits in 4 bits");
+_Static_assert((TM_REDIS_FINAL_ANSWER | TM_REDIS_FINAL_APART |
+                TM_REDIS_FINAL_RECORD) <= 0x0f,
+               "the final bits fit in 4 bits");
 
-static enum settle_class class_of(const struct tm_redis *rb,
-                                  const struct tm_msg *m)
-{
-    switch (m->settle) {
-    case TM_SETTLE_RETRY:
-        return CL_RETRY;
-    case TM_SETTLE_DEAD:
-        return tm_redis_final_needed(rb, m) ? CL_FINAL : CL_DEAD;
-    case TM_SETTLE_ACK:
-        return tm_redis_final_needed(rb, m) ? CL_FINAL : CL_ACK;
-    case TM_SETTLE_NONE:
-        break;
-    }
-    return CL_NONE;
-}
-
-/* order_work puts the messages to settle first: retries, dead letters,
- * final scripts, then acks by task; the rest (TM_SETTLE_NONE) after them.
- * Returns how many there are to settle. */
+/* order_work classifies each message once (tm_redis_settle_kind, reply.c)
+ * and puts the messages to settle first, in command order: retries, dead
+ * letters, final scripts, then acks by task; the rest (TM_SETTLE_NONE)
+ * after them. rb->kinds[i] is then msgs[i]'s kind and final bits, which
+ * every later step reads instead of deciding again. Returns how many
+ * there are to settle. */
 static size_t order_work(struct tm_redis *rb, struct tm_msg **msgs,
                          size_t n)
 {
-    /* a counting sort on the class, looked up once per message (kept in
-     * rb->done meanwhile), stable within each class */
-    size_t at[CL_N + 1] = {0};
+    /* a counting sort on the kind (kept in rb->done meanwhile), stable
+     * within each kind */
+    size_t at[TM_REDIS_SK_N + 1] = {0};
     for (size_t i = 0; i < n; i++) {
-        enum settle_class cl = class_of(rb, msgs[i]);
-        rb->done[i] = (unsigned char)cl;
-        at[cl + 1]++;
+        unsigned final;
+        enum tm_redis_settle_kind k = tm_redis_settle_kind(rb, msgs[i],
+                                                           &final);
+        rb->done[i] = (unsigned char)(k | final << 4);
+        at[k + 1]++;
     }
-    for (int cl = 0; cl < CL_N; cl++)
-        at[cl + 1] += at[cl];
-    size_t acks = at[CL_ACK], work = at[CL_NONE];
-    for (size_t i = 0; i < n; i++)
-        rb->order[at[rb->done[i]]++] = msgs[i];
-    assert(at[CL_N - 1] == n);
-    /* the acks by task, and by id within each task */
+    for (int k = 0; k < TM_REDIS_SK_N; k++)
+        at[k + 1] += at[k];
+    size_t acks = at[TM_REDIS_SK_ACK], work = at[TM_REDIS_SK_NONE];
+    for (size_t i = 0; i < n; i++) {
+        size_t to = at[KIND_OF(rb->done[i])]++;
+        rb->order[to] = msgs[i];
+        rb->kinds[to] = rb->done[i];
+    }
+    assert(at[TM_REDIS_SK_N - 1] == n);
+    /* the acks by task, and by id within each task (one kind: their
+     * rb->kinds stay as they are) */
     sort_acks(rb, rb->order + acks, work - acks);
     memcpy(msgs, rb->order, n * sizeof *msgs);
     return work;
@@ -296,7 +303,8 @@ static size_t plan_acks(struct tm_msg **msgs, size_t from, size_t to,
         while (i < to && msgs[i]->task_index == msgs[start]->task_index &&
                i - start < TM_REDIS_ACK_CHUNK)
             i++;
-        spans[ns] = (struct tm_redis_span){start, i, 0, 0, 0};
+        spans[ns] = (struct tm_redis_span){start, i, 0, 0, 0,
+                                           TM_REDIS_SK_ACK, 0};
         ns++;
     }
     return ns;
@@ -313,15 +321,15 @@ static int span_argv(struct tm_redis *rb, struct tm_msg **msgs,
     const struct tm_msg *m = msgs[sp->from];
     int argc;
     argv_reserve(rb, 3 + TM_REDIS_ACK_CHUNK);
-    if (sp->answer_only || class_of(rb, m) == CL_FINAL) {
-        tm_redis_final_argv(rb, m, sp->answer_only, f);
+    if (sp->kind == TM_REDIS_SK_FINAL) {
+        tm_redis_final_argv(rb, m, sp->final, sp->answer_only, f);
         memcpy(rb->argv, f->argv, (size_t)f->argc * sizeof *rb->argv);
         memcpy(rb->argvlen, f->lens, (size_t)f->argc * sizeof *rb->argvlen);
         return f->argc;
     }
-    if (m->settle == TM_SETTLE_RETRY) {
+    if (sp->kind == TM_REDIS_SK_RETRY) {
         argc = tm_redis_retry_argv(rb, m, rb->argv, nums[0]);
-    } else if (m->settle == TM_SETTLE_DEAD) {
+    } else if (sp->kind == TM_REDIS_SK_DEAD) {
         argc = dead_argv(rb, m, rb->argv, nums);
     } else {
         const struct tm_cfg_task *t = rb->tasks[m->task_index].cfg;
@@ -363,7 +371,8 @@ static void span_refused(struct tm_redis *rb, struct tm_msg **msgs,
     unsigned long unlogged;
     if (!tm_log_gate_pass(&rb->refused_gate, tm_now_ms(), &unlogged))
         return;
-    const char *what = m->settle == TM_SETTLE_RETRY  ? "retry"
+    /* a final script settles an acknowledgement or a dead letter */
+    const char *what = sp->kind == TM_REDIS_SK_RETRY ? "retry"
                        : m->settle == TM_SETTLE_DEAD ? "dead-letter"
                                                      : "XACK";
     tm_log_write(TM_LOG_ERR, SRC, t->name,
@@ -390,9 +399,9 @@ static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
         span_refused(rb, msgs, sp, r->str);
         return;
     }
-    if (class_of(rb, m) == CL_FINAL)
+    if (sp->kind == TM_REDIS_SK_FINAL)
         tm_redis_final_done(rb, m, r, 0);
-    else if (m->settle == TM_SETTLE_RETRY) {
+    else if (sp->kind == TM_REDIS_SK_RETRY) {
         if (r->type == REDIS_REPLY_INTEGER && r->integer < 0)
             tm_log_write(TM_LOG_DEBUG, SRC, t->name, m->id,
                          "not scheduled for a retry: another consumer "
@@ -400,7 +409,7 @@ static void span_done(struct tm_redis *rb, struct tm_msg **msgs,
         else
             tm_redis_retry_note(&rb->tasks[m->task_index],
                                 tm_now_ms() + m->retry_delay_ms);
-    } else if (m->settle == TM_SETTLE_DEAD &&
+    } else if (sp->kind == TM_REDIS_SK_DEAD &&
                r->type == REDIS_REPLY_INTEGER) {
         tm_log_write(TM_LOG_DEBUG, SRC, t->name, m->id,
                      "not dead-lettered: no longer pending (done "
@@ -547,16 +556,16 @@ size_t tm_redis_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
      * answer of its own, if any), acks (order_work's order) */
     size_t ns = 0, i = 0;
     int cross = 0;
-    for (; i < work && msgs[i]->settle == TM_SETTLE_RETRY; i++)
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
-    for (; i < work && class_of(rb, msgs[i]) == CL_DEAD; i++)
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
-    for (; i < work && class_of(rb, msgs[i]) == CL_FINAL; i++) {
-        if (tm_redis_final_cross(rb, msgs[i])) {
-            rb->spans[ns++] = (struct tm_redis_span){i, i, 1, 0, 0};
+    for (; i < work && KIND_OF(rb->kinds[i]) != TM_REDIS_SK_ACK; i++) {
+        enum tm_redis_settle_kind k = KIND_OF(rb->kinds[i]);
+        unsigned final = FINAL_OF(rb->kinds[i]);
+        if (final & TM_REDIS_FINAL_APART) {
+            rb->spans[ns++] = (struct tm_redis_span){i, i, 1, 0, 0, k,
+                                                     final};
             cross = 1;
         }
-        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0};
+        rb->spans[ns++] = (struct tm_redis_span){i, i + 1, 0, 0, 0, k,
+                                                 final};
     }
     ns = plan_acks(msgs, i, work, rb->spans, ns);
     assert(ns <= 2 * rb->scratchcap);

@@ -7,9 +7,9 @@
  * Invariants:
  * - OpenSSL is reached only through the sym_ pointers of ssl_dl.h, filled
  *   when a configuration names a rediss:// broker (config/broker.c);
- *   net.c calls this file only for such a connection (see tls.h).
- * - c->ssl is set once, by tm_rtls_connect, over c->fd (non-blocking),
- *   and freed only by tm_rtls_close.
+ *   only such a connection has tm_rtls_fns (see tls_private.h).
+ * - c->priv (the SSL *) is set once, by tls_connect, over c->fd
+ *   (non-blocking), and freed only by tls_close.
  * - OpenSSL's error queue (one per thread) is cleared before each SSL_*
  *   call whose failure is read from it, and emptied when read, so that
  *   no stale entry blames a later call.
@@ -23,12 +23,20 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/uio.h>
 
 #include "util/ssl_dl.h"
 #include "util/util.h"
 
 /* Room for one OpenSSL error text (ERR_error_string_n). */
 #define TLS_ERR_BUF 200
+
+/* ssl_of is c's session. */
+static SSL *ssl_of(const struct tm_rconn *c)
+{
+    assert(c->priv != NULL);
+    return c->priv;
+}
 
 /* ssl_errstr describes the first error on OpenSSL's queue (and empties
  * it: the queue is per thread, a stale entry would blame the next
@@ -48,7 +56,7 @@ static void ssl_errstr(char *buf, size_t size)
 static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
                     const char *what)
 {
-    int e = sym_SSL_get_error(c->ssl, ret);
+    int e = sym_SSL_get_error(ssl_of(c), ret);
     if (e == SSL_ERROR_WANT_READ)
         return tm_rconn_wait(c, POLLIN, deadline, what);
     if (e == SSL_ERROR_WANT_WRITE)
@@ -71,14 +79,19 @@ static int ssl_wait(struct tm_rconn *c, int ret, int64_t deadline,
     return -1;
 }
 
-ssize_t tm_rtls_read(struct tm_rconn *c, char *buf, size_t size,
-                     int64_t deadline)
+/* tls_readv reads at least one byte (at most iov[0]'s size, and
+ * INT_MAX) of the session into iov[0] before the deadline: the count, or
+ * -1 with c->err set. */
+static ssize_t tls_readv(struct tm_rconn *c, const struct iovec *iov,
+                         int iovcnt, int64_t deadline)
 {
-    assert(c->ssl != NULL);
+    assert(iovcnt >= 1);
+    (void)iovcnt;
+    size_t size = iov[0].iov_len;
     int want = size > INT_MAX ? INT_MAX : (int)size;
     for (;;) {
         sym_ERR_clear_error();
-        int n = sym_SSL_read(c->ssl, buf, want);
+        int n = sym_SSL_read(ssl_of(c), iov[0].iov_base, want);
         if (n > 0)
             return n;
         if (ssl_wait(c, n, deadline, "read") != 0)
@@ -93,8 +106,8 @@ static void tls_why_closed(struct tm_rconn *c)
 {
     char one, eb[TLS_ERR_BUF];
     sym_ERR_clear_error();
-    int n = sym_SSL_read(c->ssl, &one, 1);
-    if (n <= 0 && sym_SSL_get_error(c->ssl, n) == SSL_ERROR_SSL &&
+    int n = sym_SSL_read(ssl_of(c), &one, 1);
+    if (n <= 0 && sym_SSL_get_error(ssl_of(c), n) == SSL_ERROR_SSL &&
         sym_ERR_peek_error() != 0) {
         ssl_errstr(eb, sizeof eb);
         tm_rconn_set_err(c, REDIS_ERR_IO, "%s", eb);
@@ -102,15 +115,17 @@ static void tls_why_closed(struct tm_rconn *c)
     sym_ERR_clear_error();
 }
 
-int tm_rtls_write(struct tm_rconn *c, const char *p, size_t len,
-                  int64_t deadline)
+/* tls_write writes all len bytes at p into the session before the
+ * deadline: 0, or -1 with c->err set (to the server's alert when one
+ * came before the connection closed). */
+static int tls_write(struct tm_rconn *c, const char *p, size_t len,
+                     int64_t deadline)
 {
-    assert(c->ssl != NULL);
     size_t done = 0;
     while (done < len) {
         size_t left = len - done;
         sym_ERR_clear_error();
-        int n = sym_SSL_write(c->ssl, p + done,
+        int n = sym_SSL_write(ssl_of(c), p + done,
                               left > INT_MAX ? INT_MAX : (int)left);
         if (n > 0) {
             done += (size_t)n;
@@ -184,10 +199,14 @@ fail:
     return NULL;
 }
 
-int tm_rtls_connect(struct tm_rconn *c, const struct tm_rconn_opts *o,
-                    int64_t deadline, char *buf, size_t size)
+/* tls_connect starts TLS on c's connected socket before the deadline
+ * (see tls_private.h). Sets c->priv once the session exists (the
+ * connection's close frees it, through tls_close, even when the
+ * handshake then fails). 0, or -1 with the reason in buf. */
+static int tls_connect(struct tm_rconn *c, const struct tm_rconn_opts *o,
+                       int64_t deadline, char *buf, size_t size)
 {
-    assert(c->fd >= 0 && c->ssl == NULL);
+    assert(c->fd >= 0 && c->priv == NULL);
     const char *name = o->server_name != NULL ? o->server_name : o->host;
     int rc = -1;
     SSL_CTX *ctx = tls_context(o, buf, size);
@@ -199,7 +218,7 @@ int tm_rtls_connect(struct tm_rconn *c, const struct tm_rconn_opts *o,
         sym_SSL_free(ssl);
         goto out;
     }
-    c->ssl = ssl;
+    c->priv = ssl;
     if (!is_ip_literal(name)) {
         /* SSL_set_tlsext_host_name: a macro over SSL_ctrl */
         sym_SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME,
@@ -244,9 +263,9 @@ out:
  * first read. One PING (any reply, NOAUTH included, is an answer) makes
  * that refusal an error of the connect, with its reason, rather than a
  * reset on some later command. */
-int tm_rtls_settled(struct tm_rconn *c, char *buf, size_t size)
+static int tls_settled(struct tm_rconn *c, char *buf, size_t size)
 {
-    assert(c->ssl != NULL && c->reader != NULL);
+    assert(c->priv != NULL && c->reader != NULL);
     redisReply *r = tm_rconn_command(c, "PING");
     if (r == NULL) {
         tm_snprintf(buf, size, "TLS: the server ended the session: %s",
@@ -257,9 +276,18 @@ int tm_rtls_settled(struct tm_rconn *c, char *buf, size_t size)
     return 0;
 }
 
-void tm_rtls_close(struct tm_rconn *c)
+/* tls_close frees the session, without close_notify (the caller shuts
+ * the socket down first), and clears c->priv. */
+static void tls_close(struct tm_rconn *c)
 {
-    assert(c->ssl != NULL);
-    sym_SSL_free(c->ssl); /* no close_notify: the socket is shut down */
-    c->ssl = NULL;
+    sym_SSL_free(ssl_of(c)); /* no close_notify: the socket is shut down */
+    c->priv = NULL;
 }
+
+const struct tm_rconn_fns tm_rtls_fns = {
+    .connect = tls_connect,
+    .settled = tls_settled,
+    .readv = tls_readv,
+    .write = tls_write,
+    .close = tls_close,
+};

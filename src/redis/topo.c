@@ -3,7 +3,7 @@
  * follow MOVED, ASK, TRYAGAIN and CLUSTERDOWN.
  *
  * Standalone and sentinel: every command of a link goes to its one
- * connection (index 0), opened by tm_redis_connect (the sentinels name
+ * connection (index 0), opened by connect_master (the sentinels name
  * the master). Cluster: a key's slot names its node in the slot map, and
  * the link holds one connection per node it has used. A MOVED reply
  * updates the slot's entry at once and marks the map stale, so that the
@@ -11,7 +11,13 @@
  * a lost connection. An ASK reply sends ASKING and the command to the
  * node named, leaving the map alone. TRYAGAIN and CLUSTERDOWN (a slot
  * being moved with a multi-key command, a failover in progress) are
- * tried again after a backoff, a few seconds at most in all. */
+ * tried again after a backoff, a few seconds at most in all.
+ *
+ * Sentinel: the master's address is asked of the sentinels (and checked
+ * with ROLE) here, each time a link connects. Last, two commands on
+ * links every layer above uses: a task's consumer group made sure of,
+ * and the loss of the settle link. Connections themselves are conn.c's,
+ * below this file. */
 #include "redis/redis.h"
 
 #include <stdio.h>
@@ -195,6 +201,114 @@ size_t tm_redis_slot_node(struct tm_redis *rb, unsigned slot, char *buf,
     return ni;
 }
 
+/* node_mark records host:port as the node connected to outside a
+ * cluster (the sentinels' master). */
+static void node_mark(struct tm_redis *rb, const char *host, int port)
+{
+    size_t ni = tm_redis_node_add(rb, host, port);
+    if (ni != TM_REDIS_NO_NODE)
+        atomic_store(&rb->master_node, (int)ni);
+}
+
+/* ask_sentinels finds the master's address: each sentinel of broker.url
+ * in turn, from the one that answered last, is asked SENTINEL
+ * get-master-addr-by-name; the first answer is taken. */
+static int ask_sentinels(struct tm_redis *rb, char *host, size_t hostlen,
+                         int *port, char *buf, size_t size)
+{
+    const struct tm_cfg *cfg = rb->base.cfg;
+    char eb[300] = "no sentinel";
+    for (size_t k = 0; k < cfg->nnodes; k++) {
+        size_t i = (atomic_load(&rb->sentinel_next) + k) % cfg->nnodes;
+        const struct tm_url *s = &cfg->nodes[i];
+        struct tm_rconn *c = tm_redis_open_node(rb, s, s->host, s->port,
+                                                s->redacted, 1,
+                                                TM_REDIS_CONNECT_TIMEOUT_MS,
+                                                eb, sizeof eb);
+        if (c == NULL)
+            continue;
+        const char *argv[] = {"SENTINEL", "get-master-addr-by-name",
+                              cfg->redis_master};
+        int dead;
+        redisReply *r = tm_redis_command(c, 3, argv, NULL, eb, sizeof eb,
+                                         &dead);
+        tm_rconn_close(c);
+        if (r == NULL)
+            continue;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            tm_snprintf(host, hostlen, "%s", r->element[0]->str);
+            *port = atoi(r->element[1]->str);
+            freeReplyObject(r);
+            atomic_store(&rb->sentinel_next, i);
+            return 0;
+        }
+        freeReplyObject(r);
+        tm_snprintf(eb, sizeof eb, "%s does not know master '%s'",
+                    s->redacted, cfg->redis_master);
+    }
+    tm_snprintf(buf, size, "sentinels: cannot learn the address of master "
+                "'%s': %s", cfg->redis_master, eb);
+    return -1;
+}
+
+/* is_master checks with ROLE that c is a master: a sentinel's answer may
+ * be older than a failover. */
+static int is_master(struct tm_rconn *c, const char *name, char *buf,
+                     size_t size)
+{
+    char eb[200];
+    int dead;
+    const char *argv[] = {"ROLE"};
+    redisReply *r = tm_redis_command(c, 1, argv, NULL, eb, sizeof eb, &dead);
+    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING &&
+             strcmp(r->element[0]->str, "master") == 0;
+    if (!ok)
+        tm_snprintf(buf, size, "%s is not the master (ROLE: %s)", name,
+                    r == NULL ? eb
+                    : r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                            r->element[0]->type == REDIS_REPLY_STRING
+                        ? r->element[0]->str
+                        : "unexpected reply");
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* connect_master opens one authenticated connection whose commands time
+ * out after timeout_ms outside a cluster: to the server, or to the master
+ * the sentinels name (recorded as the node connected to, for /status);
+ * NULL with the reason in buf. */
+static struct tm_rconn *connect_master(struct tm_redis *rb,
+                                       int64_t timeout_ms, char *buf,
+                                       size_t size)
+{
+    const struct tm_cfg *cfg = rb->base.cfg;
+    const struct tm_url *u = &cfg->url;
+    if (cfg->redis_mode != TM_REDIS_SENTINEL)
+        return tm_redis_open_node(rb, u, u->host, u->port, u->redacted, 0,
+                                  timeout_ms, buf, size);
+    /* sentinel: the master the sentinels name, with the credentials and
+     * database of the first URL (password_file applies to all) */
+    char host[256], name[300];
+    int port = 0;
+    if (ask_sentinels(rb, host, sizeof host, &port, buf, size) != 0)
+        return NULL;
+    tm_snprintf(name, sizeof name, "master '%s' at %s:%d", cfg->redis_master,
+                host, port);
+    struct tm_rconn *c = tm_redis_open_node(rb, u, host, port, name, 0,
+                                            timeout_ms, buf, size);
+    if (c != NULL && is_master(c, name, buf, size) != 0) {
+        tm_rconn_close(c);
+        c = NULL;
+    }
+    if (c != NULL)
+        node_mark(rb, host, port);
+    return c;
+}
+
 void tm_redis_link_init(struct tm_rlink *lk, int64_t timeout_ms)
 {
     memset(lk, 0, sizeof *lk);
@@ -212,7 +326,7 @@ struct tm_rconn *tm_redis_link_get(struct tm_redis *rb, struct tm_rlink *lk,
         return lk->c[ni];
     struct tm_rconn *c;
     if (!rb->cluster) {
-        c = tm_redis_connect(rb, lk->timeout_ms, buf, size);
+        c = connect_master(rb, lk->timeout_ms, buf, size);
     } else {
         struct tm_redis_node *nd = &rb->nodes[ni];
         c = tm_redis_open_node(rb, &rb->base.cfg->url, nd->host, nd->port,
@@ -402,13 +516,6 @@ redisReply *tm_redis_link_run_in(struct tm_redis *rb, struct tm_rlink *lk,
     }
 }
 
-void tm_redis_node_mark(struct tm_redis *rb, const char *host, int port)
-{
-    size_t ni = tm_redis_node_add(rb, host, port);
-    if (ni != TM_REDIS_NO_NODE)
-        atomic_store(&rb->master_node, (int)ni);
-}
-
 size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
                       size_t max)
 {
@@ -518,4 +625,54 @@ void tm_redis_cmds_free(struct tm_redis_cmd *cmds, size_t n)
             freeReplyObject(cmds[i].reply);
         cmds[i].reply = NULL;
     }
+}
+
+/* tm_redis_ensure_group creates the task's consumer group at the start of
+ * the stream (creating the stream too; 1); an existing group is used as
+ * is (0). */
+int tm_redis_ensure_group(struct tm_redis *rb, struct tm_rlink *lk,
+                          const struct tm_redis_task *rt, char *buf,
+                          size_t size, int *dead)
+{
+    const struct tm_cfg_task *t = rt->cfg;
+    const char *argv[] = {"XGROUP", "CREATE", t->queue, t->group, "0",
+                          "MKSTREAM"};
+    char eb[256];
+    redisReply *r = tm_redis_link_run(rb, lk, rt->slot, 6, argv, NULL, 0, 0,
+                                      eb, sizeof eb, dead);
+    if (r != NULL) {
+        freeReplyObject(r);
+        return 1;
+    }
+    if (!*dead && strncmp(eb, "BUSYGROUP", 9) == 0)
+        return 0;
+    tm_snprintf(buf, size, "%s", eb);
+    return -1;
+}
+
+void tm_redis_wc_lost(struct tm_redis *rb, const char *what, const char *why)
+{
+    /* A server that restarted closed every connection of the daemon. The
+     * intake finds that first, mostly (its blocking read ends), and marks
+     * the broker down until it has reconnected; the settle link finds it
+     * on its next use, later. So a link that worked and found its peer
+     * gone reconnects at once, and the broker is marked down only when
+     * that fails: otherwise /ping would turn 503 again for a moment after
+     * it came back, and one outage would count twice. A link that timed
+     * out (a hung or cut-off server) is marked down at once: a reconnect
+     * would wait as long again. The commands that failed stay unsettled
+     * and are sent again in the next round. */
+    char eb[256];
+    if (!rb->cluster && rb->wc_was_up &&
+        rb->settle.dropped_err == REDIS_ERR_EOF) {
+        rb->settle.dropped_err = 0;
+        if (tm_redis_link_get(rb, &rb->settle, 0, eb, sizeof eb) != NULL) {
+            tm_log_info(SRC, "%s: %s; reconnected", what, why);
+            return;
+        }
+    }
+    if (rb->wc_was_up)
+        tm_log_warn(SRC, "%s: %s; reconnecting", what, why);
+    rb->wc_was_up = 0;
+    tm_redis_mark_down(rb);
 }

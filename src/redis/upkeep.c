@@ -1,4 +1,6 @@
-/* upkeep.c - Redis upkeep: keep-alive refresh, trim, consumer sweep. */
+/* upkeep.c - Redis upkeep: keep-alive refresh (of the ids read.c's held
+ * lists name), trim, consumer sweep; it starts the promoter of delayed
+ * messages (scheduled.c). */
 #include "redis/redis.h"
 
 #include <stdio.h>
@@ -9,14 +11,6 @@
 #include "util/util.h"
 
 #define SRC TM_REDIS_SRC
-
-/* tm_redis_claim_period is how often a task's entries are checked: a
- * quarter of claim_idle, between 50 ms and 5 s. */
-int64_t tm_redis_claim_period(const struct tm_cfg_task *t)
-{
-    int64_t p = t->claim_idle_ms / 4;
-    return p < 50 ? 50 : p > 5000 ? 5000 : p;
-}
 
 /* refresh_script resets the idle time (XCLAIM JUSTID, which does not
  * count as a delivery) of the given ids that are pending on this
@@ -42,28 +36,6 @@ static const char refresh_script[] =
 
 /* Ids per refresh script call. */
 #define TM_REDIS_REFRESH_CHUNK 256
-
-size_t tm_redis_held_ids(struct tm_redis_task *rt, int settled_too,
-                         char (**ids)[TM_REDIS_ID_MAX], size_t *cap)
-{
-    size_t n = 0;
-    pthread_mutex_lock(&rt->held_mu);
-    for (const struct tm_redis_held *h = rt->held; h != NULL; h = h->next) {
-        const struct tm_batch *b = h->batch;
-        for (size_t i = 0; i < b->n; i++) {
-            if (h->settled[i] && !settled_too)
-                continue;
-            if (n == *cap) {
-                *cap = *cap ? *cap * 2 : 64;
-                *ids = tm_realloc(*ids, *cap * sizeof **ids);
-            }
-            tm_snprintf((*ids)[n], sizeof (*ids)[n], "%s", b->msgs[i].id);
-            n++;
-        }
-    }
-    pthread_mutex_unlock(&rt->held_mu);
-    return n;
-}
 
 /* refresh_held resets the idle time of the entries this process holds
  * (read, queued or running; not yet settled) that have been pending for

@@ -167,16 +167,19 @@ START_TEST(answer_in_the_script_or_before_it)
     rb.cluster = 1;
     rt.slot = tm_redis_key_slot(q, strlen(q));
     struct tm_redis_final f;
+    unsigned final;
 
     /* no request, no dedup key: a plain XACK will do */
-    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 0);
+    ck_assert_int_eq(tm_redis_settle_kind(&rb, &m, &final), TM_REDIS_SK_ACK);
+    ck_assert_uint_eq(final, 0);
     m.reply_to = "elsewhere";
     m.reply_to_len = strlen(m.reply_to);
-    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 1);
-    ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 1);
+    ck_assert_int_eq(tm_redis_settle_kind(&rb, &m, &final),
+                     TM_REDIS_SK_FINAL);
+    ck_assert_uint_eq(final, TM_REDIS_FINAL_APART);
     /* the answer of its own: its key is reply_to, in reply_to's slot */
     memset(&f, 0, sizeof f);
-    tm_redis_final_argv(&rb, &m, 1, &f);
+    tm_redis_final_argv(&rb, &m, final, 1, &f);
     ck_assert_str_eq(f.argv[0], "EVAL");
     ck_assert_str_eq(f.argv[2], "1");
     ck_assert_str_eq(f.argv[3], "elsewhere");
@@ -189,7 +192,7 @@ START_TEST(answer_in_the_script_or_before_it)
     tm_redis_final_free(&f);
     /* then the script, in the queue's slot, its reply_to key unused */
     memset(&f, 0, sizeof f);
-    tm_redis_final_argv(&rb, &m, 0, &f);
+    tm_redis_final_argv(&rb, &m, final, 0, &f);
     ck_assert_ptr_nonnull(strstr(f.argv[1], "XACK"));
     ck_assert_str_eq(f.argv[5], q);
     ck_assert_str_eq(f.argv[10], "0"); /* reply_ttl 0: no answer here */
@@ -199,9 +202,11 @@ START_TEST(answer_in_the_script_or_before_it)
     /* a reply_to in the queue's slot: one script */
     m.reply_to = "{add}.reply.x";
     m.reply_to_len = strlen(m.reply_to);
-    ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 0);
+    ck_assert_int_eq(tm_redis_settle_kind(&rb, &m, &final),
+                     TM_REDIS_SK_FINAL);
+    ck_assert_uint_eq(final, TM_REDIS_FINAL_ANSWER);
     memset(&f, 0, sizeof f);
-    tm_redis_final_argv(&rb, &m, 0, &f);
+    tm_redis_final_argv(&rb, &m, final, 0, &f);
     ck_assert_str_eq(f.argv[5], "{add}.reply.x");
     ck_assert_str_eq(f.argv[10], "300000");
     ck_assert_ptr_nonnull(strstr(f.argv[1], "refusal(KEYS[3])"));
@@ -215,24 +220,30 @@ START_TEST(answer_in_the_script_or_before_it)
     rb.cluster = 0;
     m.reply_to = "elsewhere";
     m.reply_to_len = strlen(m.reply_to);
-    ck_assert_int_eq(tm_redis_final_cross(&rb, &m), 0);
+    ck_assert_int_eq(tm_redis_settle_kind(&rb, &m, &final),
+                     TM_REDIS_SK_FINAL);
+    ck_assert_uint_eq(final, TM_REDIS_FINAL_ANSWER);
     memset(&f, 0, sizeof f);
-    tm_redis_final_argv(&rb, &m, 0, &f);
+    tm_redis_final_argv(&rb, &m, final, 0, &f);
     ck_assert_str_eq(f.argv[5], "elsewhere");
     tm_redis_final_free(&f);
 
     /* a retry answers nothing */
     m.settle = TM_SETTLE_RETRY;
-    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 0);
+    ck_assert_int_eq(tm_redis_settle_kind(&rb, &m, &final),
+                     TM_REDIS_SK_RETRY);
+    ck_assert_uint_eq(final, 0);
 
     /* a success with a dedup key is recorded only with dedup_ttl */
     m.settle = TM_SETTLE_ACK;
     m.reply_to = NULL;
     m.dedup_key = "k";
     m.dedup_key_len = 1;
-    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 0);
+    ck_assert_int_eq(tm_redis_settle_kind(&rb, &m, &final), TM_REDIS_SK_ACK);
     t.dedup_ttl_ms = 1000;
-    ck_assert_int_eq(tm_redis_final_needed(&rb, &m), 1);
+    ck_assert_int_eq(tm_redis_settle_kind(&rb, &m, &final),
+                     TM_REDIS_SK_FINAL);
+    ck_assert_uint_eq(final, TM_REDIS_FINAL_RECORD);
     char *key = tm_redis_dedup_key(&t, "k}{x", 4);
     ck_assert_str_eq(key, "{add}.dedup.k}{x");
     ck_assert_uint_eq(tm_redis_key_slot(key, strlen(key)),
@@ -540,6 +551,7 @@ START_TEST(send_ahead_then_read_reply)
     struct tm_rconn c;
     memset(&c, 0, sizeof c);
     c.fd = sv[0];
+    c.fns = &tm_rconn_tcp;
     c.reader = redisReaderCreate();
     c.timeout_ms = 5000;
     const char *argv[] = {"XREADGROUP", "GROUP", "g", "c", "COUNT", "2",
