@@ -33,17 +33,6 @@ static struct tm_api_worker *api_worker;
 
 /* ---- answers ----------------------------------------------------------- */
 
-void tm_http_secure_headers(struct MHD_Response *resp)
-{
-    MHD_add_response_header(resp, "Content-Security-Policy",
-                            "default-src 'none'; script-src 'self'; "
-                            "style-src 'self'; connect-src 'self'; "
-                            "img-src 'self' data:; frame-ancestors 'none'");
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "X-Frame-Options", "DENY");
-    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
-}
-
 /* send_json queues status with text (copied) plus a newline as the JSON
  * body; www_auth, allow: optional headers. */
 static enum MHD_Result send_json_link(struct MHD_Connection *conn,

@@ -17,6 +17,10 @@ struct tm_gen;
 
 /* ---- endpoints.c ---- */
 
+/* tm_http_request_done frees what tm_http_answer kept in *req_cls; MHD's
+ * request-completed callback calls it. */
+void tm_http_request_done(void *req_cls);
+
 /*
  * tm_http_answer serves one request of conn (the arguments of MHD's
  * access handler). Returns MHD's verdict; sets *queued to 1 once an
@@ -29,14 +33,12 @@ enum MHD_Result tm_http_answer(struct tm_daemon *d,
                                size_t *upload_data_size, void **req_cls,
                                int *queued);
 
+/* ---- guard.c ---- */
+
 /* tm_http_seen_marker is the per-request pointer of a request that keeps
  * nothing (headers seen, answer once complete): tm_http_request_done
  * leaves it alone. */
 void *tm_http_seen_marker(void);
-
-/* tm_http_request_done frees what tm_http_answer kept in *req_cls; MHD's
- * request-completed callback calls it. */
-void tm_http_request_done(void *req_cls);
 
 /* tm_http_token_ok returns 1 when no http.token is configured or the
  * request carries it ("Authorization: Bearer TOKEN", compared in constant
@@ -46,8 +48,10 @@ int tm_http_token_ok(struct tm_daemon *d, struct MHD_Connection *conn,
 
 /* tm_http_host_ok returns 1 when the request's Host header names this
  * daemon: an IP literal, localhost, one of http.allowed_hosts, or no Host
- * at all (see endpoints.c); 0 when the answer must be 421. */
+ * at all (see guard.c); 0 when the answer must be 421. */
 int tm_http_host_ok(struct tm_daemon *d, struct MHD_Connection *conn);
+
+/* ---- task_json.c ---- */
 
 /* tm_http_add_broker_pool adds the "broker" (kind, url, connected,
  * node, nodes) and "pool" (kind, size, busy, stuck) objects that /status
