@@ -167,6 +167,11 @@ struct tm_daemon {
     atomic_ulong reconnects_before;
     /* schedule fires and last slots, across reloads (daemon/fire.h) */
     struct tm_sched_stats *sched_stats;
+    /* every task name's counts per minute and hour, across reloads
+     * (task/history.h), and the thread announcing this daemon and
+     * flushing them (fleet.c; NULL when not running) */
+    struct tm_hist_store hist;
+    struct tm_fleet *fleet;
 };
 
 /*
