@@ -8,6 +8,9 @@
 #include "util/util.h"
 
 #define MS_PER_MIN 60000
+/* A slot's stamp while a writer resets it for a new bucket (no minute
+ * or hour since the epoch reaches it); 0 is a slot never used. */
+#define TM_HIST_RESETTING UINT32_MAX
 
 void tm_hist_store_init(struct tm_hist_store *s)
 {
@@ -80,14 +83,15 @@ static void slot_add(struct tm_hist_slot *sl, unsigned stamp,
         unsigned s = atomic_load_explicit(&sl->stamp, memory_order_acquire);
         if (s == stamp)
             break;
-        if (s > stamp)
-            return;
-        if (s == 0) {
+        if (s == TM_HIST_RESETTING) {
             /* another settle thread resets it (reload: two at once) */
             sched_yield();
             continue;
         }
-        if (atomic_compare_exchange_strong(&sl->stamp, &s, 0)) {
+        if (s > stamp)
+            return;
+        if (atomic_compare_exchange_strong(&sl->stamp, &s,
+                                           TM_HIST_RESETTING)) {
             for (int k = 0; k < TM_HK_N; k++)
                 atomic_store_explicit(&sl->n[k], 0, memory_order_relaxed);
             atomic_store_explicit(&sl->stamp, stamp, memory_order_release);

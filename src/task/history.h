@@ -30,7 +30,8 @@ enum tm_hist_kind {
 };
 
 /* struct tm_hist_slot is one bucket: the minute (or hour) since the epoch
- * it counts, 0 while a writer resets it for a new one. */
+ * it counts (0: none yet; UINT32_MAX while a writer resets it for a new
+ * one). */
 struct tm_hist_slot {
     atomic_uint stamp;
     atomic_uint n[TM_HK_N];
@@ -43,8 +44,8 @@ struct tm_hist_ring {
     struct tm_hist_slot hour[TM_HIST_HOURS];
 };
 
-/* struct tm_hist_shadow is what a flush sent of one minute (the flushing
- * thread writes it, the API reads it). */
+/* struct tm_hist_shadow is what a flush sent of one minute (stamp 0:
+ * none); the flushing thread writes it, the API reads it. */
 struct tm_hist_shadow {
     atomic_uint stamp;
     atomic_uint n[TM_HK_N];
