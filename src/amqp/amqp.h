@@ -439,6 +439,36 @@ int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
 void tm_amqp_close(amqp_connection_state_t c);
 void tm_amqp_drop(amqp_connection_state_t c);
 
+/* ---- confirm.c: waiting for publisher confirms ---- */
+/* struct tm_amqp_confirm is one publish waited for on a confirm channel:
+ * its confirm number there (0: none awaited) and what the broker said. */
+struct tm_amqp_confirm {
+    amqp_channel_t ch;
+    uint64_t seq;
+    int state; /* TM_AMQP_WAITING, TM_AMQP_ACKED, TM_AMQP_NACKED */
+};
+/* tm_amqp_confirm_covers says whether a basic.ack or basic.nack of tag
+ * (multiple: every number up to it) answers publish number seq (0: none,
+ * never answered). */
+int tm_amqp_confirm_covers(uint64_t seq, uint64_t tag, int multiple);
+/* tm_amqp_confirm_note applies frame f to w when it is w's confirm. */
+void tm_amqp_confirm_note(struct tm_amqp_confirm *w, const amqp_frame_t *f);
+/* tm_amqp_closed_why says whether f is a channel.close or
+ * connection.close from the broker, and writes its reason to buf. */
+int tm_amqp_closed_why(const amqp_frame_t *f, char *buf, size_t size);
+/* tm_amqp_confirm_wait is the one loop that waits for confirms on c: it
+ * hands every frame that arrived to cb_frame (0, or -1: the wait fails,
+ * the reason written by cb_frame), then asks cb_step whether the wait is
+ * over (1), goes on (0) or failed (-1, its reason written by it), and
+ * otherwise waits for the socket (at most 1 s at a time) until deadline
+ * (monotonic ms). Both callbacks are the caller's own, given arg.
+ * Returns 0 once cb_step said 1, 1 when the deadline passed first, -1 on
+ * failure (a failed read: its reason in buf). */
+int tm_amqp_confirm_wait(amqp_connection_state_t c, int64_t deadline,
+                         int (*cb_frame)(void *arg, const amqp_frame_t *f),
+                         int (*cb_step)(void *arg), void *arg, char *buf,
+                         size_t size);
+
 /* ---- nodes.c: the cluster's nodes ---- */
 size_t tm_amqp_node(const struct tm_amqp_broker *ab);
 void tm_amqp_node_failed(struct tm_amqp_broker *ab, size_t i,

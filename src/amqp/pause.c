@@ -140,17 +140,6 @@ static int frame_wait(amqp_connection_state_t c, amqp_frame_t *f,
     return 1;
 }
 
-/* closed_why writes the reason of a channel.close or connection.close
- * the broker sent (m) to buf. */
-static void closed_why(const amqp_method_t *m, char *buf, size_t size)
-{
-    amqp_rpc_reply_t r;
-    memset(&r, 0, sizeof r);
-    r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
-    r.reply = *m;
-    tm_amqp_strerror(r, buf, size);
-}
-
 /* shortstr copies b, an AMQP short string, into q as a C string. */
 static void shortstr(char q[TM_AMQP_SHORTSTR_MAX + 1], amqp_bytes_t b)
 {
@@ -302,9 +291,7 @@ static int read_notices(struct tm_amqp_broker *ab, char *buf, size_t size)
             tm_snprintf(buf, size, "the broker cancelled the notices' "
                         "consumer");
             return -1;
-        } else if (m->id == AMQP_CHANNEL_CLOSE_METHOD ||
-                   m->id == AMQP_CONNECTION_CLOSE_METHOD) {
-            closed_why(m, buf, size);
+        } else if (tm_amqp_closed_why(&f, buf, size)) {
             return -1;
         }
     }
@@ -402,43 +389,45 @@ int tm_amqp_pause_apply(struct tm_amqp_task *at)
     return 0;
 }
 
-/* wait_confirm reads frames on c until the broker confirms publish seq
- * on ch or deadline (monotonic ms) passes. 0 acked, -1 otherwise (reason
- * in buf). */
+/* struct pause_wait is a wait for one confirm on a pause connection. */
+struct pause_wait {
+    struct tm_amqp_confirm w;
+    char *buf;
+    size_t size;
+};
+
+static int cb_pause_frame(void *arg, const amqp_frame_t *f)
+{
+    struct pause_wait *pw = arg;
+    tm_amqp_confirm_note(&pw->w, f);
+    return tm_amqp_closed_why(f, pw->buf, pw->size) ? -1 : 0;
+}
+
+static int cb_pause_step(void *arg)
+{
+    const struct pause_wait *pw = arg;
+    return pw->w.state != TM_AMQP_WAITING;
+}
+
+/* wait_confirm waits on c until the broker confirms publish seq on ch or
+ * deadline (monotonic ms) passes. 0 acked, -1 otherwise (reason in
+ * buf). */
 static int wait_confirm(amqp_connection_state_t c, amqp_channel_t ch,
                         uint64_t seq, int64_t deadline, char *buf,
                         size_t size)
 {
-    for (;;) {
-        int64_t left = deadline - tm_now_ms();
-        if (left <= 0) {
-            tm_snprintf(buf, size, "no publisher confirm in time");
-            return -1;
-        }
-        struct timeval tv = tm_amqp_tv_ms(left);
-        amqp_frame_t f;
-        int got = frame_wait(c, &f, &tv, buf, size);
-        if (got < 0)
-            return -1;
-        if (got == 0)
-            continue;
-        if (f.frame_type != AMQP_FRAME_METHOD || f.channel != ch)
-            continue;
-        const amqp_method_t *m = &f.payload.method;
-        if (m->id == AMQP_BASIC_ACK_METHOD) {
-            const amqp_basic_ack_t *x = m->decoded;
-            if (x->delivery_tag == seq ||
-                (x->multiple && x->delivery_tag >= seq))
-                return 0;
-        } else if (m->id == AMQP_BASIC_NACK_METHOD) {
-            tm_snprintf(buf, size, "the broker refused the pause message");
-            return -1;
-        } else if (m->id == AMQP_CHANNEL_CLOSE_METHOD ||
-                   m->id == AMQP_CONNECTION_CLOSE_METHOD) {
-            closed_why(m, buf, size);
-            return -1;
-        }
-    }
+    struct pause_wait pw = {
+        .w = {.ch = ch, .seq = seq, .state = TM_AMQP_WAITING},
+        .buf = buf,
+        .size = size,
+    };
+    int rc = tm_amqp_confirm_wait(c, deadline, cb_pause_frame, cb_pause_step,
+                                  &pw, buf, size);
+    if (rc > 0)
+        tm_snprintf(buf, size, "no publisher confirm in time");
+    else if (rc == 0 && pw.w.state == TM_AMQP_NACKED)
+        tm_snprintf(buf, size, "the broker refused the pause message");
+    return rc == 0 && pw.w.state == TM_AMQP_ACKED ? 0 : -1;
 }
 
 /* notice_send publishes the notice of a change of task t's state (the

@@ -3,7 +3,6 @@
 
 #include <assert.h>
 #include <limits.h>
-#include <poll.h>
 #include <string.h>
 
 #include "task/task.h" /* tm_retry_delay_ms: the retry queue of a delay */
@@ -160,8 +159,8 @@ static void confirm(struct tm_amqp_publisher *pc, amqp_channel_t ch,
         struct tm_amqp_rec *r = &pc->out.v[i];
         uint64_t seq = ch == TM_AMQP_PCH_COPY ? r->seq : r->rseq;
         unsigned char *x = ch == TM_AMQP_PCH_COPY ? &r->cst : &r->rst;
-        if (seq != 0 && *x == TM_AMQP_WAITING &&
-            (seq == tag || (multiple && seq < tag)))
+        if (*x == TM_AMQP_WAITING &&
+            tm_amqp_confirm_covers(seq, tag, multiple))
             *x = st;
     }
 }
@@ -322,29 +321,6 @@ static int on_frame(struct tm_amqp_publisher *pc, const amqp_frame_t *f)
         if (pc->ret_left == 0)
             pc->ret_state = 0;
     }
-    return 0;
-}
-
-/* pump reads every frame available now, without blocking (a 1 us timeout
- * keeps rabbitmq-c's heartbeat checks alive). Returns -1 when the
- * connection failed (pc->errstr). */
-static int pump(struct tm_amqp_publisher *pc)
-{
-    for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
-        amqp_frame_t f;
-        struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
-        int rc = sym_amqp_simple_wait_frame_noblock(pc->conn, &f, &tv);
-        if (rc == AMQP_STATUS_TIMEOUT)
-            break;
-        if (rc != AMQP_STATUS_OK) {
-            tm_snprintf(pc->errstr, sizeof pc->errstr, "%s",
-                        sym_amqp_error_string2(rc));
-            return -1;
-        }
-        if (on_frame(pc, &f) != 0)
-            return -1;
-    }
-    sym_amqp_maybe_release_buffers(pc->conn);
     return 0;
 }
 
@@ -582,6 +558,30 @@ static int outstanding(const struct tm_amqp_publisher *pc)
  * connection is broken: it is dropped, and its unconfirmed copies are
  * sent again on the next one.
  */
+/* struct pub_run is a tm_amqp_publisher_run under way. */
+struct pub_run {
+    struct tm_amqp_publisher *pc;
+    int wait;
+    struct tm_amqp_recvec *done;
+};
+
+static int cb_pub_frame(void *arg, const amqp_frame_t *f)
+{
+    return on_frame(((struct pub_run *)arg)->pc, f);
+}
+
+/* cb_pub_step publishes what is not sent yet and takes the records
+ * answered: 1 when there is nothing (more) to wait for. */
+static int cb_pub_step(void *arg)
+{
+    struct pub_run *pr = arg;
+    struct tm_amqp_publisher *pc = pr->pc;
+    if (!pc->blocked && send_pending(pc) != 0)
+        return -1;
+    take_final(pc, pr->done);
+    return !pr->wait || pc->blocked || !outstanding(pc);
+}
+
 void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
                            struct tm_amqp_recvec *done)
 {
@@ -590,29 +590,17 @@ void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
         if (pc->out.n == 0 || tm_amqp_publisher_connect(pc) != 0)
             return;
     }
-    int64_t deadline = tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS;
-    for (;;) {
-        if (pump(pc) != 0)
-            goto lost;
-        if (!pc->blocked && send_pending(pc) != 0)
-            goto lost;
-        take_final(pc, done);
-        if (!wait || pc->blocked || !outstanding(pc))
-            return;
-        int64_t left = deadline - tm_now_ms();
-        if (left <= 0) {
-            tm_snprintf(pc->errstr, sizeof pc->errstr,
-                        "no publisher confirm from RabbitMQ within %d s",
-                        TM_AMQP_CONFIRM_TIMEOUT_MS / 1000);
-            goto lost;
-        }
-        struct pollfd p = {.fd = sym_amqp_get_sockfd(pc->conn),
-                           .events = POLLIN};
-        if (poll(&p, 1, (int)(left < 1000 ? left : 1000)) < 0) {
-            /* EINTR: the loop reads and checks again */
-        }
-    }
-lost:
+    struct pub_run pr = {.pc = pc, .wait = wait, .done = done};
+    int rc = tm_amqp_confirm_wait(pc->conn,
+                                  tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS,
+                                  cb_pub_frame, cb_pub_step, &pr, pc->errstr,
+                                  sizeof pc->errstr);
+    if (rc == 0)
+        return;
+    if (rc > 0)
+        tm_snprintf(pc->errstr, sizeof pc->errstr,
+                    "no publisher confirm from RabbitMQ within %d s",
+                    TM_AMQP_CONFIRM_TIMEOUT_MS / 1000);
     assert(pc->conn != NULL);
     publisher_lost(pc);
 }
