@@ -72,7 +72,7 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
         at->index = i;
         at->counted_down = 1;
     }
-    if (tm_amqp_links_init(ab) != 0) {
+    if (tm_amqp_intake_init(ab) != 0) {
         ab_destroy(&ab->base);
         return NULL;
     }
@@ -90,7 +90,7 @@ static void ab_destroy(struct tm_broker *b)
     tm_amqp_settle_originals(ab, &ab->done);
     tm_amqp_publisher_close(&ab->pub);
     tm_free(ab->done.v);
-    tm_amqp_links_close(ab);
+    tm_amqp_intake_close(ab);
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         tm_free(at->acks.above);

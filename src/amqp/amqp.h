@@ -310,8 +310,11 @@ struct tm_amqp_publisher {
  * busy task cannot hold up another's deliveries beyond what its own
  * prefetch window lets the broker send.
  */
+struct tm_amqp_link_cbs;
+
 struct tm_amqp_link {
     struct tm_amqp_broker *ab;
+    const struct tm_amqp_link_cbs *cbs; /* its owner's (intake.c) */
     size_t index;                 /* the lane */
     struct tm_amqp_task **tasks;  /* task k on channel TM_AMQP_CH_TASK0 + k */
     size_t ntasks;
@@ -488,6 +491,12 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
 const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
                                 const struct tm_cfg_task *t, int64_t ms,
                                 char *buf, size_t size, int *dead);
+int tm_amqp_pause_queue(const struct tm_cfg_task *t, char *buf,
+                        size_t size);
+int tm_amqp_pause_declare(amqp_connection_state_t c, amqp_channel_t ch,
+                          const struct tm_amqp_broker *ab,
+                          const struct tm_cfg_task *t, char *buf,
+                          size_t size);
 
 /* ---- props.c: properties, header tables, ids ---- */
 amqp_bytes_t tm_amqp_bytes_of(const char *s);
@@ -509,11 +518,26 @@ void tm_amqp_new_message_props(amqp_basic_properties_t *p,
                                const char *id);
 
 /* ---- link.c: the consuming connections, shared by tasks ---- */
+/* struct tm_amqp_link_cbs is what a link reports to its owner (intake.c
+ * gives it, tm_amqp_intake_init), each call with io_mu held:
+ * cb_frame(at, f) a frame of task at's channel (0; 1 when the channel
+ * went down; -1 when the connection failed, reason in at->errstr);
+ * cb_opened(at, paused) task at's channel opened, with the pause state
+ * read as it opened (its consumer started only when not paused);
+ * cb_reset(at) task at's channel is gone, and with it every delivery
+ * tag it numbered. */
+struct tm_amqp_link_cbs {
+    int (*cb_frame)(struct tm_amqp_task *at, const amqp_frame_t *f);
+    void (*cb_opened)(struct tm_amqp_task *at, int paused);
+    void (*cb_reset)(struct tm_amqp_task *at);
+};
 /* tm_amqp_links_init spreads ab's tasks over ceil(ntasks /
- * TM_AMQP_LINK_TASKS) links; -1 when an eventfd cannot be made. */
-int tm_amqp_links_init(struct tm_amqp_broker *ab);
-/* tm_amqp_links_close flushes the acks held back and closes every link
- * (destroy, after the threads stopped); tm_amqp_links_free frees them. */
+ * TM_AMQP_LINK_TASKS) links reporting to cbs (kept); -1 when an eventfd
+ * cannot be made. */
+int tm_amqp_links_init(struct tm_amqp_broker *ab,
+                       const struct tm_amqp_link_cbs *cbs);
+/* tm_amqp_links_close closes every link (destroy, after the threads
+ * stopped); tm_amqp_links_free frees them. */
 void tm_amqp_links_close(struct tm_amqp_broker *ab);
 void tm_amqp_links_free(struct tm_amqp_broker *ab);
 /* tm_amqp_link_connect opens link l's connection and every task's channel
@@ -554,6 +578,22 @@ void tm_amqp_lowat_set(struct tm_amqp_link *l, int on);
 void tm_amqp_lowat_off(struct tm_amqp_link *l);
 /* tm_amqp_signal_intake wakes the link's intake thread if it waits. */
 void tm_amqp_signal_intake(struct tm_amqp_link *l);
+/* tm_amqp_start_consumer sets the prefetch and starts task at's consumer
+ * (manual acks) on its channel of c; its consumer tag is written to ctag
+ * (TM_AMQP_SHORTSTR_MAX + 1 bytes). -1 with the reason in buf. */
+int tm_amqp_start_consumer(const struct tm_amqp_task *at,
+                           amqp_connection_state_t c, char *ctag, char *buf,
+                           size_t size);
+
+/* ---- acks.c: the ack floor of a task's channel ---- */
+/* tm_amqp_floor_add records n delivery tags of k as settled. */
+void tm_amqp_floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
+                       size_t n);
+void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
+                         size_t na, const uint64_t *nacks, size_t nn,
+                         int now_all, int *err);
+int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now);
+int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now);
 
 /* ---- delivery.c: deliveries assembled from their frames ---- */
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
@@ -565,22 +605,24 @@ struct tm_amqp_delivery *tm_amqp_ready_pop(struct tm_amqp_task *at);
  * the task's channel went down (tm_amqp_task_down), -1 when the
  * connection failed (reason in at->errstr). io_mu held. */
 int tm_amqp_task_frame(struct tm_amqp_task *at, const amqp_frame_t *f);
+/* tm_amqp_not_before reads header x-not-before (epoch ms: an integer, a
+ * float or a string of digits) into *due_ms; -1 when absent or not a
+ * time. */
+int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms);
+/* tm_amqp_park_due says whether d must wait (x-not-before after now_ms),
+ * with the ms left in *left_ms. */
+int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
+                     int64_t *left_ms);
 
-/* ---- intake.c: the consumer, the ack floor, the lanes ---- */
+/* ---- intake.c: the consumer, the lanes ---- */
+/* tm_amqp_intake_init makes the consuming connections (links) with
+ * intake's callbacks; tm_amqp_intake_close sends the acks held back and
+ * closes them (destroy, after the threads stopped). */
+int tm_amqp_intake_init(struct tm_amqp_broker *ab);
+void tm_amqp_intake_close(struct tm_amqp_broker *ab);
 /* tm_amqp_conn_reset forgets everything tied to the task's channel
  * (which is gone). io_mu held. */
 void tm_amqp_conn_reset(struct tm_amqp_task *at);
-/* tm_amqp_floor_add records n delivery tags of k as settled. */
-void tm_amqp_floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
-                       size_t n);
-int tm_amqp_start_consumer(const struct tm_amqp_task *at,
-                           amqp_connection_state_t c, char *ctag, char *buf,
-                           size_t size);
-void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
-                         size_t na, const uint64_t *nacks, size_t nn,
-                         int now_all, int *err);
-int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now);
-int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now);
 int tm_amqp_stop_consuming(struct tm_amqp_task *at);
 size_t tm_amqp_lanes(struct tm_broker *b);
 size_t tm_amqp_lane_of(struct tm_broker *b, size_t ti);
@@ -622,11 +664,6 @@ void tm_amqp_tick(struct tm_broker *b);
 #define TM_AMQP_PAUSE_POLL_MS 1000
 /* After failed reads it waits longer each time, up to this. */
 #define TM_AMQP_PAUSE_BACKOFF_MAX_MS 30000
-/* tm_amqp_pause_read reads task at's state on c/ch (declaring its control
- * queue): 1 paused, 0 not, -1 on failure with the reason in buf. */
-int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
-                       const struct tm_amqp_task *at, char *buf,
-                       size_t size);
 /* tm_amqp_pause_connected records the state read as the task's connection
  * opened (the consumer was started only when not paused); io_mu held. */
 void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused);
@@ -644,17 +681,9 @@ int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
 int tm_amqp_paused(struct tm_broker *b, size_t ti);
 void tm_amqp_pause_note(struct tm_broker *b, size_t ti, int paused);
 /* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
-/* tm_amqp_not_before reads header x-not-before (epoch ms: an integer, a
- * float or a string of digits) into *due_ms; -1 when absent or not a
- * time. */
-int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms);
 /* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
  * wait: the largest level not above it, the smallest when it is below. */
 int64_t tm_amqp_delay_level(int64_t left_ms);
-/* tm_amqp_park_due says whether d must wait (x-not-before after now_ms),
- * with the ms left in *left_ms. */
-int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
-                     int64_t *left_ms);
 void tm_amqp_park_take(struct tm_amqp_broker *ab);
 /* tm_amqp_prepare_park finds (declaring it) r's delay queue; one that
  * cannot be declared makes r a dead letter. -1: connection failed. */

@@ -42,26 +42,6 @@
 #define TM_AMQP_DELAY_MIN_MS 125LL
 #define TM_AMQP_DELAY_MAX_SHIFT 24
 
-int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms)
-{
-    const amqp_field_value_t *v = tm_amqp_table_get(headers, "x-not-before");
-    long long x;
-    if (v == NULL)
-        return -1;
-    if (v->kind == AMQP_FIELD_KIND_F64 || v->kind == AMQP_FIELD_KIND_F32) {
-        double f = v->kind == AMQP_FIELD_KIND_F64 ? v->value.f64
-                                                  : (double)v->value.f32;
-        if (!isfinite(f) || f < 0 || f > 9.0e15)
-            return -1;
-        *due_ms = (int64_t)ceil(f);
-        return 0;
-    }
-    if (tm_amqp_field_int(v, &x) != 0)
-        return -1;
-    *due_ms = x;
-    return 0;
-}
-
 int64_t tm_amqp_delay_level(int64_t left_ms)
 {
     int64_t level = TM_AMQP_DELAY_MIN_MS;
@@ -208,17 +188,6 @@ uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
                          /* mandatory = */ 1);
     tm_free(h.e);
     return seq;
-}
-
-int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
-                     int64_t *left_ms)
-{
-    int64_t due;
-    if (d->oversized || tm_amqp_not_before(&d->headers, &due) != 0 ||
-        due <= now_ms)
-        return 0;
-    *left_ms = due - now_ms;
-    return 1;
 }
 
 /* tm_amqp_park_take moves the deliveries intake parked (x-not-before in

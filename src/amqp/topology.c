@@ -4,6 +4,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h> /* snprintf: a name that may not fit */
 #include <stdlib.h>
 #include <string.h>
 
@@ -327,6 +328,58 @@ static int retry_declare(struct tm_amqp_publisher *pc,
             return -1;
         passive = 1;
     }
+}
+
+/* tm_amqp_pause_queue writes the name of task t's pause control queue
+ * (pause.c) to buf; -1 when it does not fit in an AMQP short string. */
+int tm_amqp_pause_queue(const struct tm_cfg_task *t, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "%s.paused", t->queue);
+    return n < size && n <= TM_AMQP_SHORTSTR_MAX ? 0 : -1;
+}
+
+/* tm_amqp_pause_declare declares task t's pause control queue on c/ch
+ * (durable, the task queue's type, x-max-length 1 with drop-head: see
+ * pause.c), which reads its state: 1 when it holds a message (paused), 0
+ * when it is empty, -1 on failure (reason in buf; the channel or
+ * connection is then unusable). */
+int tm_amqp_pause_declare(amqp_connection_state_t c, amqp_channel_t ch,
+                          const struct tm_amqp_broker *ab,
+                          const struct tm_cfg_task *t, char *buf,
+                          size_t size)
+{
+    char name[TM_AMQP_SHORTSTR_MAX + 16], eb[256];
+    if (tm_amqp_pause_queue(t, name, sizeof name) != 0) {
+        tm_snprintf(buf, size, "queue name '%s.paused' is too long",
+                    t->queue);
+        return -1;
+    }
+    amqp_table_entry_t e[3];
+    int n = 0;
+    e[n].key = sym_amqp_cstring_bytes("x-max-length");
+    e[n].value.kind = AMQP_FIELD_KIND_I64;
+    e[n++].value.value.i64 = 1;
+    e[n].key = sym_amqp_cstring_bytes("x-overflow");
+    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[n++].value.value.bytes = sym_amqp_cstring_bytes("drop-head");
+    if (ab->base.cfg->amqp_queue_type == TM_AMQP_QUORUM) {
+        e[n].key = sym_amqp_cstring_bytes("x-queue-type");
+        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("quorum");
+    }
+    amqp_table_t args = {.num_entries = n, .entries = e};
+    amqp_queue_declare_ok_t *ok =
+        sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(name),
+                               /* passive = */ 0, /* durable = */ 1,
+                               /* exclusive = */ 0, /* auto_delete = */ 0,
+                               args);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
+    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_snprintf(buf, size, "queue.declare '%s': %s", name,
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    return ok->message_count > 0;
 }
 
 /* tm_amqp_retry_queue returns the name of task t's retry queue for a
