@@ -272,6 +272,11 @@ struct tm_amqp_broker;
  */
 struct tm_amqp_publisher {
     struct tm_amqp_broker *ab;
+    /* its owner's (settle.c): takes each record whose copies are all
+     * confirmed (or that publishes none), for its original to be
+     * acknowledged */
+    void (*cb_copied)(void *arg, struct tm_amqp_rec *r);
+    void *cb_arg;
     const struct tm_url *node;    /* the node it publishes to, while up */
     amqp_connection_state_t conn; /* NULL while down */
     uint64_t gen;                 /* connection generation, from 1 */
@@ -491,6 +496,9 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
 const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
                                 const struct tm_cfg_task *t, int64_t ms,
                                 char *buf, size_t size, int *dead);
+const char *tm_amqp_delay_queue(struct tm_amqp_publisher *pc,
+                                const struct tm_cfg_task *t, int64_t ms,
+                                char *buf, size_t size, int *dead);
 int tm_amqp_pause_queue(const struct tm_cfg_task *t, char *buf,
                         size_t size);
 int tm_amqp_pause_declare(amqp_connection_state_t c, amqp_channel_t ch,
@@ -630,32 +638,55 @@ void tm_amqp_room_made(struct tm_broker *b, size_t ti);
 int tm_amqp_fetch_lane(struct tm_broker *b, size_t lane, const size_t *room,
                        int timeout_ms, struct tm_batch **out, size_t nout);
 
-/* ---- publish.c: the publishing connection ---- */
-void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab);
-int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
-void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
-                           struct tm_amqp_recvec *done);
-void tm_amqp_publisher_close(struct tm_amqp_publisher *pc);
+/* ---- copies.c: the messages a settlement publishes ---- */
 uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
                           struct tm_amqp_pub *p, const char *rk,
                           const amqp_basic_properties_t *props,
                           const char *body, size_t len, int mandatory);
-
-/* ---- settle.c: settlement ---- */
-void tm_amqp_rec_clear(struct tm_amqp_rec *r);
-void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
-                         const struct tm_amqp_rec *r);
-void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv);
-int tm_amqp_needs_reply(const struct tm_amqp_rec *r);
 uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
                               struct tm_amqp_rec *r);
 uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
                                struct tm_amqp_rec *r);
 uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
                                const struct tm_amqp_rec *r);
-void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
-                              struct tm_amqp_recvec *done);
+int tm_amqp_prepare_retry(struct tm_amqp_publisher *pc,
+                          struct tm_amqp_rec *r);
+/* tm_amqp_prepare_park finds (declaring it) r's delay queue; one that
+ * cannot be declared makes r a dead letter. -1: connection failed. */
+int tm_amqp_prepare_park(struct tm_amqp_publisher *pc,
+                         struct tm_amqp_rec *r);
+uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
+                              struct tm_amqp_rec *r);
+
+/* ---- publish.c: the publishing connection, records until confirmed ---- */
+void tm_amqp_rec_clear(struct tm_amqp_rec *r);
+void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
+                         const struct tm_amqp_rec *r);
+void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv);
+int tm_amqp_needs_reply(const struct tm_amqp_rec *r);
+/* tm_amqp_publisher_init prepares pc, which reports each record done
+ * with to cb_copied(arg, r) (kept; r's contents pass to the callee). */
+void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
+                            struct tm_amqp_broker *ab,
+                            void (*cb_copied)(void *arg,
+                                              struct tm_amqp_rec *r),
+                            void *arg);
+int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
+void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait);
+void tm_amqp_publisher_close(struct tm_amqp_publisher *pc);
+
+/* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
+/* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
+ * wait: the largest level not above it, the smallest when it is below. */
+int64_t tm_amqp_delay_level(int64_t left_ms);
+void tm_amqp_park_take(struct tm_amqp_broker *ab);
+
+/* ---- settle.c: settlement ---- */
+/* tm_amqp_settle_init prepares the publisher with settle's callback;
+ * tm_amqp_settle_close does what settlement is left, then closes the
+ * publisher (destroy, after the threads stopped). */
+void tm_amqp_settle_init(struct tm_amqp_broker *ab);
+void tm_amqp_settle_close(struct tm_amqp_broker *ab);
 size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 void tm_amqp_tick(struct tm_broker *b);
 
@@ -680,18 +711,6 @@ int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
                       int paused);
 int tm_amqp_paused(struct tm_broker *b, size_t ti);
 void tm_amqp_pause_note(struct tm_broker *b, size_t ti, int paused);
-/* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
-/* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
- * wait: the largest level not above it, the smallest when it is below. */
-int64_t tm_amqp_delay_level(int64_t left_ms);
-void tm_amqp_park_take(struct tm_amqp_broker *ab);
-/* tm_amqp_prepare_park finds (declaring it) r's delay queue; one that
- * cannot be declared makes r a dead letter. -1: connection failed. */
-int tm_amqp_prepare_park(struct tm_amqp_publisher *pc,
-                         struct tm_amqp_rec *r);
-uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
-                              struct tm_amqp_rec *r);
-
 /* ---- admin.c: the CLI's connection, publish and request ---- */
 /* tm_amqp_cli_declare opens the CLI connection when it is not open and
  * declares task t's queues on it; tm_amqp_cli_lost closes it after a

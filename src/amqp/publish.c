@@ -1,11 +1,13 @@
-/* amqp/publish.c - RabbitMQ publishing connection: copies with confirms. */
+/* amqp/publish.c - RabbitMQ publishing connection: the settlements
+ * waiting for their copies (copies.c) to be confirmed, each handed to
+ * the publisher's owner (settle.c) through the callback it was given
+ * once they are. */
 #include "amqp.h"
 
 #include <assert.h>
 #include <limits.h>
 #include <string.h>
 
-#include "task/task.h" /* tm_retry_delay_ms: the retry queue of a delay */
 #include "util/log.h"
 #include "util/util.h"
 
@@ -17,14 +19,57 @@
 /* tm_amqp_publisher_init prepares the publishing connection; it is
  * opened on first use, to the broker's current node. */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab)
+                            struct tm_amqp_broker *ab,
+                            void (*cb_copied)(void *arg,
+                                              struct tm_amqp_rec *r),
+                            void *arg)
 {
     memset(pc, 0, sizeof *pc);
     pc->ab = ab;
+    pc->cb_copied = cb_copied;
+    pc->cb_arg = arg;
     pc->copies.ch = TM_AMQP_PCH_COPY;
     pc->replies.ch = TM_AMQP_PCH_REPLY;
     pc->backoff_ms = PUB_BACKOFF_MIN_MS;
 }
+
+/* tm_amqp_rec_clear frees what r owns and zeroes it. */
+void tm_amqp_rec_clear(struct tm_amqp_rec *r)
+{
+    tm_free(r->error);
+    tm_free(r->result);
+    tm_amqp_delivery_free(r->d);
+    memset(r, 0, sizeof *r);
+}
+
+/* tm_amqp_recvec_push appends a copy of r (which rv then owns). */
+void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
+                         const struct tm_amqp_rec *r)
+{
+    if (rv->n == rv->cap) {
+        rv->cap = rv->cap ? rv->cap * 2 : 64;
+        rv->v = tm_realloc(rv->v, rv->cap * sizeof *rv->v);
+    }
+    rv->v[rv->n++] = *r;
+}
+
+/* tm_amqp_recvec_clear frees every record of rv and empties it. */
+void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv)
+{
+    for (size_t i = 0; i < rv->n; i++)
+        tm_amqp_rec_clear(&rv->v[i]);
+    rv->n = 0;
+}
+
+/* tm_amqp_needs_reply says whether r answers a request: a success or a
+ * final failure of a message with reply_to and correlation_id. */
+int tm_amqp_needs_reply(const struct tm_amqp_rec *r)
+{
+    return r->d != NULL && r->d->reply_to != NULL &&
+           r->d->correlation_id != NULL &&
+           (r->settle == TM_SETTLE_ACK || r->settle == TM_SETTLE_DEAD);
+}
+
 
 /* copy_needed says whether the record publishes a dead-letter or retry
  * copy. */
@@ -127,27 +172,6 @@ int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc)
     pc->copies.open = 1;
     pc->copies.next_seq = 1;
     return 0;
-}
-
-/* tm_amqp_pub_send publishes one message on a confirm channel of the
- * publishing connection, through the default exchange. Returns its
- * confirm sequence, or 0 when the connection failed (pc->errstr). */
-uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
-                          struct tm_amqp_pub *p, const char *rk,
-                          const amqp_basic_properties_t *props,
-                          const char *body, size_t len, int mandatory)
-{
-    amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
-    int rc = sym_amqp_basic_publish(pc->conn, p->ch, TM_AMQP_EMPTY_BYTES,
-                                sym_amqp_cstring_bytes(rk), mandatory,
-                                /* immediate = */ 0, props, b);
-    if (rc != AMQP_STATUS_OK) {
-        tm_snprintf(pc->errstr, sizeof pc->errstr,
-                    "basic.publish to '%s': %s", rk,
-                    sym_amqp_error_string2(rc));
-        return 0;
-    }
-    return p->next_seq++;
 }
 
 /* confirm applies a basic.ack or basic.nack of channel ch to the records
@@ -335,29 +359,6 @@ static uint64_t task_gen(struct tm_amqp_broker *ab, size_t i)
     return gen;
 }
 
-/* prepare_retry finds (declaring it on first use) the retry queue of r;
- * a retry impossible there becomes a dead letter. Returns -1 when the
- * connection failed. */
-static int prepare_retry(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
-{
-    const struct tm_cfg_task *t = pc->ab->tasks[r->task].cfg;
-    char why[512];
-    int dead = 0;
-    int64_t base = tm_retry_delay_ms(t, r->attempt, 0.0);
-    r->rk = tm_amqp_retry_queue(pc, t, base, why, sizeof why, &dead);
-    if (dead)
-        return -1;
-    if (r->rk == NULL) {
-        tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, t->name, r->d->id,
-                     "%s; dead-lettering instead", why);
-        char *e = tm_asprintf("%s; %s", r->error ? r->error : "error", why);
-        tm_free(r->error);
-        r->error = e;
-        r->settle = TM_SETTLE_DEAD;
-    }
-    return 0;
-}
-
 /* drop_stale drops the records whose consuming connection is gone: their
  * originals can no longer be acknowledged, and RabbitMQ delivers those
  * messages again (a copy already sent then arrives a second time). */
@@ -433,7 +434,7 @@ static int send_pending(struct tm_amqp_publisher *pc)
         /* first: a retry impossible becomes a dead letter, which
          * answers a request */
         if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
-            (r->park ? tm_amqp_prepare_park(pc, r) : prepare_retry(pc, r)) !=
+            (r->park ? tm_amqp_prepare_park(pc, r) : tm_amqp_prepare_retry(pc, r)) !=
                 0)
             return -1;
         if (tm_amqp_needs_reply(r) && r->rseq == 0 &&
@@ -495,12 +496,11 @@ static void hold_refused(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r,
     r->cst = TM_AMQP_WAITING;
 }
 
-/* take_final moves the records whose copies are all answered to done,
- * for their originals to be acknowledged: only those whose copy is
+/* take_final hands the records whose copies are all answered to the
+ * publisher's owner (cb_copied), for their originals to be acknowledged: only those whose copy is
  * confirmed (or that publish none). A record whose copy was refused or
  * returned stays, held (hold_refused). */
-static void take_final(struct tm_amqp_publisher *pc,
-                       struct tm_amqp_recvec *done)
+static void take_final(struct tm_amqp_publisher *pc)
 {
     struct tm_amqp_recvec *out = &pc->out;
     size_t k = 0;
@@ -527,7 +527,7 @@ static void take_final(struct tm_amqp_publisher *pc,
             tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, task, r->d->id,
                          "the %s copy for '%s' was confirmed after %u "
                          "refusal(s)", copy_kind(r), r->rk, r->refusals);
-        tm_amqp_recvec_push(done, r);
+        pc->cb_copied(pc->cb_arg, r);
     }
     out->n = k;
 }
@@ -544,25 +544,10 @@ static int outstanding(const struct tm_amqp_publisher *pc)
     return 0;
 }
 
-/*
- * tm_amqp_publisher_run moves the records in pc->out forward: it
- * (re)connects when copies wait, reads confirms and notifications,
- * publishes what is not sent yet and, with wait, waits for the confirms
- * up to TM_AMQP_CONFIRM_TIMEOUT_MS. Records whose copies are all
- * confirmed go to done, for their originals to be acknowledged; those
- * with a copy refused or returned stay, held (hold_refused).
- *
- * While the broker blocks the connection nothing is sent and nothing
- * times out: the records wait, and the call returns at once. A confirm
- * missing past the timeout on a connection that is not blocked means the
- * connection is broken: it is dropped, and its unconfirmed copies are
- * sent again on the next one.
- */
 /* struct pub_run is a tm_amqp_publisher_run under way. */
 struct pub_run {
     struct tm_amqp_publisher *pc;
     int wait;
-    struct tm_amqp_recvec *done;
 };
 
 static int cb_pub_frame(void *arg, const amqp_frame_t *f)
@@ -578,19 +563,33 @@ static int cb_pub_step(void *arg)
     struct tm_amqp_publisher *pc = pr->pc;
     if (!pc->blocked && send_pending(pc) != 0)
         return -1;
-    take_final(pc, pr->done);
+    take_final(pc);
     return !pr->wait || pc->blocked || !outstanding(pc);
 }
 
-void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
-                           struct tm_amqp_recvec *done)
+/*
+ * tm_amqp_publisher_run moves the records in pc->out forward: it
+ * (re)connects when copies wait, reads confirms and notifications,
+ * publishes what is not sent yet and, with wait, waits for the confirms
+ * up to TM_AMQP_CONFIRM_TIMEOUT_MS. Records whose copies are all
+ * confirmed go to the owner (cb_copied), for their originals to be
+ * acknowledged; those with a copy refused or returned stay, held
+ * (hold_refused).
+ *
+ * While the broker blocks the connection nothing is sent and nothing
+ * times out: the records wait, and the call returns at once. A confirm
+ * missing past the timeout on a connection that is not blocked means the
+ * connection is broken: it is dropped, and its unconfirmed copies are
+ * sent again on the next one.
+ */
+void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait)
 {
     drop_stale(pc);
     if (pc->conn == NULL) {
         if (pc->out.n == 0 || tm_amqp_publisher_connect(pc) != 0)
             return;
     }
-    struct pub_run pr = {.pc = pc, .wait = wait, .done = done};
+    struct pub_run pr = {.pc = pc, .wait = wait};
     int rc = tm_amqp_confirm_wait(pc->conn,
                                   tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS,
                                   cb_pub_frame, cb_pub_step, &pr, pc->errstr,
