@@ -1,4 +1,35 @@
-/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/). */
+/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/).
+ *
+ * The files form a one-way stack: each calls only files listed above it
+ * (no call or include cycle among them; scripts/check-layers.py).
+ *   rmq_dl.c    rabbitmq-c, opened at run time (the sym_ pointers)
+ *   nodes.c     the cluster's nodes: where a new connection goes
+ *   props.c     properties, header tables, ids
+ *   conn.c      connections, channels, errors
+ *   topology.c  declarations: task, retry, delay and pause queues
+ *   confirm.c   the one loop that waits for publisher confirms
+ *   link.c      a consuming connection: socket, frames, channels
+ *   acks.c      a task channel's ack floor, acks held back
+ *   delivery.c  deliveries assembled from a task channel's frames
+ *   pause.c     the pause state: control queues, notices
+ *   intake.c    owner of the links: consumers, the lanes
+ *   copies.c    the messages a settlement publishes
+ *   publish.c   the publishing connection, records until confirmed
+ *   delay.c     delay levels; parked deliveries into delay copies
+ *   settle.c    settlement, the settle thread's upkeep (tick)
+ *   admin.c     the CLI's connection: publish, request
+ *   dlq.c       dead letters: list, browse, replay, purge
+ *   depth.c     queue depths
+ *   schedule.c  schedules: the leader's election, fires
+ *   adapter.c   the vtable, create and destroy
+ * A lower layer reports to its owner through callbacks given at init:
+ *   struct tm_amqp_link_cbs (link.c -> intake.c): cb_frame (to
+ *     delivery.c), cb_opened (to pause.c), cb_reset (intake.c);
+ *   tm_amqp_publisher.cb_copied (publish.c -> settle.c): a record whose
+ *     copies are confirmed, its original to be acknowledged.
+ * tm_amqp_confirm_wait takes its caller's own cb_frame and cb_step (a
+ * visitor: the caller is the higher layer, no call edge is hidden).
+ */
 #ifndef TASKMILL_AMQP_H
 #define TASKMILL_AMQP_H
 
