@@ -575,9 +575,9 @@ struct tm_amqp_link_cbs {
  * cannot be made. */
 int tm_amqp_links_init(struct tm_amqp_broker *ab,
                        const struct tm_amqp_link_cbs *cbs);
-/* tm_amqp_links_close closes every link (destroy, after the threads
- * stopped); tm_amqp_links_free frees them. */
-void tm_amqp_links_close(struct tm_amqp_broker *ab);
+/* tm_amqp_link_close closes link l (destroy, after the threads stopped;
+ * io_mu held); tm_amqp_links_free frees every link. */
+void tm_amqp_link_close(struct tm_amqp_link *l);
 void tm_amqp_links_free(struct tm_amqp_broker *ab);
 /* tm_amqp_link_connect opens link l's connection and every task's channel
  * on it; io_mu is held on entry and on return, but not while connecting.
@@ -670,10 +670,6 @@ int tm_amqp_fetch_lane(struct tm_broker *b, size_t lane, const size_t *room,
                        int timeout_ms, struct tm_batch **out, size_t nout);
 
 /* ---- copies.c: the messages a settlement publishes ---- */
-uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
-                          struct tm_amqp_pub *p, const char *rk,
-                          const amqp_basic_properties_t *props,
-                          const char *body, size_t len, int mandatory);
 uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
                               struct tm_amqp_rec *r);
 uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
@@ -690,11 +686,9 @@ uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
                               struct tm_amqp_rec *r);
 
 /* ---- publish.c: the publishing connection, records until confirmed ---- */
-void tm_amqp_rec_clear(struct tm_amqp_rec *r);
 void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
                          const struct tm_amqp_rec *r);
 void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv);
-int tm_amqp_needs_reply(const struct tm_amqp_rec *r);
 /* tm_amqp_publisher_init prepares pc, which reports each record done
  * with to cb_copied(arg, r) (kept; r's contents pass to the callee). */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,

@@ -1,7 +1,7 @@
 /* amqp/copies.c - the messages the RabbitMQ publishing connection sends
  * for a settlement (publish.c): the dead-letter, retry and delay copies
  * of a delivery, with the queues they go to, and the reply to a request;
- * each goes out through tm_amqp_pub_send on a confirm channel. */
+ * each goes out through pub_send on a confirm channel. */
 #include "amqp.h"
 
 #include <string.h>
@@ -15,18 +15,18 @@
 /* TASK_CFG is the configuration of the task a record settles. */
 #define TASK_CFG(pc, r) ((pc)->ab->tasks[(r)->task].cfg)
 
-/* tm_amqp_pub_send publishes one message on a confirm channel of the
+/* pub_send publishes one message on a confirm channel of the
  * publishing connection, through the default exchange. Returns its
  * confirm sequence, or 0 when the connection failed (pc->errstr). */
-uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
-                          struct tm_amqp_pub *p, const char *rk,
-                          const amqp_basic_properties_t *props,
-                          const char *body, size_t len, int mandatory)
+static uint64_t pub_send(struct tm_amqp_publisher *pc,
+                         struct tm_amqp_pub *p, const char *rk,
+                         const amqp_basic_properties_t *props,
+                         const char *body, size_t len, int mandatory)
 {
     amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
     int rc = sym_amqp_basic_publish(pc->conn, p->ch, TM_AMQP_EMPTY_BYTES,
-                                sym_amqp_cstring_bytes(rk), mandatory,
-                                /* immediate = */ 0, props, b);
+                                    sym_amqp_cstring_bytes(rk), mandatory,
+                                    /* immediate = */ 0, props, b);
     if (rc != AMQP_STATUS_OK) {
         tm_snprintf(pc->errstr, sizeof pc->errstr,
                     "basic.publish to '%s': %s", rk,
@@ -68,8 +68,8 @@ uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
     p.headers = tm_amqp_hdr_table(&h);
     r->rk = TASK_CFG(pc, r)->dead_letter;
     uint64_t seq =
-        tm_amqp_pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
-                         /* mandatory = */ 1);
+        pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
+                 /* mandatory = */ 1);
     tm_free(h.e);
     return seq;
 }
@@ -97,8 +97,8 @@ uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
                         TM_AMQP_ERROR_HEADER_MAX);
     p.headers = tm_amqp_hdr_table(&h);
     uint64_t seq =
-        tm_amqp_pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
-                         /* mandatory = */ 1);
+        pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
+                 /* mandatory = */ 1);
     tm_free(h.e);
     return seq;
 }
@@ -161,8 +161,8 @@ uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
     int owned;
     char *body = reply_body(pc, r, &len, &owned);
     uint64_t seq =
-        tm_amqp_pub_send(pc, &pc->replies, d->reply_to, &p, body, len,
-                         /* mandatory = */ 0);
+        pub_send(pc, &pc->replies, d->reply_to, &p, body, len,
+                 /* mandatory = */ 0);
     if (owned)
         cJSON_free(body);
     tm_free(h.e);
@@ -229,8 +229,8 @@ uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
         tm_amqp_hdr_i64(&h, "x-attempts", (int64_t)d->attempt - 1);
     p.headers = tm_amqp_hdr_table(&h);
     uint64_t seq =
-        tm_amqp_pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
-                         /* mandatory = */ 1);
+        pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
+                 /* mandatory = */ 1);
     tm_free(h.e);
     return seq;
 }

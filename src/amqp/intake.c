@@ -71,9 +71,9 @@ void tm_amqp_intake_close(struct tm_amqp_broker *ab)
                              NULL, "%s; RabbitMQ delivers again what was "
                              "not acknowledged", at->errstr);
         }
+        tm_amqp_link_close(l);
         pthread_mutex_unlock(&l->io_mu);
     }
-    tm_amqp_links_close(ab);
 }
 
 /* tm_amqp_stop_consuming cancels the task's consumer (wake()) without waiting

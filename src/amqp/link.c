@@ -90,23 +90,18 @@ int tm_amqp_links_init(struct tm_amqp_broker *ab,
     return 0;
 }
 
-void tm_amqp_links_close(struct tm_amqp_broker *ab)
+void tm_amqp_link_close(struct tm_amqp_link *l)
 {
-    for (size_t li = 0; li < ab->nlinks; li++) {
-        struct tm_amqp_link *l = &ab->links[li];
-        pthread_mutex_lock(&l->io_mu);
-        for (size_t k = 0; k < l->ntasks; k++) {
-            struct tm_amqp_task *at = l->tasks[k];
-            at->conn = NULL;
-            l->cbs->cb_reset(at);
-        }
-        if (l->conn != NULL) {
-            tm_amqp_lowat_off(l);
-            tm_amqp_close(l->conn);
-        }
-        l->conn = NULL;
-        pthread_mutex_unlock(&l->io_mu);
+    for (size_t k = 0; k < l->ntasks; k++) {
+        struct tm_amqp_task *at = l->tasks[k];
+        at->conn = NULL;
+        l->cbs->cb_reset(at);
     }
+    if (l->conn != NULL) {
+        tm_amqp_lowat_off(l);
+        tm_amqp_close(l->conn);
+    }
+    l->conn = NULL;
 }
 
 void tm_amqp_links_free(struct tm_amqp_broker *ab)

@@ -33,8 +33,8 @@ void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
     pc->backoff_ms = PUB_BACKOFF_MIN_MS;
 }
 
-/* tm_amqp_rec_clear frees what r owns and zeroes it. */
-void tm_amqp_rec_clear(struct tm_amqp_rec *r)
+/* rec_clear frees what r owns and zeroes it. */
+static void rec_clear(struct tm_amqp_rec *r)
 {
     tm_free(r->error);
     tm_free(r->result);
@@ -57,13 +57,13 @@ void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
 void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv)
 {
     for (size_t i = 0; i < rv->n; i++)
-        tm_amqp_rec_clear(&rv->v[i]);
+        rec_clear(&rv->v[i]);
     rv->n = 0;
 }
 
-/* tm_amqp_needs_reply says whether r answers a request: a success or a
+/* needs_reply says whether r answers a request: a success or a
  * final failure of a message with reply_to and correlation_id. */
-int tm_amqp_needs_reply(const struct tm_amqp_rec *r)
+static int needs_reply(const struct tm_amqp_rec *r)
 {
     return r->d != NULL && r->d->reply_to != NULL &&
            r->d->correlation_id != NULL &&
@@ -85,7 +85,7 @@ static int rec_final(const struct tm_amqp_rec *r)
     if (copy_needed(r) && !r->returned &&
         (r->seq == 0 || r->cst == TM_AMQP_WAITING))
         return 0;
-    if (tm_amqp_needs_reply(r) && r->rst == TM_AMQP_WAITING)
+    if (needs_reply(r) && r->rst == TM_AMQP_WAITING)
         return 0;
     return 1;
 }
@@ -369,7 +369,7 @@ static void drop_stale(struct tm_amqp_publisher *pc)
     for (size_t i = 0; i < out->n; i++) {
         struct tm_amqp_rec *r = &out->v[i];
         if (task_gen(pc->ab, r->task) != r->gen) {
-            tm_amqp_rec_clear(r);
+            rec_clear(r);
             stale++;
             continue;
         }
@@ -434,10 +434,10 @@ static int send_pending(struct tm_amqp_publisher *pc)
         /* first: a retry impossible becomes a dead letter, which
          * answers a request */
         if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
-            (r->park ? tm_amqp_prepare_park(pc, r) : tm_amqp_prepare_retry(pc, r)) !=
-                0)
+            (r->park ? tm_amqp_prepare_park(pc, r)
+                     : tm_amqp_prepare_retry(pc, r)) != 0)
             return -1;
-        if (tm_amqp_needs_reply(r) && r->rseq == 0 &&
+        if (needs_reply(r) && r->rseq == 0 &&
             r->rst == TM_AMQP_WAITING) {
             if (!pc->replies.open) {
                 if (tm_amqp_channel(pc->conn, TM_AMQP_PCH_REPLY, 1,
@@ -497,9 +497,9 @@ static void hold_refused(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r,
 }
 
 /* take_final hands the records whose copies are all answered to the
- * publisher's owner (cb_copied), for their originals to be acknowledged: only those whose copy is
- * confirmed (or that publish none). A record whose copy was refused or
- * returned stays, held (hold_refused). */
+ * publisher's owner (cb_copied), for their originals to be acknowledged:
+ * only those whose copy is confirmed (or that publish none). A record
+ * whose copy was refused or returned stays, held (hold_refused). */
 static void take_final(struct tm_amqp_publisher *pc)
 {
     struct tm_amqp_recvec *out = &pc->out;
@@ -519,7 +519,7 @@ static void take_final(struct tm_amqp_publisher *pc)
             out->v[k++] = *r;
             continue;
         }
-        if (tm_amqp_needs_reply(r) && r->rst != TM_AMQP_ACKED)
+        if (needs_reply(r) && r->rst != TM_AMQP_ACKED)
             tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, task, r->d->id,
                          "the reply to '%s' was not confirmed; the "
                          "requester gets no answer", r->d->reply_to);

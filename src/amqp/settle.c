@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "util/log.h"
 #include "util/util.h"
 

@@ -382,6 +382,45 @@ int tm_amqp_pause_declare(amqp_connection_state_t c, amqp_channel_t ch,
     return ok->message_count > 0;
 }
 
+/* level_name writes to buf the name of task t's queue of kind ("retry",
+ * "delay") for ms: "<queue>.<kind>.<ms>ms", the task queue's name cut
+ * and hashed when that would not fit in an AMQP short string. */
+static void level_name(const struct tm_cfg_task *t, const char *kind,
+                       int64_t ms, char *buf, size_t size)
+{
+    tm_snprintf(buf, size, "%s.%s.%lldms", t->queue, kind, (long long)ms);
+    if (strlen(buf) > TM_AMQP_SHORTSTR_MAX)
+        tm_snprintf(buf, size, "%.200s.%016llx.%s.%lldms", t->queue,
+                    (unsigned long long)tm_amqp_fnv64(
+                        t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
+                    kind, (long long)ms);
+}
+
+/* level_find is the queue named name among those declared on pc's
+ * connection, NULL when it is not one. */
+static struct tm_amqp_level *level_find(struct tm_amqp_publisher *pc,
+                                        const char *name)
+{
+    for (size_t i = 0; i < pc->nlevels; i++)
+        if (strcmp(pc->levels[i].name, name) == 0)
+            return &pc->levels[i];
+    return NULL;
+}
+
+/* level_add keeps name among the queues declared on pc's connection. */
+static struct tm_amqp_level *level_add(struct tm_amqp_publisher *pc,
+                                       const char *name)
+{
+    if (pc->nlevels == pc->caplevels) {
+        pc->caplevels = pc->caplevels ? pc->caplevels * 2 : 8;
+        pc->levels =
+            tm_realloc(pc->levels, pc->caplevels * sizeof *pc->levels);
+    }
+    struct tm_amqp_level *lv = &pc->levels[pc->nlevels++];
+    lv->name = tm_strdup(name);
+    return lv;
+}
+
 /* tm_amqp_retry_queue returns the name of task t's retry queue for a
  * delay of ms, declaring it on the publishing connection on first use
  * there, and again when TM_AMQP_RETRY_REDECLARE(ms) passed since, to
@@ -394,31 +433,14 @@ const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
 {
     char name[TM_AMQP_SHORTSTR_MAX + 64];
     int64_t now = tm_now_ms();
-    tm_snprintf(name, sizeof name, "%s.retry.%lldms", t->queue,
-                (long long)ms);
-    if (strlen(name) > TM_AMQP_SHORTSTR_MAX)
-        tm_snprintf(name, sizeof name, "%.200s.%016llx.retry.%lldms",
-                    t->queue,
-                    (unsigned long long)tm_amqp_fnv64(
-                        t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
-                    (long long)ms);
-    struct tm_amqp_level *lv = NULL;
-    for (size_t i = 0; i < pc->nlevels && lv == NULL; i++)
-        if (strcmp(pc->levels[i].name, name) == 0)
-            lv = &pc->levels[i];
+    level_name(t, "retry", ms, name, sizeof name);
+    struct tm_amqp_level *lv = level_find(pc, name);
     if (lv != NULL && now - lv->declared_at < TM_AMQP_RETRY_REDECLARE(ms))
         return lv->name;
     if (retry_declare(pc, t, name, ms, buf, size, dead) != 0)
         return NULL;
-    if (lv == NULL) {
-        if (pc->nlevels == pc->caplevels) {
-            pc->caplevels = pc->caplevels ? pc->caplevels * 2 : 8;
-            pc->levels = tm_realloc(pc->levels,
-                                    pc->caplevels * sizeof *pc->levels);
-        }
-        lv = &pc->levels[pc->nlevels++];
-        lv->name = tm_strdup(name);
-    }
+    if (lv == NULL)
+        lv = level_add(pc, name);
     lv->declared_at = now;
     return lv->name;
 }
@@ -477,45 +499,26 @@ static int delay_declare(struct tm_amqp_publisher *pc,
     return -1;
 }
 
-/* tm_amqp_delay_queue returns the name of task t's delay queue of level ms,
- * declaring it on first use on this connection (kept in pc->levels with
+/* tm_amqp_delay_queue returns the name of task t's delay queue of level
+ * ms, declaring it on first use on this connection (kept in pc->levels with
  * the retry queues; a declared_at of INT64_MAX marks it as never to be
  * declared again there, unless a copy found it deleted). NULL with the
  * reason in buf when it cannot be declared; *dead is set when the
  * connection failed. */
 const char *tm_amqp_delay_queue(struct tm_amqp_publisher *pc,
-                               const struct tm_cfg_task *t, int64_t ms,
-                               char *buf, size_t size, int *dead)
+                                const struct tm_cfg_task *t, int64_t ms,
+                                char *buf, size_t size, int *dead)
 {
     char name[TM_AMQP_SHORTSTR_MAX + 64];
-    tm_snprintf(name, sizeof name, "%s.delay.%lldms", t->queue,
-                (long long)ms);
-    if (strlen(name) > TM_AMQP_SHORTSTR_MAX)
-        tm_snprintf(name, sizeof name, "%.200s.%016llx.delay.%lldms",
-                    t->queue,
-                    (unsigned long long)tm_amqp_fnv64(
-                        t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
-                    (long long)ms);
-    struct tm_amqp_level *lv = NULL;
-    for (size_t i = 0; i < pc->nlevels && lv == NULL; i++)
-        if (strcmp(pc->levels[i].name, name) == 0)
-            lv = &pc->levels[i];
+    level_name(t, "delay", ms, name, sizeof name);
+    struct tm_amqp_level *lv = level_find(pc, name);
     if (lv != NULL && lv->declared_at == INT64_MAX)
         return lv->name;
     /* new here, or TM_AMQP_LEVEL_STALE: a copy found it gone */
     if (delay_declare(pc, t, name, ms, buf, size, dead) != 0)
         return NULL;
-    if (lv != NULL) {
-        lv->declared_at = INT64_MAX;
-        return lv->name;
-    }
-    if (pc->nlevels == pc->caplevels) {
-        pc->caplevels = pc->caplevels ? pc->caplevels * 2 : 8;
-        pc->levels =
-            tm_realloc(pc->levels, pc->caplevels * sizeof *pc->levels);
-    }
-    lv = &pc->levels[pc->nlevels++];
-    lv->name = tm_strdup(name);
+    if (lv == NULL)
+        lv = level_add(pc, name);
     lv->declared_at = INT64_MAX;
     return lv->name;
 }
