@@ -670,20 +670,18 @@ int tm_amqp_fetch_lane(struct tm_broker *b, size_t lane, const size_t *room,
                        int timeout_ms, struct tm_batch **out, size_t nout);
 
 /* ---- copies.c: the messages a settlement publishes ---- */
-uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
-                              struct tm_amqp_rec *r);
-uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
-                               struct tm_amqp_rec *r);
+/* tm_amqp_copy_prepare finds (declaring it on first use) the queue of
+ * r's retry or delay copy, in r->rk; one that cannot be had makes r a
+ * dead letter (its reason in r->error). -1 when the connection failed
+ * (pc->errstr). */
+int tm_amqp_copy_prepare(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r);
+/* tm_amqp_copy_send publishes r's copy (dead letter, delay or retry);
+ * tm_amqp_publish_reply the answer to the request r settles. Each returns
+ * its confirm number, 0 when the connection failed (pc->errstr). */
+uint64_t tm_amqp_copy_send(struct tm_amqp_publisher *pc,
+                           struct tm_amqp_rec *r);
 uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
                                const struct tm_amqp_rec *r);
-int tm_amqp_prepare_retry(struct tm_amqp_publisher *pc,
-                          struct tm_amqp_rec *r);
-/* tm_amqp_prepare_park finds (declaring it) r's delay queue; one that
- * cannot be declared makes r a dead letter. -1: connection failed. */
-int tm_amqp_prepare_park(struct tm_amqp_publisher *pc,
-                         struct tm_amqp_rec *r);
-uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
-                              struct tm_amqp_rec *r);
 
 /* ---- publish.c: the publishing connection, records until confirmed ---- */
 void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,

@@ -41,11 +41,11 @@ static unsigned rec_attempts(const struct tm_amqp_rec *r)
     return r->outcome == TM_OUT_INVALID ? 0u : r->attempt;
 }
 
-/* tm_amqp_publish_dead sends the dead-letter copy on the publishing
+/* publish_dead sends the dead-letter copy on the publishing
  * connection: the original body and properties, a new message id, and
  * the failure headers. Returns its confirm sequence, 0 when the
  * connection failed (pc->errstr). */
-uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
+static uint64_t publish_dead(struct tm_amqp_publisher *pc,
                               struct tm_amqp_rec *r)
 {
     const struct tm_amqp_delivery *d = r->d;
@@ -74,10 +74,10 @@ uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
     return seq;
 }
 
-/* tm_amqp_publish_retry sends the retry copy to the retry queue r->rk,
+/* publish_retry sends the retry copy to the retry queue r->rk,
  * expiring after the delay, with the count of runs so far. Returns its
  * confirm sequence, 0 when the connection failed. */
-uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
+static uint64_t publish_retry(struct tm_amqp_publisher *pc,
                                struct tm_amqp_rec *r)
 {
     const struct tm_amqp_delivery *d = r->d;
@@ -169,10 +169,10 @@ uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
     return seq;
 }
 
-/* tm_amqp_prepare_retry finds (declaring it on first use) the retry queue
- * of r; a retry impossible there becomes a dead letter. Returns -1 when
- * the connection failed. */
-int tm_amqp_prepare_retry(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
+/* prepare_retry finds (declaring it on first use) the retry queue of r;
+ * a retry impossible there becomes a dead letter. Returns -1 when the
+ * connection failed. */
+static int prepare_retry(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
 {
     const struct tm_cfg_task *t = pc->ab->tasks[r->task].cfg;
     char why[512];
@@ -192,7 +192,9 @@ int tm_amqp_prepare_retry(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
     return 0;
 }
 
-int tm_amqp_prepare_park(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
+/* prepare_park finds (declaring it) r's delay queue; one that cannot be
+ * declared makes r a dead letter. -1: connection failed. */
+static int prepare_park(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
 {
     const struct tm_cfg_task *t = pc->ab->tasks[r->task].cfg;
     char why[512];
@@ -213,7 +215,11 @@ int tm_amqp_prepare_park(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
     return 0;
 }
 
-uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
+/* publish_park sends the delay copy to r's delay queue: the original
+ * body, properties and headers (x-not-before among them), with the count
+ * of runs before this delivery. Returns its confirm sequence, 0 when the
+ * connection failed. */
+static uint64_t publish_park(struct tm_amqp_publisher *pc,
                               struct tm_amqp_rec *r)
 {
     const struct tm_amqp_delivery *d = r->d;
@@ -235,3 +241,15 @@ uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
     return seq;
 }
 
+int tm_amqp_copy_prepare(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
+{
+    return r->park ? prepare_park(pc, r) : prepare_retry(pc, r);
+}
+
+uint64_t tm_amqp_copy_send(struct tm_amqp_publisher *pc,
+                           struct tm_amqp_rec *r)
+{
+    return r->settle == TM_SETTLE_DEAD ? publish_dead(pc, r)
+           : r->park                   ? publish_park(pc, r)
+                                       : publish_retry(pc, r);
+}

@@ -434,8 +434,7 @@ static int send_pending(struct tm_amqp_publisher *pc)
         /* first: a retry impossible becomes a dead letter, which
          * answers a request */
         if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
-            (r->park ? tm_amqp_prepare_park(pc, r)
-                     : tm_amqp_prepare_retry(pc, r)) != 0)
+            tm_amqp_copy_prepare(pc, r) != 0)
             return -1;
         if (needs_reply(r) && r->rseq == 0 &&
             r->rst == TM_AMQP_WAITING) {
@@ -455,9 +454,7 @@ static int send_pending(struct tm_amqp_publisher *pc)
                 dead_letter_declare(pc, r) != 0)
                 return -1;
             r->cst = TM_AMQP_WAITING;
-            r->seq = r->settle == TM_SETTLE_DEAD ? tm_amqp_publish_dead(pc, r)
-                     : r->park ? tm_amqp_publish_park(pc, r)
-                               : tm_amqp_publish_retry(pc, r);
+            r->seq = tm_amqp_copy_send(pc, r);
             if (r->seq == 0)
                 return -1;
         }
