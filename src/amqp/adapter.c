@@ -230,6 +230,14 @@ static const struct tm_broker_sched_ops amqp_sched = {
     .sched_close = tm_amqp_sched_close,
 };
 
+static const struct tm_broker_fleet_ops amqp_fleet = {
+    .announce = tm_amqp_fleet_announce,
+    .leave = tm_amqp_fleet_leave,
+    .list = tm_amqp_fleet_list,
+    .hist_read = tm_amqp_fleet_hist_read,
+    .serve = tm_amqp_fleet_serve,
+};
+
 const struct tm_broker_ops tm_broker_amqp_ops = {
     .kind = "amqp",
     .check = ab_check,
@@ -240,4 +248,5 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .admin = &amqp_admin,
     .pause = &amqp_pause,
     .sched = &amqp_sched,
+    .fleet = &amqp_fleet,
 };

@@ -21,6 +21,7 @@
  *   dlq.c       dead letters: list, browse, replay, purge
  *   depth.c     queue depths
  *   schedule.c  schedules: the leader's election, fires
+ *   fleet.c     the fleet: announcements, the table, history requests
  *   adapter.c   the vtable, create and destroy
  * A lower layer reports to its owner through callbacks given at init:
  *   struct tm_amqp_link_cbs (link.c -> intake.c): cb_frame (to
@@ -781,5 +782,20 @@ int tm_amqp_sched_last(struct tm_sched_session *ss,
                        const struct tm_cfg_schedule *s, int64_t *slot_ms);
 int tm_amqp_sched_serve(struct tm_sched_session *ss, int64_t timeout_ms);
 void tm_amqp_sched_close(struct tm_sched_session *ss);
+
+/* ---- fleet.c: struct tm_broker_fleet_ops (broker.h) ---- */
+int tm_amqp_fleet_announce(struct tm_broker *b, const char *instance,
+                           const char *json, size_t len);
+int tm_amqp_fleet_leave(struct tm_broker *b, const char *instance);
+int tm_amqp_fleet_list(struct tm_broker *b, char ***out, size_t *n);
+int tm_amqp_fleet_hist_read(struct tm_broker *b, const char *task,
+                            int hourly, int64_t first, size_t n,
+                            uint64_t (*out)[TM_HK_N]);
+int tm_amqp_fleet_serve(struct tm_broker *b, const char *self,
+                        int64_t timeout_ms,
+                        void (*answer)(void *ctx, const char *task,
+                                       int hourly, int64_t first, size_t n,
+                                       uint64_t (*out)[TM_HK_N]),
+                        void *ctx);
 
 #endif /* TASKMILL_AMQP_H */

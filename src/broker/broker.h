@@ -348,8 +348,8 @@ struct tm_fleet_count {
  * announces itself, and history is summed over them (docs/http.md, The
  * fleet; docs/redis.md and docs/rabbitmq.md for the broker's objects).
  *
- * Threading contract: announce, leave and hist_flush are called by the
- * daemon's fleet thread only (src/daemon/fleet.c), on a broker of its
+ * Threading contract: announce, leave, hist_flush and serve are called by
+ * the daemon's fleet thread only (src/daemon/fleet.c), on a broker of its
  * own; list and hist_read by the admin API worker, on a broker of its
  * own. Optional: the table is NULL for an adapter without a fleet.
  */
@@ -379,6 +379,20 @@ struct tm_broker_fleet_ops {
      * every task), as the broker has them. 0, or -1. */
     int (*hist_read)(struct tm_broker *b, const char *task, int hourly,
                      int64_t first, size_t n, uint64_t (*out)[TM_HK_N]);
+
+    /* serve waits up to timeout_ms for what the other daemons send and
+     * handles it (RabbitMQ: announcements and departures into the table
+     * list reads; history requests answered with what answer, the
+     * daemon's, adds to out from this daemon's ring: task NULL for every
+     * task, as hist_read's). self is this daemon's instance. Called by
+     * the fleet thread between its announcements. 0, or -1 when the
+     * connection broke (opened again on the next call). Optional: NULL
+     * when the broker holds the fleet's state itself (Redis). */
+    int (*serve)(struct tm_broker *b, const char *self, int64_t timeout_ms,
+                 void (*answer)(void *ctx, const char *task, int hourly,
+                                int64_t first, size_t n,
+                                uint64_t (*out)[TM_HK_N]),
+                 void *ctx);
 };
 
 /* tm_fleet_list_free frees what list returned; NULL accepted. */

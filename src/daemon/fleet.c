@@ -202,6 +202,25 @@ static void flush(struct tm_fleet *f)
     tm_free(hv);
 }
 
+/* cb_answer adds this daemon's counts of task (NULL: every task) to out:
+ * its answer to another daemon's history request (serve). */
+static void cb_answer(void *ctx, const char *task, int hourly, int64_t first,
+                      size_t n, uint64_t (*out)[TM_HK_N])
+{
+    struct tm_daemon *d = ctx;
+    if (task != NULL) {
+        struct tm_hist *h = tm_hist_find(&d->hist, task);
+        if (h != NULL)
+            tm_hist_read(h, hourly, first, n, out);
+        return;
+    }
+    size_t nh = 0;
+    struct tm_hist **hv = tm_hist_snapshot(&d->hist, &nh);
+    for (size_t i = 0; i < nh; i++)
+        tm_hist_read(hv[i], hourly, first, n, out);
+    tm_free(hv);
+}
+
 static void *fleet_main(void *arg)
 {
     struct tm_fleet *f = arg;
@@ -216,8 +235,18 @@ static void *fleet_main(void *arg)
         if (!stop && !(leave && !f->left) && now < next) {
             int64_t wait = next - now < TM_FLEET_LOOK_MS ? next - now
                                                          : TM_FLEET_LOOK_MS;
-            tm_cond_wait_ns(&f->cv, &f->mu, wait * 1000000LL);
-            pthread_mutex_unlock(&f->mu);
+            if (f->left || f->b == NULL || f->b->ops->fleet->serve == NULL) {
+                tm_cond_wait_ns(&f->cv, &f->mu, wait * 1000000LL);
+                pthread_mutex_unlock(&f->mu);
+            } else {
+                /* the broker's messages are read meanwhile (RabbitMQ) */
+                pthread_mutex_unlock(&f->mu);
+                if (f->b->ops->fleet->serve(f->b, f->gen->cfg->instance,
+                                            wait, cb_answer, f->d) != 0) {
+                    fleet_log(f, "reading the fleet");
+                    tm_sleep_ms(wait);
+                }
+            }
             fleet_release(f);
             pthread_mutex_lock(&f->mu);
             continue;

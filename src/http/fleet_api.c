@@ -240,8 +240,13 @@ static void run_history(struct tm_daemon *d, struct tm_broker *b,
         set_error(out, 502, "broker: %s", b->errstr);
         return;
     }
+    /* a broker that keeps the counts has this daemon's but those not
+     * sent yet; the daemons' answers (no broker copy) include its own;
+     * without a fleet the history is this daemon's ring */
     int unsent = kept && b->ops->fleet->hist_flush != NULL;
-    if (task[0] != '\0') {
+    if (kept && !unsent) {
+        /* nothing of this daemon's to add */
+    } else if (task[0] != '\0') {
         struct tm_hist *h = tm_hist_find(&d->hist, task);
         if (h != NULL)
             add_local(h, hourly, first, n, unsent, c);
