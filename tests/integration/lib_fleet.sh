@@ -8,6 +8,8 @@
 #   fleet_stop I [SIGNAL]: stop it (TERM: cleanly) and wait for its exit.
 #   fleet_names PORT: the instances GET /api/v1/daemons of PORT lists, one
 #       line, sorted, space-separated.
+#   fleet_agree WANT PORT...: every PORT's fleet_names is WANT (asked at
+#       the same time: an admin API answer can take a second).
 #   fleet_sum PORT QUERY: the sums over the points of GET /api/v1/history?QUERY
 #       as "success failed dead_lettered retried".
 
@@ -39,6 +41,20 @@ fleet_stop() {
 fleet_names() {
 	curl -sf -m 5 "http://127.0.0.1:$1/api/v1/daemons" |
 		jq -r '[.[].instance] | join(" ")' 2>/dev/null || echo "(no answer)"
+}
+
+fleet_agree() {
+	local want=$1 p k=0 pids=()
+	shift
+	for p in "$@"; do
+		fleet_names "$p" >"$TEST_DIR/agree.$p" &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	for p in "$@"; do
+		[[ $(cat "$TEST_DIR/agree.$p") == "$want" ]] || k=1
+	done
+	return "$k"
 }
 
 fleet_sum() {

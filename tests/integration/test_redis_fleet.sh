@@ -17,9 +17,7 @@ t0=$(now_ms)
 for i in 0 1 2; do
 	fleet_start "$i" "$TEST_DIR/d$i.yaml"
 done
-for i in 0 1 2; do
-	wait_until "[[ \$(fleet_names ${FLEET_PORT[i]}) == 'fleet-0 fleet-1 fleet-2' ]]" 5
-done
+wait_until "fleet_agree 'fleet-0 fleet-1 fleet-2' ${FLEET_PORT[*]}" 5
 note "all three listed by each after $(($(now_ms) - t0)) ms"
 
 # one daemon's entry, with the documented fields
