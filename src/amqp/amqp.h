@@ -478,6 +478,12 @@ int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
                     int confirm, char *buf, size_t size);
 void tm_amqp_close(amqp_connection_state_t c);
 void tm_amqp_drop(amqp_connection_state_t c);
+/* tm_amqp_frame_ends reads, without waiting, the frame that is not a
+ * delivery which amqp_consume_message left on c (it answered
+ * AMQP_STATUS_UNEXPECTED_STATE): 1 when it ends the consumer
+ * (channel.close, connection.close, basic.cancel), its method's name in
+ * buf; 0 for any other (read and dropped) or none. */
+int tm_amqp_frame_ends(amqp_connection_state_t c, char *buf, size_t size);
 
 /* ---- confirm.c: waiting for publisher confirms ---- */
 /* struct tm_amqp_confirm is one publish waited for on a confirm channel:

@@ -52,20 +52,18 @@ static struct {
                                   TM_AMQP_FLEET_AGAIN_MS passed */
 } fleet = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* when a refused message was last logged (the fleet thread and the API
- * worker both refuse) */
-static atomic_llong refused_ms;
+/* Log gates of refused messages: the fleet thread's (serve) and the admin
+ * API worker's (hist_read), one line a minute each. */
+static struct tm_log_gate serve_gate = TM_LOG_GATE(1, TM_AMQP_FLEET_LOG_MS);
+static struct tm_log_gate read_gate = TM_LOG_GATE(1, TM_AMQP_FLEET_LOG_MS);
 
-static void refused(const char *why)
+static void refused(struct tm_log_gate *g, const char *why)
 {
-    int64_t now = tm_now_ms();
-    long long last = atomic_load(&refused_ms);
-    if (last != 0 && now - last < TM_AMQP_FLEET_LOG_MS)
-        return;
-    if (!atomic_compare_exchange_strong(&refused_ms, &last, now))
-        return;
-    tm_log_warn(TM_AMQP_SRC, "fleet: a message on %s was ignored: %s "
-                "(logged once a minute)", TM_AMQP_FLEET_EXCHANGE, why);
+    unsigned long held = 0;
+    if (tm_log_gate_pass(g, tm_now_ms(), &held))
+        tm_log_warn(TM_AMQP_SRC, "fleet: a message on %s was ignored: %s "
+                    "(%lu more since the last line)", TM_AMQP_FLEET_EXCHANGE,
+                    why, held);
 }
 
 /* table_put records instance's announcement (copied) and returns 1 when
@@ -91,7 +89,7 @@ static int table_put(const char *instance, const char *json, size_t len)
         }
         if (e == NULL) {
             pthread_mutex_unlock(&fleet.mu);
-            refused("the table is full");
+            refused(&serve_gate, "the table is full");
             return 0;
         }
         tm_snprintf(e->instance, sizeof e->instance, "%s", instance);
@@ -357,7 +355,7 @@ static int answer_request(struct tm_amqp_broker *ab,
             0 ||
         env->message.body.len > TM_AMQP_FLEET_BODY_MAX ||
         req_parse(env->message.body.bytes, env->message.body.len, &q) != 0) {
-        refused("a history request without reply_to, correlation_id or a "
+        refused(&serve_gate, "a history request without reply_to, correlation_id or a "
                 "valid body");
         return 0;
     }
@@ -424,14 +422,14 @@ int tm_amqp_fleet_serve(struct tm_broker *b, const char *self,
             char inst[TM_AMQP_SHORTSTR_MAX + 1];
             int rc = 0;
             if (!(p->_flags & AMQP_BASIC_TYPE_FLAG)) {
-                refused("no type");
+                refused(&serve_gate, "no type");
             } else if (bytes_is(p->type, "history-request")) {
                 rc = answer_request(ab, &env, self, answer, ctx);
             } else if (prop(p, AMQP_BASIC_APP_ID_FLAG, p->app_id, inst) != 0) {
-                refused("no app_id naming the daemon");
+                refused(&serve_gate, "no app_id naming the daemon");
             } else if (bytes_is(p->type, "announce")) {
                 if (env.message.body.len > TM_FLEET_ANNOUNCE_MAX)
-                    refused("an announcement over 64 KiB");
+                    refused(&serve_gate, "an announcement over 64 KiB");
                 else if (table_put(inst, env.message.body.bytes,
                                    env.message.body.len) &&
                          strcmp(inst, self) != 0)
@@ -439,7 +437,7 @@ int tm_amqp_fleet_serve(struct tm_broker *b, const char *self,
             } else if (bytes_is(p->type, "leave")) {
                 table_drop(inst);
             } else {
-                refused("an unknown type");
+                refused(&serve_gate, "an unknown type");
             }
             sym_amqp_destroy_envelope(&env);
             if (rc != 0) {
@@ -456,18 +454,8 @@ int tm_amqp_fleet_serve(struct tm_broker *b, const char *self,
         }
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
             r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-            amqp_frame_t f;
-            tv = tm_amqp_tv_ms(0);
-            if (sym_amqp_simple_wait_frame_noblock(c, &f, &tv) !=
-                AMQP_STATUS_OK)
-                continue;
-            if (f.frame_type == AMQP_FRAME_METHOD &&
-                (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                 f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
-                 f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)) {
-                tm_broker_set_error(b, EIO, "fleet: the broker sent %s",
-                                    sym_amqp_method_name(
-                                        f.payload.method.id));
+            if (tm_amqp_frame_ends(c, eb, sizeof eb)) {
+                tm_broker_set_error(b, EIO, "fleet: the broker sent %s", eb);
                 conn_drop();
                 return -1;
             }
@@ -584,12 +572,9 @@ int tm_amqp_fleet_hist_read(struct tm_broker *b, const char *task,
         r = sym_amqp_consume_message(c, &env, &tv, 0);
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-                r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-                amqp_frame_t f;
-                tv = tm_amqp_tv_ms(0);
-                sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
+                r.library_error == AMQP_STATUS_UNEXPECTED_STATE &&
+                !tm_amqp_frame_ends(c, eb, sizeof eb))
                 continue;
-            }
             break; /* the wait is over (timeout) or the connection gone */
         }
         const amqp_basic_properties_t *p = &env.message.properties;
@@ -611,7 +596,7 @@ int tm_amqp_fleet_hist_read(struct tm_broker *b, const char *task,
                             out[i][k] += one[i][k];
                 }
             } else {
-                refused("a history answer that is not one");
+                refused(&read_gate, "a history answer that is not one");
             }
             tm_free(one);
         }

@@ -39,18 +39,17 @@ struct tm_fleet {
     int left;
     int64_t flushed_to;        /* the minute the last flush went up to
                                   (0: none yet) */
-    int64_t logged_ms;
+    struct tm_log_gate gate;   /* failures logged */
     char host[256];
 };
 
 /* fleet_log logs a failure, at most once per TM_FLEET_LOG_MS. */
 static void fleet_log(struct tm_fleet *f, const char *what)
 {
-    int64_t now = tm_now_ms();
-    if (f->logged_ms != 0 && now - f->logged_ms < TM_FLEET_LOG_MS)
-        return;
-    f->logged_ms = now;
-    tm_log_warn(SRC, "%s: %s", what, f->b != NULL ? f->b->errstr : "");
+    unsigned long held = 0;
+    if (tm_log_gate_pass(&f->gate, tm_now_ms(), &held))
+        tm_log_warn(SRC, "%s: %s (%lu more failures since the last line)",
+                    what, f->b != NULL ? f->b->errstr : "", held);
 }
 
 /* fleet_release drops the broker and the generation it borrows from
@@ -290,6 +289,7 @@ void tm_fleet_start(struct tm_daemon *d)
         return;
     struct tm_fleet *f = tm_calloc(1, sizeof *f);
     f->d = d;
+    tm_log_gate_init(&f->gate, 1, TM_FLEET_LOG_MS);
     if (gethostname(f->host, sizeof f->host - 1) != 0)
         tm_snprintf(f->host, sizeof f->host, "unknown");
     pthread_mutex_init(&f->mu, NULL);
@@ -305,15 +305,19 @@ void tm_fleet_start(struct tm_daemon *d)
     d->fleet = f;
 }
 
-void tm_fleet_leave(struct tm_daemon *d)
+/* poke sets *flag (a field of f's under mu) and wakes the thread. */
+static void poke(struct tm_fleet *f, int *flag)
 {
-    struct tm_fleet *f = d->fleet;
-    if (f == NULL)
-        return;
     pthread_mutex_lock(&f->mu);
-    f->leave = 1;
+    *flag = 1;
     pthread_cond_signal(&f->cv);
     pthread_mutex_unlock(&f->mu);
+}
+
+void tm_fleet_leave(struct tm_daemon *d)
+{
+    if (d->fleet != NULL)
+        poke(d->fleet, &d->fleet->leave);
 }
 
 void tm_fleet_stop(struct tm_daemon *d)
@@ -321,10 +325,7 @@ void tm_fleet_stop(struct tm_daemon *d)
     struct tm_fleet *f = d->fleet;
     if (f == NULL)
         return;
-    pthread_mutex_lock(&f->mu);
-    f->stop = 1;
-    pthread_cond_signal(&f->cv);
-    pthread_mutex_unlock(&f->mu);
+    poke(f, &f->stop);
     pthread_join(f->thread, NULL);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);

@@ -6,7 +6,6 @@
 #include "http/api_private.h"
 
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,19 +33,15 @@ struct answer {
 #define FLEET_LOG_MS 60000
 
 /* one log line per FLEET_LOG_MS for refused announcements (any number
- * may be on the broker) */
-static atomic_llong refused_logged_ms;
+ * may be on the broker); the API worker is the one thread that logs them */
+static struct tm_log_gate refused_gate = TM_LOG_GATE(1, FLEET_LOG_MS);
 
 static void refused(const char *why, size_t len)
 {
-    int64_t now = tm_now_ms();
-    long long last = atomic_load(&refused_logged_ms);
-    if (last != 0 && now - last < FLEET_LOG_MS)
-        return;
-    if (!atomic_compare_exchange_strong(&refused_logged_ms, &last, now))
-        return;
-    tm_log_warn(SRC, "fleet: an announcement of %zu bytes was ignored: %s "
-                "(logged once a minute)", len, why);
+    unsigned long held = 0;
+    if (tm_log_gate_pass(&refused_gate, tm_now_ms(), &held))
+        tm_log_warn(SRC, "fleet: an announcement of %zu bytes was ignored: "
+                    "%s (%lu more since the last line)", len, why, held);
 }
 
 /* str_field copies o's string field name (1..FLEET_STR_MAX bytes) into

@@ -52,6 +52,17 @@ static int pipe_run(struct tm_redis *rb, struct tm_redis_cmd *cmds, size_t n)
     return 0;
 }
 
+/* pipe_once runs the n commands, frees their replies and key (the
+ * daemon's key they name), and returns pipe_run's result. */
+static int pipe_once(struct tm_redis *rb, struct tm_redis_cmd *cmds,
+                     size_t n, char *key)
+{
+    int rc = pipe_run(rb, cmds, n);
+    tm_redis_cmds_free(cmds, n);
+    tm_free(key);
+    return rc;
+}
+
 int tm_redis_fleet_announce(struct tm_broker *b, const char *instance,
                             const char *json, size_t len)
 {
@@ -75,10 +86,7 @@ int tm_redis_fleet_announce(struct tm_broker *b, const char *instance,
         {slot, 4, trim, NULL, NULL},
         {slot, 3, exp, NULL, NULL},
     };
-    int rc = pipe_run(rb, cmds, 4);
-    tm_redis_cmds_free(cmds, 4);
-    tm_free(key);
-    return rc;
+    return pipe_once(rb, cmds, 4, key);
 }
 
 int tm_redis_fleet_leave(struct tm_broker *b, const char *instance)
@@ -92,10 +100,7 @@ int tm_redis_fleet_leave(struct tm_broker *b, const char *instance)
         {slot, 2, del, NULL, NULL},
         {slot, 3, zrem, NULL, NULL},
     };
-    int rc = pipe_run(rb, cmds, 2);
-    tm_redis_cmds_free(cmds, 2);
-    tm_free(key);
-    return rc;
+    return pipe_once(rb, cmds, 2, key);
 }
 
 int tm_redis_fleet_list(struct tm_broker *b, char ***out, size_t *n)
