@@ -663,9 +663,9 @@ int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
                        const struct tm_dlq_query *q,
                        struct tm_dlq_entry **out, size_t *n, int *more);
 long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *id);
+                        const char *id, const struct tm_dlq_filter *f);
 long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *id);
+                       const char *id, const struct tm_dlq_filter *f);
 /* ---- depth.c: queue depths for monitoring ---- */
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);

@@ -29,6 +29,32 @@ struct tm_dlq_entry {
 };
 
 /*
+ * struct tm_dlq_filter narrows a task's dead letters to those that match
+ * all of its parts (docs/delivery.md, Searching dead letters): text a
+ * substring of the entry's error or of its body, byte for byte (case
+ * matters, no patterns), and failed_at within [since, until], both
+ * inclusive. A NULL filter, or one with no part set, matches every
+ * entry.
+ */
+struct tm_dlq_filter {
+    const char *text;   /* NULL or "": any text */
+    int64_t since;      /* INT64_MIN: no lower bound (epoch ms) */
+    int64_t until;      /* INT64_MAX: no upper bound (epoch ms) */
+};
+
+/* TM_DLQ_FILTER_ALL is the filter with no part set. */
+#define TM_DLQ_FILTER_ALL {.text = NULL, .since = INT64_MIN, .until = INT64_MAX}
+
+/* tm_dlq_filter_set says whether f has any part set (0 for NULL). */
+int tm_dlq_filter_set(const struct tm_dlq_filter *f);
+
+/* tm_dlq_filter_match says whether an entry with that error (NULL: none),
+ * body (body_len bytes) and failed_at matches f (1 for a NULL f). */
+int tm_dlq_filter_match(const struct tm_dlq_filter *f, const char *error,
+                        const char *body, size_t body_len,
+                        int64_t failed_at);
+
+/*
  * struct tm_dlq_query asks dlq_browse for one page of a task's dead
  * letters, newest first, or for one entry. The bounds hold for what is
  * kept from the broker, not only for what is returned.
@@ -44,6 +70,11 @@ struct tm_dlq_query {
     size_t bytes_max;   /* the page's kept bytes (bodies and errors) stop
                            before exceeding this; the first entry is always
                            kept */
+    const struct tm_dlq_filter *filter; /* NULL: every entry; else only
+                           the entries it matches (on their whole body and
+                           error, before any cut) make the page, and more
+                           says whether a matching one follows. Ignored
+                           with id. */
 };
 
 /* struct tm_broker_node is one node of the broker deployment, as
@@ -213,12 +244,18 @@ struct tm_broker_admin_ops {
     int (*dlq_browse)(struct tm_broker *b, const struct tm_cfg_task *t,
                       const struct tm_dlq_query *q, struct tm_dlq_entry **out,
                       size_t *n, int *more);
-    /* dlq_replay moves one entry (id) or all (id NULL) back to the task's
-     * queue; dlq_purge deletes one or all. Both return the count moved. */
+    /* dlq_replay moves one entry (id) or all (id NULL) that f matches (f
+     * NULL: every one; ignored with id) back to the task's queue;
+     * dlq_purge deletes them. Both return the count this call moved:
+     * each entry is moved by one call only, however many run at once, and
+     * the walk ends at the newest entry there was when it began (one that
+     * fails again is not moved twice). A filtered walk reads the entries
+     * in chunks (Redis) or one pass (RabbitMQ): a round trip per chunk or
+     * message, never per match and pass. */
     long (*dlq_replay)(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *id);
+                       const char *id, const struct tm_dlq_filter *f);
     long (*dlq_purge)(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *id);
+                      const char *id, const struct tm_dlq_filter *f);
 
     /* depth reads, for monitoring, task i's queue depth (messages not yet
      * delivered), pending count (delivered, not acknowledged) and

@@ -46,6 +46,9 @@ struct tm_cli_args {
     const char *delay;         /* --delay DURATION, or NULL */
     const char *at;            /* --at TIME, or NULL */
     const char *dedup_key;     /* --dedup-key KEY, or NULL */
+    const char *grep;          /* dlq: --grep TEXT, or NULL */
+    const char *since;         /* dlq: --since TIME, or NULL */
+    const char *until;         /* dlq: --until TIME, or NULL */
     int yes;                   /* --yes given */
 };
 

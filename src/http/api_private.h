@@ -44,6 +44,8 @@ enum tm_api_state {
 #define TM_API_ID_MAX 128
 /* Longest task name in a path (a longer one cannot be configured). */
 #define TM_API_NAME_MAX 256
+/* Longest ?q= of a dead-letter filter (admin.h TM_ADMIN_DLQ_TEXT_MAX). */
+#define TM_API_Q_MAX 1024
 
 /*
  * struct tm_api_req is one admin API request, MHD's per-request pointer.
@@ -62,6 +64,11 @@ struct tm_api_req {
     char id[TM_API_ID_MAX + 1];         /* "" = all */
     size_t limit;                       /* DLQ_LIST: entries at most */
     char after[TM_API_ID_MAX + 1];      /* DLQ_LIST: ?after=, "" = none */
+    char q[TM_API_Q_MAX + 1];           /* DLQ_LIST, _REPLAY, _PURGE of no
+                                           id: ?q=, "" = any text */
+    int64_t since, until;               /* ... ?since= and ?until= (epoch
+                                           ms), INT64_MIN / INT64_MAX = no
+                                           bound */
     int64_t due_ms;                     /* PUBLISH: not before this (epoch
                                            ms, ?delay= or ?at=); 0 = now */
     char *body;                         /* PUBLISH: the body received */

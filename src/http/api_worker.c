@@ -92,6 +92,7 @@ unsigned tm_api_admin_status(const struct tm_admin_err *e)
     case TM_ADMIN_E_BODY_UTF8:
     case TM_ADMIN_E_BODY_OTHER:
     case TM_ADMIN_E_BODY_JSON:
+    case TM_ADMIN_E_FILTER:
         return 400;
     }
     return 502;
@@ -140,6 +141,8 @@ struct job {
     char id[TM_API_ID_MAX + 1];
     size_t limit;
     char after[TM_API_ID_MAX + 1];   /* DLQ_LIST: "" = from the newest */
+    char q[TM_API_Q_MAX + 1];        /* the dead-letter filter's */
+    struct tm_dlq_filter filter;     /* text is q, or NULL */
     int64_t due_ms;    /* PUBLISH: epoch ms, 0 = now */
     char *body;
     size_t len;
@@ -206,7 +209,8 @@ static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
     size_t n = 0;
     int more = 0;
     struct tm_admin_err err;
-    if (tm_admin_dlq_page(b, t, job->after[0] != '\0' ? job->after : NULL,
+    if (tm_admin_dlq_page(b, t, &job->filter,
+                          job->after[0] != '\0' ? job->after : NULL,
                           job->limit, TM_API_BODY_MAX, TM_API_PAGE_BYTES, &e,
                           &n, &more, &err) != 0) {
         tm_api_admin_error(out, &err);
@@ -334,7 +338,7 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
         int replay = job->op == TM_API_DLQ_REPLAY;
         long n = 0;
         if (tm_admin_dlq_move(b, t, replay ? TM_ADMIN_REPLAY : TM_ADMIN_PURGE,
-                              id, &n, &err) != 0) {
+                              id, &job->filter, &n, &err) != 0) {
             tm_api_admin_error(out, &err);
             break;
         }
@@ -421,6 +425,10 @@ static void *worker_main(void *arg)
         tm_snprintf(job.task, sizeof job.task, "%s", r->task);
         tm_snprintf(job.id, sizeof job.id, "%s", r->id);
         tm_snprintf(job.after, sizeof job.after, "%s", r->after);
+        tm_snprintf(job.q, sizeof job.q, "%s", r->q);
+        job.filter.text = job.q[0] != '\0' ? job.q : NULL;
+        job.filter.since = r->since;
+        job.filter.until = r->until;
         job.body = r->body != NULL ? tm_strndup(r->body, r->len) : NULL;
         r->state = TM_API_RUNNING;
         w->running = r;

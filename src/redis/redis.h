@@ -479,9 +479,9 @@ int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
                         const struct tm_dlq_query *q,
                         struct tm_dlq_entry **out, size_t *n, int *more);
 long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                         const char *id);
+                         const char *id, const struct tm_dlq_filter *f);
 long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *id);
+                        const char *id, const struct tm_dlq_filter *f);
 
 /* ---- dedup.c ---- */
 
