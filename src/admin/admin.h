@@ -1,7 +1,7 @@
 /* admin.h - what an operator runs against the broker, once for both front
  * ends: emit (now, at a time, request/reply), pause and resume, dead
- * letters (list, page, one, replay, purge, count), queue depths and the
- * schedules report. src/cli/ parses arguments and prints; src/http/
+ * letters (list, page, one, replay, purge, count), delayed messages
+ * (list, run now, delete), queue depths and the schedules report. src/cli/ parses arguments and prints; src/http/
  * routes, renders JSON and picks status codes; neither calls the broker
  * seam's produce, admin or pause tables itself.
  *
@@ -43,9 +43,10 @@ enum tm_admin_code {
     TM_ADMIN_E_BODY_UTF8 = 15,   /* not UTF-8 */
     TM_ADMIN_E_BODY_OTHER = 16,  /* JSON, but not an object */
     TM_ADMIN_E_BODY_JSON = 17,   /* not JSON (wrong at byte e->at) */
-    TM_ADMIN_E_FILTER = 18       /* a dead-letter filter that is no
+    TM_ADMIN_E_FILTER = 18,      /* a dead-letter filter that is no
                                     filter (since/until no TIME, text too
                                     long) */
+    TM_ADMIN_E_NO_DELAYED = 19   /* no delayed message with that id */
 };
 
 /* struct tm_admin_err is one operation's failure; msg is always a whole
@@ -212,6 +213,33 @@ int tm_admin_dlq_move(struct tm_broker *b, const struct tm_cfg_task *t,
  * 0, or -1: TM_ADMIN_E_BROKER. */
 int tm_admin_dlq_count(struct tm_broker *b, size_t i, long long *n,
                        struct tm_admin_err *e);
+
+/* ---- delayed messages (delayed.c) ---------------------------------------- */
+
+/* tm_admin_delayed_id_ok checks a delayed message id's syntax: 1 to idmax
+ * printable ASCII characters without spaces (emit's are UUIDs). 1 or 0;
+ * no I/O. */
+int tm_admin_delayed_id_ok(const char *id, size_t idmax);
+
+/* tm_admin_delayed_page returns one page of t's delayed messages, soonest
+ * first: those after the one of id after (NULL: from the soonest), max at
+ * most, a body over body_max bytes cut and flagged, the page's kept bytes
+ * within bytes_max; a new array of *n entries (free with
+ * tm_delayed_entries_free), *more set when later ones follow. 0, or -1:
+ * TM_ADMIN_E_NO_DELAY (the broker cannot list them), _BROKER. */
+int tm_admin_delayed_page(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *after, size_t max, size_t body_max,
+                          size_t bytes_max, struct tm_delayed_entry **out,
+                          size_t *n, int *more, struct tm_admin_err *e);
+
+/* tm_admin_delayed_take runs t's delayed message id now (run_now set: it
+ * enters the task's queue at once, its id and metadata kept) or deletes
+ * it. Of concurrent calls on one id exactly one succeeds. 0, or -1:
+ * TM_ADMIN_E_NO_DELAY, _NO_DELAYED (no such message waits: never there,
+ * due already, or taken by another call), _BROKER. */
+int tm_admin_delayed_take(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *id, int run_now,
+                          struct tm_admin_err *e);
 
 /* ---- queue depths (depth.c) ----------------------------------------------
  * Monitoring reads, on the adapter's own monitoring connection (the

@@ -58,6 +58,17 @@ void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n)
     tm_free(e);
 }
 
+void tm_delayed_entries_free(struct tm_delayed_entry *e, size_t n)
+{
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        tm_free(e[i].id);
+        tm_free(e[i].body);
+    }
+    tm_free(e);
+}
+
 size_t tm_dlq_utf8_cut(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;

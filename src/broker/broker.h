@@ -77,6 +77,19 @@ struct tm_dlq_query {
                            with id. */
 };
 
+/* struct tm_delayed_entry is one delayed message waiting for its time,
+ * as the API's delayed list shows it. Every string is owned by the
+ * entry. */
+struct tm_delayed_entry {
+    char *id;          /* the message id (emit's, or the producer's) */
+    char *body;        /* its JSON text, cut as a dead letter's is */
+    int64_t due_ms;    /* due time, epoch ms */
+    size_t body_len;   /* the stored body's length */
+    int truncated;     /* body cut to body_max */
+};
+
+void tm_delayed_entries_free(struct tm_delayed_entry *e, size_t n);
+
 /* struct tm_broker_node is one node of the broker deployment, as
  * /status and taskmill_broker_node_up show it. */
 struct tm_broker_node {
@@ -256,6 +269,26 @@ struct tm_broker_admin_ops {
                        const char *id, const struct tm_dlq_filter *f);
     long (*dlq_purge)(struct tm_broker *b, const struct tm_cfg_task *t,
                       const char *id, const struct tm_dlq_filter *f);
+
+    /* Delayed messages (docs/delivery.md, Delayed messages), on the same
+     * threads as the dlq_* hooks. delayed_browse returns one page of task
+     * t's delayed messages, soonest first: q->after (the id of a previous
+     * page's last entry, exclusive), q->max, q->body_max and q->bytes_max
+     * as for dlq_browse (q->id and q->filter are ignored), in a new array
+     * of *n entries (free with tm_delayed_entries_free), *more set when
+     * later ones follow. delayed_take takes the delayed message id of t
+     * out of its wait: run_now set, into the task's queue now, as when
+     * its time comes (its id and metadata kept); else deleted. Returns 1
+     * when this call took it, 0 when no such message waits (never there,
+     * due already, or taken by another call: of concurrent calls on one
+     * id exactly one returns 1), -1 on a failure. Both optional: NULL
+     * when the broker cannot list them. */
+    int (*delayed_browse)(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const struct tm_dlq_query *q,
+                          struct tm_delayed_entry **out, size_t *n,
+                          int *more);
+    int (*delayed_take)(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *id, int run_now);
 
     /* depth reads, for monitoring, task i's queue depth (messages not yet
      * delivered), pending count (delivered, not acknowledged) and

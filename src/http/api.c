@@ -151,6 +151,33 @@ static int segment(const char **p, char *out, size_t size)
     return (int)n;
 }
 
+/* delayed_route fills rt for the path p after "tasks/NAME/delayed/":
+ * "" (the list), "ID" (delete) or "ID/run-now". 0, 404 or 405. */
+static unsigned delayed_route(const char *p, int get, int post, int del,
+                              struct route *rt)
+{
+    if (*p == '\0') {
+        rt->op = TM_API_DELAYED_LIST;
+        rt->bodies = 1;
+        rt->allow = "GET, HEAD";
+        return get ? 0 : 405;
+    }
+    if (segment(&p, rt->id, sizeof rt->id) <= 0)
+        return 404;
+    rt->write = 1;
+    if (*p == '\0') {
+        rt->op = TM_API_DELAYED_DELETE;
+        rt->allow = "DELETE";
+        return del ? 0 : 405;
+    }
+    if (strcmp(p, "run-now") == 0) {
+        rt->op = TM_API_DELAYED_RUN;
+        rt->allow = "POST";
+        return post ? 0 : 405;
+    }
+    return 404;
+}
+
 /*
  * parse_route fills rt from the path after API_PREFIX and the method.
  * Returns 0, 404 for a path the API does not have, 405 for a method the
@@ -179,7 +206,7 @@ static unsigned parse_route(const char *path, const char *method,
     const char *p = path + 6;
     if (segment(&p, rt->task, sizeof rt->task) <= 0)
         return 404;
-    /* the rest: "messages", "pause", "resume", "dead-letters",
+    /* the rest: "messages", "pause", "resume", "delayed...", "dead-letters",
      * "dead-letters/replay", "dead-letters/ID", "dead-letters/ID/replay" */
     if (segment(&p, seg, sizeof seg) < 0)
         return 404;
@@ -196,6 +223,8 @@ static unsigned parse_route(const char *path, const char *method,
         rt->allow = "POST";
         return post ? 0 : 405;
     }
+    if (strcmp(seg, "delayed") == 0)
+        return delayed_route(p, get, post, del, rt);
     if (strcmp(seg, "dead-letters") != 0)
         return 404;
     if (*p == '\0') {
@@ -344,10 +373,18 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     int64_t due_ms = 0;
     const char *after = NULL;
     struct tm_dlq_filter filter = TM_DLQ_FILTER_ALL;
+    int delayed = rt.op == TM_API_DELAYED_LIST || rt.op == TM_API_DELAYED_RUN ||
+                  rt.op == TM_API_DELAYED_DELETE;
+    int lists = rt.op == TM_API_DLQ_LIST || rt.op == TM_API_DELAYED_LIST;
     if (!no_task && t == NULL) {
         code = 404;
         tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
-    } else if (rt.id[0] != '\0' &&
+    } else if (rt.id[0] != '\0' && delayed &&
+               !tm_admin_delayed_id_ok(rt.id, TM_API_ID_MAX)) {
+        code = 400;
+        tm_snprintf(msg, sizeof msg, "that is not a delayed message id: "
+                    "printable ASCII without spaces expected");
+    } else if (rt.id[0] != '\0' && !delayed &&
                !tm_admin_dlq_id_ok(kind, rt.id, TM_API_ID_MAX)) {
         code = 400;
         tm_snprintf(msg, sizeof msg, "'%s' is not a dead-letter id of "
@@ -361,17 +398,18 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
         tm_snprintf(msg, sizeof msg, "message bodies are served only with "
                     "http.token set: without it the API shows aggregate "
                     "figures only");
-    } else if (rt.op == TM_API_DLQ_LIST && parse_limit(conn, &limit) != 0) {
+    } else if (lists && parse_limit(conn, &limit) != 0) {
         code = 400;
         tm_snprintf(msg, sizeof msg, "limit: expected a number from 1 to "
                     "%d", TM_API_LIST_MAX);
-    } else if (rt.op == TM_API_DLQ_LIST &&
+    } else if (lists &&
                (after = MHD_lookup_connection_value(
                     conn, MHD_GET_ARGUMENT_KIND, "after")) != NULL &&
-               !tm_admin_dlq_id_ok(kind, after, TM_API_ID_MAX)) {
+               !(delayed ? tm_admin_delayed_id_ok(after, TM_API_ID_MAX)
+                         : tm_admin_dlq_id_ok(kind, after, TM_API_ID_MAX))) {
         code = 400;
-        tm_snprintf(msg, sizeof msg, "after: '%.*s' is not a dead-letter id "
-                    "of this broker", TM_API_ID_MAX, after);
+        tm_snprintf(msg, sizeof msg, "after: that is not a%s id of this "
+                    "broker", delayed ? " delayed message" : " dead-letter");
     } else if (rt.op == TM_API_PUBLISH) {
         code = parse_due(conn, kind, &due_ms, msg, sizeof msg);
     } else if (rt.id[0] == '\0' && (rt.op == TM_API_DLQ_LIST ||
@@ -486,7 +524,8 @@ static void pct_encode(const char *s, char *out, size_t size)
     out[k] = '\0';
 }
 
-/* next_link is the Link header of a dead-letter page that has a next
+/* next_link is the Link header of a dead-letter or delayed page that has
+ * a next
  * one: the same request (its filter too, the times as epoch ms) with
  * after= the page's last entry (RFC 8288, rel="next"), the id and text
  * percent-encoded. Returns a new string. */
@@ -501,9 +540,12 @@ static char *next_link(const struct tm_api_req *r)
     if (r->until != INT64_MAX)
         tm_snprintf(until, sizeof until, "&until=%lld", (long long)r->until);
     /* task names are letters, digits, '_', '.' and '-': safe in a path */
-    return tm_asprintf("<" API_PREFIX "tasks/%s/dead-letters?limit=%zu"
-                       "&after=%s%s%s%s%s>; rel=\"next\"", r->task, r->limit,
-                       id, q[0] != '\0' ? "&q=" : "", q, since, until);
+    return tm_asprintf("<" API_PREFIX "tasks/%s/%s?limit=%zu"
+                       "&after=%s%s%s%s%s>; rel=\"next\"", r->task,
+                       r->op == TM_API_DELAYED_LIST ? "delayed"
+                                                    : "dead-letters",
+                       r->limit, id, q[0] != '\0' ? "&q=" : "", q, since,
+                       until);
 }
 
 enum MHD_Result tm_http_api_answer(struct tm_daemon *d,
