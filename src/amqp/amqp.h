@@ -621,6 +621,12 @@ int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms);
 /* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
  * wait: the largest level not above it, the smallest when it is below. */
 int64_t tm_amqp_delay_level(int64_t left_ms);
+/* tm_amqp_delay_level_at is the kth level (ms), k from 0, -1 past the
+ * last; tm_amqp_delay_name writes the name of t's delay queue of level
+ * ms (at least TM_AMQP_SHORTSTR_MAX + 64 bytes). */
+int64_t tm_amqp_delay_level_at(int k);
+void tm_amqp_delay_name(const struct tm_cfg_task *t, int64_t ms, char *name,
+                        size_t size);
 /* tm_amqp_park_due says whether d must wait (x-not-before after now_ms),
  * with the ms left in *left_ms. */
 int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
@@ -666,6 +672,13 @@ long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
                         const char *id, const struct tm_dlq_filter *f);
 long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                        const char *id, const struct tm_dlq_filter *f);
+/* ---- delayed.c: delayed messages for operators ---- */
+int tm_amqp_delayed_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                           const struct tm_dlq_query *q,
+                           struct tm_delayed_entry **out, size_t *n,
+                           int *more);
+int tm_amqp_delayed_take(struct tm_broker *b, const struct tm_cfg_task *t,
+                         const char *id, int run_now);
 /* ---- depth.c: queue depths for monitoring ---- */
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);

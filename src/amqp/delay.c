@@ -124,6 +124,23 @@ static int delay_declare(struct tm_amqp_publisher *pc,
     return -1;
 }
 
+void tm_amqp_delay_name(const struct tm_cfg_task *t, int64_t ms, char *name,
+                        size_t size)
+{
+    tm_snprintf(name, size, "%s.delay.%lldms", t->queue, (long long)ms);
+    if (strlen(name) > TM_AMQP_SHORTSTR_MAX)
+        tm_snprintf(name, size, "%.200s.%016llx.delay.%lldms", t->queue,
+                    (unsigned long long)tm_amqp_fnv64(
+                        t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
+                    (long long)ms);
+}
+
+int64_t tm_amqp_delay_level_at(int k)
+{
+    return k < 0 || k > TM_AMQP_DELAY_MAX_SHIFT ? -1
+                                                : TM_AMQP_DELAY_MIN_MS << k;
+}
+
 /* delay_queue returns the name of task t's delay queue of level ms,
  * declaring it on first use on this connection (kept in pc->levels with
  * the retry queues; a declared_at of INT64_MAX marks it as never to be
@@ -135,14 +152,7 @@ static const char *delay_queue(struct tm_amqp_publisher *pc,
                                char *buf, size_t size, int *dead)
 {
     char name[TM_AMQP_SHORTSTR_MAX + 64];
-    tm_snprintf(name, sizeof name, "%s.delay.%lldms", t->queue,
-                (long long)ms);
-    if (strlen(name) > TM_AMQP_SHORTSTR_MAX)
-        tm_snprintf(name, sizeof name, "%.200s.%016llx.delay.%lldms",
-                    t->queue,
-                    (unsigned long long)tm_amqp_fnv64(
-                        t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
-                    (long long)ms);
+    tm_amqp_delay_name(t, ms, name, sizeof name);
     struct tm_amqp_level *lv = NULL;
     for (size_t i = 0; i < pc->nlevels && lv == NULL; i++)
         if (strcmp(pc->levels[i].name, name) == 0)

@@ -26,6 +26,8 @@ const char tm_cli_usage[] =
     "       taskmill dlq [-c FILE] show TASK ID\n"
     "       taskmill dlq [-c FILE] (replay | purge) TASK [ID | FILTER] "
     "[--yes]\n"
+    "       taskmill delayed [-c FILE] list TASK | (run-now | delete) TASK "
+    "ID\n"
     "       taskmill (pause | resume) [-c FILE] TASK   stop / restart intake "
     "of TASK\n"
     "                                         on every daemon\n"
@@ -75,7 +77,7 @@ int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
 {
     static const char *const cmds[] = {"run", "check", "emit", "invoke",
                                        "dlq", "pause", "resume",
-                                       "schedules"};
+                                       "schedules", "delayed"};
     memset(a, 0, sizeof *a);
     int i = 1;
     if (i < argc && argv[i][0] != '-') {
