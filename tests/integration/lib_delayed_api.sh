@@ -3,7 +3,8 @@
 # bodies, paging), run-now (runs within about a second, once), delete (never
 # runs), run-now and delete at once on one id (exactly one wins), unknown and
 # hostile ids. The test sets DLY_CONF (task d: journal.so writing JOURNAL,
-# http.token TOKEN) and starts the daemon before dly_run.
+# http.token TOKEN) and calls dly_main, which runs the daemon around
+# dly_run.
 
 DLY_AUTH=(-H "Authorization: Bearer $TOKEN")
 DLY_PATH=/api/v1/tasks/d/delayed
@@ -24,6 +25,17 @@ dly_ids() {
 # dly_ran K: how many times the body {"k":K} ran.
 dly_ran() {
 	grep -c "\"k\":$1}" "$JOURNAL" 2>/dev/null || true
+}
+
+# dly_main: start the daemon on DLY_CONF (wait for /ping), run dly_run,
+# stop the daemon (exit status 0).
+dly_main() {
+	start_daemon "$DLY_CONF"
+	wait_ping
+	dly_run
+	local rc=0
+	stop_daemon || rc=$?
+	assert_eq 0 "$rc" "exit status of the daemon"
 }
 
 dly_run() {

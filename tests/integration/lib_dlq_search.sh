@@ -1,13 +1,13 @@
 # Dead-letter search and filtered bulk actions, the same checks on either
 # broker (test_dlq_search.sh, test_amqp_dlq_search.sh). The test defines,
-# before calling dlqs_run:
+# before calling dlqs_main:
 #   dlqs_seed I ERROR BODY FAILED_AT: write one dead letter of task s, its
 #     origin id o-I (oldest first: I = 1..30 in order);
 #   dlqs_queued: the I of every message on task s's queue (o-I, or the
 #     body's n), one a line, each time it is there;
-# sets DLQS_CONF (its configuration, for the CLI) and starts the daemon
-# (HTTP_PORT, token $TOKEN) with task s paused, so that what is replayed
-# stays on the queue.
+# and sets DLQS_CONF (the daemon's configuration: HTTP_PORT, token $TOKEN;
+# also the CLI's). dlqs_main runs the daemon with task s paused, so that
+# what is replayed stays on the queue.
 
 DLQS_BASE=1764547200000 # 2025-12-01T00:00:00Z
 DLQS_AUTH=(-H "Authorization: Bearer $TOKEN")
@@ -108,6 +108,18 @@ dlqs_act() {
 dlqs_drop() {
 	local i
 	for i in "$@"; do unset "DLQS_LEFT[$i]"; done
+}
+
+# dlqs_main: start the daemon on DLQS_CONF (wait for /ping, pause task s), run dlqs_run,
+# stop the daemon (exit status 0).
+dlqs_main() {
+	start_daemon "$DLQS_CONF"
+	wait_ping
+	expect_code 200 "${DLQS_AUTH[@]}" -X POST /api/v1/tasks/s/pause
+	dlqs_run
+	local rc=0
+	stop_daemon || rc=$?
+	assert_eq 0 "$rc" "exit status of the daemon"
 }
 
 dlqs_run() {

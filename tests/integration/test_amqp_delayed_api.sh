@@ -17,9 +17,4 @@ sed -i "s|^http: { listen: \\(.*\\) }\$|http: { listen: \\1, token: \"$TOKEN\" }
 grep -q 'token:' "$DLY_CONF" || fail "no token in $DLY_CONF"
 . "$TM_SRCDIR/tests/integration/lib_delayed_api.sh"
 
-start_daemon "$DLY_CONF"
-wait_ping
-dly_run
-rc=0
-stop_daemon || rc=$?
-assert_eq 0 "$rc" "exit status of the daemon"
+dly_main

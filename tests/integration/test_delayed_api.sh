@@ -14,9 +14,4 @@ tasks:
 YAML
 . "$TM_SRCDIR/tests/integration/lib_delayed_api.sh"
 
-start_daemon "$DLY_CONF"
-wait_ping
-dly_run
-rc=0
-stop_daemon || rc=$?
-assert_eq 0 "$rc" "exit status of the daemon"
+dly_main

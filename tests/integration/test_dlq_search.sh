@@ -25,10 +25,4 @@ dlqs_queued() {
 	done
 }
 
-start_daemon "$DLQS_CONF"
-wait_ping
-expect_code 200 "${DLQS_AUTH[@]}" -X POST /api/v1/tasks/s/pause
-dlqs_run
-rc=0
-stop_daemon || rc=$?
-assert_eq 0 "$rc" "exit status of the daemon"
+dlqs_main
