@@ -1,5 +1,6 @@
 /* amqp/adapter.c - the RabbitMQ adapter: its vtable and lifecycle. */
 #include "amqp.h"
+#include "amqp/fleet_private.h"
 
 #include <assert.h>
 #include <errno.h>

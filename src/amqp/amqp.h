@@ -1,4 +1,5 @@
-/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/).
+/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/);
+ * over 800 lines: the one header of the adapter's files, in stack order.
  *
  * The files form a one-way stack: each calls only files listed above it
  * (no call or include cycle among them; scripts/check-layers.py).
@@ -22,7 +23,7 @@
  *   delayed.c   delayed messages for operators: list, run now, delete
  *   depth.c     queue depths
  *   schedule.c  schedules: the leader's election, fires
- *   fleet.c     the fleet: announcements, the table, history requests
+ *   fleet.c     the fleet: announcements, history (fleet_private.h)
  *   adapter.c   the vtable, create and destroy
  * A lower layer reports to its owner through callbacks given at init:
  *   struct tm_amqp_link_cbs (link.c -> intake.c): cb_frame (to
@@ -479,11 +480,9 @@ int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
                     int confirm, char *buf, size_t size);
 void tm_amqp_close(amqp_connection_state_t c);
 void tm_amqp_drop(amqp_connection_state_t c);
-/* tm_amqp_frame_ends reads, without waiting, the frame that is not a
- * delivery which amqp_consume_message left on c (it answered
- * AMQP_STATUS_UNEXPECTED_STATE): 1 when it ends the consumer
- * (channel.close, connection.close, basic.cancel), its method's name in
- * buf; 0 for any other (read and dropped) or none. */
+/* tm_amqp_frame_ends reads the frame amqp_consume_message left on c: 1
+ * when it ends the consumer (channel.close, connection.close,
+ * basic.cancel; its name in buf), 0 for another (dropped) or none. */
 int tm_amqp_frame_ends(amqp_connection_state_t c, char *buf, size_t size);
 
 /* ---- confirm.c: waiting for publisher confirms ---- */
@@ -804,20 +803,5 @@ int tm_amqp_sched_last(struct tm_sched_session *ss,
                        const struct tm_cfg_schedule *s, int64_t *slot_ms);
 int tm_amqp_sched_serve(struct tm_sched_session *ss, int64_t timeout_ms);
 void tm_amqp_sched_close(struct tm_sched_session *ss);
-
-/* ---- fleet.c: struct tm_broker_fleet_ops (broker.h) ---- */
-int tm_amqp_fleet_announce(struct tm_broker *b, const char *instance,
-                           const char *json, size_t len);
-int tm_amqp_fleet_leave(struct tm_broker *b, const char *instance);
-int tm_amqp_fleet_list(struct tm_broker *b, char ***out, size_t *n);
-int tm_amqp_fleet_hist_read(struct tm_broker *b, const char *task,
-                            int hourly, int64_t first, size_t n,
-                            uint64_t (*out)[TM_HK_N]);
-int tm_amqp_fleet_serve(struct tm_broker *b, const char *self,
-                        int64_t timeout_ms,
-                        void (*answer)(void *ctx, const char *task,
-                                       int hourly, int64_t first, size_t n,
-                                       uint64_t (*out)[TM_HK_N]),
-                        void *ctx);
 
 #endif /* TASKMILL_AMQP_H */

@@ -7,6 +7,7 @@
  * (src/daemon/fleet.c) owns the connection (announce, leave, serve); the
  * table is the process's, read by list on any thread. */
 #include "amqp/amqp.h"
+#include "amqp/fleet_private.h"
 
 #include <errno.h>
 #include <stdio.h>
