@@ -768,8 +768,7 @@ long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
 long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
                        const char *id);
 /* ---- depth.c: queue depths for monitoring ---- */
-int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
-                  long long *pending, long long *dlq_depth);
+int tm_amqp_depth(struct tm_broker *b, size_t ti, struct tm_broker_depth *out);
 
 /* ---- schedule.c: the election of each schedule's leader, fires ---- */
 struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,
