@@ -357,6 +357,13 @@ char *tm_metrics_render(struct tm_daemon *d, const struct tm_gen *g,
     family(&b, "taskmill_pool_busy", "gauge",
            "Workers running a task now.");
     mb_printf(&b, "taskmill_pool_busy %u\n", pbusy);
+    /* sampled by the main loop (daemon/saturation.c): no I/O here */
+    double sat = tm_daemon_pool_saturation(d);
+    family(&b, "taskmill_pool_saturation", "gauge",
+           "Busy workers over the pool's size, sampled each second and "
+           "averaged over the last 60 s.");
+    if (sat >= 0)
+        mb_printf(&b, "taskmill_pool_saturation %.4f\n", sat);
     {
         /* per task, counted from the pool's list: empty but for runs
          * that never returned */

@@ -58,6 +58,12 @@ void tm_http_add_broker_pool(struct cJSON *j, const struct tm_gen *g)
     cJSON_AddNumberToObject(p, "busy", g->pool != NULL
                                            ? g->pool->ops->busy(g->pool)
                                            : 0);
+    /* busy/size over the last minute; null before the first sample */
+    double sat = tm_daemon_pool_saturation(g->d);
+    if (sat >= 0)
+        cJSON_AddNumberToObject(p, "saturation", round3(sat));
+    else
+        cJSON_AddNullToObject(p, "saturation");
     /* runs settled at their deadline whose code never returned */
     struct tm_pool_stuck *st;
     size_t ns = tm_pool_stuck_runs(g->pool, &st);

@@ -72,7 +72,7 @@ expect_json '.broker | keys == ["connected","kind","node","nodes","url"]' "broke
 expect_json ".broker.node == \"redis://127.0.0.1:$REDIS_PORT/0\" and .broker.nodes == [{\"node\":\"redis://127.0.0.1:$REDIS_PORT/0\",\"up\":true}]" "broker node and nodes"
 expect_json '.broker.kind == "redis" and .broker.connected == true' "broker kind/connected"
 expect_json ".broker.url == \"redis://127.0.0.1:$REDIS_PORT/0\"" "broker url"
-expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy,"stuck":[]}' "pool kind/size, no stuck run"
+expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy,"saturation":.pool.saturation,"stuck":[]}' "pool kind/size, no stuck run"
 expect_json '.pool.busy | type == "number" and . >= 0 and . <= 2' "pool busy"
 expect_json '.tasks | keys == ["add","noop","slow.one"]' "task names"
 for t in add noop slow.one; do
