@@ -76,7 +76,7 @@ rcall EVAL "redis.call('XADD', KEYS[1], '*', 'body',
   '{\"big\":\"' .. string.rep('z', 100000) .. '\"}', 'task', 'rej',
   'error', 'test', 'attempts', '1') return 1" 1 q.console.rej.dlq >/dev/null
 
-browser token "$TOKEN"
+browser token "$TOKEN" "$TEST_DIR/console-token.png"
 stop_daemon
 
 # ---- 2: without a token the page is read-only
