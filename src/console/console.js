@@ -181,6 +181,7 @@ function prettyBody(text) {
 /* ---- the chart: SVG drawn here, no library ---- */
 
 const CH = { w: 600, h: 230, l: 52, r: 12, t: 12, b: 40 };
+const MAX_BARS = 150;
 const SERIES = [['success', 'processed (success)'], ['failed', 'failed']];
 const RANGES = { '1h': 3600e3, '24h': 86400e3, '7d': 7 * 86400e3 };
 
@@ -214,21 +215,39 @@ function clock(ms, range) {
 function drawChart(fig, title, range, hist) {
   const span = RANGES[range];
   const step = (hist && hist.step_seconds) || (range === '7d' ? 3600 : 60);
-  const pts = ((hist && hist.points) || []).map(p => ({
+  const raw = ((hist && hist.points) || []).map(p => ({
     t: toMs(p.t), success: +p.success || 0, failed: +p.failed || 0,
     dead_lettered: +p.dead_lettered || 0, retried: +p.retried || 0,
   })).filter(p => Number.isFinite(p.t)).sort((a, b) => a.t - b.t);
-  const any = pts.some(p => p.success || p.failed || p.dead_lettered ||
+  const any = raw.some(p => p.success || p.failed || p.dead_lettered ||
                             p.retried);
-  const t1 = pts.length ? Math.max(pts[pts.length - 1].t, Date.now() - 60e3)
-    : Date.now();
+  const t1 = Math.max(Date.now(), raw.length ? raw[raw.length - 1].t : 0);
   const t0 = t1 - span;
-  const max = niceMax(Math.max(0, ...pts.map(p => Math.max(p.success,
-                                                           p.failed))));
+  /* at most MAX_BARS points across: the API's steps are summed into
+   * buckets of k steps (24 h of minutes: 10 minutes each) */
+  const k = Math.max(1, Math.ceil(span / (step * 1000) / MAX_BARS));
+  const bucket = k * step * 1000;
+  const inRange = raw.filter(p => p.t >= t0);
+  const shown = k === 1 ? inRange : [];
+  for (const p of k === 1 ? [] : inRange) {
+    const b = t0 + Math.floor((p.t - t0) / bucket) * bucket;
+    let q = shown[shown.length - 1];
+    if (!q || q.t !== b) {
+      q = { t: b, success: 0, failed: 0, dead_lettered: 0, retried: 0 };
+      shown.push(q);
+    }
+    for (const f of ['success', 'failed', 'dead_lettered', 'retried'])
+      q[f] += p[f];
+  }
+  const max = niceMax(Math.max(0, ...shown.map(p => Math.max(p.success,
+                                                             p.failed))));
   const pw = CH.w - CH.l - CH.r, ph = CH.h - CH.t - CH.b;
   const X = t => CH.l + Math.max(0, Math.min(1, (t - t0) / span)) * pw;
   const Y = v => CH.t + ph - (v / max) * ph;
-  const per = step >= 3600 ? 'hour' : step >= 60 ? 'minute' : step + ' s';
+  const secs = k * step;
+  const per = secs % 3600 === 0 ? (secs === 3600 ? 'hour' : secs / 3600 + ' hours')
+    : secs % 60 === 0 ? (secs === 60 ? 'minute' : secs / 60 + ' minutes')
+    : secs + ' s';
 
   fig.replaceChildren();
   fig.dataset.state = !hist ? 'unavailable' : any ? 'data' : 'empty';
@@ -267,7 +286,6 @@ function drawChart(fig, title, range, hist) {
                               class: 'axis-title',
                               transform: `rotate(-90 12 ${CH.t + ph / 2})` },
                     'count per ' + per));
-  const shown = pts.filter(p => p.t >= t0);
   if (any) {
     for (const [key] of SERIES) {
       const d = shown.map((p, i) => (i ? 'L' : 'M') + X(p.t).toFixed(1) +
@@ -723,7 +741,8 @@ function renderMessage(kind, task, m) {
   }
   const tid = traceId(m.traceparent);
   if (tid) dl.append(el('dt', 'trace id'), el('dd', tid, 'meta-trace-id'));
-  $('msg-error').textContent = m.error || '–';
+  $('msg-error').textContent = m.error || '';
+  $('msg-error-box').hidden = !m.error;
   const extra = $('msg-extra');
   extra.replaceChildren();
   for (const k of ['progress', 'result']) {
@@ -739,7 +758,7 @@ function renderMessage(kind, task, m) {
 
 /* loadMessage shows the route's message: a dead letter from its own URL;
  * another message from .../messages/ID where the daemon has it, else
- * found among the dead letters or the delayed messages. */
+ * found among the delayed messages or the dead letters. */
 async function loadMessage() {
   const { task, id, kind } = state.route;
   const base = '#/tasks/' + encodeURIComponent(task);
@@ -761,14 +780,15 @@ async function loadMessage() {
     } else {
       m = await optional('message', taskPath(task, '/messages/' + enc));
       if (!m) {
+        const l = await optional('delayed', taskPath(task, '/delayed'));
+        m = (l || []).find(x => x.id === id) || null;
+        if (m) k = 'delayed';
+      }
+      if (!m) {
         try {
           m = await api('GET', taskPath(task, '/dead-letters/' + enc));
           k = 'dlq';
         } catch (e) { m = null; }
-      }
-      if (!m) {
-        const l = await optional('delayed', taskPath(task, '/delayed'));
-        m = (l || []).find(x => x.id === id) || null;
       }
     }
     if (!m) throw new Error('message ' + id + ' not found, or not ' +

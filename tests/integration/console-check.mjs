@@ -424,6 +424,8 @@ try {
   }
   if (problems.length) fail(problems.join('; '));
   ok('no console error, no failed request');
+} catch (e) {
+  fail('exception: ' + e.stack);
 } finally {
   await browser.close();
 }

@@ -1,0 +1,51 @@
+# The console's views in a real browser (Debian's chromium, headless,
+# puppeteer-core: console-views.mjs) against a daemon with four tasks and
+# http.token: the tasks table fits 1280x800 without horizontal scrolling
+# and shows Pause at 1280, 1400 and 1920 px; the dashboard charts the
+# fleet's history (lines, axes, values on hover and by keyboard); a task's
+# page, the daemons table, delayed messages (run now, delete, a page per
+# message) and a dead-letter search with its bulk replay. The endpoints a
+# daemon may not have yet (history, daemons, delayed, the search) are
+# answered in the browser from fixtures of the documented contract; no
+# request leaves the daemon's origin. Screenshots stay in the test's
+# directory (dashboard.png, daemons.png, message.png).
+. "$TM_SRCDIR/tests/integration/lib_http.sh"
+need_tools jq curl node
+CHROMIUM=${TM_CHROMIUM:-/usr/bin/chromium}
+[[ -x $CHROMIUM ]] || skip "chromium not found; run scripts/install-deps.sh"
+[[ -f $TMH_NODE_DIR/node_modules/puppeteer-core/package.json ]] ||
+	skip "puppeteer-core not installed in tests/integration/node_modules; run scripts/install-deps.sh"
+export TM_CHROMIUM=$CHROMIUM
+# Chromium keeps its profile and crash files under HOME
+export HOME=$TEST_DIR/home
+mkdir -p "$HOME"
+
+TOKEN='console-T0ken'
+CONF=$TEST_DIR/views.yaml
+write_http_config "$CONF" token="$TOKEN" <<YAML
+tasks:
+  add: { plugin: add.so, queue: q.views.add }
+  rej: { plugin: fail.so, queue: q.views.rej, on_error: reject }
+  resize-thumbnails: { plugin: add.so, queue: q.views.resize }
+  send-welcome-email: { plugin: fail.so, queue: q.views.mail, on_error: reject }
+YAML
+start_daemon "$CONF"
+wait_ping
+AUTH=(-H "Authorization: Bearer $TOKEN")
+for i in 1 2 3; do
+	expect_code 201 "${AUTH[@]}" -X POST -d "{\"a\":$i,\"b\":1}" /api/v1/tasks/add/messages
+	expect_code 201 "${AUTH[@]}" -X POST -d "{\"a\":$i,\"b\":2}" /api/v1/tasks/resize-thumbnails/messages
+done
+expect_code 201 "${AUTH[@]}" -X POST -d '{"mode":"reject"}' /api/v1/tasks/send-welcome-email/messages
+wait_metric taskmill_dead_letter_total 'task="send-welcome-email"' 1 30
+
+rc=0
+timeout -k 5 90 node "$TMH_NODE_DIR/console-views.mjs" \
+	"http://127.0.0.1:$HTTP_PORT" "$TOKEN" "$TEST_DIR" \
+	>"$TEST_DIR/browser.views.log" 2>&1 || rc=$?
+sed 's/^/# browser: /' "$TEST_DIR/browser.views.log" >&2
+((rc == 0)) || fail "console-views.mjs failed (status $rc): $(grep -m1 FAIL "$TEST_DIR/browser.views.log" || true)"
+[[ -s $TEST_DIR/dashboard.png ]] || fail "no screenshot in $TEST_DIR/dashboard.png"
+rc=0
+stop_daemon || rc=$?
+assert_eq 0 "$rc" "daemon exit status after SIGTERM"
