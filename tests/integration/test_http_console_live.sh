@@ -1,13 +1,14 @@
 # The console's live controls in a real browser (Debian's chromium,
 # headless, puppeteer-core: console-check.mjs live), against a daemon with
 # two tasks, a schedule and http.token, strictly (no console error, no
-# failed request): the schedules table shows the configured schedule with
-# its next slot as /api/v1/schedules gives it; Pause in the page stops the
+# failed request): the schedules view (#/schedules) shows the configured
+# schedule with its next slot as /api/v1/schedules gives it; Pause in the page stops the
 # task's intake (its queue grows while messages are published, shown in
 # the page) and Resume, pressed by keyboard, drains it; a message sent from
 # the form with a delay shows in the Scheduled column and runs only after
 # its delay. A screenshot of the page with live figures goes to the build
-# directory (console.png; docs/console.png is a copy).
+# directory (console.png). (docs/console.png is test_http_console_views.sh's
+# dashboard.png.)
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 need_tools jq curl node
 CHROMIUM=${TM_CHROMIUM:-/usr/bin/chromium}
