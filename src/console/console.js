@@ -151,10 +151,10 @@ function pick(o, keys) {
   return undefined;
 }
 
-/* row appends a row to table's body: the first cell a row header, each
- * cell labelled with its column's header for the narrow layout. Cells
- * are text, a Node, or [content, class]. */
-function row(table, cells, data) {
+/* row appends a row to table's body (or to into): the first cell a row
+ * header, each cell labelled with its column's header for the narrow
+ * layout. Cells are text, a Node, or [content, class]. */
+function row(table, cells, data, into) {
   const heads = Array.from(table.tHead.rows[0].cells).map(c => c.textContent);
   const tr = el('tr');
   Object.assign(tr.dataset, data || {});
@@ -167,7 +167,7 @@ function row(table, cells, data) {
     else cell.textContent = fmt(content);
     tr.appendChild(cell);
   });
-  table.tBodies[0].appendChild(tr);
+  (into || table.tBodies[0]).appendChild(tr);
   return tr;
 }
 
@@ -402,12 +402,15 @@ function outcomesText(t) {
     .map(([k, n]) => k + ' ' + n).join(', ') || '–';
 }
 
+/* renderTasks rebuilds the rows, and puts in the page only those that
+ * changed (a row the pointer or a click is on stays while its figures
+ * do); a focused button or link of a changed row keeps the focus. */
 function renderTasks(j) {
   const table = $('tasks');
-  /* the rows are rebuilt; a focused button or link keeps the focus */
+  const body = table.tBodies[0];
   const f = document.activeElement;
   const keep = f && table.contains(f) ? f.dataset.focus : null;
-  table.tBodies[0].replaceChildren();
+  const fresh = document.createElement('tbody');
   for (const t of j.tasks) {
     const name = link(t.name, '#/tasks/' + encodeURIComponent(t.name));
     name.dataset.focus = 'name ' + t.name;
@@ -422,9 +425,16 @@ function renderTasks(j) {
                 [t.pending, 'pending'], [t.scheduled, 'scheduled'],
                 [dead, 'dead'], [outcomesText(t), 'outcomes'],
                 [t.circuit, 'circuit'], [pauseCell(t), 'intake']],
-        { task: t.name });
+        { task: t.name }, fresh);
   }
-  if (keep) {
+  const rows = Array.from(fresh.rows);
+  rows.forEach((tr, i) => {
+    const old = body.rows[i];
+    if (!old) body.appendChild(tr);
+    else if (old.outerHTML !== tr.outerHTML) old.replaceWith(tr);
+  });
+  while (body.rows.length > rows.length) body.deleteRow(-1);
+  if (keep && !table.contains(document.activeElement)) {
     const again = Array.from(table.querySelectorAll('[data-focus]'))
       .find(e => e.dataset.focus === keep);
     if (again) again.focus();
@@ -873,15 +883,22 @@ async function delayedAction(method, suffix, question) {
 
 /* ---- daemons ---- */
 
+/* load resolves to what get does; on an error it shows the error in the
+ * status line (after what) and resolves to undefined. */
+async function load(status, what, get) {
+  try {
+    return await get();
+  } catch (e) {
+    $(status).textContent = what + ': ' + e.message;
+    return undefined;
+  }
+}
+
 async function loadDaemons() {
   const table = $('daemons');
-  let j;
-  try {
-    j = await optional('daemons', '/api/v1/daemons');
-  } catch (e) {
-    $('daemons-status').textContent = 'Daemons: ' + e.message;
-    return;
-  }
+  const j = await load('daemons-status', 'Daemons',
+                       () => optional('daemons', '/api/v1/daemons'));
+  if (j === undefined) return;
   if (j === null) {
     table.hidden = true;
     $('daemons-status').textContent = 'The list of daemons is not ' +
@@ -908,13 +925,9 @@ async function loadDaemons() {
 /* ---- schedules ---- */
 
 async function loadSchedules() {
-  let list;
-  try {
-    list = await api('GET', '/api/v1/schedules');
-  } catch (e) {
-    $('sched-status').textContent = 'Schedules: ' + e.message;
-    return;
-  }
+  const list = await load('sched-status', 'Schedules',
+                          () => api('GET', '/api/v1/schedules'));
+  if (list === undefined) return;
   const rows = Array.isArray(list) ? list : [];
   const table = $('schedules');
   table.tBodies[0].replaceChildren();

@@ -9,16 +9,7 @@
 # answered in the browser from fixtures of the documented contract; no
 # request leaves the daemon's origin. Screenshots stay in the test's
 # directory (dashboard.png, daemons.png, message.png).
-. "$TM_SRCDIR/tests/integration/lib_http.sh"
-need_tools jq curl node
-CHROMIUM=${TM_CHROMIUM:-/usr/bin/chromium}
-[[ -x $CHROMIUM ]] || skip "chromium not found; run scripts/install-deps.sh"
-[[ -f $TMH_NODE_DIR/node_modules/puppeteer-core/package.json ]] ||
-	skip "puppeteer-core not installed in tests/integration/node_modules; run scripts/install-deps.sh"
-export TM_CHROMIUM=$CHROMIUM
-# Chromium keeps its profile and crash files under HOME
-export HOME=$TEST_DIR/home
-mkdir -p "$HOME"
+. "$TM_SRCDIR/tests/integration/lib_console.sh"
 
 TOKEN='console-T0ken'
 CONF=$TEST_DIR/views.yaml
@@ -39,13 +30,7 @@ done
 expect_code 201 "${AUTH[@]}" -X POST -d '{"mode":"reject"}' /api/v1/tasks/send-welcome-email/messages
 wait_metric taskmill_dead_letter_total 'task="send-welcome-email"' 1 30
 
-rc=0
-timeout -k 5 90 node "$TMH_NODE_DIR/console-views.mjs" \
-	"http://127.0.0.1:$HTTP_PORT" "$TOKEN" "$TEST_DIR" \
-	>"$TEST_DIR/browser.views.log" 2>&1 || rc=$?
-sed 's/^/# browser: /' "$TEST_DIR/browser.views.log" >&2
-((rc == 0)) || fail "console-views.mjs failed (status $rc): $(grep -m1 FAIL "$TEST_DIR/browser.views.log" || true)"
+console_browser views 90 console-views.mjs "http://127.0.0.1:$HTTP_PORT" "$TOKEN" \
+	"$TEST_DIR"
 [[ -s $TEST_DIR/dashboard.png ]] || fail "no screenshot in $TEST_DIR/dashboard.png"
-rc=0
-stop_daemon || rc=$?
-assert_eq 0 "$rc" "daemon exit status after SIGTERM"
+console_stop
