@@ -64,7 +64,7 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
     ab->nnodes = cfg->nnodes;
     assert(ab->nnodes >= 1);
     atomic_init(&ab->base.node, (int)(tm_rand64() % ab->nnodes));
-    tm_amqp_publisher_init(&ab->pub, ab);
+    tm_amqp_settle_init(ab);
     for (size_t i = 0; i < cfg->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         at->ab = ab;
@@ -72,7 +72,7 @@ static struct tm_broker *ab_create(const struct tm_cfg *cfg)
         at->index = i;
         at->counted_down = 1;
     }
-    if (tm_amqp_links_init(ab) != 0) {
+    if (tm_amqp_intake_init(ab) != 0) {
         ab_destroy(&ab->base);
         return NULL;
     }
@@ -84,13 +84,8 @@ static void ab_destroy(struct tm_broker *b)
     if (b == NULL)
         return;
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
-    /* what settlement is left is still done before leaving: copies
-     * confirmed (unless publishing is blocked), then their originals */
-    tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
-    tm_amqp_settle_originals(ab, &ab->done);
-    tm_amqp_publisher_close(&ab->pub);
-    tm_free(ab->done.v);
-    tm_amqp_links_close(ab);
+    tm_amqp_settle_close(ab);
+    tm_amqp_intake_close(ab);
     for (size_t i = 0; i < ab->ntasks; i++) {
         struct tm_amqp_task *at = &ab->tasks[i];
         tm_free(at->acks.above);

@@ -57,8 +57,7 @@ int tm_amqp_cli_declare(struct tm_amqp_broker *ab,
 /* struct tm_amqp_cli_wait is what the CLI waits for: a publisher
  * confirm, and the reply to a request. */
 struct tm_amqp_cli_wait {
-    uint64_t seq;          /* 0: no confirm awaited */
-    int confirm;           /* TM_AMQP_WAITING, TM_AMQP_ACKED, TM_AMQP_NACKED */
+    struct tm_amqp_confirm conf; /* seq 0: no confirm awaited */
     int returned;
     char ret_text[128];
     const char *corr;      /* NULL: no reply awaited */
@@ -66,105 +65,91 @@ struct tm_amqp_cli_wait {
     char outcome[32];      /* its x-outcome header */
 };
 
+/* struct cli_waiting is a cli_wait under way. */
+struct cli_waiting {
+    amqp_connection_state_t c;
+    struct tm_amqp_cli_wait *w;
+    char *buf;
+    size_t size;
+};
+
+/* cb_cli_frame takes a frame of the CLI connection into w: confirms,
+ * returns, the reply to a request. */
+static int cb_cli_frame(void *arg, const amqp_frame_t *f)
+{
+    struct cli_waiting *cw = arg;
+    struct tm_amqp_cli_wait *w = cw->w;
+    tm_amqp_confirm_note(&w->conf, f);
+    if (f->frame_type != AMQP_FRAME_METHOD)
+        return 0; /* the content of a returned message */
+    if (tm_amqp_closed_why(f, cw->buf, cw->size))
+        return -1;
+    const amqp_method_t *m = &f->payload.method;
+    if (m->id == AMQP_BASIC_RETURN_METHOD) {
+        const amqp_basic_return_t *x = m->decoded;
+        w->returned = 1;
+        tm_snprintf(w->ret_text, sizeof w->ret_text, "%u %.*s",
+                    x->reply_code, (int)x->reply_text.len,
+                    (const char *)x->reply_text.bytes);
+        return 0;
+    }
+    if (m->id != AMQP_BASIC_DELIVER_METHOD)
+        return 0;
+    amqp_message_t msg;
+    amqp_rpc_reply_t r = sym_amqp_read_message(cw->c, f->channel, &msg, 0);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        char eb[256];
+        tm_snprintf(cw->buf, cw->size, "reading a reply: %s",
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    const amqp_basic_properties_t *p = &msg.properties;
+    if (w->corr != NULL && w->reply == NULL &&
+        (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) &&
+        p->correlation_id.len == strlen(w->corr) &&
+        memcmp(p->correlation_id.bytes, w->corr, p->correlation_id.len) ==
+            0) {
+        w->reply = tm_amqp_bytes_dup(msg.body);
+        char *o = NULL;
+        if (p->_flags & AMQP_BASIC_HEADERS_FLAG)
+            o = tm_amqp_field_str(
+                tm_amqp_table_get(&p->headers, "x-outcome"));
+        tm_snprintf(w->outcome, sizeof w->outcome, "%s",
+                    o != NULL ? o : "success");
+        tm_free(o);
+    }
+    sym_amqp_destroy_message(&msg);
+    return 0;
+}
+
+/* cb_cli_step says whether w is satisfied. */
+static int cb_cli_step(void *arg)
+{
+    const struct tm_amqp_cli_wait *w = ((const struct cli_waiting *)arg)->w;
+    return (w->conf.seq == 0 || w->conf.state != TM_AMQP_WAITING) &&
+           (w->corr == NULL || w->reply != NULL);
+}
+
 /* cli_wait reads frames until w is satisfied or deadline (monotonic ms)
- * passes. Returns 0, or -1 (b->err ETIMEDOUT on a timeout). */
+ * passes. Returns 0, or -1 (b->err ETIMEDOUT on a timeout; after any
+ * other failure the CLI connection is closed). */
 static int cli_wait(struct tm_amqp_broker *ab, int64_t deadline,
                     struct tm_amqp_cli_wait *w)
 {
-    amqp_connection_state_t c = ab->cli;
-    for (;;) {
-        if ((w->seq == 0 || w->confirm != TM_AMQP_WAITING) &&
-            (w->corr == NULL || w->reply != NULL))
-            return 0;
-        int64_t left = deadline - tm_now_ms();
-        if (left <= 0) {
-            tm_broker_set_error(&ab->base, ETIMEDOUT, "timed out");
-            return -1;
-        }
-        struct timeval tv = tm_amqp_tv_ms(left);
-        amqp_frame_t f;
-        int rc = sym_amqp_simple_wait_frame_noblock(c, &f, &tv);
-        if (rc == AMQP_STATUS_TIMEOUT)
-            continue;
-        if (rc != AMQP_STATUS_OK) {
-            tm_broker_set_error(&ab->base, EIO, "%s",
-                                sym_amqp_error_string2(rc));
-            tm_amqp_cli_lost(ab);
-            return -1;
-        }
-        if (f.frame_type != AMQP_FRAME_METHOD)
-            continue; /* the content of a returned message */
-        const amqp_method_t *m = &f.payload.method;
-        switch (m->id) {
-        case AMQP_BASIC_ACK_METHOD: {
-            const amqp_basic_ack_t *x = m->decoded;
-            if (f.channel == TM_AMQP_CLI_PUB &&
-                (x->delivery_tag == w->seq ||
-                 (x->multiple && x->delivery_tag >= w->seq)))
-                w->confirm = TM_AMQP_ACKED;
-            break;
-        }
-        case AMQP_BASIC_NACK_METHOD: {
-            const amqp_basic_nack_t *x = m->decoded;
-            if (f.channel == TM_AMQP_CLI_PUB &&
-                (x->delivery_tag == w->seq ||
-                 (x->multiple && x->delivery_tag >= w->seq)))
-                w->confirm = TM_AMQP_NACKED;
-            break;
-        }
-        case AMQP_BASIC_RETURN_METHOD: {
-            const amqp_basic_return_t *x = m->decoded;
-            w->returned = 1;
-            tm_snprintf(w->ret_text, sizeof w->ret_text, "%u %.*s",
-                        x->reply_code, (int)x->reply_text.len,
-                        (const char *)x->reply_text.bytes);
-            break;
-        }
-        case AMQP_BASIC_DELIVER_METHOD: {
-            amqp_message_t msg;
-            amqp_rpc_reply_t r = sym_amqp_read_message(c, f.channel, &msg, 0);
-            if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-                char eb[256];
-                tm_broker_set_error(&ab->base, EIO, "reading a reply: %s",
-                                    tm_amqp_strerror(r, eb, sizeof eb));
-                tm_amqp_cli_lost(ab);
-                return -1;
-            }
-            const amqp_basic_properties_t *p = &msg.properties;
-            if (w->corr != NULL && w->reply == NULL &&
-                (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) &&
-                p->correlation_id.len == strlen(w->corr) &&
-                memcmp(p->correlation_id.bytes, w->corr,
-                       p->correlation_id.len) == 0) {
-                w->reply = tm_amqp_bytes_dup(msg.body);
-                char *o = NULL;
-                if (p->_flags & AMQP_BASIC_HEADERS_FLAG)
-                    o = tm_amqp_field_str(
-                        tm_amqp_table_get(&p->headers, "x-outcome"));
-                tm_snprintf(w->outcome, sizeof w->outcome, "%s",
-                            o != NULL ? o : "success");
-                tm_free(o);
-            }
-            sym_amqp_destroy_message(&msg);
-            break;
-        }
-        case AMQP_CHANNEL_CLOSE_METHOD:
-        case AMQP_CONNECTION_CLOSE_METHOD: {
-            amqp_rpc_reply_t r;
-            memset(&r, 0, sizeof r);
-            r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
-            r.reply = *m;
-            char eb[256];
-            tm_broker_set_error(&ab->base, EIO, "%s",
-                                tm_amqp_strerror(r, eb, sizeof eb));
-            tm_amqp_cli_lost(ab);
-            return -1;
-        }
-        default:
-            break;
-        }
-        sym_amqp_maybe_release_buffers(c);
+    char eb[512];
+    struct cli_waiting cw = {.c = ab->cli, .w = w, .buf = eb,
+                             .size = sizeof eb};
+    int rc = tm_amqp_confirm_wait(ab->cli, deadline, cb_cli_frame,
+                                  cb_cli_step, &cw, eb, sizeof eb);
+    if (rc == 0)
+        return 0;
+    if (rc > 0) {
+        tm_broker_set_error(&ab->base, ETIMEDOUT, "timed out");
+        return -1;
     }
+    tm_broker_set_error(&ab->base, EIO, "%s", eb);
+    tm_amqp_cli_lost(ab);
+    return -1;
 }
 
 /* tm_amqp_cli_publish publishes on the CLI's confirm channel through the
@@ -192,15 +177,16 @@ int tm_amqp_cli_publish(struct tm_amqp_broker *ab, const char *rk,
         tm_amqp_cli_lost(ab);
         return -1;
     }
-    w->seq = ++ab->cli_seq;
-    w->confirm = TM_AMQP_WAITING;
+    w->conf.ch = TM_AMQP_CLI_PUB;
+    w->conf.seq = ++ab->cli_seq;
+    w->conf.state = TM_AMQP_WAITING;
     if (cli_wait(ab, deadline, w) != 0) {
-        if (ab->base.err == ETIMEDOUT && w->confirm == TM_AMQP_WAITING)
+        if (ab->base.err == ETIMEDOUT && w->conf.state == TM_AMQP_WAITING)
             tm_broker_set_error(&ab->base, ETIMEDOUT, "no publisher "
                                 "confirm from RabbitMQ in time");
         return -1;
     }
-    if (w->confirm == TM_AMQP_NACKED) {
+    if (w->conf.state == TM_AMQP_NACKED) {
         tm_broker_set_error(&ab->base, EIO, "RabbitMQ refused the message "
                             "(basic.nack)");
         return -1;
@@ -341,7 +327,7 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
     int rc = tm_amqp_cli_publish(ab, t->queue, &p, body, len, &w,
                                  cdeadline < deadline ? cdeadline : deadline);
     tm_free(rq);
-    if (rc != 0 && !(b->err == ETIMEDOUT && w.confirm == TM_AMQP_ACKED)) {
+    if (rc != 0 && !(b->err == ETIMEDOUT && w.conf.state == TM_AMQP_ACKED)) {
         tm_free(w.reply);
         return -1;
     }

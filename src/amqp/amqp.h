@@ -1,4 +1,35 @@
-/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/). */
+/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/).
+ *
+ * The files form a one-way stack: each calls only files listed above it
+ * (no call or include cycle among them; scripts/check-layers.py).
+ *   rmq_dl.c    rabbitmq-c, opened at run time (the sym_ pointers)
+ *   nodes.c     the cluster's nodes: where a new connection goes
+ *   props.c     properties, header tables, ids
+ *   conn.c      connections, channels, errors
+ *   topology.c  declarations: task, retry, delay and pause queues
+ *   confirm.c   the one loop that waits for publisher confirms
+ *   link.c      a consuming connection: socket, frames, channels
+ *   acks.c      a task channel's ack floor, acks held back
+ *   delivery.c  deliveries assembled from a task channel's frames
+ *   pause.c     the pause state: control queues, notices
+ *   intake.c    owner of the links: consumers, the lanes
+ *   copies.c    the messages a settlement publishes
+ *   publish.c   the publishing connection, records until confirmed
+ *   delay.c     delay levels; parked deliveries into delay copies
+ *   settle.c    settlement, the settle thread's upkeep (tick)
+ *   admin.c     the CLI's connection: publish, request
+ *   dlq.c       dead letters: list, browse, replay, purge
+ *   depth.c     queue depths
+ *   schedule.c  schedules: the leader's election, fires
+ *   adapter.c   the vtable, create and destroy
+ * A lower layer reports to its owner through callbacks given at init:
+ *   struct tm_amqp_link_cbs (link.c -> intake.c): cb_frame (to
+ *     delivery.c), cb_opened (to pause.c), cb_reset (intake.c);
+ *   tm_amqp_publisher.cb_copied (publish.c -> settle.c): a record whose
+ *     copies are confirmed, its original to be acknowledged.
+ * tm_amqp_confirm_wait takes its caller's own cb_frame and cb_step (a
+ * visitor: the caller is the higher layer, no call edge is hidden).
+ */
 #ifndef TASKMILL_AMQP_H
 #define TASKMILL_AMQP_H
 
@@ -272,6 +303,11 @@ struct tm_amqp_broker;
  */
 struct tm_amqp_publisher {
     struct tm_amqp_broker *ab;
+    /* its owner's (settle.c): takes each record whose copies are all
+     * confirmed (or that publishes none), for its original to be
+     * acknowledged */
+    void (*cb_copied)(void *arg, struct tm_amqp_rec *r);
+    void *cb_arg;
     const struct tm_url *node;    /* the node it publishes to, while up */
     amqp_connection_state_t conn; /* NULL while down */
     uint64_t gen;                 /* connection generation, from 1 */
@@ -310,8 +346,11 @@ struct tm_amqp_publisher {
  * busy task cannot hold up another's deliveries beyond what its own
  * prefetch window lets the broker send.
  */
+struct tm_amqp_link_cbs;
+
 struct tm_amqp_link {
     struct tm_amqp_broker *ab;
+    const struct tm_amqp_link_cbs *cbs; /* its owner's (intake.c) */
     size_t index;                 /* the lane */
     struct tm_amqp_task **tasks;  /* task k on channel TM_AMQP_CH_TASK0 + k */
     size_t ntasks;
@@ -439,6 +478,36 @@ int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
 void tm_amqp_close(amqp_connection_state_t c);
 void tm_amqp_drop(amqp_connection_state_t c);
 
+/* ---- confirm.c: waiting for publisher confirms ---- */
+/* struct tm_amqp_confirm is one publish waited for on a confirm channel:
+ * its confirm number there (0: none awaited) and what the broker said. */
+struct tm_amqp_confirm {
+    amqp_channel_t ch;
+    uint64_t seq;
+    int state; /* TM_AMQP_WAITING, TM_AMQP_ACKED, TM_AMQP_NACKED */
+};
+/* tm_amqp_confirm_covers says whether a basic.ack or basic.nack of tag
+ * (multiple: every number up to it) answers publish number seq (0: none,
+ * never answered). */
+int tm_amqp_confirm_covers(uint64_t seq, uint64_t tag, int multiple);
+/* tm_amqp_confirm_note applies frame f to w when it is w's confirm. */
+void tm_amqp_confirm_note(struct tm_amqp_confirm *w, const amqp_frame_t *f);
+/* tm_amqp_closed_why says whether f is a channel.close or
+ * connection.close from the broker, and writes its reason to buf. */
+int tm_amqp_closed_why(const amqp_frame_t *f, char *buf, size_t size);
+/* tm_amqp_confirm_wait is the one loop that waits for confirms on c: it
+ * hands every frame that arrived to cb_frame (0, or -1: the wait fails,
+ * the reason written by cb_frame), then asks cb_step whether the wait is
+ * over (1), goes on (0) or failed (-1, its reason written by it), and
+ * otherwise waits for the socket (at most 1 s at a time) until deadline
+ * (monotonic ms). Both callbacks are the caller's own, given arg.
+ * Returns 0 once cb_step said 1, 1 when the deadline passed first, -1 on
+ * failure (a failed read: its reason in buf). */
+int tm_amqp_confirm_wait(amqp_connection_state_t c, int64_t deadline,
+                         int (*cb_frame)(void *arg, const amqp_frame_t *f),
+                         int (*cb_step)(void *arg), void *arg, char *buf,
+                         size_t size);
+
 /* ---- nodes.c: the cluster's nodes ---- */
 size_t tm_amqp_node(const struct tm_amqp_broker *ab);
 void tm_amqp_node_failed(struct tm_amqp_broker *ab, size_t i,
@@ -458,6 +527,15 @@ int tm_amqp_declare(amqp_connection_state_t c, amqp_channel_t ch,
 const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
                                 const struct tm_cfg_task *t, int64_t ms,
                                 char *buf, size_t size, int *dead);
+const char *tm_amqp_delay_queue(struct tm_amqp_publisher *pc,
+                                const struct tm_cfg_task *t, int64_t ms,
+                                char *buf, size_t size, int *dead);
+int tm_amqp_pause_queue(const struct tm_cfg_task *t, char *buf,
+                        size_t size);
+int tm_amqp_pause_declare(amqp_connection_state_t c, amqp_channel_t ch,
+                          const struct tm_amqp_broker *ab,
+                          const struct tm_cfg_task *t, char *buf,
+                          size_t size);
 
 /* ---- props.c: properties, header tables, ids ---- */
 amqp_bytes_t tm_amqp_bytes_of(const char *s);
@@ -479,12 +557,27 @@ void tm_amqp_new_message_props(amqp_basic_properties_t *p,
                                const char *id);
 
 /* ---- link.c: the consuming connections, shared by tasks ---- */
+/* struct tm_amqp_link_cbs is what a link reports to its owner (intake.c
+ * gives it, tm_amqp_intake_init), each call with io_mu held:
+ * cb_frame(at, f) a frame of task at's channel (0; 1 when the channel
+ * went down; -1 when the connection failed, reason in at->errstr);
+ * cb_opened(at, paused) task at's channel opened, with the pause state
+ * read as it opened (its consumer started only when not paused);
+ * cb_reset(at) task at's channel is gone, and with it every delivery
+ * tag it numbered. */
+struct tm_amqp_link_cbs {
+    int (*cb_frame)(struct tm_amqp_task *at, const amqp_frame_t *f);
+    void (*cb_opened)(struct tm_amqp_task *at, int paused);
+    void (*cb_reset)(struct tm_amqp_task *at);
+};
 /* tm_amqp_links_init spreads ab's tasks over ceil(ntasks /
- * TM_AMQP_LINK_TASKS) links; -1 when an eventfd cannot be made. */
-int tm_amqp_links_init(struct tm_amqp_broker *ab);
-/* tm_amqp_links_close flushes the acks held back and closes every link
- * (destroy, after the threads stopped); tm_amqp_links_free frees them. */
-void tm_amqp_links_close(struct tm_amqp_broker *ab);
+ * TM_AMQP_LINK_TASKS) links reporting to cbs (kept); -1 when an eventfd
+ * cannot be made. */
+int tm_amqp_links_init(struct tm_amqp_broker *ab,
+                       const struct tm_amqp_link_cbs *cbs);
+/* tm_amqp_link_close closes link l (destroy, after the threads stopped;
+ * io_mu held); tm_amqp_links_free frees every link. */
+void tm_amqp_link_close(struct tm_amqp_link *l);
 void tm_amqp_links_free(struct tm_amqp_broker *ab);
 /* tm_amqp_link_connect opens link l's connection and every task's channel
  * on it; io_mu is held on entry and on return, but not while connecting.
@@ -524,6 +617,22 @@ void tm_amqp_lowat_set(struct tm_amqp_link *l, int on);
 void tm_amqp_lowat_off(struct tm_amqp_link *l);
 /* tm_amqp_signal_intake wakes the link's intake thread if it waits. */
 void tm_amqp_signal_intake(struct tm_amqp_link *l);
+/* tm_amqp_start_consumer sets the prefetch and starts task at's consumer
+ * (manual acks) on its channel of c; its consumer tag is written to ctag
+ * (TM_AMQP_SHORTSTR_MAX + 1 bytes). -1 with the reason in buf. */
+int tm_amqp_start_consumer(const struct tm_amqp_task *at,
+                           amqp_connection_state_t c, char *ctag, char *buf,
+                           size_t size);
+
+/* ---- acks.c: the ack floor of a task's channel ---- */
+/* tm_amqp_floor_add records n delivery tags of k as settled. */
+void tm_amqp_floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
+                       size_t n);
+void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
+                         size_t na, const uint64_t *nacks, size_t nn,
+                         int now_all, int *err);
+int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now);
+int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now);
 
 /* ---- delivery.c: deliveries assembled from their frames ---- */
 void tm_amqp_delivery_free(struct tm_amqp_delivery *d);
@@ -535,22 +644,24 @@ struct tm_amqp_delivery *tm_amqp_ready_pop(struct tm_amqp_task *at);
  * the task's channel went down (tm_amqp_task_down), -1 when the
  * connection failed (reason in at->errstr). io_mu held. */
 int tm_amqp_task_frame(struct tm_amqp_task *at, const amqp_frame_t *f);
+/* tm_amqp_not_before reads header x-not-before (epoch ms: an integer, a
+ * float or a string of digits) into *due_ms; -1 when absent or not a
+ * time. */
+int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms);
+/* tm_amqp_park_due says whether d must wait (x-not-before after now_ms),
+ * with the ms left in *left_ms. */
+int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
+                     int64_t *left_ms);
 
-/* ---- intake.c: the consumer, the ack floor, the lanes ---- */
+/* ---- intake.c: the consumer, the lanes ---- */
+/* tm_amqp_intake_init makes the consuming connections (links) with
+ * intake's callbacks; tm_amqp_intake_close sends the acks held back and
+ * closes them (destroy, after the threads stopped). */
+int tm_amqp_intake_init(struct tm_amqp_broker *ab);
+void tm_amqp_intake_close(struct tm_amqp_broker *ab);
 /* tm_amqp_conn_reset forgets everything tied to the task's channel
  * (which is gone). io_mu held. */
 void tm_amqp_conn_reset(struct tm_amqp_task *at);
-/* tm_amqp_floor_add records n delivery tags of k as settled. */
-void tm_amqp_floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
-                       size_t n);
-int tm_amqp_start_consumer(const struct tm_amqp_task *at,
-                           amqp_connection_state_t c, char *ctag, char *buf,
-                           size_t size);
-void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
-                         size_t na, const uint64_t *nacks, size_t nn,
-                         int now_all, int *err);
-int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now);
-int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now);
 int tm_amqp_stop_consuming(struct tm_amqp_task *at);
 size_t tm_amqp_lanes(struct tm_broker *b);
 size_t tm_amqp_lane_of(struct tm_broker *b, size_t ti);
@@ -558,32 +669,47 @@ void tm_amqp_room_made(struct tm_broker *b, size_t ti);
 int tm_amqp_fetch_lane(struct tm_broker *b, size_t lane, const size_t *room,
                        int timeout_ms, struct tm_batch **out, size_t nout);
 
-/* ---- publish.c: the publishing connection ---- */
-void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab);
-int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
-void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
-                           struct tm_amqp_recvec *done);
-void tm_amqp_publisher_close(struct tm_amqp_publisher *pc);
-uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
-                          struct tm_amqp_pub *p, const char *rk,
-                          const amqp_basic_properties_t *props,
-                          const char *body, size_t len, int mandatory);
+/* ---- copies.c: the messages a settlement publishes ---- */
+/* tm_amqp_copy_prepare finds (declaring it on first use) the queue of
+ * r's retry or delay copy, in r->rk; one that cannot be had makes r a
+ * dead letter (its reason in r->error). -1 when the connection failed
+ * (pc->errstr). */
+int tm_amqp_copy_prepare(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r);
+/* tm_amqp_copy_send publishes r's copy (dead letter, delay or retry);
+ * tm_amqp_publish_reply the answer to the request r settles. Each returns
+ * its confirm number, 0 when the connection failed (pc->errstr). */
+uint64_t tm_amqp_copy_send(struct tm_amqp_publisher *pc,
+                           struct tm_amqp_rec *r);
+uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
+                               const struct tm_amqp_rec *r);
 
-/* ---- settle.c: settlement ---- */
-void tm_amqp_rec_clear(struct tm_amqp_rec *r);
+/* ---- publish.c: the publishing connection, records until confirmed ---- */
 void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
                          const struct tm_amqp_rec *r);
 void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv);
-int tm_amqp_needs_reply(const struct tm_amqp_rec *r);
-uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
-                              struct tm_amqp_rec *r);
-uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
-                               struct tm_amqp_rec *r);
-uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
-                               const struct tm_amqp_rec *r);
-void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
-                              struct tm_amqp_recvec *done);
+/* tm_amqp_publisher_init prepares pc, which reports each record done
+ * with to cb_copied(arg, r) (kept; r's contents pass to the callee). */
+void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
+                            struct tm_amqp_broker *ab,
+                            void (*cb_copied)(void *arg,
+                                              struct tm_amqp_rec *r),
+                            void *arg);
+int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc);
+void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait);
+void tm_amqp_publisher_close(struct tm_amqp_publisher *pc);
+
+/* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
+/* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
+ * wait: the largest level not above it, the smallest when it is below. */
+int64_t tm_amqp_delay_level(int64_t left_ms);
+void tm_amqp_park_take(struct tm_amqp_broker *ab);
+
+/* ---- settle.c: settlement ---- */
+/* tm_amqp_settle_init prepares the publisher with settle's callback;
+ * tm_amqp_settle_close does what settlement is left, then closes the
+ * publisher (destroy, after the threads stopped). */
+void tm_amqp_settle_init(struct tm_amqp_broker *ab);
+void tm_amqp_settle_close(struct tm_amqp_broker *ab);
 size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n);
 void tm_amqp_tick(struct tm_broker *b);
 
@@ -592,11 +718,6 @@ void tm_amqp_tick(struct tm_broker *b);
 #define TM_AMQP_PAUSE_POLL_MS 1000
 /* After failed reads it waits longer each time, up to this. */
 #define TM_AMQP_PAUSE_BACKOFF_MAX_MS 30000
-/* tm_amqp_pause_read reads task at's state on c/ch (declaring its control
- * queue): 1 paused, 0 not, -1 on failure with the reason in buf. */
-int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
-                       const struct tm_amqp_task *at, char *buf,
-                       size_t size);
 /* tm_amqp_pause_connected records the state read as the task's connection
  * opened (the consumer was started only when not paused); io_mu held. */
 void tm_amqp_pause_connected(struct tm_amqp_task *at, int paused);
@@ -613,26 +734,6 @@ int tm_amqp_pause_set(struct tm_broker *b, const struct tm_cfg_task *t,
                       int paused);
 int tm_amqp_paused(struct tm_broker *b, size_t ti);
 void tm_amqp_pause_note(struct tm_broker *b, size_t ti, int paused);
-/* ---- delay.c: delayed messages (x-not-before, the delay queues) ---- */
-/* tm_amqp_not_before reads header x-not-before (epoch ms: an integer, a
- * float or a string of digits) into *due_ms; -1 when absent or not a
- * time. */
-int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms);
-/* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
- * wait: the largest level not above it, the smallest when it is below. */
-int64_t tm_amqp_delay_level(int64_t left_ms);
-/* tm_amqp_park_due says whether d must wait (x-not-before after now_ms),
- * with the ms left in *left_ms. */
-int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
-                     int64_t *left_ms);
-void tm_amqp_park_take(struct tm_amqp_broker *ab);
-/* tm_amqp_prepare_park finds (declaring it) r's delay queue; one that
- * cannot be declared makes r a dead letter. -1: connection failed. */
-int tm_amqp_prepare_park(struct tm_amqp_publisher *pc,
-                         struct tm_amqp_rec *r);
-uint64_t tm_amqp_publish_park(struct tm_amqp_publisher *pc,
-                              struct tm_amqp_rec *r);
-
 /* ---- admin.c: the CLI's connection, publish and request ---- */
 /* tm_amqp_cli_declare opens the CLI connection when it is not open and
  * declares task t's queues on it; tm_amqp_cli_lost closes it after a

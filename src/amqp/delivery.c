@@ -1,13 +1,15 @@
 /* amqp/delivery.c - RabbitMQ deliveries assembled from their frames:
- * tm_amqp_task_frame takes each frame of a task's channel (basic.deliver,
- * its content header, its body frames) into the task's partial delivery,
- * then to its ready list, its park list (x-not-before ahead, delay.c), or
+ * tm_amqp_task_frame (the frame callback the link is given, link.c)
+ * takes each frame of a task's channel (basic.deliver, its content
+ * header, its body frames) into the task's partial delivery, then to its
+ * ready list, its park list (x-not-before ahead, read here; delay.c), or
  * back to RabbitMQ (after wake()); a body over max_payload is rejected
  * unread, to the dead-letter queue. The lanes (intake.c) take the ready
  * lists. */
 #include "amqp.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #include "util/log.h"
@@ -144,6 +146,37 @@ static struct tm_amqp_delivery *delivery_start(struct tm_amqp_task *at,
     long long attempt = runs + redeliveries + 1;
     d->attempt = attempt > 1000000000LL ? 1000000000U : (unsigned)attempt;
     return d;
+}
+
+int tm_amqp_not_before(const amqp_table_t *headers, int64_t *due_ms)
+{
+    const amqp_field_value_t *v = tm_amqp_table_get(headers, "x-not-before");
+    long long x;
+    if (v == NULL)
+        return -1;
+    if (v->kind == AMQP_FIELD_KIND_F64 || v->kind == AMQP_FIELD_KIND_F32) {
+        double f = v->kind == AMQP_FIELD_KIND_F64 ? v->value.f64
+                                                  : (double)v->value.f32;
+        if (!isfinite(f) || f < 0 || f > 9.0e15)
+            return -1;
+        *due_ms = (int64_t)ceil(f);
+        return 0;
+    }
+    if (tm_amqp_field_int(v, &x) != 0)
+        return -1;
+    *due_ms = x;
+    return 0;
+}
+
+int tm_amqp_park_due(const struct tm_amqp_delivery *d, int64_t now_ms,
+                     int64_t *left_ms)
+{
+    int64_t due;
+    if (d->oversized || tm_amqp_not_before(&d->headers, &due) != 0 ||
+        due <= now_ms)
+        return 0;
+    *left_ms = due - now_ms;
+    return 1;
 }
 
 /* parks says whether d's x-not-before lies ahead; the clock is read only

@@ -1,7 +1,9 @@
-/* amqp/intake.c - RabbitMQ intake: the consumer of each task's channel,
- * the ack floor of that channel (acks held back and sent together), and
- * the lanes (one per consuming connection, link.c) that hand the
- * deliveries assembled from its frames (delivery.c) to the pool. */
+/* amqp/intake.c - RabbitMQ intake: the owner of the consuming
+ * connections (link.c, given the callbacks below), the consumer of each
+ * task's channel stopped and started again, and the lanes (one per
+ * consuming connection) that hand the deliveries assembled from its
+ * frames (delivery.c) to the pool, with the acks held back (acks.c) sent
+ * when due. */
 #include "amqp.h"
 
 #include <assert.h>
@@ -41,219 +43,37 @@ void tm_amqp_conn_reset(struct tm_amqp_task *at)
     at->stopped = 0;
 }
 
-/* tm_amqp_start_consumer sets the prefetch and starts the task's consumer
- * (manual acks) on its channel of c; its consumer tag is written to ctag
- * (TM_AMQP_SHORTSTR_MAX + 1 bytes). */
-int tm_amqp_start_consumer(const struct tm_amqp_task *at,
-                          amqp_connection_state_t c, char *ctag, char *buf,
-                          size_t size)
+/* What the consuming connections report to intake: each frame of a
+ * task's channel goes to delivery.c, an opened channel's pause state to
+ * pause.c, and a channel gone forgets what was tied to it. */
+static const struct tm_amqp_link_cbs intake_cbs = {
+    .cb_frame = tm_amqp_task_frame,
+    .cb_opened = tm_amqp_pause_connected,
+    .cb_reset = tm_amqp_conn_reset,
+};
+
+int tm_amqp_intake_init(struct tm_amqp_broker *ab)
 {
-    const struct tm_cfg_task *t = at->cfg;
-    char eb[256], tag[TM_AMQP_SHORTSTR_MAX + 1];
-    sym_amqp_basic_qos(c, at->ch, /* prefetch_size = */ 0,
-                       (uint16_t)t->prefetch, /* global = */ 0);
-    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        tm_snprintf(buf, size, "basic.qos: %s",
-                    tm_amqp_strerror(r, eb, sizeof eb));
-        return -1;
-    }
-    tm_snprintf(tag, sizeof tag, "taskmill.%s.%s.%llu",
-                at->ab->base.cfg->instance ? at->ab->base.cfg->instance : "",
-                t->name, (unsigned long long)tm_rand64() % 1000000);
-    amqp_basic_consume_ok_t *ok = sym_amqp_basic_consume(
-        c, at->ch, sym_amqp_cstring_bytes(t->queue),
-        sym_amqp_cstring_bytes(tag), /* no_local = */ 0, /* no_ack = */ 0,
-        /* exclusive = */ 0, TM_AMQP_EMPTY_TABLE);
-    r = sym_amqp_get_rpc_reply(c);
-    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
-        tm_snprintf(buf, size, "basic.consume '%s': %s", t->queue,
-                    tm_amqp_strerror(r, eb, sizeof eb));
-        return -1;
-    }
-    tm_snprintf(ctag, TM_AMQP_SHORTSTR_MAX + 1, "%.*s",
-                (int)ok->consumer_tag.len,
-                (const char *)ok->consumer_tag.bytes);
-    return 0;
+    return tm_amqp_links_init(ab, &intake_cbs);
 }
 
-static int u64_cmp(const void *a, const void *b)
+void tm_amqp_intake_close(struct tm_amqp_broker *ab)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* tm_amqp_floor_add records n delivery tags as settled, raising the floor over
- * every run of settled tags right above it. */
-void tm_amqp_floor_add(struct tm_amqp_acks *k, const uint64_t *tags,
-                       size_t n)
-{
-    if (n == 0)
-        return;
-    if (k->n + n > k->cap) {
-        k->cap = (k->n + n) * 2;
-        k->above = tm_realloc(k->above, k->cap * sizeof *k->above);
-    }
-    memcpy(k->above + k->n, tags, n * sizeof *tags);
-    k->n += n;
-    qsort(k->above, k->n, sizeof *k->above, u64_cmp);
-    size_t drop = 0;
-    while (drop < k->n && k->above[drop] <= k->floor + 1) {
-        if (k->above[drop] == k->floor + 1)
-            k->floor++;
-        drop++;
-    }
-    memmove(k->above, k->above + drop, (k->n - drop) * sizeof *k->above);
-    k->n -= drop;
-    /* invariant: every tag left above the floor is beyond floor + 1 */
-    assert(k->n == 0 || k->above[0] > k->floor + 1);
-}
-
-/* ack_quarter is a quarter of the task's prefetch window, at least one. */
-static size_t ack_quarter(const struct tm_amqp_task *at)
-{
-    return at->cfg->prefetch / 4 > 0 ? at->cfg->prefetch / 4 : 1;
-}
-
-/* ack_due says whether the acks held back go out now: forced, held for
- * TM_AMQP_ACK_HOLD_MS, a quarter of the prefetch window (at least one: a
- * window under 8 holds nothing back) waiting on them, or fewer than a
- * quarter of the window's deliveries still unsettled. Holding pays only
- * while the stream is busy, with more settlements about to come that go
- * out with the held ones: under a light load (a message now and then, or
- * the end of a burst) an ack goes out as it is decided. */
-static int ack_due(const struct tm_amqp_task *at, int force, int64_t now)
-{
-    const struct tm_amqp_acks *k = &at->acks;
-    size_t quarter = ack_quarter(at);
-    /* every tag up to dlv_tag was delivered; floor + n of them settled */
-    assert(k->floor + k->n <= at->dlv_tag);
-    uint64_t unsettled = at->dlv_tag - k->floor - k->n;
-    return k->nheld > 0 &&
-           (force || k->nheld >= quarter || unsettled < quarter ||
-            now - k->held_since >= TM_AMQP_ACK_HOLD_MS);
-}
-
-/*
- * tm_amqp_acks_flush sends the acks held back when they are due (or
- * force): the largest held tag under the floor with multiple=1, which
- * acknowledges every tag up to it still unacknowledged (all of them are
- * settled: nacks and rejects went out as they were decided), then each
- * held tag above the floor on its own. Returns -1 when the connection
- * failed (at->errstr). io_mu held.
- */
-int tm_amqp_acks_flush(struct tm_amqp_task *at, int force, int64_t now)
-{
-    struct tm_amqp_acks *k = &at->acks;
-    amqp_connection_state_t c = at->conn;
-    if (c == NULL || !ack_due(at, force, now))
-        return 0;
-    uint64_t multi = 0;
-    size_t nabove = 0;
-    for (size_t i = 0; i < k->nheld; i++) {
-        if (k->held[i] > k->floor)
-            nabove++;
-        else if (k->held[i] > multi)
-            multi = k->held[i];
-    }
-    /* A tag above the floor (settled out of turn: a delivery before it is
-     * still unsettled) would go on its own, a write each. Unless forced,
-     * it waits on while its hold lasts (TM_AMQP_ACK_HOLD_MS since
-     * held_since) and fewer than a quarter of the window wait so: the
-     * floor most often rises past it meanwhile, and a later multiple=1
-     * covers it. A tag that the floor passed is never acked twice: it is
-     * under the next multi (the largest held tag under the floor). */
-    int keep = !force && now - k->held_since < TM_AMQP_ACK_HOLD_MS &&
-               nabove < ack_quarter(at);
-    int rc = AMQP_STATUS_OK;
-    if (multi > 0)
-        rc = sym_amqp_basic_ack(c, at->ch, multi,
-                                /* multiple = */ 1);
-    size_t kept = 0;
-    for (size_t i = 0; i < k->nheld && rc == AMQP_STATUS_OK; i++) {
-        if (k->held[i] <= k->floor)
-            continue;
-        if (keep)
-            k->held[kept++] = k->held[i];
-        else
-            rc = sym_amqp_basic_ack(c, at->ch, k->held[i], 0);
-    }
-    k->nheld = rc == AMQP_STATUS_OK ? kept : 0;
-    if (rc != AMQP_STATUS_OK) {
-        tm_snprintf(at->errstr, sizeof at->errstr, "basic.ack: %s",
-                    sym_amqp_error_string2(rc));
-        return -1;
-    }
-    return 0;
-}
-
-/* tm_amqp_acks_wait_ms is how long the acks held back may still wait
- * (-1: none held), for a thread that would block meanwhile. io_mu held. */
-int64_t tm_amqp_acks_wait_ms(const struct tm_amqp_task *at, int64_t now)
-{
-    const struct tm_amqp_acks *k = &at->acks;
-    if (at->conn == NULL || k->nheld == 0)
-        return -1;
-    int64_t left = k->held_since + TM_AMQP_ACK_HOLD_MS - now;
-    return left > 0 ? left : 0;
-}
-
-/*
- * tm_amqp_settle_tags acknowledges acks and gives back nacks (requeue) on the
- * consume channel. Nacks go out at once, one by one; acks are held back
- * until they are due (tm_amqp_acks_flush), so that one basic.ack with
- * multiple=1 covers many, unless now_all: the acks of messages whose
- * copy (retry, dead letter, delay, reply) was confirmed go out at once
- * with every one held, so that the window in which a crash would leave
- * both the copy and the original stays as short as it can be. A hold
- * that starts while the intake thread waits in poll wakes it up, to
- * wait no longer than the hold. *err is set on a connection error.
- */
-void tm_amqp_settle_tags(struct tm_amqp_task *at, const uint64_t *acks,
-                        size_t na, const uint64_t *nacks, size_t nn,
-                        int now_all, int *err)
-{
-    struct tm_amqp_acks *k = &at->acks;
-    amqp_connection_state_t c = at->conn;
-    if (c == NULL || na + nn == 0)
-        return;
-    for (size_t i = 0; i < nn; i++) {
-        if (sym_amqp_basic_nack(c, at->ch, nacks[i],
-                                /* multiple = */ 0,
-                                /* requeue = */ 1) != AMQP_STATUS_OK) {
-            tm_snprintf(at->errstr, sizeof at->errstr, "basic.nack failed");
-            *err = 1;
-            return;
+    for (size_t li = 0; li < ab->nlinks; li++) {
+        struct tm_amqp_link *l = &ab->links[li];
+        pthread_mutex_lock(&l->io_mu);
+        for (size_t k = 0; k < l->ntasks; k++) {
+            struct tm_amqp_task *at = l->tasks[k];
+            /* the acks held back go out before the connection closes:
+             * otherwise RabbitMQ would deliver those messages again */
+            if (tm_amqp_acks_flush(at, /* force = */ 1, tm_now_ms()) != 0)
+                tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name,
+                             NULL, "%s; RabbitMQ delivers again what was "
+                             "not acknowledged", at->errstr);
         }
+        tm_amqp_link_close(l);
+        pthread_mutex_unlock(&l->io_mu);
     }
-    tm_amqp_floor_add(k, acks, na);
-    tm_amqp_floor_add(k, nacks, nn);
-    int64_t now = tm_now_ms();
-    /* settlements further apart than a hold: nothing would go out with
-     * these acks, so they go now (slow runs with a large prefetch keep
-     * many deliveries unsettled, and would otherwise wait for the next
-     * settlement or the upkeep tick) */
-    int sparse = now - k->settled_ms >= TM_AMQP_ACK_HOLD_MS;
-    int starts = 0;
-    k->settled_ms = now;
-    if (na > 0) {
-        if (k->nheld + na > k->capheld) {
-            k->capheld = (k->nheld + na) * 2;
-            k->held = tm_realloc(k->held, k->capheld * sizeof *k->held);
-        }
-        starts = k->nheld == 0;
-        if (starts)
-            k->held_since = now;
-        memcpy(k->held + k->nheld, acks, na * sizeof *acks);
-        k->nheld += na;
-    }
-    if (tm_amqp_acks_flush(at, now_all || sparse, now) != 0)
-        *err = 1;
-    /* only a hold that outlives this call needs the intake thread's
-     * shorter poll: acks that went out at once (the common case while
-     * the daemon keeps up, with few deliveries unsettled) wake nobody */
-    if (starts && k->nheld > 0 && at->link->polling)
-        tm_amqp_signal_intake(at->link);
 }
 
 /* tm_amqp_stop_consuming cancels the task's consumer (wake()) without waiting

@@ -9,6 +9,11 @@
  * its prefetch window, consumer and acks are its own as before, and a
  * channel the broker closes (a bad ack, a queue deleted) takes down that
  * task only; the connection and the other tasks go on.
+ *
+ * A link owns its socket, its frames and its channels, and knows nothing
+ * of what a channel carries: each frame of a task's channel, each channel
+ * opened and each channel gone is reported to the link's owner through
+ * the callbacks it was given (struct tm_amqp_link_cbs, intake.c).
  */
 #include "amqp.h"
 
@@ -48,7 +53,8 @@ static void task_down(struct tm_amqp_task *at)
     atomic_store(&ab->base.up, 0);
 }
 
-int tm_amqp_links_init(struct tm_amqp_broker *ab)
+int tm_amqp_links_init(struct tm_amqp_broker *ab,
+                       const struct tm_amqp_link_cbs *cbs)
 {
     size_t n = (ab->ntasks + TM_AMQP_LINK_TASKS - 1) / TM_AMQP_LINK_TASKS;
     ab->links = tm_calloc(n ? n : 1, sizeof *ab->links);
@@ -59,6 +65,7 @@ int tm_amqp_links_init(struct tm_amqp_broker *ab)
     for (size_t li = 0; li < n; li++) {
         struct tm_amqp_link *l = &ab->links[li];
         l->ab = ab;
+        l->cbs = cbs;
         l->index = li;
         l->efd = -1;
         pthread_mutex_init(&l->io_mu, NULL);
@@ -83,29 +90,18 @@ int tm_amqp_links_init(struct tm_amqp_broker *ab)
     return 0;
 }
 
-void tm_amqp_links_close(struct tm_amqp_broker *ab)
+void tm_amqp_link_close(struct tm_amqp_link *l)
 {
-    for (size_t li = 0; li < ab->nlinks; li++) {
-        struct tm_amqp_link *l = &ab->links[li];
-        pthread_mutex_lock(&l->io_mu);
-        for (size_t k = 0; k < l->ntasks; k++) {
-            struct tm_amqp_task *at = l->tasks[k];
-            /* the acks held back go out before the connection closes:
-             * otherwise RabbitMQ would deliver those messages again */
-            if (tm_amqp_acks_flush(at, /* force = */ 1, tm_now_ms()) != 0)
-                tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, at->cfg->name,
-                             NULL, "%s; RabbitMQ delivers again what was "
-                             "not acknowledged", at->errstr);
-            at->conn = NULL;
-            tm_amqp_conn_reset(at);
-        }
-        if (l->conn != NULL) {
-            tm_amqp_lowat_off(l);
-            tm_amqp_close(l->conn);
-        }
-        l->conn = NULL;
-        pthread_mutex_unlock(&l->io_mu);
+    for (size_t k = 0; k < l->ntasks; k++) {
+        struct tm_amqp_task *at = l->tasks[k];
+        at->conn = NULL;
+        l->cbs->cb_reset(at);
     }
+    if (l->conn != NULL) {
+        tm_amqp_lowat_off(l);
+        tm_amqp_close(l->conn);
+    }
+    l->conn = NULL;
 }
 
 void tm_amqp_links_free(struct tm_amqp_broker *ab)
@@ -131,6 +127,42 @@ static struct tm_amqp_task *link_task(const struct tm_amqp_link *l,
     struct tm_amqp_task *at = l->tasks[ch - TM_AMQP_CH_TASK0];
     assert(at->ch == ch && at->link == l);
     return at;
+}
+
+/* tm_amqp_start_consumer sets the prefetch and starts the task's consumer
+ * (manual acks) on its channel of c; its consumer tag is written to ctag
+ * (TM_AMQP_SHORTSTR_MAX + 1 bytes). */
+int tm_amqp_start_consumer(const struct tm_amqp_task *at,
+                          amqp_connection_state_t c, char *ctag, char *buf,
+                          size_t size)
+{
+    const struct tm_cfg_task *t = at->cfg;
+    char eb[256], tag[TM_AMQP_SHORTSTR_MAX + 1];
+    sym_amqp_basic_qos(c, at->ch, /* prefetch_size = */ 0,
+                       (uint16_t)t->prefetch, /* global = */ 0);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_snprintf(buf, size, "basic.qos: %s",
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    tm_snprintf(tag, sizeof tag, "taskmill.%s.%s.%llu",
+                at->ab->base.cfg->instance ? at->ab->base.cfg->instance : "",
+                t->name, (unsigned long long)tm_rand64() % 1000000);
+    amqp_basic_consume_ok_t *ok = sym_amqp_basic_consume(
+        c, at->ch, sym_amqp_cstring_bytes(t->queue),
+        sym_amqp_cstring_bytes(tag), /* no_local = */ 0, /* no_ack = */ 0,
+        /* exclusive = */ 0, TM_AMQP_EMPTY_TABLE);
+    r = sym_amqp_get_rpc_reply(c);
+    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_snprintf(buf, size, "basic.consume '%s': %s", t->queue,
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    tm_snprintf(ctag, TM_AMQP_SHORTSTR_MAX + 1, "%.*s",
+                (int)ok->consumer_tag.len,
+                (const char *)ok->consumer_tag.bytes);
+    return 0;
 }
 
 /* admin_recover opens the admin channel again after a declaration
@@ -170,7 +202,8 @@ static int channel_open(const struct tm_amqp_task *at,
     int p = -1;
     if (tm_amqp_declare(c, TM_AMQP_CH_ADMIN, at->ab, at->cfg, buf, size,
                         perm) == 0)
-        p = tm_amqp_pause_read(c, TM_AMQP_CH_ADMIN, at, buf, size);
+        p = tm_amqp_pause_declare(c, TM_AMQP_CH_ADMIN, at->ab, at->cfg, buf,
+                                  size);
     if (p < 0) {
         /* the admin channel was closed by the refusal: open it again,
          * and give back the task's channel, opened for nothing */
@@ -200,7 +233,7 @@ static void install(struct tm_amqp_task *at, const char *ctag, int paused)
     tm_snprintf(at->salt, sizeof at->salt, "%016llx",
                 (unsigned long long)(tm_rand64() ^ at->gen));
     at->salt[8] = '\0';
-    tm_amqp_conn_reset(at);
+    l->cbs->cb_reset(at);
     at->close_due = 0;
     at->reopen_ms = 0;
     /* no consumer tag: the task is paused, no consumer was started */
@@ -213,7 +246,7 @@ static void install(struct tm_amqp_task *at, const char *ctag, int paused)
     at->was_up = 1;
     at->err_hash = 0;
     task_up(at);
-    tm_amqp_pause_connected(at, paused);
+    l->cbs->cb_opened(at, paused);
 }
 
 /* open_failed logs why task at's channel could not be opened (a new
@@ -348,7 +381,7 @@ void tm_amqp_link_lost(struct tm_amqp_link *l, const char *what)
         at->close_due = 0;
         at->reopen_at = 0;
         at->was_up = 0;
-        tm_amqp_conn_reset(at);
+        l->cbs->cb_reset(at);
         task_down(at);
     }
     tm_amqp_drop(l->conn);
@@ -374,7 +407,7 @@ void tm_amqp_task_down(struct tm_amqp_task *at, int closed)
     at->was_up = 0;
     at->conn = NULL;
     at->close_due = !closed;
-    tm_amqp_conn_reset(at);
+    at->link->cbs->cb_reset(at);
     task_down(at);
     at->reopen_ms = at->reopen_ms == 0 ? TM_AMQP_REOPEN_MIN_MS
                                        : at->reopen_ms;
@@ -453,7 +486,7 @@ static int pump(struct tm_amqp_link *l)
             if (link_frame(l, &f) != 0)
                 return -1;
         } else if (at->conn != NULL) {
-            if (tm_amqp_task_frame(at, &f) < 0) {
+            if (l->cbs->cb_frame(at, &f) < 0) {
                 tm_snprintf(l->errstr, sizeof l->errstr, "task %s: %s",
                             at->cfg->name, at->errstr);
                 return -1;

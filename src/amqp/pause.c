@@ -62,61 +62,6 @@
 #define TM_AMQP_PAUSE_SWEEP_MAX 100
 #define TM_AMQP_PAUSE_FRAMES_MAX 256
 
-/* pause_queue writes the control queue's name to buf; -1 when it does not
- * fit in an AMQP short string. */
-static int pause_queue(const struct tm_cfg_task *t, char *buf, size_t size)
-{
-    size_t n = (size_t)snprintf(buf, size, "%s.paused", t->queue);
-    return n < size && n <= TM_AMQP_SHORTSTR_MAX ? 0 : -1;
-}
-
-/* pause_read declares task t's control queue on c/ch and returns 1 when it
- * holds a message (paused), 0 when it is empty, -1 on failure (reason in
- * buf; the channel or connection is then unusable). */
-static int pause_read(amqp_connection_state_t c, amqp_channel_t ch,
-                      const struct tm_amqp_broker *ab,
-                      const struct tm_cfg_task *t, char *buf, size_t size)
-{
-    char name[TM_AMQP_SHORTSTR_MAX + 16], eb[256];
-    if (pause_queue(t, name, sizeof name) != 0) {
-        tm_snprintf(buf, size, "queue name '%s.paused' is too long",
-                    t->queue);
-        return -1;
-    }
-    amqp_table_entry_t e[3];
-    int n = 0;
-    e[n].key = sym_amqp_cstring_bytes("x-max-length");
-    e[n].value.kind = AMQP_FIELD_KIND_I64;
-    e[n++].value.value.i64 = 1;
-    e[n].key = sym_amqp_cstring_bytes("x-overflow");
-    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[n++].value.value.bytes = sym_amqp_cstring_bytes("drop-head");
-    if (ab->base.cfg->amqp_queue_type == TM_AMQP_QUORUM) {
-        e[n].key = sym_amqp_cstring_bytes("x-queue-type");
-        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[n++].value.value.bytes = sym_amqp_cstring_bytes("quorum");
-    }
-    amqp_table_t args = {.num_entries = n, .entries = e};
-    amqp_queue_declare_ok_t *ok =
-        sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(name),
-                               /* passive = */ 0, /* durable = */ 1,
-                               /* exclusive = */ 0, /* auto_delete = */ 0,
-                               args);
-    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
-    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
-        tm_snprintf(buf, size, "queue.declare '%s': %s", name,
-                    tm_amqp_strerror(r, eb, sizeof eb));
-        return -1;
-    }
-    return ok->message_count > 0;
-}
-
-int tm_amqp_pause_read(amqp_connection_state_t c, amqp_channel_t ch,
-                       const struct tm_amqp_task *at, char *buf, size_t size)
-{
-    return pause_read(c, ch, at->ab, at->cfg, buf, size);
-}
-
 /* note_state records task at's state as read; a change wakes its intake,
  * which applies it (tm_amqp_pause_apply). */
 static void note_state(struct tm_amqp_task *at, int paused)
@@ -138,17 +83,6 @@ static int frame_wait(amqp_connection_state_t c, amqp_frame_t *f,
         return -1;
     }
     return 1;
-}
-
-/* closed_why writes the reason of a channel.close or connection.close
- * the broker sent (m) to buf. */
-static void closed_why(const amqp_method_t *m, char *buf, size_t size)
-{
-    amqp_rpc_reply_t r;
-    memset(&r, 0, sizeof r);
-    r.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION;
-    r.reply = *m;
-    tm_amqp_strerror(r, buf, size);
 }
 
 /* shortstr copies b, an AMQP short string, into q as a C string. */
@@ -177,8 +111,8 @@ static void apply_locked(struct tm_amqp_task *at)
 static int read_task(struct tm_amqp_broker *ab, struct tm_amqp_task *at,
                      char *buf, size_t size)
 {
-    int p = pause_read(ab->pause_conn, TM_AMQP_PAUSE_CH, ab, at->cfg, buf,
-                       size);
+    int p = tm_amqp_pause_declare(ab->pause_conn, TM_AMQP_PAUSE_CH, ab,
+                                  at->cfg, buf, size);
     if (p < 0)
         return -1;
     note_state(at, p);
@@ -302,9 +236,7 @@ static int read_notices(struct tm_amqp_broker *ab, char *buf, size_t size)
             tm_snprintf(buf, size, "the broker cancelled the notices' "
                         "consumer");
             return -1;
-        } else if (m->id == AMQP_CHANNEL_CLOSE_METHOD ||
-                   m->id == AMQP_CONNECTION_CLOSE_METHOD) {
-            closed_why(m, buf, size);
+        } else if (tm_amqp_closed_why(&f, buf, size)) {
             return -1;
         }
     }
@@ -402,43 +334,45 @@ int tm_amqp_pause_apply(struct tm_amqp_task *at)
     return 0;
 }
 
-/* wait_confirm reads frames on c until the broker confirms publish seq
- * on ch or deadline (monotonic ms) passes. 0 acked, -1 otherwise (reason
- * in buf). */
+/* struct pause_wait is a wait for one confirm on a pause connection. */
+struct pause_wait {
+    struct tm_amqp_confirm w;
+    char *buf;
+    size_t size;
+};
+
+static int cb_pause_frame(void *arg, const amqp_frame_t *f)
+{
+    struct pause_wait *pw = arg;
+    tm_amqp_confirm_note(&pw->w, f);
+    return tm_amqp_closed_why(f, pw->buf, pw->size) ? -1 : 0;
+}
+
+static int cb_pause_step(void *arg)
+{
+    const struct pause_wait *pw = arg;
+    return pw->w.state != TM_AMQP_WAITING;
+}
+
+/* wait_confirm waits on c until the broker confirms publish seq on ch or
+ * deadline (monotonic ms) passes. 0 acked, -1 otherwise (reason in
+ * buf). */
 static int wait_confirm(amqp_connection_state_t c, amqp_channel_t ch,
                         uint64_t seq, int64_t deadline, char *buf,
                         size_t size)
 {
-    for (;;) {
-        int64_t left = deadline - tm_now_ms();
-        if (left <= 0) {
-            tm_snprintf(buf, size, "no publisher confirm in time");
-            return -1;
-        }
-        struct timeval tv = tm_amqp_tv_ms(left);
-        amqp_frame_t f;
-        int got = frame_wait(c, &f, &tv, buf, size);
-        if (got < 0)
-            return -1;
-        if (got == 0)
-            continue;
-        if (f.frame_type != AMQP_FRAME_METHOD || f.channel != ch)
-            continue;
-        const amqp_method_t *m = &f.payload.method;
-        if (m->id == AMQP_BASIC_ACK_METHOD) {
-            const amqp_basic_ack_t *x = m->decoded;
-            if (x->delivery_tag == seq ||
-                (x->multiple && x->delivery_tag >= seq))
-                return 0;
-        } else if (m->id == AMQP_BASIC_NACK_METHOD) {
-            tm_snprintf(buf, size, "the broker refused the pause message");
-            return -1;
-        } else if (m->id == AMQP_CHANNEL_CLOSE_METHOD ||
-                   m->id == AMQP_CONNECTION_CLOSE_METHOD) {
-            closed_why(m, buf, size);
-            return -1;
-        }
-    }
+    struct pause_wait pw = {
+        .w = {.ch = ch, .seq = seq, .state = TM_AMQP_WAITING},
+        .buf = buf,
+        .size = size,
+    };
+    int rc = tm_amqp_confirm_wait(c, deadline, cb_pause_frame, cb_pause_step,
+                                  &pw, buf, size);
+    if (rc > 0)
+        tm_snprintf(buf, size, "no publisher confirm in time");
+    else if (rc == 0 && pw.w.state == TM_AMQP_NACKED)
+        tm_snprintf(buf, size, "the broker refused the pause message");
+    return rc == 0 && pw.w.state == TM_AMQP_ACKED ? 0 : -1;
 }
 
 /* notice_send publishes the notice of a change of task t's state (the
@@ -474,10 +408,10 @@ static int pause_write(amqp_connection_state_t c, amqp_channel_t ch,
     /* the exchange first: the state is not changed when it cannot be */
     if (notice_exchange(c, ch, buf, size) != 0)
         return -1;
-    int was = pause_read(c, ch, ab, t, buf, size);
+    int was = tm_amqp_pause_declare(c, ch, ab, t, buf, size);
     if (was < 0)
         return -1;
-    pause_queue(t, name, sizeof name);
+    tm_amqp_pause_queue(t, name, sizeof name);
     if (!paused) {
         amqp_queue_purge_ok_t *ok =
             sym_amqp_queue_purge(c, ch, sym_amqp_cstring_bytes(name));

@@ -1,12 +1,13 @@
-/* amqp/publish.c - RabbitMQ publishing connection: copies with confirms. */
+/* amqp/publish.c - RabbitMQ publishing connection: the settlements
+ * waiting for their copies (copies.c) to be confirmed, each handed to
+ * the publisher's owner (settle.c) through the callback it was given
+ * once they are. */
 #include "amqp.h"
 
 #include <assert.h>
 #include <limits.h>
-#include <poll.h>
 #include <string.h>
 
-#include "task/task.h" /* tm_retry_delay_ms: the retry queue of a delay */
 #include "util/log.h"
 #include "util/util.h"
 
@@ -18,14 +19,57 @@
 /* tm_amqp_publisher_init prepares the publishing connection; it is
  * opened on first use, to the broker's current node. */
 void tm_amqp_publisher_init(struct tm_amqp_publisher *pc,
-                            struct tm_amqp_broker *ab)
+                            struct tm_amqp_broker *ab,
+                            void (*cb_copied)(void *arg,
+                                              struct tm_amqp_rec *r),
+                            void *arg)
 {
     memset(pc, 0, sizeof *pc);
     pc->ab = ab;
+    pc->cb_copied = cb_copied;
+    pc->cb_arg = arg;
     pc->copies.ch = TM_AMQP_PCH_COPY;
     pc->replies.ch = TM_AMQP_PCH_REPLY;
     pc->backoff_ms = PUB_BACKOFF_MIN_MS;
 }
+
+/* rec_clear frees what r owns and zeroes it. */
+static void rec_clear(struct tm_amqp_rec *r)
+{
+    tm_free(r->error);
+    tm_free(r->result);
+    tm_amqp_delivery_free(r->d);
+    memset(r, 0, sizeof *r);
+}
+
+/* tm_amqp_recvec_push appends a copy of r (which rv then owns). */
+void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
+                         const struct tm_amqp_rec *r)
+{
+    if (rv->n == rv->cap) {
+        rv->cap = rv->cap ? rv->cap * 2 : 64;
+        rv->v = tm_realloc(rv->v, rv->cap * sizeof *rv->v);
+    }
+    rv->v[rv->n++] = *r;
+}
+
+/* tm_amqp_recvec_clear frees every record of rv and empties it. */
+void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv)
+{
+    for (size_t i = 0; i < rv->n; i++)
+        rec_clear(&rv->v[i]);
+    rv->n = 0;
+}
+
+/* needs_reply says whether r answers a request: a success or a
+ * final failure of a message with reply_to and correlation_id. */
+static int needs_reply(const struct tm_amqp_rec *r)
+{
+    return r->d != NULL && r->d->reply_to != NULL &&
+           r->d->correlation_id != NULL &&
+           (r->settle == TM_SETTLE_ACK || r->settle == TM_SETTLE_DEAD);
+}
+
 
 /* copy_needed says whether the record publishes a dead-letter or retry
  * copy. */
@@ -41,7 +85,7 @@ static int rec_final(const struct tm_amqp_rec *r)
     if (copy_needed(r) && !r->returned &&
         (r->seq == 0 || r->cst == TM_AMQP_WAITING))
         return 0;
-    if (tm_amqp_needs_reply(r) && r->rst == TM_AMQP_WAITING)
+    if (needs_reply(r) && r->rst == TM_AMQP_WAITING)
         return 0;
     return 1;
 }
@@ -130,27 +174,6 @@ int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc)
     return 0;
 }
 
-/* tm_amqp_pub_send publishes one message on a confirm channel of the
- * publishing connection, through the default exchange. Returns its
- * confirm sequence, or 0 when the connection failed (pc->errstr). */
-uint64_t tm_amqp_pub_send(struct tm_amqp_publisher *pc,
-                          struct tm_amqp_pub *p, const char *rk,
-                          const amqp_basic_properties_t *props,
-                          const char *body, size_t len, int mandatory)
-{
-    amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)body};
-    int rc = sym_amqp_basic_publish(pc->conn, p->ch, TM_AMQP_EMPTY_BYTES,
-                                sym_amqp_cstring_bytes(rk), mandatory,
-                                /* immediate = */ 0, props, b);
-    if (rc != AMQP_STATUS_OK) {
-        tm_snprintf(pc->errstr, sizeof pc->errstr,
-                    "basic.publish to '%s': %s", rk,
-                    sym_amqp_error_string2(rc));
-        return 0;
-    }
-    return p->next_seq++;
-}
-
 /* confirm applies a basic.ack or basic.nack of channel ch to the records
  * it covers. */
 static void confirm(struct tm_amqp_publisher *pc, amqp_channel_t ch,
@@ -160,8 +183,8 @@ static void confirm(struct tm_amqp_publisher *pc, amqp_channel_t ch,
         struct tm_amqp_rec *r = &pc->out.v[i];
         uint64_t seq = ch == TM_AMQP_PCH_COPY ? r->seq : r->rseq;
         unsigned char *x = ch == TM_AMQP_PCH_COPY ? &r->cst : &r->rst;
-        if (seq != 0 && *x == TM_AMQP_WAITING &&
-            (seq == tag || (multiple && seq < tag)))
+        if (*x == TM_AMQP_WAITING &&
+            tm_amqp_confirm_covers(seq, tag, multiple))
             *x = st;
     }
 }
@@ -325,29 +348,6 @@ static int on_frame(struct tm_amqp_publisher *pc, const amqp_frame_t *f)
     return 0;
 }
 
-/* pump reads every frame available now, without blocking (a 1 us timeout
- * keeps rabbitmq-c's heartbeat checks alive). Returns -1 when the
- * connection failed (pc->errstr). */
-static int pump(struct tm_amqp_publisher *pc)
-{
-    for (int i = 0; i < TM_AMQP_PUMP_MAX; i++) {
-        amqp_frame_t f;
-        struct timeval tv = {.tv_sec = 0, .tv_usec = 1};
-        int rc = sym_amqp_simple_wait_frame_noblock(pc->conn, &f, &tv);
-        if (rc == AMQP_STATUS_TIMEOUT)
-            break;
-        if (rc != AMQP_STATUS_OK) {
-            tm_snprintf(pc->errstr, sizeof pc->errstr, "%s",
-                        sym_amqp_error_string2(rc));
-            return -1;
-        }
-        if (on_frame(pc, &f) != 0)
-            return -1;
-    }
-    sym_amqp_maybe_release_buffers(pc->conn);
-    return 0;
-}
-
 /* task_gen returns the generation of task i's consuming connection, 0
  * while it is down. */
 static uint64_t task_gen(struct tm_amqp_broker *ab, size_t i)
@@ -357,29 +357,6 @@ static uint64_t task_gen(struct tm_amqp_broker *ab, size_t i)
     uint64_t gen = at->conn != NULL ? at->gen : 0;
     pthread_mutex_unlock(at->io_mu);
     return gen;
-}
-
-/* prepare_retry finds (declaring it on first use) the retry queue of r;
- * a retry impossible there becomes a dead letter. Returns -1 when the
- * connection failed. */
-static int prepare_retry(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r)
-{
-    const struct tm_cfg_task *t = pc->ab->tasks[r->task].cfg;
-    char why[512];
-    int dead = 0;
-    int64_t base = tm_retry_delay_ms(t, r->attempt, 0.0);
-    r->rk = tm_amqp_retry_queue(pc, t, base, why, sizeof why, &dead);
-    if (dead)
-        return -1;
-    if (r->rk == NULL) {
-        tm_log_write(TM_LOG_ERR, TM_AMQP_SRC, t->name, r->d->id,
-                     "%s; dead-lettering instead", why);
-        char *e = tm_asprintf("%s; %s", r->error ? r->error : "error", why);
-        tm_free(r->error);
-        r->error = e;
-        r->settle = TM_SETTLE_DEAD;
-    }
-    return 0;
 }
 
 /* drop_stale drops the records whose consuming connection is gone: their
@@ -392,7 +369,7 @@ static void drop_stale(struct tm_amqp_publisher *pc)
     for (size_t i = 0; i < out->n; i++) {
         struct tm_amqp_rec *r = &out->v[i];
         if (task_gen(pc->ab, r->task) != r->gen) {
-            tm_amqp_rec_clear(r);
+            rec_clear(r);
             stale++;
             continue;
         }
@@ -457,10 +434,9 @@ static int send_pending(struct tm_amqp_publisher *pc)
         /* first: a retry impossible becomes a dead letter, which
          * answers a request */
         if (r->settle == TM_SETTLE_RETRY && r->seq == 0 &&
-            (r->park ? tm_amqp_prepare_park(pc, r) : prepare_retry(pc, r)) !=
-                0)
+            tm_amqp_copy_prepare(pc, r) != 0)
             return -1;
-        if (tm_amqp_needs_reply(r) && r->rseq == 0 &&
+        if (needs_reply(r) && r->rseq == 0 &&
             r->rst == TM_AMQP_WAITING) {
             if (!pc->replies.open) {
                 if (tm_amqp_channel(pc->conn, TM_AMQP_PCH_REPLY, 1,
@@ -478,9 +454,7 @@ static int send_pending(struct tm_amqp_publisher *pc)
                 dead_letter_declare(pc, r) != 0)
                 return -1;
             r->cst = TM_AMQP_WAITING;
-            r->seq = r->settle == TM_SETTLE_DEAD ? tm_amqp_publish_dead(pc, r)
-                     : r->park ? tm_amqp_publish_park(pc, r)
-                               : tm_amqp_publish_retry(pc, r);
+            r->seq = tm_amqp_copy_send(pc, r);
             if (r->seq == 0)
                 return -1;
         }
@@ -519,12 +493,11 @@ static void hold_refused(struct tm_amqp_publisher *pc, struct tm_amqp_rec *r,
     r->cst = TM_AMQP_WAITING;
 }
 
-/* take_final moves the records whose copies are all answered to done,
- * for their originals to be acknowledged: only those whose copy is
- * confirmed (or that publish none). A record whose copy was refused or
- * returned stays, held (hold_refused). */
-static void take_final(struct tm_amqp_publisher *pc,
-                       struct tm_amqp_recvec *done)
+/* take_final hands the records whose copies are all answered to the
+ * publisher's owner (cb_copied), for their originals to be acknowledged:
+ * only those whose copy is confirmed (or that publish none). A record
+ * whose copy was refused or returned stays, held (hold_refused). */
+static void take_final(struct tm_amqp_publisher *pc)
 {
     struct tm_amqp_recvec *out = &pc->out;
     size_t k = 0;
@@ -543,7 +516,7 @@ static void take_final(struct tm_amqp_publisher *pc,
             out->v[k++] = *r;
             continue;
         }
-        if (tm_amqp_needs_reply(r) && r->rst != TM_AMQP_ACKED)
+        if (needs_reply(r) && r->rst != TM_AMQP_ACKED)
             tm_log_write(TM_LOG_WARNING, TM_AMQP_SRC, task, r->d->id,
                          "the reply to '%s' was not confirmed; the "
                          "requester gets no answer", r->d->reply_to);
@@ -551,7 +524,7 @@ static void take_final(struct tm_amqp_publisher *pc,
             tm_log_write(TM_LOG_INFO, TM_AMQP_SRC, task, r->d->id,
                          "the %s copy for '%s' was confirmed after %u "
                          "refusal(s)", copy_kind(r), r->rk, r->refusals);
-        tm_amqp_recvec_push(done, r);
+        pc->cb_copied(pc->cb_arg, r);
     }
     out->n = k;
 }
@@ -568,13 +541,37 @@ static int outstanding(const struct tm_amqp_publisher *pc)
     return 0;
 }
 
+/* struct pub_run is a tm_amqp_publisher_run under way. */
+struct pub_run {
+    struct tm_amqp_publisher *pc;
+    int wait;
+};
+
+static int cb_pub_frame(void *arg, const amqp_frame_t *f)
+{
+    return on_frame(((struct pub_run *)arg)->pc, f);
+}
+
+/* cb_pub_step publishes what is not sent yet and takes the records
+ * answered: 1 when there is nothing (more) to wait for. */
+static int cb_pub_step(void *arg)
+{
+    struct pub_run *pr = arg;
+    struct tm_amqp_publisher *pc = pr->pc;
+    if (!pc->blocked && send_pending(pc) != 0)
+        return -1;
+    take_final(pc);
+    return !pr->wait || pc->blocked || !outstanding(pc);
+}
+
 /*
  * tm_amqp_publisher_run moves the records in pc->out forward: it
  * (re)connects when copies wait, reads confirms and notifications,
  * publishes what is not sent yet and, with wait, waits for the confirms
  * up to TM_AMQP_CONFIRM_TIMEOUT_MS. Records whose copies are all
- * confirmed go to done, for their originals to be acknowledged; those
- * with a copy refused or returned stay, held (hold_refused).
+ * confirmed go to the owner (cb_copied), for their originals to be
+ * acknowledged; those with a copy refused or returned stay, held
+ * (hold_refused).
  *
  * While the broker blocks the connection nothing is sent and nothing
  * times out: the records wait, and the call returns at once. A confirm
@@ -582,37 +579,24 @@ static int outstanding(const struct tm_amqp_publisher *pc)
  * connection is broken: it is dropped, and its unconfirmed copies are
  * sent again on the next one.
  */
-void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait,
-                           struct tm_amqp_recvec *done)
+void tm_amqp_publisher_run(struct tm_amqp_publisher *pc, int wait)
 {
     drop_stale(pc);
     if (pc->conn == NULL) {
         if (pc->out.n == 0 || tm_amqp_publisher_connect(pc) != 0)
             return;
     }
-    int64_t deadline = tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS;
-    for (;;) {
-        if (pump(pc) != 0)
-            goto lost;
-        if (!pc->blocked && send_pending(pc) != 0)
-            goto lost;
-        take_final(pc, done);
-        if (!wait || pc->blocked || !outstanding(pc))
-            return;
-        int64_t left = deadline - tm_now_ms();
-        if (left <= 0) {
-            tm_snprintf(pc->errstr, sizeof pc->errstr,
-                        "no publisher confirm from RabbitMQ within %d s",
-                        TM_AMQP_CONFIRM_TIMEOUT_MS / 1000);
-            goto lost;
-        }
-        struct pollfd p = {.fd = sym_amqp_get_sockfd(pc->conn),
-                           .events = POLLIN};
-        if (poll(&p, 1, (int)(left < 1000 ? left : 1000)) < 0) {
-            /* EINTR: the loop reads and checks again */
-        }
-    }
-lost:
+    struct pub_run pr = {.pc = pc, .wait = wait};
+    int rc = tm_amqp_confirm_wait(pc->conn,
+                                  tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS,
+                                  cb_pub_frame, cb_pub_step, &pr, pc->errstr,
+                                  sizeof pc->errstr);
+    if (rc == 0)
+        return;
+    if (rc > 0)
+        tm_snprintf(pc->errstr, sizeof pc->errstr,
+                    "no publisher confirm from RabbitMQ within %d s",
+                    TM_AMQP_CONFIRM_TIMEOUT_MS / 1000);
     assert(pc->conn != NULL);
     publisher_lost(pc);
 }

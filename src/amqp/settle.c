@@ -1,188 +1,15 @@
-/* amqp/settle.c - RabbitMQ settlement: acks, retries, dead letters. */
+/* amqp/settle.c - RabbitMQ settlement: acks, retries, dead letters. The
+ * settle thread's side: records handed to the publisher (publish.c), the
+ * originals acknowledged once it reports their copies confirmed, and the
+ * periodic upkeep. */
 #include "amqp.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "util/log.h"
 #include "util/util.h"
-
-/* TASK_CFG is the configuration of the task a record settles. */
-#define TASK_CFG(pc, r) ((pc)->ab->tasks[(r)->task].cfg)
-
-/* tm_amqp_rec_clear frees what r owns and zeroes it. */
-void tm_amqp_rec_clear(struct tm_amqp_rec *r)
-{
-    tm_free(r->error);
-    tm_free(r->result);
-    tm_amqp_delivery_free(r->d);
-    memset(r, 0, sizeof *r);
-}
-
-/* tm_amqp_recvec_push appends a copy of r (which rv then owns). */
-void tm_amqp_recvec_push(struct tm_amqp_recvec *rv,
-                         const struct tm_amqp_rec *r)
-{
-    if (rv->n == rv->cap) {
-        rv->cap = rv->cap ? rv->cap * 2 : 64;
-        rv->v = tm_realloc(rv->v, rv->cap * sizeof *rv->v);
-    }
-    rv->v[rv->n++] = *r;
-}
-
-/* tm_amqp_recvec_clear frees every record of rv and empties it. */
-void tm_amqp_recvec_clear(struct tm_amqp_recvec *rv)
-{
-    for (size_t i = 0; i < rv->n; i++)
-        tm_amqp_rec_clear(&rv->v[i]);
-    rv->n = 0;
-}
-
-static unsigned rec_attempts(const struct tm_amqp_rec *r)
-{
-    return r->outcome == TM_OUT_INVALID ? 0u : r->attempt;
-}
-
-/* tm_amqp_publish_dead sends the dead-letter copy on the publishing
- * connection: the original body and properties, a new message id, and
- * the failure headers. Returns its confirm sequence, 0 when the
- * connection failed (pc->errstr). */
-uint64_t tm_amqp_publish_dead(struct tm_amqp_publisher *pc,
-                              struct tm_amqp_rec *r)
-{
-    const struct tm_amqp_delivery *d = r->d;
-    amqp_basic_properties_t p;
-    tm_amqp_base_props(&p, d);
-    tm_uuid4(r->copy_id, sizeof r->copy_id);
-    p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG;
-    p.message_id = sym_amqp_cstring_bytes(r->copy_id);
-    p.timestamp = (uint64_t)(r->failed_at / 1000);
-    struct tm_amqp_hdrs h = {0};
-    tm_amqp_hdr_user(&h, &d->headers);
-    tm_amqp_hdr_str(&h, "x-task", TASK_CFG(pc, r)->name, TM_AMQP_SHORTSTR_MAX);
-    tm_amqp_hdr_str(&h, "x-error", r->error != NULL ? r->error
-                                            : tm_outcome_label(r->outcome),
-            TM_AMQP_ERROR_HEADER_MAX);
-    tm_amqp_hdr_i64(&h, "x-attempts", rec_attempts(r));
-    tm_amqp_hdr_i64(&h, "x-failed-at", r->failed_at);
-    tm_amqp_hdr_str(&h, "x-origin-id", d->id, TM_AMQP_SHORTSTR_MAX);
-    tm_amqp_hdr_str(&h, "x-outcome", tm_outcome_label(r->outcome), 32);
-    p.headers = tm_amqp_hdr_table(&h);
-    r->rk = TASK_CFG(pc, r)->dead_letter;
-    uint64_t seq =
-        tm_amqp_pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
-                         /* mandatory = */ 1);
-    tm_free(h.e);
-    return seq;
-}
-
-/* tm_amqp_publish_retry sends the retry copy to the retry queue r->rk,
- * expiring after the delay, with the count of runs so far. Returns its
- * confirm sequence, 0 when the connection failed. */
-uint64_t tm_amqp_publish_retry(struct tm_amqp_publisher *pc,
-                               struct tm_amqp_rec *r)
-{
-    const struct tm_amqp_delivery *d = r->d;
-    amqp_basic_properties_t p;
-    tm_amqp_base_props(&p, d);
-    char exp[32];
-    tm_snprintf(exp, sizeof exp, "%lld",
-                (long long)(r->delay_ms > 0 ? r->delay_ms : 0));
-    p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_EXPIRATION_FLAG;
-    p.message_id = tm_amqp_bytes_of(d->id);
-    p.expiration = sym_amqp_cstring_bytes(exp);
-    struct tm_amqp_hdrs h = {0};
-    tm_amqp_hdr_user(&h, &d->headers);
-    tm_amqp_hdr_i64(&h, "x-attempts", r->attempt);
-    if (r->error != NULL)
-        tm_amqp_hdr_str(&h, "x-last-error", r->error,
-                        TM_AMQP_ERROR_HEADER_MAX);
-    p.headers = tm_amqp_hdr_table(&h);
-    uint64_t seq =
-        tm_amqp_pub_send(pc, &pc->copies, r->rk, &p, d->body, d->body_len,
-                         /* mandatory = */ 1);
-    tm_free(h.e);
-    return seq;
-}
-
-/* reply_body returns the answer for a request: the task's result (or
- * null) on success, else an error object. Free with cJSON_free when
- * *owned. */
-static char *reply_body(const struct tm_amqp_publisher *pc,
-                        const struct tm_amqp_rec *r, size_t *len, int *owned)
-{
-    *owned = 0;
-    if (r->outcome == TM_OUT_SUCCESS) {
-        if (r->result != NULL) {
-            *len = r->result_len > 0 ? r->result_len : strlen(r->result);
-            return r->result;
-        }
-        *len = 4;
-        return (char *)(uintptr_t)"null";
-    }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "error",
-                            r->error != NULL ? r->error
-                                             : tm_outcome_label(r->outcome));
-    cJSON_AddStringToObject(o, "outcome", tm_outcome_label(r->outcome));
-    cJSON_AddNumberToObject(o, "attempts", rec_attempts(r));
-    cJSON_AddStringToObject(o, "task", TASK_CFG(pc, r)->name);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (s == NULL) {
-        *len = 4;
-        return (char *)(uintptr_t)"null";
-    }
-    *owned = 1;
-    *len = strlen(s);
-    return s;
-}
-
-/* tm_amqp_publish_reply answers a request on the reply channel (not
- * mandatory: a requester that went away just misses its answer). Returns
- * its confirm sequence, 0 when the connection failed. */
-uint64_t tm_amqp_publish_reply(struct tm_amqp_publisher *pc,
-                              const struct tm_amqp_rec *r)
-{
-    const struct tm_amqp_delivery *d = r->d;
-    amqp_basic_properties_t p;
-    memset(&p, 0, sizeof p);
-    p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
-               AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_HEADERS_FLAG |
-               AMQP_BASIC_MESSAGE_ID_FLAG;
-    p.content_type = sym_amqp_cstring_bytes("application/json");
-    p.delivery_mode = AMQP_DELIVERY_NONPERSISTENT;
-    p.correlation_id = tm_amqp_bytes_of(d->correlation_id);
-    p.message_id = tm_amqp_bytes_of(d->id);
-    struct tm_amqp_hdrs h = {0};
-    tm_amqp_hdr_str(&h, "x-outcome", tm_outcome_label(r->outcome), 32);
-    tm_amqp_hdr_str(&h, "x-task", TASK_CFG(pc, r)->name, TM_AMQP_SHORTSTR_MAX);
-    tm_amqp_hdr_i64(&h, "x-attempts", rec_attempts(r));
-    p.headers = tm_amqp_hdr_table(&h);
-    size_t len;
-    int owned;
-    char *body = reply_body(pc, r, &len, &owned);
-    uint64_t seq =
-        tm_amqp_pub_send(pc, &pc->replies, d->reply_to, &p, body, len,
-                         /* mandatory = */ 0);
-    if (owned)
-        cJSON_free(body);
-    tm_free(h.e);
-    return seq;
-}
-
-/* tm_amqp_needs_reply says whether r answers a request: a success or a
- * final failure of a message with reply_to and correlation_id. */
-int tm_amqp_needs_reply(const struct tm_amqp_rec *r)
-{
-    return r->d != NULL && r->d->reply_to != NULL &&
-           r->d->correlation_id != NULL &&
-           (r->settle == TM_SETTLE_ACK || r->settle == TM_SETTLE_DEAD);
-}
-
 
 /* rec_task_cmp orders records by task, then by delivery tag. */
 static int rec_task_cmp(const void *a, const void *b)
@@ -194,14 +21,14 @@ static int rec_task_cmp(const void *a, const void *b)
 }
 
 /*
- * tm_amqp_settle_originals acknowledges, on each task's consume channel,
+ * settle_originals acknowledges, on each task's consume channel,
  * the originals of the records in done (plain acks, and records whose
  * copies are confirmed), then empties done. A record from a
  * consuming connection since lost is dropped: RabbitMQ delivers that
  * message again. Settle thread only.
  */
-void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
-                              struct tm_amqp_recvec *done)
+static void settle_originals(struct tm_amqp_broker *ab,
+                             struct tm_amqp_recvec *done)
 {
     if (done->n == 0)
         return; /* done->v may be NULL: qsort wants an array */
@@ -245,6 +72,31 @@ void tm_amqp_settle_originals(struct tm_amqp_broker *ab,
                          stale);
     }
     tm_amqp_recvec_clear(done);
+}
+
+/* cb_copied takes a record the publisher is done with (its copies
+ * confirmed), for its original to be acknowledged with the others. */
+static void cb_copied(void *arg, struct tm_amqp_rec *r)
+{
+    struct tm_amqp_broker *ab = arg;
+    tm_amqp_recvec_push(&ab->done, r);
+}
+
+void tm_amqp_settle_init(struct tm_amqp_broker *ab)
+{
+    tm_amqp_publisher_init(&ab->pub, ab, cb_copied, ab);
+}
+
+void tm_amqp_settle_close(struct tm_amqp_broker *ab)
+{
+    /* what settlement is left is still done before leaving: copies
+     * confirmed (unless publishing is blocked), then their originals */
+    tm_amqp_publisher_run(&ab->pub, /* wait = */ 1);
+    settle_originals(ab, &ab->done);
+    tm_amqp_publisher_close(&ab->pub);
+    tm_free(ab->done.v);
+    ab->done.v = NULL;
+    ab->done.cap = 0;
 }
 
 /*
@@ -304,8 +156,8 @@ size_t tm_amqp_settle(struct tm_broker *b, struct tm_msg **msgs, size_t n)
      * reading it would cost a failed read and a poll per call, and its
      * notifications and heartbeats are the tick's (tm_amqp_tick) */
     if (ab->pub.out.n > 0)
-        tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
-    tm_amqp_settle_originals(ab, &ab->done);
+        tm_amqp_publisher_run(&ab->pub, /* wait = */ 1);
+    settle_originals(ab, &ab->done);
     return 0;
 }
 
@@ -319,8 +171,8 @@ void tm_amqp_tick(struct tm_broker *b)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
     tm_amqp_park_take(ab);
-    tm_amqp_publisher_run(&ab->pub, /* wait = */ 1, &ab->done);
-    tm_amqp_settle_originals(ab, &ab->done);
+    tm_amqp_publisher_run(&ab->pub, /* wait = */ 1);
+    settle_originals(ab, &ab->done);
     int64_t now = tm_now_ms();
     for (size_t li = 0; li < ab->nlinks; li++) {
         struct tm_amqp_link *l = &ab->links[li];

@@ -4,6 +4,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h> /* snprintf: a name that may not fit */
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,6 +330,97 @@ static int retry_declare(struct tm_amqp_publisher *pc,
     }
 }
 
+/* tm_amqp_pause_queue writes the name of task t's pause control queue
+ * (pause.c) to buf; -1 when it does not fit in an AMQP short string. */
+int tm_amqp_pause_queue(const struct tm_cfg_task *t, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "%s.paused", t->queue);
+    return n < size && n <= TM_AMQP_SHORTSTR_MAX ? 0 : -1;
+}
+
+/* tm_amqp_pause_declare declares task t's pause control queue on c/ch
+ * (durable, the task queue's type, x-max-length 1 with drop-head: see
+ * pause.c), which reads its state: 1 when it holds a message (paused), 0
+ * when it is empty, -1 on failure (reason in buf; the channel or
+ * connection is then unusable). */
+int tm_amqp_pause_declare(amqp_connection_state_t c, amqp_channel_t ch,
+                          const struct tm_amqp_broker *ab,
+                          const struct tm_cfg_task *t, char *buf,
+                          size_t size)
+{
+    char name[TM_AMQP_SHORTSTR_MAX + 16], eb[256];
+    if (tm_amqp_pause_queue(t, name, sizeof name) != 0) {
+        tm_snprintf(buf, size, "queue name '%s.paused' is too long",
+                    t->queue);
+        return -1;
+    }
+    amqp_table_entry_t e[3];
+    int n = 0;
+    e[n].key = sym_amqp_cstring_bytes("x-max-length");
+    e[n].value.kind = AMQP_FIELD_KIND_I64;
+    e[n++].value.value.i64 = 1;
+    e[n].key = sym_amqp_cstring_bytes("x-overflow");
+    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[n++].value.value.bytes = sym_amqp_cstring_bytes("drop-head");
+    if (ab->base.cfg->amqp_queue_type == TM_AMQP_QUORUM) {
+        e[n].key = sym_amqp_cstring_bytes("x-queue-type");
+        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("quorum");
+    }
+    amqp_table_t args = {.num_entries = n, .entries = e};
+    amqp_queue_declare_ok_t *ok =
+        sym_amqp_queue_declare(c, ch, sym_amqp_cstring_bytes(name),
+                               /* passive = */ 0, /* durable = */ 1,
+                               /* exclusive = */ 0, /* auto_delete = */ 0,
+                               args);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(c);
+    if (ok == NULL || r.reply_type != AMQP_RESPONSE_NORMAL) {
+        tm_snprintf(buf, size, "queue.declare '%s': %s", name,
+                    tm_amqp_strerror(r, eb, sizeof eb));
+        return -1;
+    }
+    return ok->message_count > 0;
+}
+
+/* level_name writes to buf the name of task t's queue of kind ("retry",
+ * "delay") for ms: "<queue>.<kind>.<ms>ms", the task queue's name cut
+ * and hashed when that would not fit in an AMQP short string. */
+static void level_name(const struct tm_cfg_task *t, const char *kind,
+                       int64_t ms, char *buf, size_t size)
+{
+    tm_snprintf(buf, size, "%s.%s.%lldms", t->queue, kind, (long long)ms);
+    if (strlen(buf) > TM_AMQP_SHORTSTR_MAX)
+        tm_snprintf(buf, size, "%.200s.%016llx.%s.%lldms", t->queue,
+                    (unsigned long long)tm_amqp_fnv64(
+                        t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
+                    kind, (long long)ms);
+}
+
+/* level_find is the queue named name among those declared on pc's
+ * connection, NULL when it is not one. */
+static struct tm_amqp_level *level_find(struct tm_amqp_publisher *pc,
+                                        const char *name)
+{
+    for (size_t i = 0; i < pc->nlevels; i++)
+        if (strcmp(pc->levels[i].name, name) == 0)
+            return &pc->levels[i];
+    return NULL;
+}
+
+/* level_add keeps name among the queues declared on pc's connection. */
+static struct tm_amqp_level *level_add(struct tm_amqp_publisher *pc,
+                                       const char *name)
+{
+    if (pc->nlevels == pc->caplevels) {
+        pc->caplevels = pc->caplevels ? pc->caplevels * 2 : 8;
+        pc->levels =
+            tm_realloc(pc->levels, pc->caplevels * sizeof *pc->levels);
+    }
+    struct tm_amqp_level *lv = &pc->levels[pc->nlevels++];
+    lv->name = tm_strdup(name);
+    return lv;
+}
+
 /* tm_amqp_retry_queue returns the name of task t's retry queue for a
  * delay of ms, declaring it on the publishing connection on first use
  * there, and again when TM_AMQP_RETRY_REDECLARE(ms) passed since, to
@@ -341,31 +433,92 @@ const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
 {
     char name[TM_AMQP_SHORTSTR_MAX + 64];
     int64_t now = tm_now_ms();
-    tm_snprintf(name, sizeof name, "%s.retry.%lldms", t->queue,
-                (long long)ms);
-    if (strlen(name) > TM_AMQP_SHORTSTR_MAX)
-        tm_snprintf(name, sizeof name, "%.200s.%016llx.retry.%lldms",
-                    t->queue,
-                    (unsigned long long)tm_amqp_fnv64(
-                        t->queue, strlen(t->queue), TM_AMQP_FNV64_INIT),
-                    (long long)ms);
-    struct tm_amqp_level *lv = NULL;
-    for (size_t i = 0; i < pc->nlevels && lv == NULL; i++)
-        if (strcmp(pc->levels[i].name, name) == 0)
-            lv = &pc->levels[i];
+    level_name(t, "retry", ms, name, sizeof name);
+    struct tm_amqp_level *lv = level_find(pc, name);
     if (lv != NULL && now - lv->declared_at < TM_AMQP_RETRY_REDECLARE(ms))
         return lv->name;
     if (retry_declare(pc, t, name, ms, buf, size, dead) != 0)
         return NULL;
-    if (lv == NULL) {
-        if (pc->nlevels == pc->caplevels) {
-            pc->caplevels = pc->caplevels ? pc->caplevels * 2 : 8;
-            pc->levels = tm_realloc(pc->levels,
-                                    pc->caplevels * sizeof *pc->levels);
-        }
-        lv = &pc->levels[pc->nlevels++];
-        lv->name = tm_strdup(name);
-    }
+    if (lv == NULL)
+        lv = level_add(pc, name);
     lv->declared_at = now;
+    return lv->name;
+}
+
+/* delay_declare declares the delay queue name of task t for level ms on
+ * the publisher's admin channel. Returns 0, or -1 with the reason in buf
+ * and *dead set when the connection failed (pc->errstr). */
+static int delay_declare(struct tm_amqp_publisher *pc,
+                         const struct tm_cfg_task *t, const char *name,
+                         int64_t ms, char *buf, size_t size, int *dead)
+{
+    char eb[256];
+    amqp_table_entry_t e[6];
+    int n = 0;
+    memset(e, 0, sizeof e);
+    e[n].key = sym_amqp_cstring_bytes("x-dead-letter-exchange");
+    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[n++].value.value.bytes = sym_amqp_cstring_bytes("");
+    e[n].key = sym_amqp_cstring_bytes("x-dead-letter-routing-key");
+    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[n++].value.value.bytes = sym_amqp_cstring_bytes(t->queue);
+    e[n].key = sym_amqp_cstring_bytes("x-message-ttl");
+    e[n].value.kind = AMQP_FIELD_KIND_I64;
+    e[n++].value.value.i64 = ms;
+    if (pc->ab->base.cfg->amqp_queue_type == TM_AMQP_QUORUM) {
+        /* at-least-once dead-lettering: kept until the task queue has
+         * it (needs reject-publish) */
+        e[n].key = sym_amqp_cstring_bytes("x-queue-type");
+        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("quorum");
+        e[n].key = sym_amqp_cstring_bytes("x-dead-letter-strategy");
+        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("at-least-once");
+        e[n].key = sym_amqp_cstring_bytes("x-overflow");
+        e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[n++].value.value.bytes = sym_amqp_cstring_bytes("reject-publish");
+    }
+    assert(n <= (int)(sizeof e / sizeof e[0]));
+    amqp_table_t tbl = {.num_entries = n, .entries = e};
+    sym_amqp_queue_declare(pc->conn, TM_AMQP_PCH_ADMIN,
+                           sym_amqp_cstring_bytes(name), /* passive = */ 0,
+                           /* durable = */ 1, /* exclusive = */ 0,
+                           /* auto_delete = */ 0, tbl);
+    amqp_rpc_reply_t r = sym_amqp_get_rpc_reply(pc->conn);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return 0;
+    tm_snprintf(buf, size, "delay queue '%s' cannot be declared: %s", name,
+                tm_amqp_strerror(r, eb, sizeof eb));
+    if (!tm_amqp_channel_error(r) ||
+        tm_amqp_channel_closed_ok(pc->conn, TM_AMQP_PCH_ADMIN) !=
+            AMQP_STATUS_OK ||
+        tm_amqp_channel(pc->conn, TM_AMQP_PCH_ADMIN, 0, eb, sizeof eb) != 0) {
+        tm_snprintf(pc->errstr, sizeof pc->errstr, "%s", buf);
+        *dead = 1;
+    }
+    return -1;
+}
+
+/* tm_amqp_delay_queue returns the name of task t's delay queue of level
+ * ms, declaring it on first use on this connection (kept in pc->levels with
+ * the retry queues; a declared_at of INT64_MAX marks it as never to be
+ * declared again there, unless a copy found it deleted). NULL with the
+ * reason in buf when it cannot be declared; *dead is set when the
+ * connection failed. */
+const char *tm_amqp_delay_queue(struct tm_amqp_publisher *pc,
+                                const struct tm_cfg_task *t, int64_t ms,
+                                char *buf, size_t size, int *dead)
+{
+    char name[TM_AMQP_SHORTSTR_MAX + 64];
+    level_name(t, "delay", ms, name, sizeof name);
+    struct tm_amqp_level *lv = level_find(pc, name);
+    if (lv != NULL && lv->declared_at == INT64_MAX)
+        return lv->name;
+    /* new here, or TM_AMQP_LEVEL_STALE: a copy found it gone */
+    if (delay_declare(pc, t, name, ms, buf, size, dead) != 0)
+        return NULL;
+    if (lv == NULL)
+        lv = level_add(pc, name);
+    lv->declared_at = INT64_MAX;
     return lv->name;
 }

@@ -1,5 +1,5 @@
 /* test_amqp_delay.c - the RabbitMQ delay levels and the x-not-before
- * header (src/amqp/delay.c). */
+ * header (src/amqp/delay.c, src/amqp/delivery.c). */
 #include "amqp/amqp.h"
 
 #include <stdio.h>
