@@ -7,7 +7,8 @@
 # Sources lib_http.sh; skips the test without node, Debian's chromium
 # (TM_CHROMIUM, default /usr/bin/chromium) or puppeteer-core in
 # tests/integration/node_modules; gives Chromium a HOME of its own in
-# TEST_DIR (its profile and crash files); adds console_browser.
+# TEST_DIR (its profile and crash files); adds TOKEN, console_start,
+# console_browser and console_stop.
 . "$TM_SRCDIR/tests/integration/lib_http.sh"
 need_tools jq curl node
 CHROMIUM=${TM_CHROMIUM:-/usr/bin/chromium}
@@ -17,6 +18,25 @@ CHROMIUM=${TM_CHROMIUM:-/usr/bin/chromium}
 export TM_CHROMIUM=$CHROMIUM
 export HOME=$TEST_DIR/home
 mkdir -p "$HOME"
+
+# the http.token of the daemons console_start starts with a token
+TOKEN='console-T0ken'
+# shellcheck disable=SC2034 # used by the tests that source this file
+AUTH=(-H "Authorization: Bearer $TOKEN")
+
+# console_start NAME [open]: start a daemon with the tasks (and schedules)
+# given as YAML on stdin, in TEST_DIR/NAME.yaml, with http.token = TOKEN
+# (none with "open"), and wait until it is ready.
+console_start() {
+	local conf=$TEST_DIR/$1.yaml
+	if [[ ${2:-} == open ]]; then
+		write_http_config "$conf"
+	else
+		write_http_config "$conf" token="$TOKEN"
+	fi
+	start_daemon "$conf"
+	wait_ping
+}
 
 # console_browser NAME SECONDS SCRIPT [ARGS...]: run node SCRIPT ARGS...
 # (a script of tests/integration) for at most SECONDS; its lines go to

@@ -16,7 +16,6 @@
 # test_http_console_live.sh; the other views: test_http_console_views.sh.)
 . "$TM_SRCDIR/tests/integration/lib_console.sh"
 
-TOKEN='console-T0ken'
 TASKS=$(
 	cat <<YAML
 tasks:
@@ -24,13 +23,9 @@ tasks:
   rej: { plugin: fail.so, queue: q.console.rej, on_error: reject }
 YAML
 )
-AUTH=(-H "Authorization: Bearer $TOKEN")
 
 # ---- 1: with http.token
-CONF=$TEST_DIR/token.yaml
-write_http_config "$CONF" token="$TOKEN" <<<"$TASKS"
-start_daemon "$CONF"
-wait_ping
+console_start token <<<"$TASKS"
 
 # the page and its assets, with the security headers, under 100 KiB
 total=0
@@ -69,10 +64,7 @@ console_browser token 180 console-check.mjs token "http://127.0.0.1:$HTTP_PORT" 
 stop_daemon
 
 # ---- 2: without a token the page is read-only
-CONF=$TEST_DIR/open.yaml
-write_http_config "$CONF" <<<"$TASKS"
-start_daemon "$CONF"
-wait_ping
+console_start open open <<<"$TASKS"
 console_browser readonly 180 console-check.mjs readonly \
 	"http://127.0.0.1:$HTTP_PORT"
 console_stop

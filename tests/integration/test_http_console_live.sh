@@ -11,18 +11,14 @@
 # dashboard.png.)
 . "$TM_SRCDIR/tests/integration/lib_console.sh"
 
-TOKEN='console-T0ken'
-CONF=$TEST_DIR/live.yaml
 # the schedule's next slot is months away: it never fires during the test
-write_http_config "$CONF" token="$TOKEN" <<YAML
+console_start live <<YAML
 tasks:
   add: { plugin: add.so, queue: q.live.add }
   rej: { plugin: fail.so, queue: q.live.rej, on_error: reject }
 schedules:
   yearly: { task: add, cron: "0 3 1 1 *", body: { a: 1, b: 1 } }
 YAML
-start_daemon "$CONF"
-wait_ping
 
 console_browser live 100 console-check.mjs live "http://127.0.0.1:$HTTP_PORT" \
 	"$TOKEN" "$TM_BUILD/console.png"

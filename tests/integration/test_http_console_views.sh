@@ -11,18 +11,13 @@
 # directory (dashboard.png, daemons.png, message.png).
 . "$TM_SRCDIR/tests/integration/lib_console.sh"
 
-TOKEN='console-T0ken'
-CONF=$TEST_DIR/views.yaml
-write_http_config "$CONF" token="$TOKEN" <<YAML
+console_start views <<YAML
 tasks:
   add: { plugin: add.so, queue: q.views.add }
   rej: { plugin: fail.so, queue: q.views.rej, on_error: reject }
   resize-thumbnails: { plugin: add.so, queue: q.views.resize }
   send-welcome-email: { plugin: fail.so, queue: q.views.mail, on_error: reject }
 YAML
-start_daemon "$CONF"
-wait_ping
-AUTH=(-H "Authorization: Bearer $TOKEN")
 for i in 1 2 3; do
 	expect_code 201 "${AUTH[@]}" -X POST -d "{\"a\":$i,\"b\":1}" /api/v1/tasks/add/messages
 	expect_code 201 "${AUTH[@]}" -X POST -d "{\"a\":$i,\"b\":2}" /api/v1/tasks/resize-thumbnails/messages
