@@ -112,41 +112,41 @@ export async function overflow(page) {
 // tabReaches presses Tab from the top of page until every visible control
 // (link, button, input, select, textarea, focusable chart) has had the
 // focus, or fails naming the ones never reached. Each focused control must
-// show an outline.
+// show an outline. Controls are known by id, or by what they say (the
+// page rebuilds rows as figures change: the elements may be new ones).
 export async function tabReaches(page, what) {
+  await page.evaluate(() => {
+    window.tmKey = e => e.id || e.dataset.focus || e.getAttribute('aria-label') ||
+      e.tagName + ' ' + (e.getAttribute('href') || '') + ' ' + e.textContent.trim();
+  });
   const want = await page.evaluate(() => {
     const sel = 'a[href], button:not([disabled]), input, select, textarea, ' +
       '[tabindex="0"]';
-    let n = 0;
+    const keys = [];
     for (const e of document.querySelectorAll(sel)) {
       if (e.closest('[hidden]') || e.getClientRects().length === 0 ||
           getComputedStyle(e).visibility === 'hidden') continue;
-      e.dataset.kbd = String(n++);
+      keys.push(window.tmKey(e));
     }
     document.activeElement.blur();
     window.scrollTo(0, 0);
-    return n;
+    return [...new Set(keys)];
   });
   const seen = new Set();
-  let unmarked = 0;
-  for (let i = 0; i < want + 15 && seen.size < want; i++) {
+  for (let i = 0; i < want.length + 15 && seen.size < want.length; i++) {
     await page.keyboard.press('Tab');
     const f = await page.evaluate(() => {
       const a = document.activeElement;
       const s = getComputedStyle(a);
-      return { k: a.dataset ? a.dataset.kbd : undefined,
+      return { k: a === document.body ? null : window.tmKey(a),
                html: a.outerHTML.slice(0, 80),
                outline: s.outlineStyle !== 'none' && s.outlineWidth !== '0px' };
     });
-    if (f.k === undefined) { unmarked++; continue; }
+    if (f.k === null || !want.includes(f.k)) continue;
     if (!f.outline) fail(`${what}: ${f.html} has no visible focus`);
     seen.add(f.k);
   }
-  if (seen.size < want) {
-    const missed = await page.evaluate(s => Array.from(
-      document.querySelectorAll('[data-kbd]')).filter(e => !s.includes(e.dataset.kbd))
-      .map(e => e.outerHTML.slice(0, 80)), [...seen]);
-    fail(`${what}: Tab never reached ${missed.join(' | ')}`);
-  }
-  return want;
+  const missed = want.filter(k => !seen.has(k));
+  if (missed.length) fail(`${what}: Tab never reached ${missed.join(' | ')}`);
+  return want.length;
 }
