@@ -18,7 +18,9 @@
 //     confirmation names the count;
 //   - every control of the dashboard is reached by Tab;
 //   - no request leaves the daemon's origin, no console error.
-// Screenshots in SHOT_DIR: dashboard.png, daemons.png, message.png.
+//   - at 640 px (200 % zoom) no view with data passes the screen;
+// Screenshots in SHOT_DIR: dashboard.png, daemons.png, message.png,
+// dashboard-640.png.
 import { fail, ok, sleep, until, launch, watch, overflow, tabReaches,
          WAIT_MS } from './console-lib.mjs';
 
@@ -234,6 +236,20 @@ try {
   if (!dialogs[n0] || !dialogs[n0].startsWith('Replay 2 dead letter(s) of task rej matching the search'))
     fail('the confirmation does not name the count: ' + dialogs[n0]);
   ok('a search + bulk replay acts on the filter, its confirmation naming the count');
+
+  // 200 % zoom of 1280 px, with data in every view: nothing past the screen
+  await page.setViewport({ width: 640, height: 800 });
+  for (const [hash, section] of [['#/', 'view-dashboard'],
+    ['#/daemons', 'view-daemons'], ['#/tasks/add/delayed', 'view-delayed'],
+    ['#/tasks/add/messages/' + DELAYED[0].id, 'view-message']]) {
+    await page.evaluate(h => { location.hash = h; }, hash);
+    await page.waitForSelector('#' + section + ':not([hidden])', { timeout: WAIT_MS });
+    await sleep(500);
+    const wide = await overflow(page);
+    if (wide.length) fail(`${hash} at 640 px: ${wide.join('; ')}`);
+    if (hash === '#/') await page.screenshot({ path: dir + '/dashboard-640.png' });
+  }
+  ok('at 640 px (200 % zoom) the views with data stay within the screen');
 
   if (problems.length) fail(problems.join('; '));
   ok('no request to another origin, no console error, no failed request');
