@@ -362,10 +362,11 @@ check-cluster: all test-plugins
 # which runs first, installs them); an explicit no still leaves one out.
 CHECK_HOSTS = USE_LUA=$(if $(filter auto,$(USE_LUA)),yes,$(USE_LUA)) \
 	USE_PYTHON=$(if $(filter auto,$(USE_PYTHON)),yes,$(USE_PYTHON))
-# config/ is the ground floor: it reads and calls nothing above it
-# (docs/development.md); a few seconds.
+# Each folder of src/ is a layer that includes and calls only the layers
+# below it, with at most the one cycle its header names
+# (docs/development.md, "Layers and map"); a few seconds.
 check-layers: all
-	@CC="$(CC)" PKG_CONFIG="$(PKG_CONFIG)" scripts/check-layers.sh $(BUILD)
+	@python3 scripts/check-layers.py $(BUILD)
 
 check: deps
 	@$(MAKE) --no-print-directory $(CHECK_HOSTS) check-layers

@@ -42,7 +42,7 @@ RANK = {f: r for r, fs in enumerate(LAYERS) for f in fs}
 GENERATED = {"console_assets.o": "http"}
 
 INCLUDE_RX = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-CYCLE_RX = re.compile(r'^\s*\*?\s*cycle:\s*(.+)$', re.M)
+CYCLE_RX = re.compile(r'^\s*(?:/\*+|\*)?\s*cycle:\s*(.+)$', re.M)
 
 offences = []
 
@@ -138,18 +138,21 @@ def main():
                 objects.append(os.path.relpath(os.path.join(d, f), obj_root))
     if not objects:
         offence(f"no objects in {obj_root} (build first)")
-    defined, undefined = {}, {}
-    for o in sorted(objects):
-        out = subprocess.run(["nm", os.path.join(obj_root, o)],
+    defined, undefined = {}, {o: set() for o in objects}
+    if objects:
+        # one nm for all: each line "PATH:[VALUE] TYPE NAME"
+        out = subprocess.run(["nm", "-A"] + [os.path.join(obj_root, o)
+                                             for o in sorted(objects)],
                              capture_output=True, text=True, check=True)
-        und = set()
         for line in out.stdout.splitlines():
-            p = line.split()
+            path, _, rest = line.partition(".o:")
+            path += ".o"
+            o = os.path.relpath(path, obj_root)
+            p = rest.split()
             if len(p) == 2 and p[0] == "U":
-                und.add(p[1])
+                undefined[o].add(p[1])
             elif len(p) == 3 and p[1] in "TDBRV":
                 defined[p[2]] = o
-        undefined[o] = und
 
     def obj_folder(o):
         return GENERATED.get(o) or folder_of(o)

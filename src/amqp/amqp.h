@@ -327,7 +327,7 @@ struct tm_amqp_publisher {
     char ret_rk[TM_AMQP_SHORTSTR_MAX + 1];
     char ret_text[128];
     char errstr[512];
-    uint64_t err_hash;            /* of the last connect failure logged */
+    struct tm_log_repeat err_seen; /* the last connect failure logged */
 };
 
 /*
@@ -367,7 +367,7 @@ struct tm_amqp_link {
     size_t fresh;                 /* deliveries made ready by this pump */
     int announce;                 /* connected since intake last returned */
     char errstr[512];
-    uint64_t err_hash;            /* of the last connect failure logged */
+    struct tm_log_repeat err_seen; /* the last connect failure logged */
 };
 
 /*
@@ -418,7 +418,7 @@ struct tm_amqp_task {
     uint64_t *tags;               /* settle scratch: acks */
     size_t tagcap;
     char errstr[512];
-    uint64_t err_hash;            /* of the last open failure logged */
+    struct tm_log_repeat err_seen; /* the last open failure logged */
 };
 
 struct tm_amqp_broker {

@@ -290,14 +290,12 @@ int tm_amqp_fetch_lane(struct tm_broker *b, size_t lane, const size_t *room,
         int perm = 0;
         if (tm_amqp_link_connect(l, &perm) != 0) {
             /* a new reason is worth a line; the same again is noise */
-            uint64_t h = tm_amqp_fnv64(l->errstr, strlen(l->errstr),
-                                       TM_AMQP_FNV64_INIT);
-            tm_log_write(h != l->err_hash ? (perm ? TM_LOG_ERR
-                                                  : TM_LOG_WARNING)
-                                          : TM_LOG_DEBUG,
+            tm_log_write(tm_log_repeat_level(&l->err_seen,
+                                             perm ? TM_LOG_ERR
+                                                  : TM_LOG_WARNING,
+                                             l->errstr),
                          TM_AMQP_SRC, NULL, NULL, "%s; retrying",
                          l->errstr);
-            l->err_hash = h;
             n = -1;
             goto out;
         }

@@ -244,7 +244,7 @@ static void install(struct tm_amqp_task *at, const char *ctag, int paused)
                  t->queue, l->node->redacted, at->ch, t->prefetch,
                  t->dead_letter);
     at->was_up = 1;
-    at->err_hash = 0;
+    tm_log_repeat_reset(&at->err_seen);
     task_up(at);
     l->cbs->cb_opened(at, paused);
 }
@@ -254,18 +254,14 @@ static void install(struct tm_amqp_task *at, const char *ctag, int paused)
  * (io_mu held). */
 static void open_failed(struct tm_amqp_task *at, int perm)
 {
-    uint64_t h = tm_amqp_fnv64(at->errstr, strlen(at->errstr),
-                               TM_AMQP_FNV64_INIT);
-    tm_log_write(h != at->err_hash ? (perm ? TM_LOG_ERR : TM_LOG_WARNING)
-                                   : TM_LOG_DEBUG,
+    tm_log_write(tm_log_repeat_level(&at->err_seen,
+                                     perm ? TM_LOG_ERR : TM_LOG_WARNING,
+                                     at->errstr),
                  TM_AMQP_SRC, at->cfg->name, NULL, "%s; retrying",
                  at->errstr);
-    at->err_hash = h;
     task_down(at);
-    at->reopen_ms = at->reopen_ms == 0 ? TM_AMQP_REOPEN_MIN_MS
-                    : at->reopen_ms * 2 > TM_AMQP_REOPEN_MAX_MS
-                        ? TM_AMQP_REOPEN_MAX_MS
-                        : at->reopen_ms * 2;
+    at->reopen_ms = tm_backoff_next(at->reopen_ms, TM_AMQP_REOPEN_MIN_MS,
+                                    TM_AMQP_REOPEN_MAX_MS);
     at->reopen_at = tm_now_ms() + at->reopen_ms;
 }
 
@@ -317,7 +313,7 @@ int tm_amqp_link_connect(struct tm_amqp_link *l, int *perm)
         l->conn = c;
         l->node = node;
         l->was_up = 1;
-        l->err_hash = 0;
+        tm_log_repeat_reset(&l->err_seen);
         l->lowat = 0; /* a new connection's socket has none */
         l->announce = 1;
         for (size_t k = 0; k < l->ntasks; k++) {

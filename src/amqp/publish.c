@@ -150,23 +150,20 @@ int tm_amqp_publisher_connect(struct tm_amqp_publisher *pc)
         c = NULL;
     }
     if (c == NULL) {
-        uint64_t h = tm_amqp_fnv64(eb, strlen(eb), TM_AMQP_FNV64_INIT);
-        tm_log_write(h != pc->err_hash ? TM_LOG_WARNING : TM_LOG_DEBUG,
+        tm_log_write(tm_log_repeat_level(&pc->err_seen, TM_LOG_WARNING, eb),
                      TM_AMQP_SRC, NULL, NULL,
                      "publishing connection: %s; retrying", eb);
-        pc->err_hash = h;
         tm_snprintf(pc->errstr, sizeof pc->errstr, "%s", eb);
         pc->retry_at = tm_now_ms() + pc->backoff_ms;
-        pc->backoff_ms = pc->backoff_ms * 2 > PUB_BACKOFF_MAX_MS
-                             ? PUB_BACKOFF_MAX_MS
-                             : pc->backoff_ms * 2;
+        pc->backoff_ms = tm_backoff_next(pc->backoff_ms, PUB_BACKOFF_MIN_MS,
+                                         PUB_BACKOFF_MAX_MS);
         return -1;
     }
     pc->conn = c;
     pc->node = node;
     pc->gen++;
     pc->was_up = 1;
-    pc->err_hash = 0;
+    tm_log_repeat_reset(&pc->err_seen);
     pc->backoff_ms = PUB_BACKOFF_MIN_MS;
     forget_connection(pc);
     pc->copies.open = 1;

@@ -75,11 +75,6 @@ void tm_intake_start(struct tm_gen *g);
 void tm_intake_stop(struct tm_gen *g);
 void tm_intake_join(struct tm_gen *g);
 
-/* tm_backoff_jitter returns ms plus up to half of it at random. */
-int64_t tm_backoff_jitter(int64_t ms);
-
-/* tm_backoff_next doubles a reconnect delay up to TM_RECONNECT_MAX_MS. */
-int64_t tm_backoff_next(int64_t ms);
 
 /* ---- flow control (flow.c) ------------------------------------------ */
 

@@ -256,12 +256,6 @@ static int measure_skew(struct tm_fire *f)
     return 0;
 }
 
-static int64_t next_backoff(int64_t ms)
-{
-    return ms * 2 > TM_FIRE_BACKOFF_MAX_MS ? TM_FIRE_BACKOFF_MAX_MS
-                                           : ms * 2;
-}
-
 static void *fire_main(void *arg)
 {
     struct tm_fire *f = arg;
@@ -280,7 +274,8 @@ static void *fire_main(void *arg)
                                 "schedules: %s; retrying", err);
                 logged = 1;
                 wait_ms(f, backoff);
-                backoff = next_backoff(backoff);
+                backoff = tm_backoff_next(backoff, TM_FIRE_BACKOFF_MIN_MS,
+                                          TM_FIRE_BACKOFF_MAX_MS);
                 continue;
             }
         }
@@ -309,7 +304,8 @@ static void *fire_main(void *arg)
             logged = 1;
             close_session(f);
             wait_ms(f, backoff);
-            backoff = next_backoff(backoff);
+            backoff = tm_backoff_next(backoff, TM_FIRE_BACKOFF_MIN_MS,
+                                          TM_FIRE_BACKOFF_MAX_MS);
             continue;
         }
         if (logged)

@@ -19,17 +19,6 @@ static void wait_ms(struct tm_gen *g, int64_t ms)
     pthread_mutex_unlock(&g->mu);
 }
 
-int64_t tm_backoff_jitter(int64_t ms)
-{
-    return ms + (int64_t)(tm_rand64() % (uint64_t)(ms / 2 + 1));
-}
-
-/* tm_backoff_next doubles a reconnect delay up to its cap. */
-int64_t tm_backoff_next(int64_t ms)
-{
-    return ms * 2 > TM_RECONNECT_MAX_MS ? TM_RECONNECT_MAX_MS : ms * 2;
-}
-
 /* struct tm_runs is a lane's scratch for handing what one read brought
  * to the pool at once: the runs of messages to run, and their answers. */
 struct tm_runs {
@@ -254,7 +243,7 @@ static void *lane_main(void *arg)
         if (with_room < 0) {
             set_subscribed(g, ln->index, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
-            backoff = tm_backoff_next(backoff);
+            backoff = tm_backoff_next(backoff, TM_RECONNECT_MIN_MS, TM_RECONNECT_MAX_MS);
             continue;
         }
         if (with_room == 0) {
@@ -273,7 +262,7 @@ static void *lane_main(void *arg)
         if (n < 0) {
             set_subscribed(g, ln->index, 0);
             wait_ms(g, tm_backoff_jitter(backoff));
-            backoff = tm_backoff_next(backoff);
+            backoff = tm_backoff_next(backoff, TM_RECONNECT_MIN_MS, TM_RECONNECT_MAX_MS);
             continue;
         }
         backoff = TM_RECONNECT_MIN_MS;

@@ -212,7 +212,7 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
             tm_log_warn("broker", "%s; retrying", g->broker->errstr);
         logged = 1;
         main_wait(d, tm_backoff_jitter(backoff));
-        backoff = tm_backoff_next(backoff);
+        backoff = tm_backoff_next(backoff, TM_RECONNECT_MIN_MS, TM_RECONNECT_MAX_MS);
     }
     if (pthread_create(&g->settle_thread, NULL, tm_settle_main, g) != 0) {
         tm_log_err(TM_DAEMON_SRC, "cannot start the settle thread");

@@ -178,3 +178,17 @@ void tm_log_gate_reset(struct tm_log_gate *g)
 {
     g->open = 0;
 }
+
+int tm_log_repeat_level(struct tm_log_repeat *r, int level, const char *text)
+{
+    /* FNV-1a, 64 bits; 0 is kept for "none" */
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)text; *p != '\0';
+         p++)
+        h = (h ^ *p) * 1099511628211ull;
+    if (h == 0)
+        h = 1;
+    int same = h == r->hash;
+    r->hash = h;
+    return same ? TM_LOG_DEBUG : level;
+}

@@ -84,4 +84,26 @@ int tm_log_gate_pass(struct tm_log_gate *g, int64_t now_ms,
  * held back is kept for it. */
 void tm_log_gate_reset(struct tm_log_gate *g);
 
+/*
+ * struct tm_log_repeat tells a new reason from the same one again: a
+ * failure retried in a loop (a connect, a channel open) is worth a line at
+ * its level when its text changes, and only a debug line while it is the
+ * same as the last one. Not locked: one thread, or the caller's lock. A
+ * zeroed one has seen nothing.
+ */
+struct tm_log_repeat {
+    uint64_t hash; /* of the last text, 0: none */
+};
+
+/* tm_log_repeat_level returns level when text differs from the last text
+ * given to r (which it then remembers), else TM_LOG_DEBUG. */
+int tm_log_repeat_level(struct tm_log_repeat *r, int level, const char *text);
+
+/* tm_log_repeat_reset forgets the last text: the condition ended, and
+ * its return is news again. */
+static inline void tm_log_repeat_reset(struct tm_log_repeat *r)
+{
+    r->hash = 0;
+}
+
 #endif /* TASKMILL_LOG_H */

@@ -334,3 +334,15 @@ void tm_uuid4(char *buf, size_t size)
                 r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
                 r[10], r[11], r[12], r[13], r[14], r[15]);
 }
+
+int64_t tm_backoff_next(int64_t ms, int64_t min_ms, int64_t max_ms)
+{
+    if (ms <= 0)
+        return min_ms;
+    return ms > max_ms / 2 ? max_ms : ms * 2;
+}
+
+int64_t tm_backoff_jitter(int64_t ms)
+{
+    return ms + (int64_t)(tm_rand64() % (uint64_t)(ms / 2 + 1));
+}

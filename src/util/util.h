@@ -72,6 +72,13 @@ size_t tm_utf8_seq(const char *s, size_t n);
 /* tm_rand64 returns a fast thread-local pseudo-random number (jitter). */
 uint64_t tm_rand64(void);
 
+/* tm_backoff_next is the delay after one more failure in a row: min_ms
+ * after the first (ms 0), then twice ms, at most max_ms. tm_backoff_jitter
+ * is ms plus up to half of it at random (reconnects of many daemons do
+ * not come in step). */
+int64_t tm_backoff_next(int64_t ms, int64_t min_ms, int64_t max_ms);
+int64_t tm_backoff_jitter(int64_t ms);
+
 /* tm_uuid4 writes a random (version 4) UUID, 36 characters and a NUL,
  * into buf (message ids, reply streams, correlation ids): from the
  * kernel's random pool, or tm_rand64 and the clock if that would block. */

@@ -69,6 +69,30 @@ START_TEST(gate_reset)
 }
 END_TEST
 
+START_TEST(repeat_new_reason_only)
+{
+    struct tm_log_repeat r = { 0 };
+    ck_assert_int_eq(tm_log_repeat_level(&r, TM_LOG_WARNING, "refused"),
+                     TM_LOG_WARNING);
+    /* the same reason again: debug only */
+    ck_assert_int_eq(tm_log_repeat_level(&r, TM_LOG_WARNING, "refused"),
+                     TM_LOG_DEBUG);
+    ck_assert_int_eq(tm_log_repeat_level(&r, TM_LOG_ERR, "refused"),
+                     TM_LOG_DEBUG);
+    /* another reason is news; back to the first one is news too */
+    ck_assert_int_eq(tm_log_repeat_level(&r, TM_LOG_WARNING, "timed out"),
+                     TM_LOG_WARNING);
+    ck_assert_int_eq(tm_log_repeat_level(&r, TM_LOG_WARNING, "refused"),
+                     TM_LOG_WARNING);
+    /* once the condition ended, the same reason is news again */
+    tm_log_repeat_reset(&r);
+    ck_assert_int_eq(tm_log_repeat_level(&r, TM_LOG_WARNING, "refused"),
+                     TM_LOG_WARNING);
+    ck_assert_int_eq(tm_log_repeat_level(&r, TM_LOG_WARNING, ""),
+                     TM_LOG_WARNING);
+}
+END_TEST
+
 static Suite *log_suite(void)
 {
     Suite *s = suite_create("log");
@@ -76,6 +100,7 @@ static Suite *log_suite(void)
     tcase_add_test(tc, gate_burst_per_window);
     tcase_add_test(tc, gate_one_per_window);
     tcase_add_test(tc, gate_reset);
+    tcase_add_test(tc, repeat_new_reason_only);
     suite_add_tcase(s, tc);
     return s;
 }

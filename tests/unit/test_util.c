@@ -170,6 +170,25 @@ START_TEST(test_sleep_ms)
 }
 END_TEST
 
+START_TEST(test_backoff)
+{
+    /* first failure: the least; then doubling; never past the most */
+    ck_assert_int_eq(tm_backoff_next(0, 200, 5000), 200);
+    ck_assert_int_eq(tm_backoff_next(200, 200, 5000), 400);
+    ck_assert_int_eq(tm_backoff_next(2500, 200, 5000), 5000);
+    ck_assert_int_eq(tm_backoff_next(2501, 200, 5000), 5000);
+    ck_assert_int_eq(tm_backoff_next(5000, 200, 5000), 5000);
+    ck_assert_int_eq(tm_backoff_next(INT64_MAX / 2 + 1, 1, INT64_MAX),
+                     INT64_MAX);
+    for (int i = 0; i < 1000; i++) {
+        int64_t j = tm_backoff_jitter(1000);
+        ck_assert_int_ge(j, 1000);
+        ck_assert_int_le(j, 1500);
+    }
+    ck_assert_int_eq(tm_backoff_jitter(0), 0);
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
     Suite *s = suite_create("util");
@@ -180,6 +199,7 @@ static Suite *util_suite(void)
     tcase_add_test(tc, test_cond_init_is_monotonic);
     tcase_add_test(tc, test_sleep_ms);
     tcase_add_test(tc, test_uuid4);
+    tcase_add_test(tc, test_backoff);
     suite_add_tcase(s, tc);
     return s;
 }
