@@ -601,6 +601,9 @@ async function filters() {
 async function loadDeadLetters(after) {
   const task = dlqTask();
   if (!task) return;
+  /* only the latest call shows its answer: an older one answered late
+   * (the view opened, then a search) does not overwrite it */
+  const seq = state.dlqSeq = (state.dlqSeq || 0) + 1;
   $('dlq-task').value = task;
   $('dlq-h').textContent = 'Dead letters of ' + task;
   const list = $('dlq');
@@ -621,24 +624,23 @@ async function loadDeadLetters(after) {
     const entries = await api('GET', dlqPath('', f), undefined, meta);
     const older = nextAfter(meta.link);
     let note = '';
-    if (searching && entries.length > 0 && !(await filters())) {
+    const filtered = searching && (entries.length === 0 || await filters());
+    if (searching && !filtered)
       note = ' Search is not available from this daemon: all entries ' +
         'are shown and the bulk buttons act on all of them.';
-      state.dlqFiltered = false;
-    } else {
-      state.dlqFiltered = searching;
-    }
+    if (seq !== state.dlqSeq) return;
     list.replaceChildren();
     $('dlq-status').textContent = (entries.length === 0
       ? 'No dead letters' + (searching ? ' match the search' : '') +
         (typeof after === 'string' ? ' older.' : '.')
       : entries.length + ' dead letter(s)' +
-        (state.dlqFiltered ? ' matching the search' : '') + ', newest first' +
+        (filtered ? ' matching the search' : '') + ', newest first' +
         (older ? '; older ones on the next page.' : '.')) + note;
     $('dlq-older').hidden = !older;
     $('dlq-older').dataset.after = older || '';
     for (const d of entries) list.appendChild(deadLetterItem(task, d));
   } catch (e) {
+    if (seq !== state.dlqSeq) return;
     list.replaceChildren();
     $('dlq-status').textContent = e.message;
   }

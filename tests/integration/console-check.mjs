@@ -29,14 +29,13 @@
 //             a message page), and the reason is shown there too; the page
 //             fits a phone's width; Tab reaches the controls.
 // Prints "ok: WHAT" lines; exits 1 with "FAIL: WHAT" on the first failure.
-import { fail, ok, sleep, until, client, launch, watch, overflow,
+import { fail, ok, sleep, until, client, run, watch, overflow,
          tabReaches, WAIT_MS } from './console-lib.mjs';
 
 const [mode, base, token, shot] = process.argv.slice(2);
 const api = client(base, token);
 const apiGet = api.get;
 const apiPost = api.post;
-const browser = await launch();
 const problems = [];
 
 // go shows the view at hash and waits for its section.
@@ -46,7 +45,7 @@ async function go(page, hash, section) {
                              { timeout: WAIT_MS });
 }
 
-try {
+await run(problems, 'no console error, no failed request', async browser => {
   if (mode === 'readonly') {
     const page = await browser.newPage();
     watch(page, base, problems, true);
@@ -423,10 +422,4 @@ try {
   } else {
     fail('unknown mode ' + mode);
   }
-  if (problems.length) fail(problems.join('; '));
-  ok('no console error, no failed request');
-} catch (e) {
-  fail('exception: ' + e.stack);
-} finally {
-  await browser.close();
-}
+});

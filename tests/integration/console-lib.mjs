@@ -63,6 +63,22 @@ export async function launch() {
   });
 }
 
+// run calls main(browser) with a new browser, then fails on any problem
+// the watches recorded, else says that none was (last); an exception fails
+// the check too. The browser is closed in every case.
+export async function run(problems, last, main) {
+  const browser = await launch();
+  try {
+    await main(browser);
+    if (problems.length) fail(problems.join('; '));
+    ok(last);
+  } catch (e) {
+    fail('exception: ' + e.stack);
+  } finally {
+    await browser.close();
+  }
+}
+
 // watch records on problems what goes wrong on page; strict also counts
 // console errors and HTTP errors (but the expected 404 of an OPTIONAL
 // endpoint). Every request must stay on base's origin.

@@ -21,11 +21,10 @@
 //   - at 640 px (200 % zoom) no view with data passes the screen;
 // Screenshots in SHOT_DIR: dashboard.png, daemons.png, message.png,
 // dashboard-640.png.
-import { fail, ok, sleep, until, launch, watch, overflow, tabReaches,
+import { fail, ok, sleep, until, run, watch, overflow, tabReaches,
          WAIT_MS } from './console-lib.mjs';
 
 const [base, token, dir] = process.argv.slice(2);
-const browser = await launch();
 const problems = [];
 
 const NOW = Date.now();
@@ -70,7 +69,8 @@ function json(req, body) {
                 body: JSON.stringify(body) });
 }
 
-try {
+await run(problems, 'no request to another origin, no console error, ' +
+          'no failed request', async browser => {
   const page = await browser.newPage();
   await page.setViewport({ width: 1280, height: 800 });
   watch(page, base, problems, true);
@@ -230,9 +230,14 @@ try {
     document.getElementById('dlq-status').textContent));
   const n0 = dialogs.length;
   await page.click('#dlq-replay-all');
-  await until('the filtered replay sent', async () =>
-    seen.some(s => s.startsWith('POST /api/v1/tasks/rej/dead-letters/replay?q=timeout&since=2026-')) &&
-    /^replayed 2\./.test(await page.$eval('#dlq-status', e => e.textContent)));
+  await until('the filtered replay sent', async () => {
+    const st = await page.$eval('#dlq-status', e => e.textContent);
+    return (seen.some(s => s.startsWith(
+      'POST /api/v1/tasks/rej/dead-letters/replay?q=timeout&since=2026-')) &&
+      /^replayed 2\./.test(st)) ||
+      JSON.stringify({ st, dialogs: dialogs.slice(n0),
+                       seen: seen.filter(s => s.includes('/rej/')) });
+  });
   if (!dialogs[n0] || !dialogs[n0].startsWith('Replay 2 dead letter(s) of task rej matching the search'))
     fail('the confirmation does not name the count: ' + dialogs[n0]);
   ok('a search + bulk replay acts on the filter, its confirmation naming the count');
@@ -251,10 +256,4 @@ try {
   }
   ok('at 640 px (200 % zoom) the views with data stay within the screen');
 
-  if (problems.length) fail(problems.join('; '));
-  ok('no request to another origin, no console error, no failed request');
-} catch (e) {
-  fail('exception: ' + e.stack);
-} finally {
-  await browser.close();
-}
+});
