@@ -765,6 +765,7 @@ function renderMessage(kind, task, m) {
   }
   $('msg-body').textContent = prettyBody(m.body);
   $('msg-actions').hidden = kind !== 'dlq';
+  $('msg-delayed-actions').hidden = kind !== 'delayed';
   $('msg-content').hidden = false;
 }
 
@@ -813,15 +814,20 @@ async function loadMessage() {
   }
 }
 
-async function messageAction(method, suffix, key) {
+/* messageAction acts on the message on screen: replay or purge a dead
+ * letter (where is "dead-letters"), run now or delete a delayed one
+ * ("delayed"); done says what happened. A delete asks first. */
+async function messageAction(where, method, suffix, done) {
   const { task, id } = state.route;
-  if (method === 'DELETE' &&
-      !confirm('Purge dead letter ' + id + '? This cannot be undone.')) return;
+  if (method === 'DELETE' && !confirm((where === 'delayed'
+    ? 'Delete delayed message ' : 'Purge dead letter ') + id +
+    '? This cannot be undone.')) return;
   try {
-    const j = await api(method, taskPath(task, '/dead-letters/' +
-                        encodeURIComponent(id) + suffix));
-    $('msg-status').textContent = key + ' ' + j[key] + '.';
+    await api(method, taskPath(task, '/' + where + '/' +
+                               encodeURIComponent(id) + suffix));
+    $('msg-status').textContent = done + '.';
     $('msg-actions').hidden = true;
+    $('msg-delayed-actions').hidden = true;
   } catch (e) {
     $('msg-status').textContent = e.message;
   }
@@ -1102,9 +1108,13 @@ function start() {
   $('dlq-purge-all').addEventListener('click', () =>
     bulk('DELETE', '', 'purged', 'Delete'));
   $('msg-replay').addEventListener('click', () =>
-    messageAction('POST', '/replay', 'replayed'));
+    messageAction('dead-letters', 'POST', '/replay', 'Replayed'));
   $('msg-purge').addEventListener('click', () =>
-    messageAction('DELETE', '', 'purged'));
+    messageAction('dead-letters', 'DELETE', '', 'Purged'));
+  $('msg-run-now').addEventListener('click', () =>
+    messageAction('delayed', 'POST', '/run-now', 'Sent to run now'));
+  $('msg-delete').addEventListener('click', () =>
+    messageAction('delayed', 'DELETE', '', 'Deleted'));
   $('delayed-refresh').addEventListener('click', () => loadDelayed());
   $('send-task').addEventListener('change', prefill);
   $('send-form').addEventListener('submit', send);

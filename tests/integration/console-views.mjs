@@ -216,7 +216,13 @@ await run(problems, 'no request to another origin, no console error, ' +
      /due/.test(document.getElementById('msg-meta').textContent)) ||
     location.hash));
   await page.screenshot({ path: dir + '/message.png' });
-  ok('delayed messages: listed, Run now, Delete (confirmed), a page per message');
+  await page.click('#msg-run-now');
+  await until('run now from the message page', async () =>
+    seen.filter(s => s === `POST /api/v1/tasks/add/delayed/${DELAYED[0].id}/run-now`)
+      .length === 2 &&
+    (await page.$eval('#msg-status', e => e.textContent)) === 'Sent to run now.');
+  ok('delayed messages: listed, Run now, Delete (confirmed), a page per ' +
+     'message with Run now');
 
   // a search and a bulk replay of its result
   await page.evaluate(() => { location.hash = '#/tasks/rej/dead-letters'; });
