@@ -32,7 +32,7 @@ const SVGNS = 'http://www.w3.org/2000/svg';
 
 const state = { tasks: [], writable: false, schemas: null, needToken: false,
                 route: { view: 'dashboard' }, absent: {}, historyAt: {},
-                dlqAfter: [], loaded: false };
+                loaded: false, dlqSeq: 0 };
 
 function $(id) { return document.getElementById(id); }
 
@@ -603,7 +603,7 @@ async function loadDeadLetters(after) {
   if (!task) return;
   /* only the latest call shows its answer: an older one answered late
    * (the view opened, then a search) does not overwrite it */
-  const seq = state.dlqSeq = (state.dlqSeq || 0) + 1;
+  const seq = ++state.dlqSeq;
   $('dlq-task').value = task;
   $('dlq-h').textContent = 'Dead letters of ' + task;
   const list = $('dlq');
@@ -806,7 +806,6 @@ async function loadMessage() {
     }
     if (!m) throw new Error('message ' + id + ' not found, or not ' +
                             'available from this daemon');
-    state.msgKind = k;
     renderMessage(k, task, m);
     $('msg-status').textContent = '';
   } catch (e) {
