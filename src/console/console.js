@@ -1106,14 +1106,12 @@ function start() {
     bulk('POST', '/replay', 'replayed', 'Replay'));
   $('dlq-purge-all').addEventListener('click', () =>
     bulk('DELETE', '', 'purged', 'Delete'));
-  $('msg-replay').addEventListener('click', () =>
-    messageAction('dead-letters', 'POST', '/replay', 'Replayed'));
-  $('msg-purge').addEventListener('click', () =>
-    messageAction('dead-letters', 'DELETE', '', 'Purged'));
-  $('msg-run-now').addEventListener('click', () =>
-    messageAction('delayed', 'POST', '/run-now', 'Sent to run now'));
-  $('msg-delete').addEventListener('click', () =>
-    messageAction('delayed', 'DELETE', '', 'Deleted'));
+  for (const [id, ...act] of [
+    ['msg-replay', 'dead-letters', 'POST', '/replay', 'Replayed'],
+    ['msg-purge', 'dead-letters', 'DELETE', '', 'Purged'],
+    ['msg-run-now', 'delayed', 'POST', '/run-now', 'Sent to run now'],
+    ['msg-delete', 'delayed', 'DELETE', '', 'Deleted']])
+    $(id).addEventListener('click', () => messageAction(...act));
   $('delayed-refresh').addEventListener('click', () => loadDelayed());
   $('send-task').addEventListener('change', prefill);
   $('send-form').addEventListener('submit', send);

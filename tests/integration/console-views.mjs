@@ -15,7 +15,7 @@
 //   - delayed messages: listed, Run now and Delete (after a confirmation)
 //     send their requests; a delayed message's page shows its body;
 //   - a search + bulk replay sends the search's filter and its
-//     confirmation names the count;
+//     confirmation names the count; a dead letter's page replays it;
 //   - every control of the dashboard is reached by Tab;
 //   - no request leaves the daemon's origin, no console error.
 //   - at 640 px (200 % zoom) no view with data passes the screen;
@@ -247,6 +247,25 @@ await run(problems, 'no request to another origin, no console error, ' +
   if (!dialogs[n0] || !dialogs[n0].startsWith('Replay 2 dead letter(s) of task rej matching the search'))
     fail('the confirmation does not name the count: ' + dialogs[n0]);
   ok('a search + bulk replay acts on the filter, its confirmation naming the count');
+
+  // a dead letter's page (the daemon's own): Replay moves it back
+  await page.evaluate(() => {
+    location.hash = '#/tasks/send-welcome-email/dead-letters';
+  });
+  await until('the dead letter listed', async () =>
+    (await page.$$('#view-dlq:not([hidden]) #dlq li')).length === 1);
+  const dead = await page.$eval('#dlq li', e => e.dataset.id);
+  await page.click('#dlq li a.open');
+  await page.waitForSelector('#msg-replay', { visible: true, timeout: WAIT_MS });
+  await page.click('#msg-replay');
+  await until('replayed from its page', async () => {
+    const r = await fetch(base + '/api/v1/tasks/send-welcome-email/dead-letters/' +
+      dead, { headers: { Authorization: 'Bearer ' + token } });
+    return (r.status === 404 &&
+      (await page.$eval('#msg-status', e => e.textContent)) === 'Replayed.') ||
+      r.status;
+  });
+  ok('a dead letter\'s page replays it');
 
   // 200 % zoom of 1280 px, with data in every view: nothing past the screen
   await page.setViewport({ width: 640, height: 800 });

@@ -4,7 +4,8 @@
 # and shows Pause at 1280, 1400 and 1920 px; the dashboard charts the
 # fleet's history (lines, axes, values on hover and by keyboard); a task's
 # page, the daemons table, delayed messages (run now, delete, a page per
-# message) and a dead-letter search with its bulk replay. The endpoints a
+# message), a dead-letter search with its bulk replay, and a dead letter's
+# page replaying it. The endpoints a
 # daemon may not have yet (history, daemons, delayed, the search) are
 # answered in the browser from fixtures of the documented contract; no
 # request leaves the daemon's origin. Screenshots stay in the test's
