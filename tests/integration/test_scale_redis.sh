@@ -10,8 +10,7 @@
 # the promoter moves anything.
 . "$TM_SRCDIR/tests/integration/lib.sh"
 
-need() { command -v "$1" >/dev/null || skip "$1 not installed"; }
-need jq
+command -v jq >/dev/null || skip "jq not installed"
 
 priv_redis_start
 REDIS_PORT=$PRIV_REDIS_PORT
