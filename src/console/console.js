@@ -1056,6 +1056,10 @@ const VIEW_SECTION = { dashboard: 'view-dashboard', task: 'view-task',
 function route() {
   const r = parseRoute(location.hash);
   const same = JSON.stringify(r) === JSON.stringify(state.route);
+  /* a search belongs to one task's dead letters: another task's list
+   * starts unfiltered */
+  if (r.view === 'dlq' && (!state.route || state.route.task !== r.task))
+    for (const k of ['q', 'since', 'until']) $('dlq-' + k).value = '';
   state.route = r;
   for (const [view, id] of Object.entries(VIEW_SECTION))
     $(id).hidden = view !== r.view;
