@@ -666,10 +666,10 @@ void tm_http_api_req_free(void *req_cls)
     tm_free(r);
 }
 
-void tm_http_api_start(struct tm_daemon *d)
+void tm_http_api_start(struct tm_daemon *d, int wake_fd)
 {
     assert(api_worker == NULL);
-    api_worker = tm_api_worker_start(d);
+    api_worker = tm_api_worker_start(d, wake_fd);
 }
 
 void tm_http_api_tick(int64_t now)

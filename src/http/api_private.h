@@ -102,8 +102,10 @@ struct tm_api_req {
 struct tm_api_worker;
 
 /* tm_api_worker_start starts the worker thread for d; NULL (with a
- * warning logged) when it cannot start: broker requests then answer 503. */
-struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d);
+ * warning logged) when it cannot start: broker requests then answer 503.
+ * wake_fd is the HTTP thread's eventfd, written once a request is
+ * answered (see settle_req). */
+struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d, int wake_fd);
 
 /* tm_api_worker_submit queues r (state RECEIVING, its connection just
  * suspended) with its deadline. Returns 0, or -1 when the queue is full or

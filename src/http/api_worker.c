@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -41,6 +42,7 @@ struct tm_api_worker {
     size_t nlist;
     struct tm_api_req *running;
     int stop;
+    int wake_fd;                       /* the HTTP thread's eventfd */
 };
 
 void tm_api_finish(struct tm_api_req *r, unsigned status, void *j)
@@ -119,7 +121,10 @@ static void list_add(struct tm_api_worker *w, struct tm_api_req *r)
 }
 
 /* settle_req unlinks r, makes it DONE and resumes its connection; the
- * HTTP thread then answers it from status and answer. */
+ * HTTP thread then answers it from status and answer. MHD polled from
+ * outside (MHD_USE_EPOLL without its own thread) does not signal a resume
+ * itself, so the HTTP thread is woken here: without it, the answer
+ * waited for the loop's next tick, up to a second. */
 static void settle_req(struct tm_api_worker *w, struct tm_api_req *r)
 {
     assert(r->state == TM_API_QUEUED || r->state == TM_API_RUNNING);
@@ -131,6 +136,10 @@ static void settle_req(struct tm_api_worker *w, struct tm_api_req *r)
         w->running = NULL;
     r->state = TM_API_DONE;
     MHD_resume_connection(r->conn);
+    uint64_t one = 1;
+    if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof one) < 0) {
+        /* saturated: the HTTP thread is awake anyway */
+    }
 }
 
 /* ---- the operations (worker thread, no lock) ---------------------------- */
@@ -529,10 +538,11 @@ static void *worker_main(void *arg)
 
 /* ---- the HTTP thread's side -------------------------------------------- */
 
-struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d)
+struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d, int wake_fd)
 {
     struct tm_api_worker *w = tm_calloc(1, sizeof *w);
     w->d = d;
+    w->wake_fd = wake_fd;
     w->list.prev = w->list.next = &w->list;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);

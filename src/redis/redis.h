@@ -474,8 +474,8 @@ int tm_redis_fleet_hist_read(struct tm_broker *b, const char *task,
 
 /* ---- admin.c ---- */
 
-int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
-                   long long *pending, long long *dlq_depth);
+int tm_redis_depth(struct tm_broker *b, size_t ti,
+                   struct tm_broker_depth *out);
 /* tm_redis_cli_command runs one command of the CLI or the admin API on
  * the settle link (any thread of a CLI adapter; a daemon's settle
  * thread); argv[key] is a key it touches, whose slot routes it in a
