@@ -8,8 +8,8 @@
 #   fleet_stop I [SIGNAL]: stop it (TERM: cleanly) and wait for its exit.
 #   fleet_names PORT: the instances GET /api/v1/daemons of PORT lists, one
 #       line, sorted, space-separated.
-#   fleet_agree WANT PORT...: every PORT's fleet_names is WANT (asked at
-#       the same time: an admin API answer can take a second).
+#   fleet_agree WANT PORT...: every PORT's fleet_names is WANT (all asked
+#       at the same time, so that each sees the same moment).
 #   fleet_sum PORT QUERY: the sums over the points of GET /api/v1/history?QUERY
 #       as "success failed dead_lettered retried".
 
