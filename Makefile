@@ -270,7 +270,9 @@ check-asan:
 # generations of a task across a reload (reload_concurrency); HTTP
 # readers holding generations across 20 quick reloads (http_reload_hammer);
 # the autoscaling gauges read by HTTP while the main loop samples the pool
-# and the refresher reads the broker (scale_redis, scale_saturation).
+# and the refresher reads the broker (scale_redis, scale_saturation); the
+# history the settle threads write, the fleet thread sends and the admin
+# API reads (redis_fleet_history).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
@@ -282,7 +284,7 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	thread_stuck_reload thread_stuck_refill amqp_thread_late \
 	host_python_stuck \
 	host_python_stopped fork_reload_init fork_zygote_restart reload_concurrency \
-	http_reload_hammer scale_redis scale_saturation
+	http_reload_hammer scale_redis scale_saturation redis_fleet_history
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \

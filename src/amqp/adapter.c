@@ -1,5 +1,6 @@
 /* amqp/adapter.c - the RabbitMQ adapter: its vtable and lifecycle. */
 #include "amqp.h"
+#include "amqp/fleet_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -232,6 +233,14 @@ static const struct tm_broker_sched_ops amqp_sched = {
     .sched_close = tm_amqp_sched_close,
 };
 
+static const struct tm_broker_fleet_ops amqp_fleet = {
+    .announce = tm_amqp_fleet_announce,
+    .leave = tm_amqp_fleet_leave,
+    .list = tm_amqp_fleet_list,
+    .hist_read = tm_amqp_fleet_hist_read,
+    .serve = tm_amqp_fleet_serve,
+};
+
 const struct tm_broker_ops tm_broker_amqp_ops = {
     .kind = "amqp",
     .check = ab_check,
@@ -242,4 +251,5 @@ const struct tm_broker_ops tm_broker_amqp_ops = {
     .admin = &amqp_admin,
     .pause = &amqp_pause,
     .sched = &amqp_sched,
+    .fleet = &amqp_fleet,
 };

@@ -1,4 +1,5 @@
-/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/).
+/* amqp.h - private declarations of the RabbitMQ adapter (src/amqp/);
+ * over 800 lines: the one header of the adapter's files, in stack order.
  *
  * The files form a one-way stack: each calls only files listed above it
  * (no call or include cycle among them; scripts/check-layers.py).
@@ -22,6 +23,7 @@
  *   delayed.c   delayed messages for operators: list, run now, delete
  *   depth.c     queue depths
  *   schedule.c  schedules: the leader's election, fires
+ *   fleet.c     the fleet: announcements, history (fleet_private.h)
  *   adapter.c   the vtable, create and destroy
  * A lower layer reports to its owner through callbacks given at init:
  *   struct tm_amqp_link_cbs (link.c -> intake.c): cb_frame (to
@@ -478,6 +480,10 @@ int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
                     int confirm, char *buf, size_t size);
 void tm_amqp_close(amqp_connection_state_t c);
 void tm_amqp_drop(amqp_connection_state_t c);
+/* tm_amqp_frame_ends reads the frame amqp_consume_message left on c: 1
+ * when it ends the consumer (channel.close, connection.close,
+ * basic.cancel; its name in buf), 0 for another (dropped) or none. */
+int tm_amqp_frame_ends(amqp_connection_state_t c, char *buf, size_t size);
 
 /* ---- confirm.c: waiting for publisher confirms ---- */
 /* struct tm_amqp_confirm is one publish waited for on a confirm channel:

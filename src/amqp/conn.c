@@ -283,3 +283,17 @@ int tm_amqp_channel(amqp_connection_state_t c, amqp_channel_t ch,
     }
     return 0;
 }
+
+int tm_amqp_frame_ends(amqp_connection_state_t c, char *buf, size_t size)
+{
+    amqp_frame_t f;
+    struct timeval tv = tm_amqp_tv_ms(0);
+    if (sym_amqp_simple_wait_frame_noblock(c, &f, &tv) != AMQP_STATUS_OK ||
+        f.frame_type != AMQP_FRAME_METHOD ||
+        (f.payload.method.id != AMQP_CHANNEL_CLOSE_METHOD &&
+         f.payload.method.id != AMQP_CONNECTION_CLOSE_METHOD &&
+         f.payload.method.id != AMQP_BASIC_CANCEL_METHOD))
+        return 0;
+    tm_snprintf(buf, size, "%s", sym_amqp_method_name(f.payload.method.id));
+    return 1;
+}

@@ -215,18 +215,10 @@ static int serve(struct tm_amqp_sched *as, int64_t ms)
             r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
             /* a frame other than a delivery: closes end the session, a
              * cancelled consumer (its queue deleted) too */
-            amqp_frame_t f;
-            tv = tm_amqp_tv_ms(0);
-            if (sym_amqp_simple_wait_frame_noblock(as->c, &f, &tv) !=
-                AMQP_STATUS_OK)
-                continue;
-            if (f.frame_type == AMQP_FRAME_METHOD &&
-                (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
-                 f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
-                 f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)) {
+            char what[128];
+            if (tm_amqp_frame_ends(as->c, what, sizeof what)) {
                 tm_sched_session_error(
-                    &as->base, "schedules: the broker sent %s",
-                    sym_amqp_method_name(f.payload.method.id));
+                    &as->base, "schedules: the broker sent %s", what);
                 return -1;
             }
             continue;

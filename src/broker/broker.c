@@ -58,6 +58,15 @@ void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n)
     tm_free(e);
 }
 
+void tm_fleet_list_free(char **v, size_t n)
+{
+    if (v == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        tm_free(v[i]);
+    tm_free(v);
+}
+
 void tm_delayed_entries_free(struct tm_delayed_entry *e, size_t n)
 {
     if (e == NULL)

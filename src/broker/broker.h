@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "task/history.h"
 #include "task/msg.h"
 
 struct tm_broker;
@@ -408,6 +409,77 @@ struct tm_broker_sched_ops {
     void (*sched_close)(struct tm_sched_session *ss);
 };
 
+/* Bytes of one announcement at most (its JSON text); a longer one read
+ * from the broker is ignored. */
+#define TM_FLEET_ANNOUNCE_MAX (64 * 1024)
+/* Daemons listed at most. */
+#define TM_FLEET_MAX 1000
+/* A daemon not seen for this long is gone from every list. */
+#define TM_FLEET_TTL_MS 30000
+
+/* struct tm_fleet_count is what one task counted in one minute (epoch
+ * minutes) that the broker does not have yet (tm_hist_unsent). */
+struct tm_fleet_count {
+    const char *task;
+    int64_t minute;
+    unsigned n[TM_HK_N];
+};
+
+/*
+ * struct tm_broker_fleet_ops is the fleet: every daemon on the broker
+ * announces itself, and history is summed over them (docs/http.md, The
+ * fleet; docs/redis.md and docs/rabbitmq.md for the broker's objects).
+ *
+ * Threading contract: announce, leave, hist_flush and serve are called by
+ * the daemon's fleet thread only (src/daemon/fleet.c), on a broker of its
+ * own; list and hist_read by the admin API worker, on a broker of its
+ * own. Optional: the table is NULL for an adapter without a fleet.
+ */
+struct tm_broker_fleet_ops {
+    /* announce publishes this daemon's announcement json (a JSON object
+     * of at most TM_FLEET_ANNOUNCE_MAX bytes), valid for TM_FLEET_TTL_MS;
+     * leave withdraws it at once. 0, or -1 with the error set. */
+    int (*announce)(struct tm_broker *b, const char *instance,
+                    const char *json, size_t len);
+    int (*leave)(struct tm_broker *b, const char *instance);
+
+    /* list returns the announcements of the daemons seen in the last
+     * TM_FLEET_TTL_MS (this one included), as JSON texts the broker gave,
+     * not yet checked, at most TM_FLEET_MAX, in a new array of *n
+     * strings (free with tm_fleet_list_free). 0, or -1. */
+    int (*list)(struct tm_broker *b, char ***out, size_t *n);
+
+    /* hist_flush adds the n counts to the history the broker keeps.
+     * Optional: NULL when the broker keeps none (each daemon's ring is
+     * its history, read through hist_read). 0, or -1 with nothing
+     * known to be written. */
+    int (*hist_flush)(struct tm_broker *b, const struct tm_fleet_count *c,
+                      size_t n);
+
+    /* hist_read adds to out[i] the fleet's counts of bucket first + i
+     * (epoch minutes, or hours when hourly) for i below n, of task (NULL:
+     * every task), as the broker has them. 0, or -1. */
+    int (*hist_read)(struct tm_broker *b, const char *task, int hourly,
+                     int64_t first, size_t n, uint64_t (*out)[TM_HK_N]);
+
+    /* serve waits up to timeout_ms for what the other daemons send and
+     * handles it (RabbitMQ: announcements and departures into the table
+     * list reads; history requests answered with what answer, the
+     * daemon's, adds to out from this daemon's ring: task NULL for every
+     * task, as hist_read's). self is this daemon's instance. Called by
+     * the fleet thread between its announcements. 0, or -1 when the
+     * connection broke (opened again on the next call). Optional: NULL
+     * when the broker holds the fleet's state itself (Redis). */
+    int (*serve)(struct tm_broker *b, const char *self, int64_t timeout_ms,
+                 void (*answer)(void *ctx, const char *task, int hourly,
+                                int64_t first, size_t n,
+                                uint64_t (*out)[TM_HK_N]),
+                 void *ctx);
+};
+
+/* tm_fleet_list_free frees what list returned; NULL accepted. */
+void tm_fleet_list_free(char **v, size_t n);
+
 /* struct tm_broker_ops is one adapter: its kind, its lifecycle, and its
  * role tables (see the top of this section). */
 struct tm_broker_ops {
@@ -435,6 +507,7 @@ struct tm_broker_ops {
     const struct tm_broker_admin_ops *admin;
     const struct tm_broker_pause_ops *pause;
     const struct tm_broker_sched_ops *sched;
+    const struct tm_broker_fleet_ops *fleet; /* NULL: no fleet */
 };
 
 /* struct tm_sched_session is the common head of each adapter's schedule

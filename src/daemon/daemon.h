@@ -184,6 +184,11 @@ struct tm_daemon {
     struct tm_sched_stats *sched_stats;
     /* the pool's busy/size over the last minute (saturation.c) */
     struct tm_saturation saturation;
+    /* every task name's counts per minute and hour, across reloads
+     * (task/history.h), and the thread announcing this daemon and
+     * flushing them (fleet.c; NULL when not running) */
+    struct tm_hist_store hist;
+    struct tm_fleet *fleet;
 };
 
 /* tm_saturation_sample takes one sample of the current generation's pool

@@ -173,6 +173,17 @@ void tm_beat_tick(struct tm_beat *b);
 void tm_beat_io_begin(struct tm_beat *b);
 void tm_beat_io_end(struct tm_beat *b);
 
+/* ---- the fleet (fleet.c) ------------------------------------------- */
+
+/* tm_fleet_start starts the thread that announces d through its broker
+ * and sends its history (nothing for a broker without a fleet);
+ * tm_fleet_leave withdraws the announcement at once (the daemon stops);
+ * tm_fleet_stop sends the last history counts, withdraws the
+ * announcement if still there, and joins the thread. Main thread. */
+void tm_fleet_start(struct tm_daemon *d);
+void tm_fleet_leave(struct tm_daemon *d);
+void tm_fleet_stop(struct tm_daemon *d);
+
 /* ---- reload (reload.c) and plugin_watch (plugin_watch.c) ------------ */
 
 /* tm_reload re-reads the configuration file and, when it is good and

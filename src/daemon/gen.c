@@ -201,6 +201,7 @@ struct tm_gen *tm_gen_create(struct tm_daemon *d, struct tm_cfg *cfg,
     for (size_t i = 0; i < g->ntasks; i++) {
         g->tasks[i].stats.win = &g->wins[i];
         g->tasks[i].gen = g;
+        g->tasks[i].hist = tm_hist_get(&d->hist, cfg->tasks[i].name);
         g->tasks[i].abandon = &g->abandon;
         g->task_ptrs[i] = &g->tasks[i];
     }

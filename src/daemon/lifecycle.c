@@ -140,6 +140,7 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
     tm_cond_init(&d->stop_cv);
     pthread_rwlock_init(&d->gen_lock, NULL);
     d->sched_stats = tm_sched_stats_new();
+    tm_hist_store_init(&d->hist);
 
     /* signals are taken by one thread; every other thread blocks them */
     sigset_t set;
@@ -226,6 +227,7 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
         tm_intake_start(g);
         tm_gen_fire_start(g, NULL);
         atomic_store(&d->state, TM_STATE_RUNNING);
+        tm_fleet_start(d);
         tm_log_info(TM_DAEMON_SRC, "taskmill %s running: %zu task(s), %s pool of %u, "
                     "broker %s", TM_VERSION, g->ntasks, g->pool->ops->kind,
                     cfg->pool_size, cfg->url.redacted);
@@ -275,6 +277,7 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
     /* graceful stop: readiness is already 503; intake first, then running
      * work, then settlement */
     atomic_store(&d->state, TM_STATE_STOPPING);
+    tm_fleet_leave(d);
     g = d->gen;
     int64_t deadline = tm_now_ns() + g->cfg->shutdown_timeout_ms * 1000000LL;
     int rc = tm_gen_stop(g, deadline, /* finish_queued = */ 0);
@@ -282,6 +285,8 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
     while (atomic_load(&d->retiring) && tm_now_ns() < deadline)
         tm_sleep_ms(10);
     status = rc == 0 && !atomic_load(&d->retiring) ? 0 : 1;
+    /* every message is settled: the last history counts go out */
+    tm_fleet_stop(d);
     if (status == 0)
         tm_log_info(TM_DAEMON_SRC, "stopped cleanly");
     d->http_ops->stop(d->http);

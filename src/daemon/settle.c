@@ -39,6 +39,17 @@ void tm_settle_pool_done(void *ctx, struct tm_msg *list)
 
 /* ---- settle thread ---------------------------------------------------- */
 
+/* hist_note counts one of kind (TM_HK_N: none) in t's history, in the
+ * minute now (task/history.h: what each kind counts). */
+static void hist_note(struct tm_task *t, enum tm_hist_kind kind)
+{
+    if (t->hist == NULL || kind == TM_HK_N)
+        return;
+    unsigned add[TM_HK_N] = {0};
+    add[kind] = 1;
+    tm_hist_note(t->hist, tm_wall_ms(), add);
+}
+
 static void stats_record(struct tm_task *t, const struct tm_msg *m)
 {
     static const double bounds[] = {
@@ -54,6 +65,9 @@ static void stats_record(struct tm_task *t, const struct tm_msg *m)
         memory_order_relaxed)
     struct tm_task_stats *s = &t->stats;
     TM_BUMP(&s->outcomes[m->outcome], 1);
+    hist_note(t, m->outcome == TM_OUT_SUCCESS ? TM_HK_SUCCESS
+                 : m->outcome == TM_OUT_DUPLICATE ? TM_HK_N
+                                                  : TM_HK_FAILED);
     /* the attempt ended when it ran out, or when it was read (an invalid
      * body never runs) */
     int64_t ended = m->t_end_ns != 0 ? m->t_end_ns : m->t_recv_ns;
@@ -210,12 +224,15 @@ static void settle_batch(struct tm_gen *g, struct tm_msg *list)
             stats_record(t, m);
         if (m->outcome != TM_OUT_DUPLICATE) /* not run: says nothing */
             tm_circuit_note(&t->circuit, t->cfg, m->outcome);
-        if (m->settle == TM_SETTLE_RETRY)
+        if (m->settle == TM_SETTLE_RETRY) {
             atomic_fetch_add_explicit(&t->stats.retries, 1,
                                       memory_order_relaxed);
-        else if (m->settle == TM_SETTLE_DEAD)
+            hist_note(t, TM_HK_RETRIED);
+        } else if (m->settle == TM_SETTLE_DEAD) {
             atomic_fetch_add_explicit(&t->stats.dead_lettered, 1,
                                       memory_order_relaxed);
+            hist_note(t, TM_HK_DEAD);
+        }
         report(t, m);
     }
     settle_list(g, rev);

@@ -201,6 +201,19 @@ static unsigned parse_route(const char *path, const char *method,
         rt->allow = "GET, HEAD";
         return get ? 0 : 405;
     }
+    if (strcmp(path, "daemons") == 0 || strcmp(path, "history") == 0) {
+        rt->op = path[0] == 'd' ? TM_API_DAEMONS : TM_API_HISTORY;
+        rt->allow = "GET, HEAD";
+        return get ? 0 : 405;
+    }
+    if (strncmp(path, "daemons/", 8) == 0) {
+        const char *q = path + 8;
+        if (segment(&q, rt->task, sizeof rt->task) <= 0 || *q != '\0')
+            return 404;
+        rt->op = TM_API_DAEMON;
+        rt->allow = "GET, HEAD";
+        return get ? 0 : 405;
+    }
     if (strncmp(path, "tasks/", 6) != 0)
         return 404;
     const char *p = path + 6;
@@ -305,6 +318,19 @@ static unsigned parse_due(struct MHD_Connection *conn,
     return 0;
 }
 
+/* parse_range reads ?range= of GET /api/v1/history (NULL: 1h): an enum
+ * tm_api_range, or 0 for another value. */
+static size_t parse_range(const char *v)
+{
+    if (v == NULL || strcmp(v, "1h") == 0)
+        return TM_API_RANGE_1H;
+    if (strcmp(v, "24h") == 0)
+        return TM_API_RANGE_24H;
+    if (strcmp(v, "7d") == 0)
+        return TM_API_RANGE_7D;
+    return 0;
+}
+
 _Static_assert(TM_API_Q_MAX == TM_ADMIN_DLQ_TEXT_MAX,
                "the request keeps every text the admin layer takes");
 
@@ -363,9 +389,20 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     pthread_rwlock_rdlock(&d->gen_lock);
     int has_token = d->cfg->http_token != NULL;
     enum tm_broker_kind kind = d->cfg->url.kind;
-    int no_task = rt.tasks || rt.op == TM_API_SCHEDULES;
+    int fleet = rt.op == TM_API_DAEMONS || rt.op == TM_API_DAEMON ||
+                rt.op == TM_API_HISTORY;
+    const char *htask = NULL, *hrange = NULL;
+    if (rt.op == TM_API_HISTORY) {
+        htask = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+                                            "task");
+        hrange = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+                                             "range");
+    }
+    int no_task = rt.tasks || rt.op == TM_API_SCHEDULES ||
+                  (fleet && (htask == NULL || htask[0] == '\0'));
     const struct tm_cfg_task *t =
-        no_task ? NULL : tm_cfg_find_task(d->cfg, rt.task);
+        no_task ? NULL
+                : tm_cfg_find_task(d->cfg, htask != NULL ? htask : rt.task);
     size_t max_payload = t != NULL ? t->max_payload : 0;
     pthread_rwlock_unlock(&d->gen_lock);
     code = 0;
@@ -378,7 +415,11 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     int lists = rt.op == TM_API_DLQ_LIST || rt.op == TM_API_DELAYED_LIST;
     if (!no_task && t == NULL) {
         code = 404;
-        tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
+        tm_snprintf(msg, sizeof msg, "no task '%.*s'", TM_API_NAME_MAX,
+                    htask != NULL ? htask : rt.task);
+    } else if (rt.op == TM_API_HISTORY && parse_range(hrange) == 0) {
+        code = 400;
+        tm_snprintf(msg, sizeof msg, "range: expected 1h, 24h or 7d");
     } else if (rt.id[0] != '\0' && delayed &&
                !tm_admin_delayed_id_ok(rt.id, TM_API_ID_MAX)) {
         code = 400;
@@ -421,12 +462,17 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
         *ret = send_error(conn, code, msg, NULL, NULL);
         return 1;
     }
+    if (rt.op == TM_API_HISTORY)
+        limit = parse_range(hrange);
     struct tm_api_req *r = tm_calloc(1, sizeof *r);
     r->state = TM_API_RECEIVING;
     r->tasks = rt.tasks;
     r->op = rt.op;
     r->conn = conn;
-    tm_snprintf(r->task, sizeof r->task, "%s", rt.task);
+    tm_snprintf(r->task, sizeof r->task, "%s",
+                t != NULL && rt.op == TM_API_HISTORY ? t->name
+                : rt.op == TM_API_HISTORY            ? ""
+                                                     : rt.task);
     tm_snprintf(r->id, sizeof r->id, "%s", rt.id);
     r->limit = limit;
     tm_snprintf(r->after, sizeof r->after, "%s", after != NULL ? after : "");

@@ -24,7 +24,19 @@ enum tm_api_op {
     TM_API_DLQ_GET = 8,        /* one dead letter (id), body whole */
     TM_API_DELAYED_LIST = 9,   /* a page of delayed messages */
     TM_API_DELAYED_RUN = 10,   /* run one (id) now */
-    TM_API_DELAYED_DELETE = 11 /* delete one (id) */
+    TM_API_DELAYED_DELETE = 11, /* delete one (id) */
+    TM_API_DAEMONS = 12,       /* GET /api/v1/daemons: no task */
+    TM_API_DAEMON = 13,        /* GET /api/v1/daemons/INSTANCE (task: the
+                                  instance) */
+    TM_API_HISTORY = 14        /* GET /api/v1/history (task: "" = all;
+                                  limit: the range, enum tm_api_range) */
+};
+
+/* The ranges of GET /api/v1/history (?range=). */
+enum tm_api_range {
+    TM_API_RANGE_1H = 1,       /* 60 minutes */
+    TM_API_RANGE_24H = 2,      /* 1440 minutes */
+    TM_API_RANGE_7D = 3        /* 168 hours */
 };
 
 /* Bounds of a dead-letter page: a body or error longer than
@@ -134,5 +146,16 @@ unsigned tm_api_admin_status(const struct tm_admin_err *e);
 /* tm_api_admin_error sets r's answer to e: its status and
  * {"error": TEXT}, a broker's reason as "broker: REASON". */
 void tm_api_admin_error(struct tm_api_req *r, const struct tm_admin_err *e);
+
+struct tm_broker;
+
+/* tm_api_fleet_run runs a TM_API_DAEMONS, TM_API_DAEMON or
+ * TM_API_HISTORY job (fleet_api.c) on the worker's broker b: name is the
+ * instance or the task ("" = all), range an enum tm_api_range. Returns
+ * the HTTP status with *json set to the answer (a cJSON *, the caller's),
+ * or with *json NULL and *err the error text (tm_free). */
+unsigned tm_api_fleet_run(struct tm_daemon *d, struct tm_broker *b,
+                          enum tm_api_op op, const char *name, size_t range,
+                          void **json, char **err);
 
 #endif /* TASKMILL_HTTP_API_H */

@@ -428,6 +428,20 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
     case TM_API_RESUME:
         set_pause(d, b, t, job->op == TM_API_PAUSE, out);
         break;
+    case TM_API_DAEMONS:
+    case TM_API_DAEMON:
+    case TM_API_HISTORY: {
+        void *j = NULL;
+        char *why = NULL;
+        unsigned st = tm_api_fleet_run(d, b, job->op, job->task, job->limit,
+                                       &j, &why);
+        if (j != NULL)
+            tm_api_finish(out, st, j);
+        else
+            tm_api_error(out, st, "%s", why != NULL ? why : "failed");
+        tm_free(why);
+        break;
+    }
     }
 }
 
@@ -454,7 +468,10 @@ static void run_job(struct tm_daemon *d, const struct job *job,
     const struct tm_cfg *cfg = g->cfg;
     const struct tm_cfg_task *t = tm_cfg_find_task(cfg, job->task);
     struct tm_broker *b = NULL;
-    if (t == NULL && job->op != TM_API_SCHEDULES) {
+    int no_task = job->op == TM_API_SCHEDULES || job->op == TM_API_DAEMONS ||
+                  job->op == TM_API_DAEMON ||
+                  (job->op == TM_API_HISTORY && job->task[0] == '\0');
+    if (t == NULL && !no_task) {
         tm_api_error(out, 404, "no task '%s'", job->task);
         goto out;
     }

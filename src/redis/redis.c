@@ -191,6 +191,14 @@ static const struct tm_broker_sched_ops redis_sched = {
     .sched_close = tm_redis_sched_close,
 };
 
+static const struct tm_broker_fleet_ops redis_fleet = {
+    .announce = tm_redis_fleet_announce,
+    .leave = tm_redis_fleet_leave,
+    .list = tm_redis_fleet_list,
+    .hist_flush = tm_redis_fleet_hist_flush,
+    .hist_read = tm_redis_fleet_hist_read,
+};
+
 const struct tm_broker_ops tm_broker_redis_ops = {
     .kind = "redis",
     .check = rb_check,
@@ -201,4 +209,5 @@ const struct tm_broker_ops tm_broker_redis_ops = {
     .admin = &redis_admin,
     .pause = &redis_pause,
     .sched = &redis_sched,
+    .fleet = &redis_fleet,
 };

@@ -25,6 +25,7 @@
  *   conn.c    one authenticated connection to a node, command errors
  *   topo.c    nodes, sentinels, slot map, links; groups, settle link lost
  *   admin.c   CLI and monitoring: publish, dead letters, depths
+ *   fleet.c   the fleet: announcements and history buckets
  *   dedup.c   which messages of a read already succeeded (dedup_ttl)
  *   reply.c   answers to requests, emit --wait; a message's settle kind
  *   lane.c    intake lanes: tasks per lane, claim periods, pokes
@@ -458,6 +459,18 @@ void tm_redis_wc_lost(struct tm_redis *rb, const char *what,
 /* tm_redis_nodes fills the broker's nodes op. */
 size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
                       size_t max);
+
+/* ---- fleet.c: struct tm_broker_fleet_ops (broker.h) ---- */
+
+int tm_redis_fleet_announce(struct tm_broker *b, const char *instance,
+                            const char *json, size_t len);
+int tm_redis_fleet_leave(struct tm_broker *b, const char *instance);
+int tm_redis_fleet_list(struct tm_broker *b, char ***out, size_t *n);
+int tm_redis_fleet_hist_flush(struct tm_broker *b,
+                              const struct tm_fleet_count *c, size_t n);
+int tm_redis_fleet_hist_read(struct tm_broker *b, const char *task,
+                             int hourly, int64_t first, size_t n,
+                             uint64_t (*out)[TM_HK_N]);
 
 /* ---- admin.c ---- */
 

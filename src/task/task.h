@@ -10,6 +10,7 @@
 #include "task/circuit.h"
 #include "config/config.h"
 #include "task/flow.h"
+#include "task/history.h"
 #include "task/msg.h"
 #include "task/plugin.h"
 #include "task/stats.h"
@@ -69,6 +70,9 @@ struct tm_task {
      * answers yes once it is set; NULL outside the daemon (invoke) */
     const atomic_int *abandon;
     struct tm_task_stats stats;
+    struct tm_hist *hist;               /* its name's history, kept by the
+                                           daemon across generations; NULL
+                                           outside a daemon */
     atomic_int subscribed;              /* consumer group/queue ready */
     atomic_int waiting_room;            /* intake waits for prefetch room */
     /* Of stats.inflight, the messages whose settlement the settle thread
