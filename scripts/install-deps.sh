@@ -54,6 +54,9 @@ BUILD_PACKAGES=(
 	libyaml-dev
 	libmicrohttpd-dev
 	libssl-dev # headers; libssl3 is opened when a config needs it
+	libprotobuf-c-dev # the OTLP trace export's wire format
+	protobuf-c-compiler # protoc-c: C code from vendor/opentelemetry-proto
+	libcurl4-openssl-dev # the OTLP/HTTP trace export
 	tzdata # the zones of schedules (/usr/share/zoneinfo), read at run time
 )
 # What scripts/demo.sh runs besides the build.

@@ -44,7 +44,8 @@ full=$(PATH=$NO_NODE_PATH "$TREE/scripts/install-deps.sh" --list) ||
 note "demo: $(paste -sd ' ' <<<"$demo")"
 note "full: $(paste -sd ' ' <<<"$full")"
 for pkg in build-essential pkg-config libhiredis-dev librabbitmq-dev libcjson-dev \
-	libyaml-dev libmicrohttpd-dev redis-server curl; do
+	libyaml-dev libmicrohttpd-dev libprotobuf-c-dev protobuf-c-compiler \
+	libcurl4-openssl-dev redis-server curl; do
 	grep -qx "$pkg" <<<"$demo" || fail "the demo mode does not install $pkg"
 	grep -qx "$pkg" <<<"$full" || fail "the full mode does not install $pkg"
 done
