@@ -182,11 +182,17 @@ int tm_cfg_parse_http(struct ctx *c, const yaml_node_t *k,
 int tm_cfg_parse_log(struct ctx *c, const yaml_node_t *k,
                      const yaml_node_t *v);
 
+/* telemetry.c */
+int tm_cfg_parse_telemetry(struct ctx *c, const yaml_node_t *k,
+                           const yaml_node_t *v);
+void tm_cfg_clear_telemetry(struct tm_cfg *cfg);
+
 /* keys.c: the sections the reader walks, their keys in the order the
  * callbacks number them */
 extern const struct tm_cfg_section tm_cfg_sec_top, tm_cfg_sec_broker,
     tm_cfg_sec_tls, tm_cfg_sec_redis, tm_cfg_sec_amqp, tm_cfg_sec_pool,
-    tm_cfg_sec_http, tm_cfg_sec_log, tm_cfg_sec_task, tm_cfg_sec_schedule;
+    tm_cfg_sec_http, tm_cfg_sec_log, tm_cfg_sec_task, tm_cfg_sec_schedule,
+    tm_cfg_sec_telemetry;
 /* tm_cfg_section_known says whether sec is one of them (tm_cfg_section_at) */
 bool tm_cfg_section_known(const struct tm_cfg_section *sec);
 
