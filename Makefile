@@ -52,7 +52,7 @@ endif
 
 # librabbitmq and openssl: headers only; the daemon opens them when a
 # configuration names their broker (src/util/dlib.h), so it never links them
-DL_PKGS = librabbitmq openssl
+DL_PKGS = librabbitmq openssl libcurl
 DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd libprotobuf-c
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) $(DL_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
