@@ -25,7 +25,7 @@ stand_in service 'exit 0'
 stand_in node 'exit 1'
 # npm "installs" by writing the package.json files the script checks
 stand_in npm 'while [ $# -gt 0 ]; do [ "$1" = --prefix ] && d=$2; shift; done
-for p in @asyncapi/parser @asyncapi/modelina puppeteer-core ioredis amqplib; do mkdir -p "$d/node_modules/$p" && echo "{}" >"$d/node_modules/$p/package.json"; done'
+for p in @asyncapi/parser @asyncapi/modelina puppeteer-core ioredis amqplib @opentelemetry/api @opentelemetry/sdk-trace-base @opentelemetry/core protobufjs; do mkdir -p "$d/node_modules/$p" && echo "{}" >"$d/node_modules/$p/package.json"; done'
 
 # a PATH with the stand-ins first, and one without any node or npm at all
 TOOLS=$TEST_DIR/tools

@@ -1,0 +1,44 @@
+# lib_otel.sh - the trace tests' parts: a test OTLP/HTTP receiver
+# (otlp-receiver.mjs, decoding with the vendored opentelemetry-proto) and
+# a producer traced with the OpenTelemetry SDK (otel-producer.js).
+export NODE_PATH=$TM_SRCDIR/tests/integration/node_modules${TM_NODE_PATH:+:$TM_NODE_PATH}
+node -e 'for (const p of ["@opentelemetry/api", "@opentelemetry/sdk-trace-base",
+	"@opentelemetry/core", "protobufjs", "ioredis", "amqplib"]) require(p)' 2>/dev/null ||
+	fail "npm @opentelemetry/api, sdk-trace-base, core, protobufjs, ioredis and amqplib are needed in tests/integration/node_modules (scripts/install-deps.sh)"
+
+# otlp_start [MODE]: start the receiver on a free port; sets OTLP_PORT,
+# OTLP_OUT (one JSON line per span received), OTLP_PID.
+otlp_start() {
+	OTLP_PORT=$(free_port)
+	OTLP_OUT=$TEST_DIR/spans.jsonl
+	: >"$OTLP_OUT"
+	rm -f "$OTLP_OUT.ready"
+	node "$TM_SRCDIR/tests/integration/otlp-receiver.mjs" "$OTLP_PORT" \
+		"$OTLP_OUT" "${1:-ok}" >"$TEST_DIR/otlp-receiver.log" 2>&1 &
+	OTLP_PID=$!
+	tm_on_exit "kill $OTLP_PID 2>/dev/null"
+	wait_until "[[ -f '$OTLP_OUT.ready' ]]" 20
+}
+
+# otlp_mode MODE: ok, 503 or slow from the next request on
+otlp_mode() {
+	echo "$1" >"$OTLP_OUT.mode"
+}
+
+# produce BROKER URL QUEUE BODY: send one message through the traced
+# producer; prints its JSON line (trace_id, span_id, traceparent, id)
+produce() {
+	timeout 60 node "$TM_SRCDIR/tests/integration/otel-producer.js" "$@" ||
+		fail "otel-producer.js $* failed"
+}
+
+# spans_where JQ_FILTER: the received spans (one JSON object a line) that
+# the filter selects
+spans_where() {
+	jq -c "select($1)" "$OTLP_OUT"
+}
+
+# wait_spans JQ_FILTER COUNT [TIMEOUT]: until COUNT spans match
+wait_spans() {
+	wait_until "[[ \$(jq -c 'select($1)' '$OTLP_OUT' | grep -c .) -ge $2 ]]" "${3:-30}"
+}
