@@ -7,9 +7,9 @@
 //   node otlp-receiver.mjs PORT OUT [MODE]
 //
 // MODE: ok (200, the default), 503 (answers 503 and records nothing),
-// slow (answers 200 after 5 s). MODE may be changed while running by
-// writing it to OUT.mode. Each request is counted in OUT.requests (one
-// line: "<status> <spans>").
+// slow (answers 200 after 5 s; a line in OUT.held as each such request
+// arrives). MODE may be changed while running by writing it to OUT.mode.
+// Each answer is counted in OUT.requests (one line: "<status> <spans>").
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -101,7 +101,10 @@ http.createServer((req, res) => {
       if (lines.length > 0) fs.appendFileSync(out, lines.join("\n") + "\n");
       answer(200, lines.length);
     };
-    if (m === "slow") setTimeout(finish, 5000);
+    if (m === "slow") {
+      fs.appendFileSync(out + ".held", `${lines.length}\n`);
+      setTimeout(finish, 5000);
+    }
     else finish();
   });
 }).listen(Number(port), "127.0.0.1", () => {
