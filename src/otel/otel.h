@@ -9,7 +9,8 @@
  *             (protoc-c code from vendor/opentelemetry-proto)
  *   export.c  the bounded queue, the exporter thread, the POST with its
  *             retries, the counters
- *   run.c     the span of a run, from its message (the settle thread)
+ *   run.c     the span of a run, from its message (the settle thread),
+ *             and the span of a send (emit, the API's publish)
  *
  * Threading: tm_otel_add and tm_otel_stats are called from any thread
  * (the settle threads, the admin API worker); they take the queue's lock
@@ -129,6 +130,21 @@ void tm_otel_add(struct tm_otel *o, struct tm_otel_span *s);
 void tm_otel_run_span(struct tm_otel *o, const struct tm_msg *m,
                       const char *system, const char *queue,
                       const char *group);
+
+/* tm_otel_send_begin starts the context of a message about to be sent
+ * (a new trace, sampled with telemetry.sample_ratio) and writes its
+ * traceparent into tp; returns whether it is sampled (a send span is then
+ * recorded by tm_otel_send_span). */
+int tm_otel_send_begin(const struct tm_otel *o, struct tm_trace_ctx *ctx,
+                       char tp[TM_TRACEPARENT_SIZE]);
+
+/* tm_otel_send_span records the PRODUCER span "send <queue>" of a message
+ * sent from start_ns to end_ns (monotonic): id is the new message's id
+ * (NULL when the send failed, with the reason in error). */
+void tm_otel_send_span(struct tm_otel *o, const struct tm_trace_ctx *ctx,
+                       const char *system, const char *queue,
+                       const char *task, const char *id, int64_t start_ns,
+                       int64_t end_ns, const char *error);
 
 /* struct tm_otel_stats: spans sent to the collector and accepted, and
  * spans dropped (queue full, a request refused, retries given up). */

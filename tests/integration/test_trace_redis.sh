@@ -6,7 +6,9 @@
 # the producer's span, every named attribute, status ERROR with the
 # outcome on a failure, one span per attempt across a retry, the span of a
 # replayed dead letter in the same trace, a malformed traceparent ignored
-# (a new root), the tracestate carried on, and the export counted.
+# (a new root), the tracestate carried on, `taskmill emit` (now and
+# delayed) starting a trace with its PRODUCER span, and the export
+# counted.
 . "$TM_SRCDIR/tests/integration/lib_otel.sh"
 otlp_start
 CONF=$TEST_DIR/taskmill.yaml
@@ -88,10 +90,40 @@ assert_eq "" "$(jq -r .trace_state <<<"$s")" "malformed traceparent: its tracest
 assert_eq success "$(jq -r '.attributes."taskmill.outcome"' <<<"$s")" "malformed traceparent: the message ran"
 assert_ne 4bf92f3577b34da6a3ce929d0e0e4736 "$(jq -r .trace_id <<<"$s")" "a new trace id"
 
+# taskmill emit starts a trace: a PRODUCER span "send <queue>", the
+# parent of the run's span; a delayed message keeps it while it waits
+for how in now later; do
+	if [[ $how == now ]]; then
+		eid=$(emit "$CONF" add '{"a":5,"b":5}')
+	else
+		tm emit -c "$CONF" add '{"a":6,"b":6}' --delay 1s
+		assert_eq 0 "$TM_RC" "emit --delay: $(cat "$TM_ERR")"
+		eid=$(tr -d '[:space:]' <"$TM_OUT")
+	fi
+	if [[ $how == now ]]; then
+		wait_spans ".kind == 4 and .attributes.\"messaging.message.id\" == \"$eid\"" 1
+		ps=$(spans_where ".kind == 4 and .attributes.\"messaging.message.id\" == \"$eid\"")
+		assert_eq "send q.add" "$(jq -r .name <<<"$ps")" "emit: the send span's name"
+		assert_eq send "$(jq -r '.attributes."messaging.operation.type"' <<<"$ps")" "emit: operation send"
+		assert_eq "" "$(jq -r .parent_span_id <<<"$ps")" "emit: a new trace"
+		wait_spans ".kind == 5 and .trace_id == $(jq .trace_id <<<"$ps")" 1
+		rs=$(spans_where ".kind == 5 and .trace_id == $(jq .trace_id <<<"$ps")")
+		assert_eq "$eid" "$(jq -r '.attributes."messaging.message.id"' <<<"$rs")" "emit: the run of that message"
+	else
+		wait_spans ".kind == 4 and .name == \"send q.add\"" 2
+		ps=$(spans_where ".kind == 4 and .name == \"send q.add\"" | tail -1)
+		wait_spans ".kind == 5 and .trace_id == $(jq .trace_id <<<"$ps")" 1 30
+		rs=$(spans_where ".kind == 5 and .trace_id == $(jq .trace_id <<<"$ps")")
+	fi
+	assert_eq "$(jq -r .span_id <<<"$ps")" "$(jq -r .parent_span_id <<<"$rs")" \
+		"emit ($how): the run's parent is the send span"
+done
+
 # a parent that is not sampled is followed: no span
 nid=$(rcall XADD q.add '*' body '{"a":3,"b":3}' traceparent 00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00)
-wait_metric taskmill_tasks_total 'task="add",outcome="success"' 3 20
-total=$(grep -c . "$OTLP_OUT")
+wait_metric taskmill_tasks_total 'task="add",outcome="success"' 5 20
+# the daemon exported the runs' spans (emit's own went from its process)
+total=$(spans_where '.kind == 5' | grep -c .)
 wait_metric taskmill_spans_exported_total '' "$total" 20
 assert_eq 0 "$(spans_where ".attributes.\"messaging.message.id\" == \"$nid\"" | grep -c .)" \
 	"a parent not sampled: no span"
