@@ -1,7 +1,7 @@
 /* admin.h - what an operator runs against the broker, once for both front
  * ends: emit (now, at a time, request/reply), pause and resume, dead
- * letters (list, page, one, replay, purge, count), queue depths and the
- * schedules report. src/cli/ parses arguments and prints; src/http/
+ * letters (list, page, one, replay, purge, count), delayed messages
+ * (list, run now, delete), queue depths and the schedules report. src/cli/ parses arguments and prints; src/http/
  * routes, renders JSON and picks status codes; neither calls the broker
  * seam's produce, admin or pause tables itself.
  *
@@ -42,7 +42,11 @@ enum tm_admin_code {
     TM_ADMIN_E_BODY_NUL = 14,    /* a NUL byte inside (e->at) */
     TM_ADMIN_E_BODY_UTF8 = 15,   /* not UTF-8 */
     TM_ADMIN_E_BODY_OTHER = 16,  /* JSON, but not an object */
-    TM_ADMIN_E_BODY_JSON = 17    /* not JSON (wrong at byte e->at) */
+    TM_ADMIN_E_BODY_JSON = 17,   /* not JSON (wrong at byte e->at) */
+    TM_ADMIN_E_FILTER = 18,      /* a dead-letter filter that is no
+                                    filter (since/until no TIME, text too
+                                    long) */
+    TM_ADMIN_E_NO_DELAYED = 19   /* no delayed message with that id */
 };
 
 /* struct tm_admin_err is one operation's failure; msg is always a whole
@@ -162,20 +166,36 @@ enum tm_admin_move {
 int tm_admin_dlq_id_ok(enum tm_broker_kind kind, const char *id,
                        size_t idmax);
 
-/* tm_admin_dlq_list returns up to max of t's dead letters, newest first,
- * bodies whole, in a new array of *n entries (free with
- * tm_dlq_entries_free). 0, or -1: TM_ADMIN_E_BROKER. */
+/* Longest text a dead-letter filter searches for, in bytes. */
+#define TM_ADMIN_DLQ_TEXT_MAX 1024
+
+/* tm_admin_dlq_filter reads a dead-letter filter (struct tm_dlq_filter:
+ * text borrowed from text) from a front end's words: text (NULL or "":
+ * any), since and until (NULL: no bound; a TIME as emit --at takes it:
+ * RFC 3339 with a zone, or epoch ms). 0, or -1: TM_ADMIN_E_FILTER. No
+ * I/O. */
+int tm_admin_dlq_filter(const char *text, const char *since,
+                        const char *until, struct tm_dlq_filter *f,
+                        struct tm_admin_err *e);
+
+/* tm_admin_dlq_list returns up to max of t's dead letters that f matches
+ * (NULL: all), newest first, bodies whole, in a new array of *n entries
+ * (free with tm_dlq_entries_free): the first max read, filtered here. 0,
+ * or -1: TM_ADMIN_E_BROKER. */
 int tm_admin_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
-                      size_t max, struct tm_dlq_entry **out, size_t *n,
+                      size_t max, const struct tm_dlq_filter *f,
+                      struct tm_dlq_entry **out, size_t *n,
                       struct tm_admin_err *e);
 
-/* tm_admin_dlq_page returns one page of t's dead letters, newest first:
+/* tm_admin_dlq_page returns one page of t's dead letters that f matches
+ * (NULL: all; the broker filters), newest first:
  * those older than after (NULL: from the newest), max at most, a body or
  * error over body_max bytes cut and flagged, the page's kept bytes within
  * bytes_max (struct tm_dlq_query); a new array of *n entries (free with
  * tm_dlq_entries_free), *more set when older ones follow. 0, or -1:
  * TM_ADMIN_E_NO_BROWSE, _BROKER. */
 int tm_admin_dlq_page(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const struct tm_dlq_filter *f,
                       const char *after, size_t max, size_t body_max,
                       size_t bytes_max, struct tm_dlq_entry **out,
                       size_t *n, int *more, struct tm_admin_err *e);
@@ -188,10 +208,13 @@ int tm_admin_dlq_get(struct tm_broker *b, const struct tm_cfg_task *t,
                      struct tm_admin_err *e);
 
 /* tm_admin_dlq_move replays or purges t's dead letter id, or all of them
- * (id NULL), and sets *n to the count moved. 0, or -1: TM_ADMIN_E_NO_ENTRY
- * (an id that is not there), _BROKER. */
+ * that f matches (id NULL; f NULL: every one), and sets *n to the count
+ * this call moved (each entry is moved by one call only, however many
+ * run at once). 0, or -1: TM_ADMIN_E_NO_ENTRY (an id that is not there),
+ * _BROKER. */
 int tm_admin_dlq_move(struct tm_broker *b, const struct tm_cfg_task *t,
-                      enum tm_admin_move how, const char *id, long *n,
+                      enum tm_admin_move how, const char *id,
+                      const struct tm_dlq_filter *f, long *n,
                       struct tm_admin_err *e);
 
 /* tm_admin_dlq_count sets *n to how many dead letters task i of b->cfg
@@ -201,6 +224,33 @@ int tm_admin_dlq_move(struct tm_broker *b, const struct tm_cfg_task *t,
  * 0, or -1: TM_ADMIN_E_BROKER. */
 int tm_admin_dlq_count(struct tm_broker *b, size_t i, long long *n,
                        struct tm_admin_err *e);
+
+/* ---- delayed messages (delayed.c) ---------------------------------------- */
+
+/* tm_admin_delayed_id_ok checks a delayed message id's syntax: 1 to idmax
+ * printable ASCII characters without spaces (emit's are UUIDs). 1 or 0;
+ * no I/O. */
+int tm_admin_delayed_id_ok(const char *id, size_t idmax);
+
+/* tm_admin_delayed_page returns one page of t's delayed messages, soonest
+ * first: those after the one of id after (NULL: from the soonest), max at
+ * most, a body over body_max bytes cut and flagged, the page's kept bytes
+ * within bytes_max; a new array of *n entries (free with
+ * tm_delayed_entries_free), *more set when later ones follow. 0, or -1:
+ * TM_ADMIN_E_NO_DELAY (the broker cannot list them), _BROKER. */
+int tm_admin_delayed_page(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *after, size_t max, size_t body_max,
+                          size_t bytes_max, struct tm_delayed_entry **out,
+                          size_t *n, int *more, struct tm_admin_err *e);
+
+/* tm_admin_delayed_take runs t's delayed message id now (run_now set: it
+ * enters the task's queue at once, its id and metadata kept) or deletes
+ * it. Of concurrent calls on one id exactly one succeeds. 0, or -1:
+ * TM_ADMIN_E_NO_DELAY, _NO_DELAYED (no such message waits: never there,
+ * due already, or taken by another call), _BROKER. */
+int tm_admin_delayed_take(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *id, int run_now,
+                          struct tm_admin_err *e);
 
 /* ---- queue depths (depth.c) ----------------------------------------------
  * Monitoring reads, on the adapter's own monitoring connection (the

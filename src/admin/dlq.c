@@ -1,4 +1,5 @@
-/* dlq.c - dead letters: list, a page, one entry, replay, purge, count. */
+/* dlq.c - dead letters: list, a page, one entry, replay, purge, count,
+ * each list and bulk action narrowed by a filter (struct tm_dlq_filter). */
 #include "admin/admin.h"
 
 #include <string.h>
@@ -22,8 +23,42 @@ int tm_admin_dlq_id_ok(enum tm_broker_kind kind, const char *id,
     return 1;
 }
 
+/* read_time reads one bound of a filter (what: its name). */
+static int read_time(const char *what, const char *s, int64_t *ms,
+                     struct tm_admin_err *e)
+{
+    if (s == NULL)
+        return 0;
+    if (tm_parse_at(s, ms) != 0) {
+        tm_admin_error(e, TM_ADMIN_E_FILTER, "%s: expected an RFC 3339 "
+                       "time with a zone (2026-12-01T03:00:00Z) or epoch "
+                       "milliseconds, not '%.64s'", what, s);
+        return -1;
+    }
+    return 0;
+}
+
+int tm_admin_dlq_filter(const char *text, const char *since,
+                        const char *until, struct tm_dlq_filter *f,
+                        struct tm_admin_err *e)
+{
+    struct tm_dlq_filter all = TM_DLQ_FILTER_ALL;
+    *f = all;
+    if (text != NULL && strlen(text) > TM_ADMIN_DLQ_TEXT_MAX) {
+        tm_admin_error(e, TM_ADMIN_E_FILTER, "q: the text searched for is "
+                       "over %d bytes", TM_ADMIN_DLQ_TEXT_MAX);
+        return -1;
+    }
+    f->text = text != NULL && text[0] != '\0' ? text : NULL;
+    if (read_time("since", since, &f->since, e) != 0 ||
+        read_time("until", until, &f->until, e) != 0)
+        return -1;
+    return 0;
+}
+
 int tm_admin_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
-                      size_t max, struct tm_dlq_entry **out, size_t *n,
+                      size_t max, const struct tm_dlq_filter *f,
+                      struct tm_dlq_entry **out, size_t *n,
                       struct tm_admin_err *e)
 {
     *out = NULL;
@@ -32,6 +67,20 @@ int tm_admin_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
         tm_admin_error(e, TM_ADMIN_E_BROKER, "%s", b->errstr);
         return -1;
     }
+    if (!tm_dlq_filter_set(f))
+        return 0;
+    /* keep the matching entries, in order, at the front */
+    size_t k = 0;
+    for (size_t i = 0; i < *n; i++) {
+        struct tm_dlq_entry *x = &(*out)[i];
+        if (tm_dlq_filter_match(f, x->error, x->body,
+                                x->body != NULL ? strlen(x->body) : 0,
+                                x->failed_at))
+            (*out)[k++] = *x;
+        else
+            tm_dlq_entries_free_one(x);
+    }
+    *n = k;
     return 0;
 }
 
@@ -58,6 +107,7 @@ static int browse(struct tm_broker *b, const struct tm_cfg_task *t,
 }
 
 int tm_admin_dlq_page(struct tm_broker *b, const struct tm_cfg_task *t,
+                      const struct tm_dlq_filter *f,
                       const char *after, size_t max, size_t body_max,
                       size_t bytes_max, struct tm_dlq_entry **out,
                       size_t *n, int *more, struct tm_admin_err *e)
@@ -65,7 +115,8 @@ int tm_admin_dlq_page(struct tm_broker *b, const struct tm_cfg_task *t,
     struct tm_dlq_query q = {.after = after,
                              .max = max,
                              .body_max = body_max,
-                             .bytes_max = bytes_max};
+                             .bytes_max = bytes_max,
+                             .filter = tm_dlq_filter_set(f) ? f : NULL};
     return browse(b, t, &q, "page dead letters", out, n, more, e);
 }
 
@@ -94,11 +145,14 @@ int tm_admin_dlq_get(struct tm_broker *b, const struct tm_cfg_task *t,
 }
 
 int tm_admin_dlq_move(struct tm_broker *b, const struct tm_cfg_task *t,
-                      enum tm_admin_move how, const char *id, long *n,
+                      enum tm_admin_move how, const char *id,
+                      const struct tm_dlq_filter *f, long *n,
                       struct tm_admin_err *e)
 {
-    *n = how == TM_ADMIN_REPLAY ? b->ops->admin->dlq_replay(b, t, id)
-                                : b->ops->admin->dlq_purge(b, t, id);
+    if (id != NULL || !tm_dlq_filter_set(f))
+        f = NULL;
+    *n = how == TM_ADMIN_REPLAY ? b->ops->admin->dlq_replay(b, t, id, f)
+                                : b->ops->admin->dlq_purge(b, t, id, f);
     if (*n < 0) {
         tm_admin_error(e, TM_ADMIN_E_BROKER, "%s", b->errstr);
         return -1;
@@ -121,8 +175,8 @@ int tm_admin_dlq_count(struct tm_broker *b, size_t i, long long *n,
     }
     struct tm_dlq_entry *list = NULL;
     size_t k = 0;
-    if (tm_admin_dlq_list(b, &b->cfg->tasks[i], TM_ADMIN_DLQ_LIST_MAX, &list,
-                          &k, e) != 0)
+    if (tm_admin_dlq_list(b, &b->cfg->tasks[i], TM_ADMIN_DLQ_LIST_MAX, NULL,
+                          &list, &k, e) != 0)
         return -1;
     tm_dlq_entries_free(list, k);
     *n = (long long)k;

@@ -213,6 +213,8 @@ static const struct tm_broker_admin_ops amqp_admin = {
     .dlq_browse = tm_amqp_dlq_browse,
     .dlq_replay = tm_amqp_dlq_replay,
     .dlq_purge = tm_amqp_dlq_purge,
+    .delayed_browse = tm_amqp_delayed_browse,
+    .delayed_take = tm_amqp_delayed_take,
     .depth = tm_amqp_depth,
 };
 

@@ -19,6 +19,7 @@
  *   settle.c    settlement, the settle thread's upkeep (tick)
  *   admin.c     the CLI's connection: publish, request
  *   dlq.c       dead letters: list, browse, replay, purge
+ *   delayed.c   delayed messages for operators: list, run now, delete
  *   depth.c     queue depths
  *   schedule.c  schedules: the leader's election, fires
  *   adapter.c   the vtable, create and destroy
@@ -530,6 +531,11 @@ const char *tm_amqp_retry_queue(struct tm_amqp_publisher *pc,
 const char *tm_amqp_delay_queue(struct tm_amqp_publisher *pc,
                                 const struct tm_cfg_task *t, int64_t ms,
                                 char *buf, size_t size, int *dead);
+/* tm_amqp_delay_name writes the name of t's delay queue of level ms
+ * (size at least TM_AMQP_SHORTSTR_MAX + 64), as tm_amqp_delay_queue
+ * names it, without declaring it. */
+void tm_amqp_delay_name(const struct tm_cfg_task *t, int64_t ms, char *buf,
+                        size_t size);
 int tm_amqp_pause_queue(const struct tm_cfg_task *t, char *buf,
                         size_t size);
 int tm_amqp_pause_declare(amqp_connection_state_t c, amqp_channel_t ch,
@@ -702,6 +708,9 @@ void tm_amqp_publisher_close(struct tm_amqp_publisher *pc);
 /* tm_amqp_delay_level is the delay queue level (ms) for left_ms to
  * wait: the largest level not above it, the smallest when it is below. */
 int64_t tm_amqp_delay_level(int64_t left_ms);
+/* tm_amqp_delay_level_at is the kth level (ms), k from 0; -1 past the
+ * last. */
+int64_t tm_amqp_delay_level_at(int k);
 void tm_amqp_park_take(struct tm_amqp_broker *ab);
 
 /* ---- settle.c: settlement ---- */
@@ -764,9 +773,16 @@ int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
                        const struct tm_dlq_query *q,
                        struct tm_dlq_entry **out, size_t *n, int *more);
 long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *id);
+                        const char *id, const struct tm_dlq_filter *f);
 long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *id);
+                       const char *id, const struct tm_dlq_filter *f);
+/* ---- delayed.c: delayed messages for operators ---- */
+int tm_amqp_delayed_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                           const struct tm_dlq_query *q,
+                           struct tm_delayed_entry **out, size_t *n,
+                           int *more);
+int tm_amqp_delayed_take(struct tm_broker *b, const struct tm_cfg_task *t,
+                         const char *id, int run_now);
 /* ---- depth.c: queue depths for monitoring ---- */
 int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
                   long long *pending, long long *dlq_depth);

@@ -54,6 +54,12 @@ int64_t tm_amqp_delay_level(int64_t left_ms)
     return level;
 }
 
+int64_t tm_amqp_delay_level_at(int k)
+{
+    return k < 0 || k > TM_AMQP_DELAY_MAX_SHIFT ? -1
+                                                : TM_AMQP_DELAY_MIN_MS << k;
+}
+
 /* tm_amqp_park_take moves the deliveries intake parked (x-not-before in
  * the future) into the publisher as delay copies: each is acked once its
  * copy in a delay queue is confirmed. Settle thread. */

@@ -272,6 +272,21 @@ static size_t entry_bytes(const struct tm_dlq_entry *e)
     return strlen(e->body) + (e->error != NULL ? strlen(e->error) : 0);
 }
 
+/* dlq_match says whether f (NULL: any) matches the dead letter msg of
+ * t, on its whole body and error. */
+static int dlq_match(const struct tm_cfg_task *t, const amqp_message_t *msg,
+                     const struct tm_dlq_filter *f)
+{
+    if (!tm_dlq_filter_set(f))
+        return 1;
+    struct tm_dlq_entry e;
+    dlq_fill(t, msg, &e, SIZE_MAX);
+    int m = tm_dlq_filter_match(f, e.error, msg->body.bytes, msg->body.len,
+                                e.failed_at);
+    tm_dlq_entries_free_one(&e);
+    return m;
+}
+
 static int browse_visit(const struct tm_cfg_task *t, const amqp_message_t *msg,
                         void *arg)
 {
@@ -280,7 +295,7 @@ static int browse_visit(const struct tm_cfg_task *t, const amqp_message_t *msg,
     char *mid = dlq_id(msg);
     int stop = q->id != NULL ? strcmp(mid, q->id) == 0
                              : q->after != NULL && strcmp(mid, q->after) == 0;
-    int keep = q->id != NULL ? stop : !stop;
+    int keep = q->id != NULL ? stop : !stop && dlq_match(t, msg, q->filter);
     tm_free(mid);
     if (!keep)
         return stop;
@@ -347,8 +362,9 @@ int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
     return 0;
 }
 
-/* dlq_walk visits the dead letters, oldest first: each one matching id
- * (all when id is NULL) is replayed to the task queue (replay) or
+/* dlq_walk visits the dead letters, oldest first, in one pass: each one
+ * matching id (when id is NULL: each one f matches, all for f NULL) is
+ * replayed to the task queue (replay) or
  * dropped, then acknowledged; the others go back where they were.
  * Returns the count handled, or -1. Concurrent walks (other CLI
  * processes, the API of other daemons) never handle one message twice:
@@ -362,7 +378,8 @@ int tm_amqp_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
  * meanwhile) can come back and be replayed again: at least once, never
  * lost. */
 static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
-                     const char *id, int replay)
+                     const char *id, const struct tm_dlq_filter *f,
+                     int replay)
 {
     if (tm_amqp_cli_declare(ab, t) != 0)
         return -1;
@@ -381,7 +398,8 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
             budget = left + 1;
         budget--;
         char *mid = dlq_id(&dm.msg);
-        int match = id == NULL || strcmp(mid, id) == 0;
+        int match = id != NULL ? strcmp(mid, id) == 0
+                               : dlq_match(t, &dm.msg, f);
         tm_free(mid);
         if (!match) {
             kept = dm.tag;
@@ -465,17 +483,17 @@ static long dlq_walk(struct tm_amqp_broker *ab, const struct tm_cfg_task *t,
 }
 
 long tm_amqp_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                          const char *id)
+                          const char *id, const struct tm_dlq_filter *f)
 {
-    return dlq_walk((struct tm_amqp_broker *)b, t, id, 1);
+    return dlq_walk((struct tm_amqp_broker *)b, t, id, f, 1);
 }
 
 long tm_amqp_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                         const char *id)
+                         const char *id, const struct tm_dlq_filter *f)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
-    if (id != NULL)
-        return dlq_walk(ab, t, id, 0);
+    if (id != NULL || tm_dlq_filter_set(f))
+        return dlq_walk(ab, t, id, f, 0);
     if (tm_amqp_cli_declare(ab, t) != 0)
         return -1;
     amqp_queue_purge_ok_t *ok = sym_amqp_queue_purge(

@@ -499,6 +499,12 @@ static int delay_declare(struct tm_amqp_publisher *pc,
     return -1;
 }
 
+void tm_amqp_delay_name(const struct tm_cfg_task *t, int64_t ms, char *buf,
+                        size_t size)
+{
+    level_name(t, "delay", ms, buf, size);
+}
+
 /* tm_amqp_delay_queue returns the name of task t's delay queue of level
  * ms, declaring it on first use on this connection (kept in pc->levels with
  * the retry queues; a declared_at of INT64_MAX marks it as never to be

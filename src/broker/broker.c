@@ -58,6 +58,17 @@ void tm_dlq_entries_free(struct tm_dlq_entry *e, size_t n)
     tm_free(e);
 }
 
+void tm_delayed_entries_free(struct tm_delayed_entry *e, size_t n)
+{
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        tm_free(e[i].id);
+        tm_free(e[i].body);
+    }
+    tm_free(e);
+}
+
 size_t tm_dlq_utf8_cut(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -73,6 +84,27 @@ size_t tm_dlq_utf8_cut(const char *s, size_t n)
     /* the last sequence is whole when its lead and continuations make
      * want bytes; else the cut goes before its lead */
     return back + 1 >= want ? n : i - 1;
+}
+
+int tm_dlq_filter_set(const struct tm_dlq_filter *f)
+{
+    return f != NULL && ((f->text != NULL && f->text[0] != '\0') ||
+                         f->since != INT64_MIN || f->until != INT64_MAX);
+}
+
+int tm_dlq_filter_match(const struct tm_dlq_filter *f, const char *error,
+                        const char *body, size_t body_len,
+                        int64_t failed_at)
+{
+    if (f == NULL)
+        return 1;
+    if (failed_at < f->since || failed_at > f->until)
+        return 0;
+    if (f->text == NULL || f->text[0] == '\0')
+        return 1;
+    size_t n = strlen(f->text);
+    return (error != NULL && strstr(error, f->text) != NULL) ||
+           (body != NULL && memmem(body, body_len, f->text, n) != NULL);
 }
 
 size_t tm_broker_nodes(const struct tm_cfg *cfg, struct tm_broker *b,

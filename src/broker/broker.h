@@ -29,6 +29,32 @@ struct tm_dlq_entry {
 };
 
 /*
+ * struct tm_dlq_filter narrows a task's dead letters to those that match
+ * all of its parts (docs/delivery.md, Searching dead letters): text a
+ * substring of the entry's error or of its body, byte for byte (case
+ * matters, no patterns), and failed_at within [since, until], both
+ * inclusive. A NULL filter, or one with no part set, matches every
+ * entry.
+ */
+struct tm_dlq_filter {
+    const char *text;   /* NULL or "": any text */
+    int64_t since;      /* INT64_MIN: no lower bound (epoch ms) */
+    int64_t until;      /* INT64_MAX: no upper bound (epoch ms) */
+};
+
+/* TM_DLQ_FILTER_ALL is the filter with no part set. */
+#define TM_DLQ_FILTER_ALL {.text = NULL, .since = INT64_MIN, .until = INT64_MAX}
+
+/* tm_dlq_filter_set says whether f has any part set (0 for NULL). */
+int tm_dlq_filter_set(const struct tm_dlq_filter *f);
+
+/* tm_dlq_filter_match says whether an entry with that error (NULL: none),
+ * body (body_len bytes) and failed_at matches f (1 for a NULL f). */
+int tm_dlq_filter_match(const struct tm_dlq_filter *f, const char *error,
+                        const char *body, size_t body_len,
+                        int64_t failed_at);
+
+/*
  * struct tm_dlq_query asks dlq_browse for one page of a task's dead
  * letters, newest first, or for one entry. The bounds hold for what is
  * kept from the broker, not only for what is returned.
@@ -44,7 +70,25 @@ struct tm_dlq_query {
     size_t bytes_max;   /* the page's kept bytes (bodies and errors) stop
                            before exceeding this; the first entry is always
                            kept */
+    const struct tm_dlq_filter *filter; /* NULL: every entry; else only
+                           the entries it matches (on their whole body and
+                           error, before any cut) make the page, and more
+                           says whether a matching one follows. Ignored
+                           with id. */
 };
+
+/* struct tm_delayed_entry is one delayed message waiting for its time,
+ * as the API's delayed list shows it. Every string is owned by the
+ * entry. */
+struct tm_delayed_entry {
+    char *id;          /* the message id (emit's, or the producer's) */
+    char *body;        /* its JSON text, cut as a dead letter's is */
+    int64_t due_ms;    /* due time, epoch ms */
+    size_t body_len;   /* the stored body's length */
+    int truncated;     /* body cut to body_max */
+};
+
+void tm_delayed_entries_free(struct tm_delayed_entry *e, size_t n);
 
 /* struct tm_broker_node is one node of the broker deployment, as
  * /status and taskmill_broker_node_up show it. */
@@ -222,12 +266,38 @@ struct tm_broker_admin_ops {
     int (*dlq_browse)(struct tm_broker *b, const struct tm_cfg_task *t,
                       const struct tm_dlq_query *q, struct tm_dlq_entry **out,
                       size_t *n, int *more);
-    /* dlq_replay moves one entry (id) or all (id NULL) back to the task's
-     * queue; dlq_purge deletes one or all. Both return the count moved. */
+    /* dlq_replay moves one entry (id) or all (id NULL) that f matches (f
+     * NULL: every one; ignored with id) back to the task's queue;
+     * dlq_purge deletes them. Both return the count this call moved:
+     * each entry is moved by one call only, however many run at once, and
+     * the walk ends at the newest entry there was when it began (one that
+     * fails again is not moved twice). A filtered walk reads the entries
+     * in chunks (Redis) or one pass (RabbitMQ): a round trip per chunk or
+     * message, never per match and pass. */
     long (*dlq_replay)(struct tm_broker *b, const struct tm_cfg_task *t,
-                       const char *id);
+                       const char *id, const struct tm_dlq_filter *f);
     long (*dlq_purge)(struct tm_broker *b, const struct tm_cfg_task *t,
-                      const char *id);
+                      const char *id, const struct tm_dlq_filter *f);
+
+    /* Delayed messages (docs/delivery.md, Delayed messages), on the same
+     * threads as the dlq_* hooks. delayed_browse returns one page of task
+     * t's delayed messages, soonest first: q->after (the id of a previous
+     * page's last entry, exclusive), q->max, q->body_max and q->bytes_max
+     * as for dlq_browse (q->id and q->filter are ignored), in a new array
+     * of *n entries (free with tm_delayed_entries_free), *more set when
+     * later ones follow. delayed_take takes the delayed message id of t
+     * out of its wait: run_now set, into the task's queue now, as when
+     * its time comes (its id and metadata kept); else deleted. Returns 1
+     * when this call took it, 0 when no such message waits (never there,
+     * due already, or taken by another call: of concurrent calls on one
+     * id exactly one returns 1), -1 on a failure. Both optional: NULL
+     * when the broker cannot list them. */
+    int (*delayed_browse)(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const struct tm_dlq_query *q,
+                          struct tm_delayed_entry **out, size_t *n,
+                          int *more);
+    int (*delayed_take)(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const char *id, int run_now);
 
     /* depth reads, for monitoring, task i's queue depth (messages not yet
      * delivered), pending count (delivered, not acknowledged) and

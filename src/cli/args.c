@@ -22,9 +22,12 @@ const char tm_cli_usage[] =
     "       taskmill invoke [-c FILE] TASK (JSON | -)   run one body "
     "through the\n"
     "                                         task's plugin, no broker\n"
-    "       taskmill dlq [-c FILE] list [TASK]\n"
+    "       taskmill dlq [-c FILE] list [TASK [FILTER]]\n"
     "       taskmill dlq [-c FILE] show TASK ID\n"
-    "       taskmill dlq [-c FILE] (replay | purge) TASK [ID] [--yes]\n"
+    "       taskmill dlq [-c FILE] (replay | purge) TASK [ID | FILTER] "
+    "[--yes]\n"
+    "       taskmill delayed [-c FILE] list TASK | (run-now | delete) TASK "
+    "ID\n"
     "       taskmill (pause | resume) [-c FILE] TASK   stop / restart intake "
     "of TASK\n"
     "                                         on every daemon\n"
@@ -43,6 +46,8 @@ const char tm_cli_usage[] =
     "dlq list without TASK counts the dead letters of every task. purge "
     "without\n"
     "an ID removes them all; on a terminal it needs --yes.\n"
+    "FILTER: --grep TEXT (in the error or the body, case-sensitive),\n"
+    "--since TIME, --until TIME (failed_at, inclusive; TIME as --at).\n"
     "\n"
     "Exit status: 0 success, 1 runtime failure, 2 usage or configuration "
     "error.\n";
@@ -72,7 +77,7 @@ int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
 {
     static const char *const cmds[] = {"run", "check", "emit", "invoke",
                                        "dlq", "pause", "resume",
-                                       "schedules"};
+                                       "schedules", "delayed"};
     memset(a, 0, sizeof *a);
     int i = 1;
     if (i < argc && argv[i][0] != '-') {
@@ -115,6 +120,19 @@ int tm_cli_parse(int argc, char **argv, struct tm_cli_args *a)
             a->dedup_key = option_value(argc, argv, &i);
             if (a->dedup_key == NULL)
                 return tm_cli_usage_error("%s needs a key", s);
+        } else if (strcmp(s, "--grep") == 0 || strcmp(s, "--since") == 0 ||
+                   strcmp(s, "--until") == 0) {
+            const char *v = option_value(argc, argv, &i);
+            if (v == NULL)
+                return tm_cli_usage_error("%s needs %s", s,
+                                          s[2] == 'g' ? "a text"
+                                                      : "a time (RFC 3339 "
+                                                        "with a zone, or "
+                                                        "epoch ms)");
+            if (strcmp(a->cmd, "dlq") != 0)
+                return tm_cli_usage_error("%s is an option of dlq", s);
+            *(s[2] == 'g' ? &a->grep : s[2] == 's' ? &a->since : &a->until) =
+                v;
         } else if (strcmp(s, "--yes") == 0 || strcmp(s, "-y") == 0) {
             a->yes = 1;
         } else if (s[0] == '-' && s[1] != '\0') {

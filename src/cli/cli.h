@@ -36,7 +36,8 @@ enum tm_cli_config_from {
  * from argv or the environment. */
 struct tm_cli_args {
     const char *cmd;           /* "run", "check", "emit", "invoke", "dlq",
-                                  "pause", "resume", "schedules" */
+                                  "pause", "resume", "schedules",
+                                  "delayed" */
     const char *config;        /* never NULL after tm_cli_parse */
     enum tm_cli_config_from config_from;
     const char *pos[TM_CLI_MAX_POS];
@@ -46,6 +47,9 @@ struct tm_cli_args {
     const char *delay;         /* --delay DURATION, or NULL */
     const char *at;            /* --at TIME, or NULL */
     const char *dedup_key;     /* --dedup-key KEY, or NULL */
+    const char *grep;          /* dlq: --grep TEXT, or NULL */
+    const char *since;         /* dlq: --since TIME, or NULL */
+    const char *until;         /* dlq: --until TIME, or NULL */
     int yes;                   /* --yes given */
 };
 
@@ -103,6 +107,10 @@ int tm_cli_check(struct tm_cfg *cfg);
 int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_invoke(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a);
+/* tm_cli_delayed is `delayed list TASK`, `delayed run-now TASK ID` and
+ * `delayed delete TASK ID` (delayed.c). */
+int tm_cli_delayed(struct tm_cfg *cfg, const struct tm_cli_args *a);
+
 /* tm_cli_pause is `pause` and `resume` (a->cmd says which). */
 int tm_cli_pause(struct tm_cfg *cfg, const struct tm_cli_args *a);
 int tm_cli_schedules(struct tm_cfg *cfg, const struct tm_cli_args *a);

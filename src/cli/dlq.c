@@ -86,12 +86,14 @@ static int no_entry(const struct tm_cfg_task *t, const char *id)
 
 /* list_task prints task t's dead letters, newest first, one per line:
  * id, original id, attempts, failed_at (RFC 3339), error. */
-static int list_task(struct tm_broker *b, const struct tm_cfg_task *t)
+static int list_task(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const struct tm_dlq_filter *f)
 {
     struct tm_dlq_entry *e = NULL;
     size_t n = 0;
     struct tm_admin_err err;
-    if (tm_admin_dlq_list(b, t, TM_ADMIN_DLQ_LIST_MAX, &e, &n, &err) != 0) {
+    if (tm_admin_dlq_list(b, t, TM_ADMIN_DLQ_LIST_MAX, f, &e, &n,
+                          &err) != 0) {
         fprintf(stderr, "taskmill: dlq list: %s\n", err.msg);
         return TM_EXIT_FAIL;
     }
@@ -135,7 +137,8 @@ static int show(struct tm_broker *b, const struct tm_cfg_task *t,
     size_t n = 0;
     int found = 0;
     struct tm_admin_err err;
-    if (tm_admin_dlq_list(b, t, TM_ADMIN_DLQ_LIST_MAX, &e, &n, &err) != 0) {
+    if (tm_admin_dlq_list(b, t, TM_ADMIN_DLQ_LIST_MAX, NULL, &e, &n,
+                          &err) != 0) {
         fprintf(stderr, "taskmill: dlq show: %s\n", err.msg);
         return TM_EXIT_FAIL;
     }
@@ -149,15 +152,16 @@ static int show(struct tm_broker *b, const struct tm_cfg_task *t,
     return found ? TM_EXIT_OK : no_entry(t, id);
 }
 
-/* move replays or purges one entry (id) or all (id NULL). */
+/* move replays or purges one entry (id) or all that f matches (id
+ * NULL). */
 static int move(struct tm_broker *b, const struct tm_cfg_task *t,
-                const char *op, const char *id)
+                const char *op, const char *id, const struct tm_dlq_filter *f)
 {
     int replay = strcmp(op, "replay") == 0;
     long n = 0;
     struct tm_admin_err err;
     if (tm_admin_dlq_move(b, t, replay ? TM_ADMIN_REPLAY : TM_ADMIN_PURGE,
-                          id, &n, &err) != 0) {
+                          id, f, &n, &err) != 0) {
         if (err.code == TM_ADMIN_E_NO_ENTRY)
             return no_entry(t, id);
         fprintf(stderr, "taskmill: dlq %s: %s\n", op, err.msg);
@@ -207,11 +211,26 @@ int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a)
     const char *id = a->npos == 3 ? a->pos[2] : NULL;
     /* every action but list names a task (min_pos >= 2) */
     assert(t != NULL || list);
+    int filtered = a->grep != NULL || a->since != NULL || a->until != NULL;
+    if (filtered && (is_show || t == NULL || id != NULL)) {
+        tm_cli_usage_error("--grep, --since and --until narrow dlq list "
+                           "TASK, replay TASK and purge TASK (no ID)");
+        goto out;
+    }
+    struct tm_dlq_filter f;
+    struct tm_admin_err ferr;
+    if (tm_admin_dlq_filter(a->grep, a->since, a->until, &f, &ferr) != 0) {
+        tm_cli_usage_error("%s", ferr.msg);
+        goto out;
+    }
     if (strcmp(op, "purge") == 0 && id == NULL && !a->yes &&
         isatty(STDIN_FILENO)) {
         fprintf(stderr, "taskmill: dlq purge without an ID deletes every "
-                "dead letter of task '%s' (%s); run it again with --yes to "
-                "confirm\n", t->name, t->dead_letter);
+                "dead letter of task '%s' (%s)%s; run it again with --yes to "
+                "confirm\n", t->name, t->dead_letter,
+                a->grep != NULL || a->since != NULL || a->until != NULL
+                    ? " that the filter matches"
+                    : "");
         goto out;
     }
     b = tm_cli_broker(cfg);
@@ -220,11 +239,11 @@ int tm_cli_dlq(struct tm_cfg *cfg, const struct tm_cli_args *a)
     if (list && t == NULL)
         status = list_all(b, cfg);
     else if (list)
-        status = list_task(b, t);
+        status = list_task(b, t, &f);
     else if (is_show)
         status = show(b, t, id);
     else
-        status = move(b, t, op, id);
+        status = move(b, t, op, id, &f);
 out:
     tm_cli_broker_close(b);
     tm_cfg_free(cfg);

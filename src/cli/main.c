@@ -93,6 +93,8 @@ int main(int argc, char **argv)
         return tm_cli_invoke(cfg, &a);
     if (strcmp(a.cmd, "dlq") == 0)
         return tm_cli_dlq(cfg, &a);
+    if (strcmp(a.cmd, "delayed") == 0)
+        return tm_cli_delayed(cfg, &a);
     if (strcmp(a.cmd, "pause") == 0 || strcmp(a.cmd, "resume") == 0)
         return tm_cli_pause(cfg, &a);
     if (strcmp(a.cmd, "schedules") == 0)

@@ -151,6 +151,33 @@ static int segment(const char **p, char *out, size_t size)
     return (int)n;
 }
 
+/* delayed_route fills rt for the path p after "tasks/NAME/delayed/":
+ * "" (the list), "ID" (delete) or "ID/run-now". 0, 404 or 405. */
+static unsigned delayed_route(const char *p, int get, int post, int del,
+                              struct route *rt)
+{
+    if (*p == '\0') {
+        rt->op = TM_API_DELAYED_LIST;
+        rt->bodies = 1;
+        rt->allow = "GET, HEAD";
+        return get ? 0 : 405;
+    }
+    if (segment(&p, rt->id, sizeof rt->id) <= 0)
+        return 404;
+    rt->write = 1;
+    if (*p == '\0') {
+        rt->op = TM_API_DELAYED_DELETE;
+        rt->allow = "DELETE";
+        return del ? 0 : 405;
+    }
+    if (strcmp(p, "run-now") == 0) {
+        rt->op = TM_API_DELAYED_RUN;
+        rt->allow = "POST";
+        return post ? 0 : 405;
+    }
+    return 404;
+}
+
 /*
  * parse_route fills rt from the path after API_PREFIX and the method.
  * Returns 0, 404 for a path the API does not have, 405 for a method the
@@ -179,7 +206,7 @@ static unsigned parse_route(const char *path, const char *method,
     const char *p = path + 6;
     if (segment(&p, rt->task, sizeof rt->task) <= 0)
         return 404;
-    /* the rest: "messages", "pause", "resume", "dead-letters",
+    /* the rest: "messages", "pause", "resume", "delayed...", "dead-letters",
      * "dead-letters/replay", "dead-letters/ID", "dead-letters/ID/replay" */
     if (segment(&p, seg, sizeof seg) < 0)
         return 404;
@@ -196,6 +223,8 @@ static unsigned parse_route(const char *path, const char *method,
         rt->allow = "POST";
         return post ? 0 : 405;
     }
+    if (strcmp(seg, "delayed") == 0)
+        return delayed_route(p, get, post, del, rt);
     if (strcmp(seg, "dead-letters") != 0)
         return 404;
     if (*p == '\0') {
@@ -276,6 +305,30 @@ static unsigned parse_due(struct MHD_Connection *conn,
     return 0;
 }
 
+_Static_assert(TM_API_Q_MAX == TM_ADMIN_DLQ_TEXT_MAX,
+               "the request keeps every text the admin layer takes");
+
+/* parse_filter reads the dead-letter filter of a list, replay or purge:
+ * ?q=TEXT&since=TIME&until=TIME (f->text borrowed from the connection).
+ * Returns 0, or 400 with msg set. */
+static unsigned parse_filter(struct MHD_Connection *conn,
+                             struct tm_dlq_filter *f, char *msg,
+                             size_t size)
+{
+    struct tm_admin_err err;
+    if (tm_admin_dlq_filter(
+            MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "q"),
+            MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+                                        "since"),
+            MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+                                        "until"),
+            f, &err) != 0) {
+        tm_snprintf(msg, size, "%s", err.msg);
+        return tm_api_admin_status(&err);
+    }
+    return 0;
+}
+
 /*
  * first_call checks a new request from its headers: route, token, task,
  * id, query. Returns 0 with *out set to a new request to read the body
@@ -319,10 +372,19 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     size_t limit = 0;
     int64_t due_ms = 0;
     const char *after = NULL;
+    struct tm_dlq_filter filter = TM_DLQ_FILTER_ALL;
+    int delayed = rt.op == TM_API_DELAYED_LIST || rt.op == TM_API_DELAYED_RUN ||
+                  rt.op == TM_API_DELAYED_DELETE;
+    int lists = rt.op == TM_API_DLQ_LIST || rt.op == TM_API_DELAYED_LIST;
     if (!no_task && t == NULL) {
         code = 404;
         tm_snprintf(msg, sizeof msg, "no task '%s'", rt.task);
-    } else if (rt.id[0] != '\0' &&
+    } else if (rt.id[0] != '\0' && delayed &&
+               !tm_admin_delayed_id_ok(rt.id, TM_API_ID_MAX)) {
+        code = 400;
+        tm_snprintf(msg, sizeof msg, "that is not a delayed message id: "
+                    "printable ASCII without spaces expected");
+    } else if (rt.id[0] != '\0' && !delayed &&
                !tm_admin_dlq_id_ok(kind, rt.id, TM_API_ID_MAX)) {
         code = 400;
         tm_snprintf(msg, sizeof msg, "'%s' is not a dead-letter id of "
@@ -336,19 +398,24 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
         tm_snprintf(msg, sizeof msg, "message bodies are served only with "
                     "http.token set: without it the API shows aggregate "
                     "figures only");
-    } else if (rt.op == TM_API_DLQ_LIST && parse_limit(conn, &limit) != 0) {
+    } else if (lists && parse_limit(conn, &limit) != 0) {
         code = 400;
         tm_snprintf(msg, sizeof msg, "limit: expected a number from 1 to "
                     "%d", TM_API_LIST_MAX);
-    } else if (rt.op == TM_API_DLQ_LIST &&
+    } else if (lists &&
                (after = MHD_lookup_connection_value(
                     conn, MHD_GET_ARGUMENT_KIND, "after")) != NULL &&
-               !tm_admin_dlq_id_ok(kind, after, TM_API_ID_MAX)) {
+               !(delayed ? tm_admin_delayed_id_ok(after, TM_API_ID_MAX)
+                         : tm_admin_dlq_id_ok(kind, after, TM_API_ID_MAX))) {
         code = 400;
-        tm_snprintf(msg, sizeof msg, "after: '%.*s' is not a dead-letter id "
-                    "of this broker", TM_API_ID_MAX, after);
+        tm_snprintf(msg, sizeof msg, "after: that is not a%s id of this "
+                    "broker", delayed ? " delayed message" : " dead-letter");
     } else if (rt.op == TM_API_PUBLISH) {
         code = parse_due(conn, kind, &due_ms, msg, sizeof msg);
+    } else if (rt.id[0] == '\0' && (rt.op == TM_API_DLQ_LIST ||
+                                    rt.op == TM_API_DLQ_REPLAY ||
+                                    rt.op == TM_API_DLQ_PURGE)) {
+        code = parse_filter(conn, &filter, msg, sizeof msg);
     }
     if (code != 0) {
         *ret = send_error(conn, code, msg, NULL, NULL);
@@ -364,6 +431,10 @@ static int first_call(struct tm_daemon *d, struct MHD_Connection *conn,
     r->limit = limit;
     tm_snprintf(r->after, sizeof r->after, "%s", after != NULL ? after : "");
     r->due_ms = due_ms;
+    tm_snprintf(r->q, sizeof r->q, "%s",
+                filter.text != NULL ? filter.text : "");
+    r->since = filter.since;
+    r->until = filter.until;
     r->max = rt.op == TM_API_PUBLISH ? max_payload : TM_API_OTHER_BODY_MAX;
     *out = r;
     return 0;
@@ -434,28 +505,47 @@ static enum MHD_Result last_call(struct MHD_Connection *conn,
     return MHD_YES;
 }
 
-/* next_link is the Link header of a dead-letter page that has a next
- * one: the same request with after= the page's last entry (RFC 8288,
- * rel="next"), the id percent-encoded. Returns a new string. */
-static char *next_link(const struct tm_api_req *r)
+/* pct_encode writes s percent-encoded (RFC 3986 unreserved bytes kept)
+ * to out (size at least 3 * strlen(s) + 1). */
+static void pct_encode(const char *s, char *out, size_t size)
 {
-    char id[3 * TM_API_ID_MAX + 1];
     size_t k = 0;
-    for (const char *p = r->next_after; *p != '\0'; p++) {
+    for (const char *p = s; *p != '\0' && k + 4 <= size; p++) {
         unsigned char c = (unsigned char)*p;
         if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
             (c >= 'a' && c <= 'z') || c == '-' || c == '.' || c == '_' ||
             c == '~') {
-            id[k++] = (char)c;
+            out[k++] = (char)c;
         } else {
-            tm_snprintf(id + k, sizeof id - k, "%%%02X", c);
+            tm_snprintf(out + k, size - k, "%%%02X", c);
             k += 3;
         }
     }
-    id[k] = '\0';
+    out[k] = '\0';
+}
+
+/* next_link is the Link header of a dead-letter or delayed page that has
+ * a next
+ * one: the same request (its filter too, the times as epoch ms) with
+ * after= the page's last entry (RFC 8288, rel="next"), the id and text
+ * percent-encoded. Returns a new string. */
+static char *next_link(const struct tm_api_req *r)
+{
+    char id[3 * TM_API_ID_MAX + 1], q[3 * TM_API_Q_MAX + 1];
+    char since[40] = "", until[40] = "";
+    pct_encode(r->next_after, id, sizeof id);
+    pct_encode(r->q, q, sizeof q);
+    if (r->since != INT64_MIN)
+        tm_snprintf(since, sizeof since, "&since=%lld", (long long)r->since);
+    if (r->until != INT64_MAX)
+        tm_snprintf(until, sizeof until, "&until=%lld", (long long)r->until);
     /* task names are letters, digits, '_', '.' and '-': safe in a path */
-    return tm_asprintf("<" API_PREFIX "tasks/%s/dead-letters?limit=%zu"
-                       "&after=%s>; rel=\"next\"", r->task, r->limit, id);
+    return tm_asprintf("<" API_PREFIX "tasks/%s/%s?limit=%zu"
+                       "&after=%s%s%s%s%s>; rel=\"next\"", r->task,
+                       r->op == TM_API_DELAYED_LIST ? "delayed"
+                                                    : "dead-letters",
+                       r->limit, id, q[0] != '\0' ? "&q=" : "", q, since,
+                       until);
 }
 
 enum MHD_Result tm_http_api_answer(struct tm_daemon *d,
@@ -530,10 +620,10 @@ void tm_http_api_req_free(void *req_cls)
     tm_free(r);
 }
 
-void tm_http_api_start(struct tm_daemon *d)
+void tm_http_api_start(struct tm_daemon *d, int wake_fd)
 {
     assert(api_worker == NULL);
-    api_worker = tm_api_worker_start(d);
+    api_worker = tm_api_worker_start(d, wake_fd);
 }
 
 void tm_http_api_tick(int64_t now)

@@ -21,7 +21,10 @@ enum tm_api_op {
     TM_API_PAUSE = 5,
     TM_API_RESUME = 6,
     TM_API_SCHEDULES = 7,      /* GET /api/v1/schedules: no task */
-    TM_API_DLQ_GET = 8         /* one dead letter (id), body whole */
+    TM_API_DLQ_GET = 8,        /* one dead letter (id), body whole */
+    TM_API_DELAYED_LIST = 9,   /* a page of delayed messages */
+    TM_API_DELAYED_RUN = 10,   /* run one (id) now */
+    TM_API_DELAYED_DELETE = 11 /* delete one (id) */
 };
 
 /* Bounds of a dead-letter page: a body or error longer than
@@ -44,6 +47,8 @@ enum tm_api_state {
 #define TM_API_ID_MAX 128
 /* Longest task name in a path (a longer one cannot be configured). */
 #define TM_API_NAME_MAX 256
+/* Longest ?q= of a dead-letter filter (admin.h TM_ADMIN_DLQ_TEXT_MAX). */
+#define TM_API_Q_MAX 1024
 
 /*
  * struct tm_api_req is one admin API request, MHD's per-request pointer.
@@ -60,8 +65,14 @@ struct tm_api_req {
     struct MHD_Connection *conn;
     char task[TM_API_NAME_MAX + 1];
     char id[TM_API_ID_MAX + 1];         /* "" = all */
-    size_t limit;                       /* DLQ_LIST: entries at most */
-    char after[TM_API_ID_MAX + 1];      /* DLQ_LIST: ?after=, "" = none */
+    size_t limit;                       /* DLQ_LIST, DELAYED_LIST: entries
+                                           at most */
+    char after[TM_API_ID_MAX + 1];      /* ... ?after=, "" = none */
+    char q[TM_API_Q_MAX + 1];           /* DLQ_LIST, _REPLAY, _PURGE of no
+                                           id: ?q=, "" = any text */
+    int64_t since, until;               /* ... ?since= and ?until= (epoch
+                                           ms), INT64_MIN / INT64_MAX = no
+                                           bound */
     int64_t due_ms;                     /* PUBLISH: not before this (epoch
                                            ms, ?delay= or ?at=); 0 = now */
     char *body;                         /* PUBLISH: the body received */
@@ -71,7 +82,7 @@ struct tm_api_req {
     /* the answer, once DONE: HTTP status and JSON text (owned) */
     unsigned status;
     char *answer;
-    char next_after[TM_API_ID_MAX + 1]; /* DLQ_LIST: the next page's after=
+    char next_after[TM_API_ID_MAX + 1]; /* the lists: the next page's after=
                                            ("" = this is the last page) */
     struct tm_api_req *prev, *next;     /* the worker's list */
 };
@@ -79,8 +90,10 @@ struct tm_api_req {
 struct tm_api_worker;
 
 /* tm_api_worker_start starts the worker thread for d; NULL (with a
- * warning logged) when it cannot start: broker requests then answer 503. */
-struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d);
+ * warning logged) when it cannot start: broker requests then answer 503.
+ * wake_fd is the HTTP thread's eventfd, written once a request is
+ * answered (see settle_req). */
+struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d, int wake_fd);
 
 /* tm_api_worker_submit queues r (state RECEIVING, its connection just
  * suspended) with its deadline. Returns 0, or -1 when the queue is full or

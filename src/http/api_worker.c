@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -41,6 +42,7 @@ struct tm_api_worker {
     size_t nlist;
     struct tm_api_req *running;
     int stop;
+    int wake_fd;                       /* the HTTP thread's eventfd */
 };
 
 void tm_api_finish(struct tm_api_req *r, unsigned status, void *j)
@@ -76,6 +78,7 @@ unsigned tm_api_admin_status(const struct tm_admin_err *e)
     case TM_ADMIN_E_TIMEOUT:
         return 504;
     case TM_ADMIN_E_NO_ENTRY:
+    case TM_ADMIN_E_NO_DELAYED:
         return 404;
     case TM_ADMIN_E_NO_PAUSE:
     case TM_ADMIN_E_NO_DELAY:
@@ -92,6 +95,7 @@ unsigned tm_api_admin_status(const struct tm_admin_err *e)
     case TM_ADMIN_E_BODY_UTF8:
     case TM_ADMIN_E_BODY_OTHER:
     case TM_ADMIN_E_BODY_JSON:
+    case TM_ADMIN_E_FILTER:
         return 400;
     }
     return 502;
@@ -117,7 +121,10 @@ static void list_add(struct tm_api_worker *w, struct tm_api_req *r)
 }
 
 /* settle_req unlinks r, makes it DONE and resumes its connection; the
- * HTTP thread then answers it from status and answer. */
+ * HTTP thread then answers it from status and answer. MHD polled from
+ * outside (MHD_USE_EPOLL without its own thread) does not signal a resume
+ * itself, so the HTTP thread is woken here: without it, the answer
+ * waited for the loop's next tick, up to a second. */
 static void settle_req(struct tm_api_worker *w, struct tm_api_req *r)
 {
     assert(r->state == TM_API_QUEUED || r->state == TM_API_RUNNING);
@@ -129,6 +136,10 @@ static void settle_req(struct tm_api_worker *w, struct tm_api_req *r)
         w->running = NULL;
     r->state = TM_API_DONE;
     MHD_resume_connection(r->conn);
+    uint64_t one = 1;
+    if (w->wake_fd >= 0 && write(w->wake_fd, &one, sizeof one) < 0) {
+        /* saturated: the HTTP thread is awake anyway */
+    }
 }
 
 /* ---- the operations (worker thread, no lock) ---------------------------- */
@@ -140,6 +151,8 @@ struct job {
     char id[TM_API_ID_MAX + 1];
     size_t limit;
     char after[TM_API_ID_MAX + 1];   /* DLQ_LIST: "" = from the newest */
+    char q[TM_API_Q_MAX + 1];        /* the dead-letter filter's */
+    struct tm_dlq_filter filter;     /* text is q, or NULL */
     int64_t due_ms;    /* PUBLISH: epoch ms, 0 = now */
     char *body;
     size_t len;
@@ -206,7 +219,8 @@ static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
     size_t n = 0;
     int more = 0;
     struct tm_admin_err err;
-    if (tm_admin_dlq_page(b, t, job->after[0] != '\0' ? job->after : NULL,
+    if (tm_admin_dlq_page(b, t, &job->filter,
+                          job->after[0] != '\0' ? job->after : NULL,
                           job->limit, TM_API_BODY_MAX, TM_API_PAGE_BYTES, &e,
                           &n, &more, &err) != 0) {
         tm_api_admin_error(out, &err);
@@ -224,6 +238,59 @@ static void run_list(struct tm_broker *b, const struct tm_cfg_task *t,
     if ((more || i < n) && i > 0)
         tm_snprintf(out->next_after, sizeof out->next_after, "%s", e[i - 1].id);
     tm_dlq_entries_free(e, n);
+    tm_api_finish(out, 200, a);
+}
+
+/* add_slot adds a slot as RFC 3339 (name) and epoch ms (name_ms), both
+ * null when ms < 0 (none, or unknown). */
+static void add_slot(cJSON *o, const char *name, int64_t ms)
+{
+    char key[40], when[40];
+    tm_snprintf(key, sizeof key, "%s_ms", name);
+    if (ms < 0) {
+        cJSON_AddNullToObject(o, name);
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    tm_rfc3339(ms, when, sizeof when);
+    cJSON_AddStringToObject(o, name, when);
+    cJSON_AddNumberToObject(o, key, (double)ms);
+}
+
+/* run_delayed answers one page of t's delayed messages, bounded as
+ * run_list's dead letters; out->next_after names the last entry when
+ * later ones follow it. */
+static void run_delayed(struct tm_broker *b, const struct tm_cfg_task *t,
+                        const struct job *job, struct tm_api_req *out)
+{
+    struct tm_delayed_entry *e = NULL;
+    size_t n = 0;
+    int more = 0;
+    struct tm_admin_err err;
+    if (tm_admin_delayed_page(b, t, job->after[0] != '\0' ? job->after : NULL,
+                              job->limit, TM_API_BODY_MAX, TM_API_PAGE_BYTES,
+                              &e, &n, &more, &err) != 0) {
+        tm_api_admin_error(out, &err);
+        return;
+    }
+    cJSON *a = cJSON_CreateArray();
+    size_t used = 2, i = 0;
+    for (; i < n; i++) {
+        size_t cost = json_len(e[i].id) + json_len(e[i].body) + 200;
+        if (i > 0 && used + cost > TM_API_PAGE_BYTES)
+            break;
+        used += cost;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", e[i].id);
+        add_slot(o, "due", e[i].due_ms);
+        cJSON_AddStringToObject(o, "body", e[i].body);
+        cJSON_AddBoolToObject(o, "truncated", e[i].truncated);
+        cJSON_AddNumberToObject(o, "body_bytes", (double)e[i].body_len);
+        cJSON_AddItemToArray(a, o);
+    }
+    if ((more || i < n) && i > 0)
+        tm_snprintf(out->next_after, sizeof out->next_after, "%s", e[i - 1].id);
+    tm_delayed_entries_free(e, n);
     tm_api_finish(out, 200, a);
 }
 
@@ -259,22 +326,6 @@ static void set_pause(struct tm_daemon *d, struct tm_broker *b,
     cJSON_AddStringToObject(j, "name", t->name);
     cJSON_AddBoolToObject(j, "paused", paused);
     tm_api_finish(out, 200, j);
-}
-
-/* add_slot adds a slot as RFC 3339 (name) and epoch ms (name_ms), both
- * null when ms < 0 (none, or unknown). */
-static void add_slot(cJSON *o, const char *name, int64_t ms)
-{
-    char key[40], when[40];
-    tm_snprintf(key, sizeof key, "%s_ms", name);
-    if (ms < 0) {
-        cJSON_AddNullToObject(o, name);
-        cJSON_AddNullToObject(o, key);
-        return;
-    }
-    tm_rfc3339(ms, when, sizeof when);
-    cJSON_AddStringToObject(o, name, when);
-    cJSON_AddNumberToObject(o, key, (double)ms);
 }
 
 /* run_schedules answers GET /api/v1/schedules: each schedule of b's
@@ -329,12 +380,28 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
     case TM_API_DLQ_GET:
         run_get(b, t, job, out);
         break;
+    case TM_API_DELAYED_LIST:
+        run_delayed(b, t, job, out);
+        break;
+    case TM_API_DELAYED_RUN:
+    case TM_API_DELAYED_DELETE: {
+        int run = job->op == TM_API_DELAYED_RUN;
+        if (tm_admin_delayed_take(b, t, job->id, run, &err) != 0) {
+            tm_api_admin_error(out, &err);
+            break;
+        }
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "id", job->id);
+        cJSON_AddBoolToObject(j, run ? "run_now" : "deleted", 1);
+        tm_api_finish(out, 200, j);
+        break;
+    }
     case TM_API_DLQ_REPLAY:
     case TM_API_DLQ_PURGE: {
         int replay = job->op == TM_API_DLQ_REPLAY;
         long n = 0;
         if (tm_admin_dlq_move(b, t, replay ? TM_ADMIN_REPLAY : TM_ADMIN_PURGE,
-                              id, &n, &err) != 0) {
+                              id, &job->filter, &n, &err) != 0) {
             tm_api_admin_error(out, &err);
             break;
         }
@@ -422,6 +489,10 @@ static void *worker_main(void *arg)
         tm_snprintf(job.task, sizeof job.task, "%s", r->task);
         tm_snprintf(job.id, sizeof job.id, "%s", r->id);
         tm_snprintf(job.after, sizeof job.after, "%s", r->after);
+        tm_snprintf(job.q, sizeof job.q, "%s", r->q);
+        job.filter.text = job.q[0] != '\0' ? job.q : NULL;
+        job.filter.since = r->since;
+        job.filter.until = r->until;
         job.body = r->body != NULL ? tm_strndup(r->body, r->len) : NULL;
         r->state = TM_API_RUNNING;
         w->running = r;
@@ -451,10 +522,11 @@ static void *worker_main(void *arg)
 
 /* ---- the HTTP thread's side -------------------------------------------- */
 
-struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d)
+struct tm_api_worker *tm_api_worker_start(struct tm_daemon *d, int wake_fd)
 {
     struct tm_api_worker *w = tm_calloc(1, sizeof *w);
     w->d = d;
+    w->wake_fd = wake_fd;
     w->list.prev = w->list.next = &w->list;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);

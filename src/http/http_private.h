@@ -111,10 +111,10 @@ void tm_http_api_req_free(void *req_cls);
 void tm_http_secure_headers(struct MHD_Response *resp);
 
 /* The API worker's life, driven by server.c: start before the HTTP thread
- * starts; tick on every pass of it (answers requests past their
- * deadline); close while it still runs (answers the waiting ones); free
- * once it stopped. */
-void tm_http_api_start(struct tm_daemon *d);
+ * starts, with the eventfd that wakes that thread (wake_fd); tick on every
+ * pass of it (answers requests past their deadline); close while it still
+ * runs (answers the waiting ones); free once it stopped. */
+void tm_http_api_start(struct tm_daemon *d, int wake_fd);
 void tm_http_api_tick(int64_t now);
 void tm_http_api_close(void);
 void tm_http_api_free(void);

@@ -403,7 +403,7 @@ struct tm_http *tm_http_start(struct tm_daemon *d, char *err, size_t errlen)
                     tm_strerror(errno, eb, sizeof eb));
         goto fail;
     }
-    tm_http_api_start(d);
+    tm_http_api_start(d, h->wake_fd);
     h->api_started = 1;
     if (pthread_create(&h->thread, NULL, server_main, h) != 0) {
         tm_snprintf(err, errlen, "http: cannot start the server thread");

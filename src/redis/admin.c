@@ -12,20 +12,43 @@
 
 #define SRC TM_REDIS_SRC
 
-/* replay_script replays the dead letters from ARGV[1] ("-", "(ID" or
- * ID) to ARGV[2] (an ID), at most ARGV[3] of them: each entry read here
- * is added to the stream and deleted from the dead-letter stream in this
- * one script, so an entry is replayed once however many replays run at
- * once (a concurrent one no longer finds it). The message comes back
- * with every field of the entry, byte for byte, but the dead letter's
- * own (task, error, attempts, failed_at, origin_id): its body and its
- * metadata (dedup_key, reply_to, correlation_id, traceparent, and any
- * other a producer set, copied into the dead letter when it was
- * written). XADD comes before XDEL: a failing XADD (OOM, a key of the
- * wrong type) stops the script with the entry still in place. KEYS:
- * stream, dlq. Returns {replayed, entries read, id of the last read or
- * ''}. */
+/* FILTER_LUA defines keep(f, q, since, till): whether an entry of
+ * fields f (a flat field/value list) matches struct tm_dlq_filter: q ''
+ * or a plain substring of its error or body, failed_at (0 when absent,
+ * as entry_to_dlq reads it) within since and till, '' for no bound
+ * (tm_dlq_filter_match in Lua). */
+#define FILTER_LUA                                                         \
+    "local function keep(f, q, since, till)\n"                             \
+    "  if q == '' and since == '' and till == '' then return true end\n"   \
+    "  local err, body, at = '', '', 0\n"                                  \
+    "  for i = 1, #f - 1, 2 do\n"                                          \
+    "    if f[i] == 'error' then err = f[i + 1]\n"                         \
+    "    elseif f[i] == 'body' then body = f[i + 1]\n"                     \
+    "    elseif f[i] == 'failed_at' then at = tonumber(f[i + 1]) or 0\n"   \
+    "    end\n"                                                            \
+    "  end\n"                                                              \
+    "  if since ~= '' and at < tonumber(since) then return false end\n"    \
+    "  if till ~= '' and at > tonumber(till) then return false end\n"      \
+    "  return q == '' or string.find(err, q, 1, true) ~= nil or\n"         \
+    "    string.find(body, q, 1, true) ~= nil\n"                           \
+    "end\n"
+
+/* replay_script replays (ARGV[7] 'r') or deletes (ARGV[7] 'p') the dead
+ * letters from ARGV[1] ("-", "(ID" or ID) to ARGV[2] (an ID) that the
+ * filter ARGV[4..6] (q, since, until: FILTER_LUA) matches, reading at
+ * most ARGV[3] entries: each entry read here is added to the stream and
+ * deleted from the dead-letter stream in this one script, so an entry is
+ * replayed once however many replays run at once (a concurrent one no
+ * longer finds it). The message comes back with every field of the
+ * entry, byte for byte, but the dead letter's own (task, error,
+ * attempts, failed_at, origin_id): its body and its metadata (dedup_key,
+ * reply_to, correlation_id, traceparent, and any other a producer set,
+ * copied into the dead letter when it was written). XADD comes before
+ * XDEL: a failing XADD (OOM, a key of the wrong type) stops the script
+ * with the entry still in place. KEYS: stream, dlq. Returns {moved,
+ * entries read, id of the last read or ''}. */
 static const char replay_script[] =
+    FILTER_LUA
     "local r = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[2], 'COUNT',"
     " ARGV[3])\n"
     "local own = {task = true, error = true, attempts = true,"
@@ -33,14 +56,18 @@ static const char replay_script[] =
     "local n = 0\n"
     "for _, e in ipairs(r) do\n"
     "  local f, m = e[2], {'body', ''}\n"
-    "  for i = 1, #f - 1, 2 do\n"
-    "    if f[i] == 'body' then m[2] = f[i + 1]\n"
-    "    elseif not own[f[i]] then\n"
-    "      m[#m + 1] = f[i]; m[#m + 1] = f[i + 1]\n"
+    "  if keep(f, ARGV[4], ARGV[5], ARGV[6]) then\n"
+    "    if ARGV[7] == 'r' then\n"
+    "      for i = 1, #f - 1, 2 do\n"
+    "        if f[i] == 'body' then m[2] = f[i + 1]\n"
+    "        elseif not own[f[i]] then\n"
+    "          m[#m + 1] = f[i]; m[#m + 1] = f[i + 1]\n"
+    "        end\n"
+    "      end\n"
+    "      redis.call('XADD', KEYS[1], '*', unpack(m))\n"
     "    end\n"
+    "    n = n + redis.call('XDEL', KEYS[2], e[1])\n"
     "  end\n"
-    "  redis.call('XADD', KEYS[1], '*', unpack(m))\n"
-    "  n = n + redis.call('XDEL', KEYS[2], e[1])\n"
     "end\n"
     "return {n, #r, #r > 0 and r[#r][1] or ''}\n";
 
@@ -352,13 +379,16 @@ int tm_redis_dlq_list(struct tm_broker *b, const struct tm_cfg_task *t,
  * newest first, so that no more than the page crosses the network: it
  * walks XREVRANGE from ARGV[1] ("+" or "(ID", exclusive) in chunks of
  * ARGV[5] entries (so the server itself never holds more than a chunk of
- * whole entries), cuts every field value longer than ARGV[3] bytes, and
- * stops at ARGV[2] entries or before the kept values pass ARGV[4] bytes
- * (the first entry is always kept). Returns {entries, more}: each entry
- * {id, {field, value, ...}, {full length of each value, ...}}; more is 1
- * when an older entry follows the last one returned.
+ * whole entries), skips those the filter ARGV[6..8] (q, since, until:
+ * FILTER_LUA, on the whole values) does not match, cuts every field
+ * value longer than ARGV[3] bytes, and stops at ARGV[2] entries or
+ * before the kept values pass ARGV[4] bytes (the first entry is always
+ * kept). Returns {entries, more}: each entry {id, {field, value, ...},
+ * {full length of each value, ...}}; more is 1 when an older matching
+ * entry follows the last one returned.
  */
 static const char browse_script[] =
+    FILTER_LUA
     "local key, from = KEYS[1], ARGV[1]\n"
     "local max, cut, budget, chunk = tonumber(ARGV[2]), tonumber(ARGV[3]),"
     " tonumber(ARGV[4]), tonumber(ARGV[5])\n"
@@ -366,19 +396,21 @@ static const char browse_script[] =
     "while true do\n"
     "  local r = redis.call('XREVRANGE', key, from, '-', 'COUNT', chunk)\n"
     "  for _, e in ipairs(r) do\n"
-    "    if #out >= max then return {out, 1} end\n"
-    "    local f, kept, lens, size = e[2], {}, {}, 0\n"
-    "    for j = 1, #f, 2 do\n"
-    "      local v = f[j + 1]\n"
-    "      lens[#lens + 1] = #v\n"
-    "      if #v > cut then v = string.sub(v, 1, cut) end\n"
-    "      kept[#kept + 1] = f[j]\n"
-    "      kept[#kept + 1] = v\n"
-    "      size = size + #f[j] + #v\n"
+    "    if keep(e[2], ARGV[6], ARGV[7], ARGV[8]) then\n"
+    "      if #out >= max then return {out, 1} end\n"
+    "      local f, kept, lens, size = e[2], {}, {}, 0\n"
+    "      for j = 1, #f, 2 do\n"
+    "        local v = f[j + 1]\n"
+    "        lens[#lens + 1] = #v\n"
+    "        if #v > cut then v = string.sub(v, 1, cut) end\n"
+    "        kept[#kept + 1] = f[j]\n"
+    "        kept[#kept + 1] = v\n"
+    "        size = size + #f[j] + #v\n"
+    "      end\n"
+    "      if #out > 0 and used + size > budget then return {out, 1} end\n"
+    "      used = used + size\n"
+    "      out[#out + 1] = {e[1], kept, lens}\n"
     "    end\n"
-    "    if #out > 0 and used + size > budget then return {out, 1} end\n"
-    "    used = used + size\n"
-    "    out[#out + 1] = {e[1], kept, lens}\n"
     "    from = '(' .. e[1]\n"
     "  end\n"
     "  if #r < chunk then return {out, 0} end\n"
@@ -421,6 +453,23 @@ static int browse_entry(const redisReply *x, size_t body_max,
     return 0;
 }
 
+/* struct filter_args is a struct tm_dlq_filter as FILTER_LUA's three
+ * arguments: q, since, until ("" for none). */
+struct filter_args {
+    const char *q;
+    char since[24], until[24];
+};
+
+static void filter_args(const struct tm_dlq_filter *f, struct filter_args *a)
+{
+    a->q = f != NULL && f->text != NULL ? f->text : "";
+    a->since[0] = a->until[0] = '\0';
+    if (f != NULL && f->since != INT64_MIN)
+        tm_snprintf(a->since, sizeof a->since, "%lld", (long long)f->since);
+    if (f != NULL && f->until != INT64_MAX)
+        tm_snprintf(a->until, sizeof a->until, "%lld", (long long)f->until);
+}
+
 int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
                         const struct tm_dlq_query *q,
                         struct tm_dlq_entry **out, size_t *n, int *more)
@@ -456,9 +505,11 @@ int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_snprintf(cut, sizeof cut, "%zu", q->body_max);
     tm_snprintf(budget, sizeof budget, "%zu", q->bytes_max);
     tm_snprintf(chunk, sizeof chunk, "%d", TM_REDIS_BROWSE_CHUNK);
+    struct filter_args fa;
+    filter_args(q->filter, &fa);
     const char *argv[] = {"EVAL", browse_script, "1", t->dead_letter, from,
-                          max, cut, budget, chunk};
-    redisReply *r = tm_redis_cli_command(rb, 9, argv, NULL, 3, 0);
+                          max, cut, budget, chunk, fa.q, fa.since, fa.until};
+    redisReply *r = tm_redis_cli_command(rb, 12, argv, NULL, 3, 0);
     if (r == NULL)
         return -1;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -484,15 +535,22 @@ int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
     return 0;
 }
 
-long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                          const char *id)
+/* dlq_walk replays (replay set) or deletes the dead letters of t that
+ * f matches, id only or every one up to the newest there is now, by
+ * replay_script: one round trip per TM_REDIS_REPLAY_CHUNK entries read.
+ * Returns the count moved, or -1. */
+static long dlq_walk(struct tm_broker *b, const struct tm_cfg_task *t,
+                     const char *id, const struct tm_dlq_filter *f,
+                     int replay)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     long moved = 0;
-    /* replay up to the newest entry there is now: a message that fails
-     * again is dead-lettered again, and must not be replayed twice by the
-     * same command */
+    /* up to the newest entry there is now: a message that fails again is
+     * dead-lettered again, and must not be replayed twice by the same
+     * command */
     char last[TM_REDIS_ID_MAX], from[TM_REDIS_ID_MAX + 1], count[24];
+    struct filter_args fa;
+    filter_args(id != NULL ? NULL : f, &fa);
     if (id != NULL) {
         tm_snprintf(last, sizeof last, "%s", id);
         tm_snprintf(from, sizeof from, "%s", id);
@@ -516,17 +574,18 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
                 id != NULL ? 1 : TM_REDIS_REPLAY_CHUNK);
     for (;;) {
         const char *argv[] = {"EVAL", replay_script, "2", t->queue,
-                              t->dead_letter, from, last, count};
-        redisReply *r = tm_redis_cli_command(rb, 8, argv, NULL, 3, 0);
+                              t->dead_letter, from, last, count,
+                              fa.q, fa.since, fa.until, replay ? "r" : "p"};
+        redisReply *r = tm_redis_cli_command(rb, 12, argv, NULL, 3, 0);
         if (r == NULL)
             return -1;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
             r->element[0]->type != REDIS_REPLY_INTEGER ||
             r->element[1]->type != REDIS_REPLY_INTEGER ||
             r->element[2]->type != REDIS_REPLY_STRING) {
-            tm_broker_set_error(b, EINVAL, "dead-letter replay of '%s': an "
+            tm_broker_set_error(b, EINVAL, "dead-letter %s of '%s': an "
                                 "answer of an unexpected shape",
-                                t->dead_letter);
+                                replay ? "replay" : "purge", t->dead_letter);
             freeReplyObject(r);
             return -1;
         }
@@ -542,10 +601,18 @@ long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
     return moved;
 }
 
+long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *id, const struct tm_dlq_filter *f)
+{
+    return dlq_walk(b, t, id, f, 1);
+}
+
 long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                         const char *id)
+                         const char *id, const struct tm_dlq_filter *f)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
+    if (id == NULL && tm_dlq_filter_set(f))
+        return dlq_walk(b, t, NULL, f, 0);
     redisReply *r;
     if (id != NULL) {
         const char *argv[] = {"XDEL", t->dead_letter, id};

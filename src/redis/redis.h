@@ -35,6 +35,7 @@
  *   pause.c   pause state: the keys, their reads, pause/resume
  *   intake.c  a lane's fetch: pause state, peek, owed entries, new ones
  *   scheduled.c  delayed messages: the scheduled set and its promoter
+ *   delayed.c  delayed messages for operators: list, run now, delete
  *   upkeep.c  keep-alive refresh, trim, consumer sweep (settle thread)
  *   rate.c    rate_limit: the task's token bucket, shared by all daemons
  *   settle.c  ack, retry, dead-letter, final scripts (settle thread)
@@ -479,9 +480,9 @@ int tm_redis_dlq_browse(struct tm_broker *b, const struct tm_cfg_task *t,
                         const struct tm_dlq_query *q,
                         struct tm_dlq_entry **out, size_t *n, int *more);
 long tm_redis_dlq_replay(struct tm_broker *b, const struct tm_cfg_task *t,
-                         const char *id);
+                         const char *id, const struct tm_dlq_filter *f);
 long tm_redis_dlq_purge(struct tm_broker *b, const struct tm_cfg_task *t,
-                        const char *id);
+                        const char *id, const struct tm_dlq_filter *f);
 
 /* ---- dedup.c ---- */
 
@@ -740,6 +741,19 @@ int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
                         const char *body, size_t len, const struct tm_pub *pub,
                         int64_t due_ms, char *id, size_t idlen);
 int tm_redis_scheduled(struct tm_broker *b, size_t ti, long long *n);
+/* tm_redis_sched_poke wakes every promoter of the process for a round at
+ * once (a member this process made due). Any thread. */
+void tm_redis_sched_poke(void);
+
+/* ---- delayed.c ---- */
+
+/* The admin ops delayed_browse and delayed_take (broker.h). */
+int tm_redis_delayed_browse(struct tm_broker *b, const struct tm_cfg_task *t,
+                            const struct tm_dlq_query *q,
+                            struct tm_delayed_entry **out, size_t *n,
+                            int *more);
+int tm_redis_delayed_take(struct tm_broker *b, const struct tm_cfg_task *t,
+                          const char *id, int run_now);
 
 /* ---- upkeep.c ---- */
 

@@ -160,6 +160,21 @@ static int get_one(const char *queue, int ack, amqp_message_t *m)
     return 1;
 }
 
+/* publish_one publishes one message with properties p to queue through
+ * the default exchange on a confirm channel, and waits for its confirm */
+static void publish_one(const char *queue, const amqp_basic_properties_t *p,
+                        const char *body)
+{
+    amqp_confirm_select(c, 1);
+    check(amqp_get_rpc_reply(c), "confirm.select");
+    if (amqp_basic_publish(c, 1, amqp_empty_bytes, amqp_cstring_bytes(queue),
+                           1, 0, p, amqp_cstring_bytes(body)) != 0) {
+        fprintf(stderr, "amqptool: publish failed\n");
+        exit(1);
+    }
+    wait_confirms(1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -334,8 +349,6 @@ int main(int argc, char **argv)
             h[nh].value.value.bytes = amqp_cstring_bytes(eq + 1);
             nh++;
         }
-        amqp_confirm_select(c, 1);
-        check(amqp_get_rpc_reply(c), "confirm.select");
         amqp_basic_properties_t p;
         memset(&p, 0, sizeof p);
         p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG |
@@ -347,13 +360,33 @@ int main(int argc, char **argv)
         p.correlation_id = amqp_cstring_bytes(argv[7]);
         p.headers.num_entries = nh;
         p.headers.entries = h;
-        if (amqp_basic_publish(c, 1, amqp_empty_bytes,
-                               amqp_cstring_bytes(queue), 1, 0, &p,
-                               amqp_cstring_bytes(argv[4])) != 0) {
-            fprintf(stderr, "amqptool: publish failed\n");
-            return 1;
+        publish_one(queue, &p, argv[4]);
+    } else if (strcmp(cmd, "dead") == 0 && argc >= 9) {
+        /* dead QUEUE BODY ID TASK ERROR FAILED_AT: one dead letter as the
+         * daemon writes it (message id ID, headers x-origin-id ID, x-task,
+         * x-error, x-attempts 1, x-failed-at FAILED_AT epoch ms), confirmed */
+        const char *k[] = {"x-origin-id", "x-task", "x-error",
+                           "x-attempts", "x-failed-at"};
+        amqp_table_entry_t h[5];
+        for (int i = 0; i < 5; i++) {
+            h[i].key = amqp_cstring_bytes(k[i]);
+            h[i].value.kind = AMQP_FIELD_KIND_UTF8;
+            h[i].value.value.bytes = amqp_cstring_bytes(
+                i == 0 ? argv[5] : i == 1 ? argv[6] : argv[7]);
         }
-        wait_confirms(1);
+        h[3].value.kind = AMQP_FIELD_KIND_I64;
+        h[3].value.value.i64 = 1;
+        h[4].value.kind = AMQP_FIELD_KIND_I64;
+        h[4].value.value.i64 = atoll(argv[8]);
+        amqp_basic_properties_t p;
+        memset(&p, 0, sizeof p);
+        p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG |
+                   AMQP_BASIC_HEADERS_FLAG;
+        p.delivery_mode = 2;
+        p.message_id = amqp_cstring_bytes(argv[5]);
+        p.headers.num_entries = 5;
+        p.headers.entries = h;
+        publish_one(queue, &p, argv[4]);
     } else if (strcmp(cmd, "props") == 0) {
         /* props QUEUE: basic.get one message (acknowledged) and print its
          * reply_to, correlation_id and message_id properties and its

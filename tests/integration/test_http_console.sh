@@ -2,24 +2,20 @@
 # driven by puppeteer-core (tests/integration/console-check.mjs). Against
 # a daemon with two tasks and http.token: the page asks for the token and
 # shows an error for a wrong one; with it, the page loads with no console
-# error and no failed request, its figures match /api/v1/tasks, dead
-# letters made with fail.so are listed (a body holding markup renders as
-# text), one is replayed through the page, "purge all" asks first, and the
-# send form sends add {"a":2,"b":3}. Without a token the write buttons are
-# disabled with the reason. The page's answers carry the security headers.
-# (Pause, delays, schedules and the screenshot: test_http_console_live.sh.)
-. "$TM_SRCDIR/tests/integration/lib_http.sh"
-need_tools jq curl node
-CHROMIUM=${TM_CHROMIUM:-/usr/bin/chromium}
-[[ -x $CHROMIUM ]] || skip "chromium not found; run scripts/install-deps.sh"
-[[ -f $TMH_NODE_DIR/node_modules/puppeteer-core/package.json ]] ||
-	skip "puppeteer-core not installed in tests/integration/node_modules; run scripts/install-deps.sh"
-export TM_CHROMIUM=$CHROMIUM
-# Chromium keeps its profile and crash files under HOME
-export HOME=$TEST_DIR/home
-mkdir -p "$HOME"
+# error, no failed request and no request to another origin; its figures
+# match /api/v1/tasks; the dashboard's charts have axes and labels ("no
+# data yet" while the daemon has no history); dead letters made with
+# fail.so are listed from the task's link (a body holding markup renders
+# as text), a row opens the message's page with its whole body, back and
+# forward work, a search filters or says it cannot, "purge all" asks first
+# naming the count, one is replayed through the page, Tab reaches every
+# control, nothing passes a 640 px screen, and the send form sends add
+# {"a":2,"b":3}. Without a token no control that changes something is
+# shown and no body is asked for, the reasons given. The page's answers
+# carry the security headers. (Pause, delays, schedules:
+# test_http_console_live.sh; the other views: test_http_console_views.sh.)
+. "$TM_SRCDIR/tests/integration/lib_console.sh"
 
-TOKEN='console-T0ken'
 TASKS=$(
 	cat <<YAML
 tasks:
@@ -27,22 +23,9 @@ tasks:
   rej: { plugin: fail.so, queue: q.console.rej, on_error: reject }
 YAML
 )
-AUTH=(-H "Authorization: Bearer $TOKEN")
-
-# browser MODE [ARGS...]: run console-check.mjs; its lines go to the log.
-browser() {
-	local rc=0
-	timeout -k 5 180 node "$TMH_NODE_DIR/console-check.mjs" "$1" \
-		"http://127.0.0.1:$HTTP_PORT" "${@:2}" >"$TEST_DIR/browser.$1.log" 2>&1 || rc=$?
-	sed 's/^/# browser: /' "$TEST_DIR/browser.$1.log" >&2
-	((rc == 0)) || fail "console-check.mjs $1 failed (status $rc): $(grep -m1 FAIL "$TEST_DIR/browser.$1.log")"
-}
 
 # ---- 1: with http.token
-CONF=$TEST_DIR/token.yaml
-write_http_config "$CONF" token="$TOKEN" <<<"$TASKS"
-start_daemon "$CONF"
-wait_ping
+console_start token <<<"$TASKS"
 
 # the page and its assets, with the security headers, under 100 KiB
 total=0
@@ -76,15 +59,12 @@ rcall EVAL "redis.call('XADD', KEYS[1], '*', 'body',
   '{\"big\":\"' .. string.rep('z', 100000) .. '\"}', 'task', 'rej',
   'error', 'test', 'attempts', '1') return 1" 1 q.console.rej.dlq >/dev/null
 
-browser token "$TOKEN"
+console_browser token 180 console-check.mjs token "http://127.0.0.1:$HTTP_PORT" \
+	"$TOKEN" "$TEST_DIR/console-token.png"
 stop_daemon
 
 # ---- 2: without a token the page is read-only
-CONF=$TEST_DIR/open.yaml
-write_http_config "$CONF" <<<"$TASKS"
-start_daemon "$CONF"
-wait_ping
-browser readonly
-rc=0
-stop_daemon || rc=$?
-assert_eq 0 "$rc" "daemon exit status after SIGTERM"
+console_start open open <<<"$TASKS"
+console_browser readonly 180 console-check.mjs readonly \
+	"http://127.0.0.1:$HTTP_PORT"
+console_stop

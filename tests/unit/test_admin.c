@@ -149,6 +149,44 @@ START_TEST(dead_letter_ids)
 }
 END_TEST
 
+START_TEST(dead_letter_filters)
+{
+    struct tm_dlq_filter f;
+    struct tm_admin_err e;
+    ck_assert_int_eq(tm_admin_dlq_filter(NULL, NULL, NULL, &f, &e), 0);
+    ck_assert_int_eq(tm_dlq_filter_set(&f), 0);
+    ck_assert_int_eq(tm_dlq_filter_match(&f, NULL, NULL, 0, 0), 1);
+    ck_assert_int_eq(tm_admin_dlq_filter("", NULL, NULL, &f, &e), 0);
+    ck_assert_int_eq(tm_dlq_filter_set(&f), 0);
+    ck_assert_int_eq(tm_admin_dlq_filter("Err", "2026-12-01T00:00:00Z",
+                                         "1796083200500", &f, &e), 0);
+    ck_assert_int_eq(tm_dlq_filter_set(&f), 1);
+    ck_assert(f.since == 1796083200000LL && f.until == 1796083200500LL);
+    /* text in the error or the body, case-sensitive; both ends inclusive */
+    ck_assert_int_eq(tm_dlq_filter_match(&f, "an Err", "{}", 2, f.since), 1);
+    ck_assert_int_eq(tm_dlq_filter_match(&f, "x", "{\"Err\":1}", 9, f.until),
+                     1);
+    ck_assert_int_eq(tm_dlq_filter_match(&f, "an err", "{}", 2, f.since), 0);
+    ck_assert_int_eq(tm_dlq_filter_match(&f, "Err", "{}", 2, f.since - 1), 0);
+    ck_assert_int_eq(tm_dlq_filter_match(&f, "Err", "{}", 2, f.until + 1), 0);
+    /* the body is matched on its length, not up to a NUL */
+    ck_assert_int_eq(tm_dlq_filter_match(&f, NULL, "{\0Err}", 6, f.since), 1);
+    ck_assert_int_eq(tm_dlq_filter_match(&f, NULL, "{\"Err\"}", 3, f.since),
+                     0);
+    ck_assert_int_eq(tm_admin_dlq_filter(NULL, "yesterday", NULL, &f, &e), -1);
+    ck_assert_int_eq(e.code, TM_ADMIN_E_FILTER);
+    ck_assert_int_eq(tm_admin_dlq_filter(NULL, NULL, "12:00", &f, &e), -1);
+    ck_assert_int_eq(e.code, TM_ADMIN_E_FILTER);
+    char big[TM_ADMIN_DLQ_TEXT_MAX + 2];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    ck_assert_int_eq(tm_admin_dlq_filter(big, NULL, NULL, &f, &e), -1);
+    ck_assert_int_eq(e.code, TM_ADMIN_E_FILTER);
+    big[TM_ADMIN_DLQ_TEXT_MAX] = '\0';
+    ck_assert_int_eq(tm_admin_dlq_filter(big, NULL, NULL, &f, &e), 0);
+}
+END_TEST
+
 START_TEST(errors_are_sentences)
 {
     struct tm_admin_err e;
@@ -171,6 +209,7 @@ static Suite *admin_suite(void)
     tcase_add_test(tc, both_brokers_delay_and_answer);
     tcase_add_test(tc, bodies);
     tcase_add_test(tc, dead_letter_ids);
+    tcase_add_test(tc, dead_letter_filters);
     tcase_add_test(tc, errors_are_sentences);
     suite_add_tcase(s, tc);
     return s;
