@@ -310,7 +310,9 @@ static inline void tm_error(struct tm_call *call, const char *msg)
  * body, for the length of cb_run. */
 static inline const char *tm_traceparent(const struct tm_call *call)
 {
-    if (!TM_HOST_HAS(call->host, traceparent))
+    /* a table long enough may still leave it unset */
+    if (!TM_HOST_HAS(call->host, traceparent) ||
+        call->host->traceparent == NULL)
         return NULL;
     return call->host->traceparent(call);
 }
