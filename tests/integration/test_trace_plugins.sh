@@ -6,6 +6,8 @@
 # message's trace, the exported span's id. Without telemetry it is the
 # message's context as it came, and a message without one has none.
 . "$TM_SRCDIR/tests/integration/lib_otel.sh"
+# the interpreter's own allocations at exit, as in test_host_python
+export LSAN_OPTIONS=suppressions=$TM_SRCDIR/tests/hosts/lsan-python.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}
 [[ -f $TM_PLUGINS/lua.so ]] || fail "lua.so not built (liblua5.4-dev)"
 [[ -f $TM_PLUGINS/python.so ]] || fail "python.so not built (python3-dev)"
 printf 'function run(body, ctx) return { tp = ctx.traceparent } end\n' >"$TEST_DIR/tp.lua"
