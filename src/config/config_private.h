@@ -124,6 +124,11 @@ char *tm_cfg_get_scalar(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v, const char *path);
 int tm_cfg_get_string(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v, const char *path, char **out);
+/* tm_cfg_get_optional reads a scalar that may be left unset: a null or
+ * empty value (e.g. an unset ${VAR:-}) gives 0 with *out NULL; else 0 with
+ * *out the text (the caller frees it), or -1 after reporting. */
+int tm_cfg_get_optional(struct ctx *c, const yaml_node_t *k,
+                        const yaml_node_t *v, const char *path, char **out);
 int tm_cfg_get_int(struct ctx *c, const yaml_node_t *k, const yaml_node_t *v,
                    const char *path, int64_t min, int64_t max, int64_t *out);
 int tm_cfg_get_duration(struct ctx *c, const yaml_node_t *k,

@@ -182,15 +182,11 @@ static int cb_telemetry_key(struct ctx *c, int i, const yaml_node_t *key,
         break;
     }
     /* A null or empty value (e.g. ${OTLP_ENDPOINT:-}) means "not set". */
-    if (tm_cfg_is_null(val))
-        return 0;
-    char *s = tm_cfg_get_scalar(c, key, val, path);
-    if (s == NULL)
+    char *s = NULL;
+    if (tm_cfg_get_optional(c, key, val, path, &s) < 0)
         return -1;
-    if (*s == '\0') {
-        tm_free(s);
+    if (s == NULL)
         return 0;
-    }
     if (i == T_OTLP_ENDPOINT) {
         if (!valid_endpoint(s)) {
             tm_cfg_fail(c, tm_cfg_mark_of(val), "%s: expected an http:// "

@@ -224,6 +224,18 @@ static void *exporter_main(void *arg)
     return NULL;
 }
 
+/* release frees what tm_otel_new made, the thread stopped or never
+ * started */
+static void release(struct tm_otel *o)
+{
+    sym_curl_slist_free_all(o->headers);
+    pthread_cond_destroy(&o->cv);
+    pthread_mutex_destroy(&o->mu);
+    tm_free(o->url);
+    tm_free(o->service_name);
+    tm_free(o);
+}
+
 struct tm_otel *tm_otel_new(const struct tm_cfg *cfg, char *err,
                             size_t errlen)
 {
@@ -258,12 +270,7 @@ struct tm_otel *tm_otel_new(const struct tm_cfg *cfg, char *err,
         char eb[128];
         tm_snprintf(err, errlen, "telemetry: cannot start the exporter "
                     "thread: %s", tm_strerror(rc, eb, sizeof eb));
-        sym_curl_slist_free_all(o->headers);
-        pthread_cond_destroy(&o->cv);
-        pthread_mutex_destroy(&o->mu);
-        tm_free(o->url);
-        tm_free(o->service_name);
-        tm_free(o);
+        release(o);
         return NULL;
     }
     return o;
@@ -282,12 +289,7 @@ void tm_otel_free(struct tm_otel *o, int64_t flush_ms)
     /* the thread leaves nothing queued: tm_otel_add drops once stop is
      * set, and the thread sent what was there */
     free_list(o->head);
-    sym_curl_slist_free_all(o->headers);
-    pthread_cond_destroy(&o->cv);
-    pthread_mutex_destroy(&o->mu);
-    tm_free(o->url);
-    tm_free(o->service_name);
-    tm_free(o);
+    release(o);
 }
 
 double tm_otel_ratio(const struct tm_otel *o)

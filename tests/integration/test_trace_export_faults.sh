@@ -10,18 +10,24 @@
 #    answer comes, and their spans arrive afterwards.
 . "$TM_SRCDIR/tests/integration/lib_otel.sh"
 
+# start_noop NAME PORT [TASK_KEYS]: a daemon exporting to PORT, its task
+# noop on the stream q.NAME, ready
+start_noop() {
+	local conf=$TEST_DIR/$1.yaml
+	write_config "$conf" log_level=info http_port="$(free_port)" <<YAML
+telemetry: { otlp_endpoint: http://127.0.0.1:$2 }
+tasks:
+  noop: { plugin: noop.so, queue: q.$1${3:+, $3} }
+YAML
+	start_daemon "$conf"
+	wait_ping
+}
+
 # --- collector down
 DOWN=$(free_port)
-CONF=$TEST_DIR/down.yaml
-write_config "$CONF" log_level=info http_port="$(free_port)" <<YAML
-telemetry: { otlp_endpoint: http://127.0.0.1:$DOWN }
-tasks:
-  noop: { plugin: noop.so, queue: q.noop, prefetch: 256 }
-YAML
-start_daemon "$CONF"
-wait_ping
+start_noop down "$DOWN" 'prefetch: 256'
 N=50000
-xadd_bulk q.noop "$N" '{"n":%d}'
+xadd_bulk q.down "$N" '{"n":%d}'
 wait_metric taskmill_tasks_total 'task="noop",outcome="success"' "$N" 240
 wait_until "(( \$(metric taskmill_spans_dropped_total) >= $N - 4096 ))" 60
 assert_eq 0 "$(metric taskmill_spans_exported_total)" "collector down: nothing exported"
@@ -41,14 +47,7 @@ stop_daemon
 
 # --- the collector answers 503: retried, then dropped and counted
 otlp_start 503
-CONF=$TEST_DIR/busy.yaml
-write_config "$CONF" log_level=info http_port="$(free_port)" <<YAML
-telemetry: { otlp_endpoint: http://127.0.0.1:$OTLP_PORT }
-tasks:
-  noop: { plugin: noop.so, queue: q.busy }
-YAML
-start_daemon "$CONF"
-wait_ping
+start_noop busy "$OTLP_PORT"
 xadd_bulk q.busy 10 '{"n":%d}'
 wait_metric taskmill_tasks_total 'task="noop",outcome="success"' 10 30
 wait_metric taskmill_spans_dropped_total '' 10 60
@@ -64,14 +63,7 @@ stop_daemon
 # --- the collector is slow: runs go on while a request waits
 otlp_mode slow
 : >"$OTLP_OUT.requests"
-CONF=$TEST_DIR/slow.yaml
-write_config "$CONF" log_level=info http_port="$(free_port)" <<YAML
-telemetry: { otlp_endpoint: http://127.0.0.1:$OTLP_PORT }
-tasks:
-  noop: { plugin: noop.so, queue: q.slow }
-YAML
-start_daemon "$CONF"
-wait_ping
+start_noop slow "$OTLP_PORT"
 xadd_bulk q.slow 20 '{"n":%d}'
 wait_metric taskmill_tasks_total 'task="noop",outcome="success"' 20 30
 # the first batch leaves within 1 s and is held 5 s by the collector:
