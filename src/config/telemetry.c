@@ -58,10 +58,9 @@ static int valid_header_value(const char *s)
     return strlen(s) <= 4096;
 }
 
-void tm_cfg_clear_telemetry(struct tm_cfg *cfg)
+/* clear_headers frees telemetry.headers (a key given twice replaces) */
+static void clear_headers(struct tm_cfg *cfg)
 {
-    tm_free(cfg->otel_endpoint);
-    cfg->otel_endpoint = NULL;
     for (size_t i = 0; i < cfg->otel_nheaders; i++) {
         tm_free(cfg->otel_headers[i].name);
         tm_free(cfg->otel_headers[i].value);
@@ -69,6 +68,13 @@ void tm_cfg_clear_telemetry(struct tm_cfg *cfg)
     tm_free(cfg->otel_headers);
     cfg->otel_headers = NULL;
     cfg->otel_nheaders = 0;
+}
+
+void tm_cfg_clear_telemetry(struct tm_cfg *cfg)
+{
+    tm_free(cfg->otel_endpoint);
+    cfg->otel_endpoint = NULL;
+    clear_headers(cfg);
     tm_free(cfg->otel_service_name);
     cfg->otel_service_name = NULL;
 }
@@ -90,14 +96,9 @@ static int parse_headers(struct ctx *c, const yaml_node_t *key,
                     path, count, CFG_MAX_OTEL_HEADERS);
         return -1;
     }
-    for (size_t i = 0; i < cfg->otel_nheaders; i++) {
-        tm_free(cfg->otel_headers[i].name);
-        tm_free(cfg->otel_headers[i].value);
-    }
-    tm_free(cfg->otel_headers);
+    clear_headers(cfg);
     cfg->otel_headers = tm_calloc(count ? count : 1,
                                   sizeof *cfg->otel_headers);
-    cfg->otel_nheaders = 0;
     rc = 0;
     for (yaml_node_pair_t *p = val->data.mapping.pairs.start;
          p < val->data.mapping.pairs.top; p++) {

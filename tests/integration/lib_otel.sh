@@ -42,3 +42,18 @@ spans_where() {
 wait_spans() {
 	wait_until "[[ \$(jq -c 'select($1)' '$OTLP_OUT' | grep -c .) -ge $2 ]]" "${3:-30}"
 }
+
+# assert_run_attrs SPAN SYSTEM QUEUE ID GROUP TASK ATTEMPT OUTCOME: every
+# named attribute of a run's span (GROUP null: no consumer group)
+assert_run_attrs() {
+	local a
+	a=$(jq -c .attributes <<<"$1")
+	assert_eq "$2" "$(jq -r '."messaging.system"' <<<"$a")" messaging.system
+	assert_eq "$3" "$(jq -r '."messaging.destination.name"' <<<"$a")" messaging.destination.name
+	assert_eq "$4" "$(jq -r '."messaging.message.id"' <<<"$a")" messaging.message.id
+	assert_eq "$5" "$(jq -r '."messaging.consumer.group.name"' <<<"$a")" messaging.consumer.group.name
+	assert_eq process "$(jq -r '."messaging.operation.type"' <<<"$a")" messaging.operation.type
+	assert_eq "$6" "$(jq -r '."taskmill.task"' <<<"$a")" taskmill.task
+	assert_eq "$7" "$(jq -r '."taskmill.attempt"' <<<"$a")" taskmill.attempt
+	assert_eq "$8" "$(jq -r '."taskmill.outcome"' <<<"$a")" taskmill.outcome
+}

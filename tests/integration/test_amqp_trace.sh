@@ -29,15 +29,8 @@ assert_eq "process $AQ.add" "$(jq -r .name <<<"$s")" "span name"
 assert_eq 5 "$(jq -r .kind <<<"$s")" "kind CONSUMER"
 assert_eq "$pspan" "$(jq -r .parent_span_id <<<"$s")" "parent = the producer's span"
 assert_eq congo=t61rcWkgMzE "$(jq -r .trace_state <<<"$s")" "tracestate carried on"
-a=$(jq -c .attributes <<<"$s")
-assert_eq rabbitmq "$(jq -r '."messaging.system"' <<<"$a")" messaging.system
-assert_eq "$AQ.add" "$(jq -r '."messaging.destination.name"' <<<"$a")" messaging.destination.name
-assert_eq "$id" "$(jq -r '."messaging.message.id"' <<<"$a")" messaging.message.id
-assert_eq null "$(jq -r '."messaging.consumer.group.name"' <<<"$a")" "no consumer group on RabbitMQ"
-assert_eq process "$(jq -r '."messaging.operation.type"' <<<"$a")" messaging.operation.type
-assert_eq add "$(jq -r '."taskmill.task"' <<<"$a")" taskmill.task
-assert_eq 1 "$(jq -r '."taskmill.attempt"' <<<"$a")" taskmill.attempt
-assert_eq success "$(jq -r '."taskmill.outcome"' <<<"$a")" taskmill.outcome
+# no consumer group on RabbitMQ
+assert_run_attrs "$s" rabbitmq "$AQ.add" "$id" null add 1 success
 
 p=$(produce amqp "$URL" "$AQ.fail" '{"mode":"error"}')
 ftrace=$(jq -r .trace_id <<<"$p")

@@ -41,15 +41,7 @@ assert_eq sent "$(jq -r .header <<<"$s")" "telemetry.headers sent"
 assert_eq congo=t61rcWkgMzE "$(jq -r .trace_state <<<"$s")" "tracestate carried on"
 assert_eq 0 "$(jq -r .status_code <<<"$s")" "status UNSET on success"
 assert_eq 1 "$(($(jq -r .flags <<<"$s") & 1))" "sampled flag"
-a=$(jq -c .attributes <<<"$s")
-assert_eq redis "$(jq -r '."messaging.system"' <<<"$a")" messaging.system
-assert_eq q.add "$(jq -r '."messaging.destination.name"' <<<"$a")" messaging.destination.name
-assert_eq "$id" "$(jq -r '."messaging.message.id"' <<<"$a")" messaging.message.id
-assert_eq taskmill "$(jq -r '."messaging.consumer.group.name"' <<<"$a")" messaging.consumer.group.name
-assert_eq process "$(jq -r '."messaging.operation.type"' <<<"$a")" messaging.operation.type
-assert_eq add "$(jq -r '."taskmill.task"' <<<"$a")" taskmill.task
-assert_eq 1 "$(jq -r '."taskmill.attempt"' <<<"$a")" taskmill.attempt
-assert_eq success "$(jq -r '."taskmill.outcome"' <<<"$a")" taskmill.outcome
+assert_run_attrs "$s" redis q.add "$id" taskmill add 1 success
 start=$(jq -r .start_ns <<<"$s")
 end=$(jq -r .end_ns <<<"$s")
 (( end >= start )) || fail "the span ends ($end) before it starts ($start)"
