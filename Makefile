@@ -301,7 +301,9 @@ check-asan:
 # the fork pool's zygote restarted and a reload's cb_init run once
 # (fork_zygote_restart, fork_reload_init); concurrency shared by two
 # generations of a task across a reload (reload_concurrency); HTTP
-# readers holding generations across 20 quick reloads (http_reload_hammer).
+# readers holding generations across 20 quick reloads (http_reload_hammer);
+# the autoscaling gauges read by HTTP while the main loop samples the pool
+# and the refresher reads the broker (scale_redis, scale_saturation).
 # gcc's TSan runtime aborts with "unexpected memory mapping" on kernels
 # whose mmap randomisation (vm.mmap_rnd_bits) exceeds what it maps: then
 # everything runs under `setarch -R` (no ASLR, inherited by the children).
@@ -313,7 +315,7 @@ TSAN_TESTS = happy_path journal_once ops_reload ops_reload_running \
 	thread_stuck_reload thread_stuck_refill amqp_thread_late \
 	host_python_stuck \
 	host_python_stopped fork_reload_init fork_zygote_restart reload_concurrency \
-	http_reload_hammer
+	http_reload_hammer scale_redis scale_saturation
 TSAN_UNIT_OPTIONS = halt_on_error=0:second_deadlock_stack=1:history_size=4
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan SANITIZER=thread \

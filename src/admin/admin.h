@@ -258,9 +258,11 @@ int tm_admin_delayed_take(struct tm_broker *b, const struct tm_cfg_task *t,
 
 /* struct tm_admin_depth is task i's counts, each -1 when the broker
  * cannot tell: messages not yet delivered, delivered and not
- * acknowledged, dead letters. */
+ * acknowledged, dead letters, the age of the oldest message not yet
+ * delivered (ms), delayed messages already due (struct
+ * tm_broker_depth says what each one is). */
 struct tm_admin_depth {
-    long long depth, pending, dlq;
+    long long depth, pending, dlq, oldest_age_ms, delayed_due;
 };
 
 /* tm_admin_has_depth says whether b can read depths at all. */

@@ -10,10 +10,16 @@ int tm_admin_has_depth(const struct tm_broker *b)
 
 int tm_admin_depth(struct tm_broker *b, size_t i, struct tm_admin_depth *out)
 {
-    out->depth = out->pending = out->dlq = -1;
-    if (b->ops->admin->depth == NULL)
-        return -1;
-    return b->ops->admin->depth(b, i, &out->depth, &out->pending, &out->dlq);
+    struct tm_broker_depth c = {-1, -1, -1, -1, -1};
+    int rc = -1;
+    if (b->ops->admin->depth != NULL)
+        rc = b->ops->admin->depth(b, i, &c);
+    out->depth = c.depth;
+    out->pending = c.pending;
+    out->dlq = c.dlq;
+    out->oldest_age_ms = c.oldest_age_ms;
+    out->delayed_due = c.delayed_due;
+    return rc;
 }
 
 long long tm_admin_scheduled(struct tm_broker *b, size_t i)
@@ -27,8 +33,7 @@ long long tm_admin_scheduled(struct tm_broker *b, size_t i)
 
 void tm_admin_depth_close(struct tm_broker *b)
 {
-    long long unused;
+    struct tm_broker_depth unused;
     if (b->ops->admin->depth != NULL)
-        b->ops->admin->depth(b, TM_BROKER_DEPTH_CLOSE, &unused, &unused,
-                             &unused);
+        b->ops->admin->depth(b, TM_BROKER_DEPTH_CLOSE, &unused);
 }

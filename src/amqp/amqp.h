@@ -784,8 +784,7 @@ int tm_amqp_delayed_browse(struct tm_broker *b, const struct tm_cfg_task *t,
 int tm_amqp_delayed_take(struct tm_broker *b, const struct tm_cfg_task *t,
                          const char *id, int run_now);
 /* ---- depth.c: queue depths for monitoring ---- */
-int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
-                  long long *pending, long long *dlq_depth);
+int tm_amqp_depth(struct tm_broker *b, size_t ti, struct tm_broker_depth *out);
 
 /* ---- schedule.c: the election of each schedule's leader, fires ---- */
 struct tm_sched_session *tm_amqp_sched_open(struct tm_broker *b, int fire,

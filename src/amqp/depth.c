@@ -47,9 +47,12 @@ static long long unacked(struct tm_amqp_task *at)
 /* tm_amqp_depth reads, on a monitoring connection of its own, the task
  * queue's and the dead-letter queue's ready counts. AMQP does not tell
  * how many deliveries a queue has unacknowledged: pending is this
- * daemon's share, its deliveries not settled yet. */
-int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
-                    long long *pending, long long *dlq_depth)
+ * daemon's share, its deliveries not settled yet. Nor does it tell the
+ * age of a queue's first message without taking it (basic.get), or
+ * which delayed messages are due (each waits out its TTL in a delay
+ * queue, then RabbitMQ moves it): oldest_age_ms and delayed_due stay
+ * -1. */
+int tm_amqp_depth(struct tm_broker *b, size_t ti, struct tm_broker_depth *out)
 {
     struct tm_amqp_broker *ab = (struct tm_amqp_broker *)b;
     int rc = -1;
@@ -61,7 +64,8 @@ int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
         rc = 0;
         goto out;
     }
-    *depth = *pending = *dlq_depth = -1;
+    out->depth = out->pending = out->dlq = -1;
+    out->oldest_age_ms = out->delayed_due = -1;
     if (ti >= ab->ntasks)
         goto out;
     if (ab->dconn == NULL) {
@@ -75,12 +79,12 @@ int tm_amqp_depth(struct tm_broker *b, size_t ti, long long *depth,
         }
         ab->dconn = c;
     }
-    *pending = unacked(&ab->tasks[ti]);
+    out->pending = unacked(&ab->tasks[ti]);
     int dead = 0;
     const struct tm_cfg_task *t = ab->tasks[ti].cfg;
-    *depth = depth_count(ab, t->queue, &dead);
+    out->depth = depth_count(ab, t->queue, &dead);
     if (!dead)
-        *dlq_depth = depth_count(ab, t->dead_letter, &dead);
+        out->dlq = depth_count(ab, t->dead_letter, &dead);
     if (dead) {
         tm_amqp_drop(ab->dconn);
         ab->dconn = NULL;

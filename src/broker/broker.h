@@ -246,6 +246,19 @@ struct tm_broker_produce_ops {
                    int *task_failed);
 };
 
+/* struct tm_broker_depth is one task's monitoring counts, each -1 when
+ * the broker cannot tell: depth, the messages not yet delivered to the
+ * task's consumers (Redis: the group's lag; RabbitMQ: the queue's ready
+ * count), the figure taskmill_queue_depth and taskmill_queue_lag show;
+ * pending, delivered and not acknowledged; dlq, the dead letters;
+ * oldest_age_ms, how long the oldest message not yet delivered has
+ * waited, by the broker's clock (0 when there is none); delayed_due,
+ * delayed messages whose time has come and that are not in the queue
+ * yet. */
+struct tm_broker_depth {
+    long long depth, pending, dlq, oldest_age_ms, delayed_due;
+};
+
 /*
  * struct tm_broker_admin_ops reads and repairs what the broker keeps:
  * dead letters, and the counts /metrics and /status show.
@@ -299,17 +312,16 @@ struct tm_broker_admin_ops {
     int (*delayed_take)(struct tm_broker *b, const struct tm_cfg_task *t,
                         const char *id, int run_now);
 
-    /* depth reads, for monitoring, task i's queue depth (messages not yet
-     * delivered), pending count (delivered, not acknowledged) and
-     * dead-letter depth; each is -1 when the broker cannot tell. It runs
-     * on a connection of its own, opened on first use, so it never waits
+    /* depth reads, for monitoring, task i's counts into *out (struct
+     * tm_broker_depth; each -1 when the broker cannot tell). It runs on
+     * a connection of its own, opened on first use, so it never waits
      * behind intake or settlement, and one caller at a time is served.
      * task_index TM_BROKER_DEPTH_CLOSE closes that connection (returns
-     * 0); call it before destroy. Returns 0, or -1 when the broker cannot
-     * be reached (b->errstr is left alone: other threads own it).
-     * Optional: NULL when the adapter has no such reads. */
-    int (*depth)(struct tm_broker *b, size_t task_index, long long *depth,
-                 long long *pending, long long *dlq_depth);
+     * 0, out unused); call it before destroy. Returns 0, or -1 when the
+     * broker cannot be reached (b->errstr is left alone: other threads
+     * own it). Optional: NULL when the adapter has no such reads. */
+    int (*depth)(struct tm_broker *b, size_t task_index,
+                 struct tm_broker_depth *out);
 
     /* scheduled reads, for monitoring, how many delayed messages of task
      * i wait for their time: *n, or -1 when the broker cannot tell

@@ -115,6 +115,21 @@ struct tm_gen {
     struct tm_fire *fire;
 };
 
+/*
+ * struct tm_saturation is the pool's saturation, busy workers over its
+ * size, sampled once a second by the main loop (no broker I/O) over the
+ * last TM_SATURATION_SAMPLES seconds, for taskmill_pool_saturation and
+ * /status. Written by the main thread only; read by any thread without
+ * a lock (a reader may see a sample replaced while it sums: a gauge).
+ */
+#define TM_SATURATION_SAMPLES 60
+struct tm_saturation {
+    atomic_uint ppm[TM_SATURATION_SAMPLES]; /* busy/size, in millionths */
+    atomic_uint taken;              /* samples taken; the next goes to
+                                       ppm[taken % TM_SATURATION_SAMPLES] */
+    int64_t next_ms;                /* main thread: next sample due */
+};
+
 struct tm_daemon {
     /* the current generation, as HTTP sees it: read under gen_lock */
     pthread_rwlock_t gen_lock;
@@ -171,7 +186,19 @@ struct tm_daemon {
      * telemetry.otlp_endpoint; made once the pool runs (its thread after
      * the fork pool's forks), freed after the last settlement */
     struct tm_otel *otel;
+    /* the pool's busy/size over the last minute (saturation.c) */
+    struct tm_saturation saturation;
 };
+
+/* tm_saturation_sample takes one sample of the current generation's pool
+ * when a second has passed since the last one. Main thread only, each
+ * time round its loop. */
+void tm_saturation_sample(struct tm_daemon *d);
+
+/* tm_daemon_pool_saturation returns the mean of the samples of the last
+ * TM_SATURATION_SAMPLES seconds (fewer since start), 0..1 while busy
+ * never exceeds the size, or -1 before the first sample. Any thread. */
+double tm_daemon_pool_saturation(struct tm_daemon *d);
 
 /*
  * tm_tasks_load loads and initialises every task's plugin. Returns 0, or

@@ -253,6 +253,7 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
         main_wait(d, period);
         if (wd_ms > 0)
             tm_notify("WATCHDOG=1");
+        tm_saturation_sample(d);
         if (atomic_exchange(&d->reload, 0) && !stop_requested(d)) {
             tm_notify("RELOADING=1");
             tm_reload(d);

@@ -1,5 +1,7 @@
 /* depth.c - the queue depth refresher of taskmill_queue_depth and
- * friends. */
+ * friends (the autoscaling gauges taskmill_queue_lag,
+ * taskmill_queue_oldest_age_seconds and taskmill_delayed_due among
+ * them). */
 #include "http/http_private.h"
 
 #include <pthread.h>
@@ -25,7 +27,7 @@
 
 /* one task's counts, as read from the broker */
 struct depth_read {
-    long long depth, pending, dlq, scheduled;
+    long long depth, pending, dlq, scheduled, oldest_age_ms, delayed_due;
     int64_t at_ms;
 };
 
@@ -107,6 +109,8 @@ static int refresh_depths(struct tm_http_depth *h)
         v->depth = c.depth;
         v->pending = c.pending;
         v->dlq = c.dlq;
+        v->oldest_age_ms = c.oldest_age_ms;
+        v->delayed_due = c.delayed_due;
         /* delayed messages: a count the adapter keeps, or -1 */
         v->scheduled = tm_admin_scheduled(b, got);
         v->at_ms = tm_now_ms();
@@ -120,6 +124,8 @@ static int refresh_depths(struct tm_http_depth *h)
         atomic_store(&s->queue_pending, h->vals[i].pending);
         atomic_store(&s->dead_letter_depth, h->vals[i].dlq);
         atomic_store(&s->scheduled_depth, h->vals[i].scheduled);
+        atomic_store(&s->oldest_age_ms, h->vals[i].oldest_age_ms);
+        atomic_store(&s->delayed_due, h->vals[i].delayed_due);
         atomic_store(&s->depth_at_ms, h->vals[i].at_ms);
     }
     tm_gen_unref(g);

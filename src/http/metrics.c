@@ -166,31 +166,48 @@ static void process_metrics(struct tm_daemon *d, struct mbuf *b)
 /* depth_metrics writes the counts the HTTP refresher last read from the
  * broker (never read here: a scrape costs the broker nothing). A task
  * whose counts were never read, or that the broker cannot tell, has no
- * sample. */
+ * sample. taskmill_queue_lag is taskmill_queue_depth under the name
+ * autoscalers look for (docs/kubernetes.md): the same read. */
 static void depth_metrics(const struct tm_gen *g, struct mbuf *b)
 {
     static const struct {
         const char *name;
         const char *help;
         size_t offset;
+        int ms; /* a duration in ms, shown in seconds */
     } fams[] = {
         {"taskmill_queue_depth",
          "Messages in the task's queue not yet delivered to a consumer, "
          "read from the broker every few seconds.",
-         offsetof(struct tm_task_stats, queue_depth)},
+         offsetof(struct tm_task_stats, queue_depth), 0},
         {"taskmill_queue_pending",
          "Messages delivered and not yet acknowledged, read from the "
          "broker every few seconds.",
-         offsetof(struct tm_task_stats, queue_pending)},
+         offsetof(struct tm_task_stats, queue_pending), 0},
         {"taskmill_dead_letter_depth",
          "Messages in the task's dead-letter queue, read from the broker "
          "every few seconds.",
-         offsetof(struct tm_task_stats, dead_letter_depth)},
+         offsetof(struct tm_task_stats, dead_letter_depth), 0},
         {"taskmill_scheduled_depth",
          "Delayed messages waiting for their time (Redis: the scheduled "
          "set), read every few seconds; absent where the broker cannot "
          "tell cheaply (RabbitMQ).",
-         offsetof(struct tm_task_stats, scheduled_depth)},
+         offsetof(struct tm_task_stats, scheduled_depth), 0},
+        {"taskmill_queue_lag",
+         "Messages not yet delivered to the task's consumers (Redis: the "
+         "group's lag; RabbitMQ: the queue's ready count), for "
+         "autoscaling; read every few seconds.",
+         offsetof(struct tm_task_stats, queue_depth), 0},
+        {"taskmill_queue_oldest_age_seconds",
+         "Age of the oldest message not yet delivered, by the broker's "
+         "clock (0 when there is none), read every few seconds; absent "
+         "where the broker cannot tell without taking it (RabbitMQ).",
+         offsetof(struct tm_task_stats, oldest_age_ms), 1},
+        {"taskmill_delayed_due",
+         "Delayed messages whose time has come and that are not in the "
+         "queue yet (Redis: the scheduled set), read every few seconds; "
+         "absent where the broker cannot tell (RabbitMQ).",
+         offsetof(struct tm_task_stats, delayed_due), 0},
     };
     char lb[256];
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
@@ -203,8 +220,12 @@ static void depth_metrics(const struct tm_gen *g, struct mbuf *b)
                 (atomic_llong *)((char *)s + fams[f].offset));
             if (v < 0)
                 continue;
-            mb_printf(b, "%s{task=\"%s\"} %lld\n", fams[f].name,
-                      label(g->tasks[i].cfg->name, lb, sizeof lb), v);
+            label(g->tasks[i].cfg->name, lb, sizeof lb);
+            if (fams[f].ms)
+                mb_printf(b, "%s{task=\"%s\"} %.3f\n", fams[f].name, lb,
+                          (double)v / 1000.0);
+            else
+                mb_printf(b, "%s{task=\"%s\"} %lld\n", fams[f].name, lb, v);
         }
     }
 }
@@ -337,6 +358,13 @@ char *tm_metrics_render(struct tm_daemon *d, const struct tm_gen *g,
     family(&b, "taskmill_pool_busy", "gauge",
            "Workers running a task now.");
     mb_printf(&b, "taskmill_pool_busy %u\n", pbusy);
+    /* sampled by the main loop (daemon/saturation.c): no I/O here */
+    double sat = tm_daemon_pool_saturation(d);
+    family(&b, "taskmill_pool_saturation", "gauge",
+           "Busy workers over the pool's size, sampled each second and "
+           "averaged over the last 60 s.");
+    if (sat >= 0)
+        mb_printf(&b, "taskmill_pool_saturation %.4f\n", sat);
     {
         /* per task, counted from the pool's list: empty but for runs
          * that never returned */

@@ -58,6 +58,12 @@ void tm_http_add_broker_pool(struct cJSON *j, const struct tm_gen *g)
     cJSON_AddNumberToObject(p, "busy", g->pool != NULL
                                            ? g->pool->ops->busy(g->pool)
                                            : 0);
+    /* busy/size over the last minute; null before the first sample */
+    double sat = tm_daemon_pool_saturation(g->d);
+    if (sat >= 0)
+        cJSON_AddNumberToObject(p, "saturation", round3(sat));
+    else
+        cJSON_AddNullToObject(p, "saturation");
     /* runs settled at their deadline whose code never returned */
     struct tm_pool_stuck *st;
     size_t ns = tm_pool_stuck_runs(g->pool, &st);
@@ -132,6 +138,16 @@ cJSON *tm_http_task_json(const struct tm_gen *g, size_t i, int64_t now_ns,
     }
     /* delayed messages waiting */
     add_count(o, "scheduled", atomic_load(&s->scheduled_depth), read);
+    /* the autoscaling figures (docs/kubernetes.md): queue_lag is
+     * queue_depth under the scalers' name */
+    add_count(o, "queue_lag", atomic_load(&s->queue_depth), read);
+    long long age = atomic_load(&s->oldest_age_ms);
+    if (read && age >= 0)
+        cJSON_AddNumberToObject(o, "oldest_age_seconds",
+                                round3((double)age / 1000.0));
+    else
+        cJSON_AddNullToObject(o, "oldest_age_seconds");
+    add_count(o, "delayed_due", atomic_load(&s->delayed_due), read);
     if (!api)
         return o;
     cJSON *l = cJSON_AddObjectToObject(o, "limits");

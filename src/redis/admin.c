@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/keys.h"
 #include "util/log.h"
 #include "util/util.h"
 
@@ -86,30 +87,48 @@ static const char purge_script[] =
  * next refresh of /metrics, never a task. */
 #define TM_REDIS_DEPTH_TIMEOUT_MS 2000
 
-/* Tasks whose counts one depth script reads (3 results each). */
+/* Tasks whose counts one depth script reads (5 results each). */
 #define TM_REDIS_DEPTH_CHUNK 256
+/* Results depth_script returns per task. */
+#define TM_REDIS_DEPTH_VALS 5
 /* Counts read for a later task this recently are answered from the
  * cache: the refresher asks for every task in turn, and one script per
  * chunk of tasks answers them all. */
 #define TM_REDIS_DEPTH_FRESH_MS 1000
 
 /* depth_script reads, for each task i, its group's lag and pending count
- * (XINFO GROUPS) and the lengths of its stream and dead-letter stream.
- * KEYS: stream, dead-letter stream, per task; ARGV[i]: task i's group.
- * Returns depth, pending, dead-letter depth per task, -1 where Redis
- * cannot tell: a group not created yet has delivered nothing (depth is
- * the stream's length), a missing stream is empty; lag is nil when Redis
- * cannot compute it (Redis 7.0 and later have it). Lag counts from the
- * group's entries-read, which a replica promoted by a failover, or a
- * stream moved to another cluster node, may carry wrong (Redis 7.0): a
- * lag above 0 with no entry after last-delivered-id is 0. */
+ * (XINFO GROUPS), the lengths of its stream and dead-letter stream, the
+ * age of the first entry after the group's last-delivered-id and how
+ * many members of its scheduled set are due, all by the server's clock
+ * (TIME, read once). KEYS: stream, dead-letter stream, scheduled set,
+ * per task; ARGV[i]: task i's group. Returns depth, pending, dead-letter
+ * depth, oldest age (ms), delayed due per task, -1 where Redis cannot
+ * tell: a group not created yet has delivered nothing (depth is the
+ * stream's length, the oldest entry its first), a missing stream is
+ * empty; lag is nil when Redis cannot compute it (Redis 7.0 and later
+ * have it). Lag counts from the group's entries-read, which a replica
+ * promoted by a failover, or a stream moved to another cluster node, may
+ * carry wrong (Redis 7.0): a lag above 0 with no entry after
+ * last-delivered-id is 0. The age is that of the entry's id, the
+ * server's clock when it was added (for ids Redis made). */
 static const char depth_script[] =
     "local out = {}\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local function age(r)\n"
+    "  if type(r) ~= 'table' then return -1 end\n"
+    "  if #r == 0 then return 0 end\n"
+    "  local ms = tonumber(string.match(r[1][1], '^(%d+)'))\n"
+    "  if ms == nil then return -1 end\n"
+    "  if ms > now then return 0 end\n"
+    "  return now - ms\n"
+    "end\n"
     "for i = 1, #ARGV do\n"
-    "  local depth, pend = -1, -1\n"
-    "  local len = redis.pcall('XLEN', KEYS[2 * i - 1])\n"
+    "  local depth, pend, old = -1, -1, -1\n"
+    "  local s = KEYS[3 * i - 2]\n"
+    "  local len = redis.pcall('XLEN', s)\n"
     "  if type(len) ~= 'number' then len = -1 end\n"
-    "  local g = redis.pcall('XINFO', 'GROUPS', KEYS[2 * i - 1])\n"
+    "  local g = redis.pcall('XINFO', 'GROUPS', s)\n"
     "  if type(g) == 'table' and g.err == nil then\n"
     "    local found = false\n"
     "    for _, e in ipairs(g) do\n"
@@ -119,21 +138,33 @@ static const char depth_script[] =
     "        found = true\n"
     "        if type(f['lag']) == 'number' then depth = f['lag'] end\n"
     "        local last = f['last-delivered-id']\n"
-    "        if depth > 0 and type(last) == 'string' then\n"
-    "          local nxt = redis.pcall('XRANGE', KEYS[2 * i - 1],\n"
-    "            '(' .. last, '+', 'COUNT', 1)\n"
-    "          if type(nxt) == 'table' and #nxt == 0 then depth = 0 end\n"
+    "        if depth == 0 then old = 0\n"
+    "        elseif type(last) == 'string' then\n"
+    "          local nxt = redis.pcall('XRANGE', s, '(' .. last, '+',\n"
+    "            'COUNT', 1)\n"
+    "          if depth > 0 and type(nxt) == 'table' and #nxt == 0 then\n"
+    "            depth = 0\n"
+    "          end\n"
+    "          old = age(nxt)\n"
     "        end\n"
     "        if type(f['pending']) == 'number' then pend = f['pending'] end\n"
     "      end\n"
     "    end\n"
-    "    if not found then depth = len; pend = 0 end\n"
-    "  elseif len == 0 then depth = 0; pend = 0 end\n"
-    "  local d = redis.pcall('XLEN', KEYS[2 * i])\n"
+    "    if not found then\n"
+    "      depth = len; pend = 0\n"
+    "      old = len == 0 and 0 or age(redis.pcall('XRANGE', s, '-', '+',\n"
+    "        'COUNT', 1))\n"
+    "    end\n"
+    "  elseif len == 0 then depth = 0; pend = 0; old = 0 end\n"
+    "  local d = redis.pcall('XLEN', KEYS[3 * i - 1])\n"
     "  if type(d) ~= 'number' then d = -1 end\n"
+    "  local due = redis.pcall('ZCOUNT', KEYS[3 * i], '-inf', now)\n"
+    "  if type(due) ~= 'number' then due = -1 end\n"
     "  out[#out + 1] = depth\n"
     "  out[#out + 1] = pend\n"
     "  out[#out + 1] = d\n"
+    "  out[#out + 1] = old\n"
+    "  out[#out + 1] = due\n"
     "end\n"
     "return out\n";
 
@@ -148,7 +179,7 @@ static struct {
     const struct tm_redis *owner;
     size_t from, n;            /* the cache: tasks from .. from + n */
     int64_t at_ms;             /* when it was read */
-    long long vals[3 * TM_REDIS_DEPTH_CHUNK];
+    long long vals[TM_REDIS_DEPTH_VALS * TM_REDIS_DEPTH_CHUNK];
 } rb_depth_conn = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, {0}};
 
 /* depth_close closes the depth connections. The owner may be gone (a
@@ -170,26 +201,31 @@ static void depth_close(void)
  * when the connection failed (closed then). */
 static int depth_read(struct tm_redis *rb, size_t ti)
 {
-    const char *argv[3 + 3 * TM_REDIS_DEPTH_CHUNK];
+    const char *argv[3 + 4 * TM_REDIS_DEPTH_CHUNK];
+    char *sched[TM_REDIS_DEPTH_CHUNK];
     size_t n = 1;
     char nkeys[24], eb[256];
     while (ti + n < rb->ntasks && n < TM_REDIS_DEPTH_CHUNK &&
            rb->tasks[ti + n].lane_key == rb->tasks[ti].lane_key)
         n++;
-    tm_snprintf(nkeys, sizeof nkeys, "%zu", 2 * n);
+    tm_snprintf(nkeys, sizeof nkeys, "%zu", 3 * n);
     argv[0] = "EVAL";
     argv[1] = depth_script;
     argv[2] = nkeys;
     for (size_t i = 0; i < n; i++) {
         const struct tm_cfg_task *t = rb->tasks[ti + i].cfg;
-        argv[3 + 2 * i] = t->queue;
-        argv[4 + 2 * i] = t->dead_letter;
-        argv[3 + 2 * n + i] = t->group;
+        sched[i] = tm_redis_scheduled_key(t);
+        argv[3 + 3 * i] = t->queue;
+        argv[4 + 3 * i] = t->dead_letter;
+        argv[5 + 3 * i] = sched[i];
+        argv[3 + 3 * n + i] = t->group;
     }
     int dead = 0;
     redisReply *r = tm_redis_link_run(rb, rb_depth_conn.lk,
-                                      rb->tasks[ti].slot, (int)(3 + 3 * n),
+                                      rb->tasks[ti].slot, (int)(3 + 4 * n),
                                       argv, NULL, 0, 0, eb, sizeof eb, &dead);
+    for (size_t i = 0; i < n; i++)
+        tm_free(sched[i]);
     rb_depth_conn.n = 0;
     if (r == NULL) {
         tm_log_write(TM_LOG_DEBUG, SRC, NULL, NULL, "depth: %s", eb);
@@ -198,8 +234,9 @@ static int depth_read(struct tm_redis *rb, size_t ti)
         depth_close();
         return -1;
     }
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 * n) {
-        for (size_t i = 0; i < 3 * n; i++)
+    if (r->type == REDIS_REPLY_ARRAY &&
+        r->elements == TM_REDIS_DEPTH_VALS * n) {
+        for (size_t i = 0; i < TM_REDIS_DEPTH_VALS * n; i++)
             rb_depth_conn.vals[i] = r->element[i]->type == REDIS_REPLY_INTEGER
                                         ? r->element[i]->integer
                                         : -1;
@@ -211,8 +248,8 @@ static int depth_read(struct tm_redis *rb, size_t ti)
     return 0;
 }
 
-int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
-                    long long *pending, long long *dlq_depth)
+int tm_redis_depth(struct tm_broker *b, size_t ti,
+                   struct tm_broker_depth *out)
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     char eb[256];
@@ -225,7 +262,8 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
         rc = 0;
         goto out;
     }
-    *depth = *pending = *dlq_depth = -1;
+    out->depth = out->pending = out->dlq = -1;
+    out->oldest_age_ms = out->delayed_due = -1;
     if (ti >= rb->ntasks)
         goto out;
     if (rb_depth_conn.lk == NULL) {
@@ -254,11 +292,13 @@ int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
         goto out;
     if (rb_depth_conn.n > 0 && ti >= rb_depth_conn.from &&
         ti < rb_depth_conn.from + rb_depth_conn.n) {
-        const long long *v =
-            &rb_depth_conn.vals[3 * (ti - rb_depth_conn.from)];
-        *depth = v[0];
-        *pending = v[1];
-        *dlq_depth = v[2];
+        const long long *v = &rb_depth_conn.vals[TM_REDIS_DEPTH_VALS *
+                                                 (ti - rb_depth_conn.from)];
+        out->depth = v[0];
+        out->pending = v[1];
+        out->dlq = v[2];
+        out->oldest_age_ms = v[3];
+        out->delayed_due = v[4];
     }
     rc = 0;
 out:

@@ -461,8 +461,8 @@ size_t tm_redis_nodes(struct tm_broker *b, struct tm_broker_node *out,
 
 /* ---- admin.c ---- */
 
-int tm_redis_depth(struct tm_broker *b, size_t ti, long long *depth,
-                   long long *pending, long long *dlq_depth);
+int tm_redis_depth(struct tm_broker *b, size_t ti,
+                   struct tm_broker_depth *out);
 /* tm_redis_cli_command runs one command of the CLI or the admin API on
  * the settle link (any thread of a CLI adapter; a daemon's settle
  * thread); argv[key] is a key it touches, whose slot routes it in a

@@ -52,6 +52,8 @@ struct tm_task_stats {
     atomic_llong queue_pending;         /* delivered, not acknowledged */
     atomic_llong dead_letter_depth;     /* entries in the dead-letter queue */
     atomic_llong scheduled_depth;       /* delayed, waiting for their time */
+    atomic_llong oldest_age_ms;         /* the oldest not yet delivered */
+    atomic_llong delayed_due;           /* delayed, due, not queued yet */
     atomic_llong depth_at_ms;
 };
 

@@ -72,11 +72,11 @@ expect_json '.broker | keys == ["connected","kind","node","nodes","url"]' "broke
 expect_json ".broker.node == \"redis://127.0.0.1:$REDIS_PORT/0\" and .broker.nodes == [{\"node\":\"redis://127.0.0.1:$REDIS_PORT/0\",\"up\":true}]" "broker node and nodes"
 expect_json '.broker.kind == "redis" and .broker.connected == true' "broker kind/connected"
 expect_json ".broker.url == \"redis://127.0.0.1:$REDIS_PORT/0\"" "broker url"
-expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy,"stuck":[]}' "pool kind/size, no stuck run"
+expect_json '.pool == {"kind":"thread","size":2,"busy":.pool.busy,"saturation":.pool.saturation,"stuck":[]}' "pool kind/size, no stuck run"
 expect_json '.pool.busy | type == "number" and . >= 0 and . <= 2' "pool busy"
 expect_json '.tasks | keys == ["add","noop","slow.one"]' "task names"
 for t in add noop slow.one; do
-	expect_json ".tasks[\"$t\"] | keys == [\"circuit\",\"dead_lettered\",\"inflight\",\"outcomes\",\"p50_ms\",\"p99_ms\",\"paused\",\"queue\",\"rate_1s\",\"rate_60s\",\"retries\",\"scheduled\"]" "keys of task $t"
+	expect_json ".tasks[\"$t\"] | keys == [\"circuit\",\"dead_lettered\",\"delayed_due\",\"inflight\",\"oldest_age_seconds\",\"outcomes\",\"p50_ms\",\"p99_ms\",\"paused\",\"queue\",\"queue_lag\",\"rate_1s\",\"rate_60s\",\"retries\",\"scheduled\"]" "keys of task $t"
 	expect_json ".tasks[\"$t\"].outcomes | keys == [\"crashed\",\"duplicate\",\"error\",\"invalid\",\"rejected\",\"success\",\"timeout\"]" "outcomes of task $t"
 	expect_json "[.tasks[\"$t\"] | .inflight, .retries, .dead_lettered, .rate_1s, .rate_60s, .p50_ms, .p99_ms, .outcomes[]] | all(type == \"number\" and . >= 0)" "numbers of task $t"
 done

@@ -81,8 +81,8 @@ static struct {
     int go;           /* reads may return */
 } hang = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
 
-static int hang_depth(struct tm_broker *b, size_t ti, long long *depth,
-                      long long *pending, long long *dlq)
+static int hang_depth(struct tm_broker *b, size_t ti,
+                      struct tm_broker_depth *out)
 {
     (void)b;
     if (ti == TM_BROKER_DEPTH_CLOSE)
@@ -93,9 +93,11 @@ static int hang_depth(struct tm_broker *b, size_t ti, long long *depth,
     while (!hang.go)
         pthread_cond_wait(&hang.cv, &hang.mu);
     pthread_mutex_unlock(&hang.mu);
-    *depth = 7;
-    *pending = 3;
-    *dlq = 1;
+    out->depth = 7;
+    out->pending = 3;
+    out->dlq = 1;
+    out->oldest_age_ms = 2500;
+    out->delayed_due = 4;
     return 0;
 }
 
@@ -172,6 +174,8 @@ START_TEST(depth_refresher_does_not_hold_the_generation_lock)
     ck_assert_int_eq(atomic_load(&tasks[0].stats.queue_depth), 7);
     ck_assert_int_eq(atomic_load(&tasks[1].stats.queue_pending), 3);
     ck_assert_int_eq(atomic_load(&tasks[1].stats.dead_letter_depth), 1);
+    ck_assert_int_eq(atomic_load(&tasks[1].stats.oldest_age_ms), 2500);
+    ck_assert_int_eq(atomic_load(&tasks[1].stats.delayed_due), 4);
     tm_http_depth_stop(r);
     /* its last pick (closing the monitoring connection) let go too */
     refs = atomic_load(&g.refs);
