@@ -187,42 +187,6 @@ START_TEST(test_http_allowed_hosts)
 }
 END_TEST
 
-START_TEST(test_telemetry)
-{
-    char err[512] = "";
-    struct tm_cfg *cfg = load_text("tasks:\n  add: { plugin: add.so }\n",
-                                   err, sizeof err);
-    ck_assert_msg(cfg != NULL, "%s", err);
-    ck_assert_ptr_null(cfg->otel_endpoint);
-    ck_assert_ptr_null(cfg->otel_service_name);
-    ck_assert_uint_eq(cfg->otel_nheaders, 0);
-    ck_assert(cfg->otel_sample_ratio == 1.0);
-    tm_cfg_free(cfg);
-    cfg = load_text(
-        "telemetry:\n  otlp_endpoint: https://otel.example:4318//\n"
-        "  headers: { Authorization: 'Bearer t', x-tenant: a }\n"
-        "  service_name: worker-a\n  sample_ratio: 0.25\n"
-        "tasks:\n  add: { plugin: add.so }\n", err, sizeof err);
-    ck_assert_msg(cfg != NULL, "%s", err);
-    ck_assert_str_eq(cfg->otel_endpoint, "https://otel.example:4318");
-    ck_assert_uint_eq(cfg->otel_nheaders, 2);
-    ck_assert_str_eq(cfg->otel_headers[0].name, "Authorization");
-    ck_assert_str_eq(cfg->otel_headers[0].value, "Bearer t");
-    ck_assert_str_eq(cfg->otel_headers[1].name, "x-tenant");
-    ck_assert_str_eq(cfg->otel_headers[1].value, "a");
-    ck_assert_str_eq(cfg->otel_service_name, "worker-a");
-    ck_assert(cfg->otel_sample_ratio == 0.25);
-    tm_cfg_free(cfg);
-    /* empty (an unset ${VAR:-}) means not set */
-    cfg = load_text("telemetry:\n  otlp_endpoint: ''\n  sample_ratio: 0\n"
-                    "tasks:\n  add: { plugin: add.so }\n", err, sizeof err);
-    ck_assert_msg(cfg != NULL, "%s", err);
-    ck_assert_ptr_null(cfg->otel_endpoint);
-    ck_assert(cfg->otel_sample_ratio == 0.0);
-    tm_cfg_free(cfg);
-}
-END_TEST
-
 START_TEST(test_defaults)
 {
     char err[512] = "", host[256], expect[PATH_MAX];
@@ -856,7 +820,6 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_small_err_buffer);
     tcase_add_test(tc, test_shipped_config);
     tcase_add_test(tc, test_free_null);
-    tcase_add_test(tc, test_telemetry);
     tcase_add_test(tc, test_schedules);
     tcase_add_test(tc, test_schedules_all_errors);
     suite_add_tcase(s, tc);
