@@ -57,3 +57,23 @@ assert_run_attrs() {
 	assert_eq "$7" "$(jq -r '."taskmill.attempt"' <<<"$a")" taskmill.attempt
 	assert_eq "$8" "$(jq -r '."taskmill.outcome"' <<<"$a")" taskmill.outcome
 }
+
+# produce_and_trace BROKER URL QUEUE BODY: send BODY through the traced
+# producer (with a tracestate its remote parent carried), wait for the
+# run's span and check its name, kind CONSUMER, parent (the producer's
+# span) and tracestate; sets P_ID (the message id), P_SPAN (the
+# producer's span id) and RUN_SPAN (the run's span, JSON)
+produce_and_trace() {
+	local p trace
+	p=$(TRACESTATE=congo=t61rcWkgMzE produce "$@")
+	trace=$(jq -r .trace_id <<<"$p")
+	P_SPAN=$(jq -r .span_id <<<"$p")
+	P_ID=$(jq -r .id <<<"$p")
+	wait_spans ".trace_id == \"$trace\"" 1
+	RUN_SPAN=$(spans_where ".trace_id == \"$trace\"")
+	assert_eq "process $3" "$(jq -r .name <<<"$RUN_SPAN")" "span name"
+	assert_eq 5 "$(jq -r .kind <<<"$RUN_SPAN")" "span kind (CONSUMER)"
+	assert_eq "$P_SPAN" "$(jq -r .parent_span_id <<<"$RUN_SPAN")" "parent = the producer's span"
+	assert_ne "$P_SPAN" "$(jq -r .span_id <<<"$RUN_SPAN")" "a span of its own"
+	assert_eq congo=t61rcWkgMzE "$(jq -r .trace_state <<<"$RUN_SPAN")" "tracestate carried on"
+}

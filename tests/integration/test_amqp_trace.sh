@@ -19,18 +19,9 @@ start_daemon "$CONF"
 wait_ping "$HTTP_PORT" 60
 URL=amqp://guest:guest@127.0.0.1:$RABBIT_PORT/
 
-p=$(TRACESTATE=congo=t61rcWkgMzE produce amqp "$URL" "$AQ.add" '{"a":1,"b":2}')
-trace=$(jq -r .trace_id <<<"$p")
-pspan=$(jq -r .span_id <<<"$p")
-id=$(jq -r .id <<<"$p")
-wait_spans ".trace_id == \"$trace\"" 1
-s=$(spans_where ".trace_id == \"$trace\"")
-assert_eq "process $AQ.add" "$(jq -r .name <<<"$s")" "span name"
-assert_eq 5 "$(jq -r .kind <<<"$s")" "kind CONSUMER"
-assert_eq "$pspan" "$(jq -r .parent_span_id <<<"$s")" "parent = the producer's span"
-assert_eq congo=t61rcWkgMzE "$(jq -r .trace_state <<<"$s")" "tracestate carried on"
+produce_and_trace amqp "$URL" "$AQ.add" '{"a":1,"b":2}'
 # no consumer group on RabbitMQ
-assert_run_attrs "$s" rabbitmq "$AQ.add" "$id" null add 1 success
+assert_run_attrs "$RUN_SPAN" rabbitmq "$AQ.add" "$P_ID" null add 1 success
 
 p=$(produce amqp "$URL" "$AQ.fail" '{"mode":"error"}')
 ftrace=$(jq -r .trace_id <<<"$p")

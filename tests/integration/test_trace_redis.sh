@@ -26,22 +26,13 @@ wait_ping
 URL=redis://127.0.0.1:$REDIS_PORT/0
 
 # a success
-p=$(TRACESTATE=congo=t61rcWkgMzE produce redis "$URL" q.add '{"a":1,"b":2}')
-trace=$(jq -r .trace_id <<<"$p")
-pspan=$(jq -r .span_id <<<"$p")
-id=$(jq -r .id <<<"$p")
-wait_spans ".trace_id == \"$trace\"" 1
-s=$(spans_where ".trace_id == \"$trace\"")
-assert_eq "process q.add" "$(jq -r .name <<<"$s")" "span name"
-assert_eq 5 "$(jq -r .kind <<<"$s")" "span kind (CONSUMER)"
-assert_eq "$pspan" "$(jq -r .parent_span_id <<<"$s")" "parent = the producer's span"
-assert_ne "$pspan" "$(jq -r .span_id <<<"$s")" "a span of its own"
+produce_and_trace redis "$URL" q.add '{"a":1,"b":2}'
+s=$RUN_SPAN
 assert_eq trace-test "$(jq -r .service <<<"$s")" "service.name"
 assert_eq sent "$(jq -r .header <<<"$s")" "telemetry.headers sent"
-assert_eq congo=t61rcWkgMzE "$(jq -r .trace_state <<<"$s")" "tracestate carried on"
 assert_eq 0 "$(jq -r .status_code <<<"$s")" "status UNSET on success"
 assert_eq 1 "$(($(jq -r .flags <<<"$s") & 1))" "sampled flag"
-assert_run_attrs "$s" redis q.add "$id" taskmill add 1 success
+assert_run_attrs "$s" redis q.add "$P_ID" taskmill add 1 success
 start=$(jq -r .start_ns <<<"$s")
 end=$(jq -r .end_ns <<<"$s")
 (( end >= start )) || fail "the span ends ($end) before it starts ($start)"
