@@ -52,8 +52,8 @@ endif
 
 # librabbitmq and openssl: headers only; the daemon opens them when a
 # configuration names their broker (src/util/dlib.h), so it never links them
-DL_PKGS = librabbitmq openssl
-DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd
+DL_PKGS = librabbitmq openssl libcurl
+DEP_PKGS = hiredis libcjson yaml-0.1 libmicrohttpd libprotobuf-c
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEP_PKGS) $(DL_PKGS) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs $(DEP_PKGS) 2>/dev/null)
 CHECK_CFLAGS := $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
@@ -61,7 +61,25 @@ CHECK_LIBS := $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
 # the core: src/*.c and one level of subdirectories (src/redis/, ...)
 CORE_SRCS = $(filter-out src/cli/main.c,$(wildcard src/*.c src/*/*.c))
-CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/console_assets.o
+CORE_OBJS = $(CORE_SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/console_assets.o \
+	$(OTLP_OBJS)
+# The OTLP trace export's wire format: the official OpenTelemetry protos,
+# vendored in vendor/opentelemetry-proto/ (its README names the version),
+# compiled by protoc-c at build time into $(BUILD)/gen/. Generated, not
+# checked in: the .proto files are the one source, and protoc-c
+# (protobuf-c-compiler) is a build dependency like the libraries, so a
+# generated file can never drift from its definition or from the
+# libprotobuf-c it runs against. The objects live in $(BUILD)/gen/, outside
+# $(BUILD)/obj/: they belong to no layer of src/.
+OTLP_PROTO_DIR = vendor/opentelemetry-proto
+OTLP_PROTOS = opentelemetry/proto/common/v1/common.proto \
+	opentelemetry/proto/resource/v1/resource.proto \
+	opentelemetry/proto/trace/v1/trace.proto \
+	opentelemetry/proto/collector/trace/v1/trace_service.proto
+OTLP_GEN_SRCS = $(OTLP_PROTOS:%.proto=$(BUILD)/gen/%.pb-c.c)
+OTLP_GEN_HDRS = $(OTLP_PROTOS:%.proto=$(BUILD)/gen/%.pb-c.h)
+OTLP_OBJS = $(OTLP_PROTOS:%.proto=$(BUILD)/gen/%.pb-c.o)
+PROTOC_C ?= protoc-c
 # the console's page, style and script, compiled in as byte arrays
 CONSOLE_FILES = src/console/index.html src/console/console.css \
 	src/console/console.js
@@ -114,10 +132,25 @@ deps:
 deps-demo:
 	@scripts/install-deps.sh --demo
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard include/*.h src/*/*.h) | $(BUILD)/obj
+$(BUILD)/obj/%.o: src/%.c $(wildcard include/*.h src/*/*.h) $(OTLP_GEN_HDRS) | $(BUILD)/obj
 	@$(if $(Q),echo "  CC      $<")
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Iinclude -Isrc -c -o $@ $<
+	$(Q)$(CC) $(REAL_CFLAGS) $(DEP_CFLAGS) -Iinclude -Isrc -I$(BUILD)/gen -c -o $@ $<
+
+# One protoc-c run writes every generated file (the protos import each
+# other); the stamp stands for them all.
+$(OTLP_GEN_SRCS) $(OTLP_GEN_HDRS): $(BUILD)/gen/otlp.stamp
+$(BUILD)/gen/otlp.stamp: $(addprefix $(OTLP_PROTO_DIR)/,$(OTLP_PROTOS))
+	@$(if $(Q),echo "  PROTOC  $(OTLP_PROTO_DIR)")
+	@mkdir -p $(dir $@)
+	$(Q)$(PROTOC_C) --proto_path=$(OTLP_PROTO_DIR) --c_out=$(BUILD)/gen \
+		$(OTLP_PROTOS) && touch $@
+
+# generated code: the project's warnings are not protoc-c's
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c $(OTLP_GEN_HDRS)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) -std=c11 $(OPTIMIZATION) $(DEBUG) $(SAN_FLAGS) -pthread \
+		$(CFLAGS) $(DEP_CFLAGS) -I$(BUILD)/gen -c -o $@ $<
 
 $(BUILD)/gen/console_assets.c: $(CONSOLE_FILES) scripts/embed-console.sh
 	@$(if $(Q),echo "  EMBED   $@")

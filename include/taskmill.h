@@ -54,9 +54,9 @@ extern "C" {
  * the fields the plugin's struct_size covers, and a plugin calls a host
  * function only when the host table's struct_size covers it (the wrappers
  * below check). Minor 1 added the JSON helpers, minor 2 the descriptor's
- * config_keys and flags. */
+ * config_keys and flags, minor 3 the host's traceparent. */
 #define TM_TASK_ABI_MAJOR 1
-#define TM_TASK_ABI_MINOR 2
+#define TM_TASK_ABI_MINOR 3
 
 /* TM_TASK_MAGIC marks a descriptor ("TMPL" in ASCII). */
 #define TM_TASK_MAGIC 0x544d504cu
@@ -151,6 +151,13 @@ struct tm_host {
     const char *(*json_text)(struct tm_json *jb, size_t *len);
     const char *(*json_error)(const struct tm_json *jb);
     int (*json_result)(struct tm_call *call, struct tm_json *jb);
+
+    /* ABI 1.3: the run's trace context. Call it through tm_traceparent(). */
+
+    /* traceparent returns the W3C traceparent of the run (55 characters,
+     * NUL-terminated, valid for the length of cb_run), or NULL when the
+     * message carries no trace context. */
+    const char *(*traceparent)(const struct tm_call *call);
 };
 
 /* TM_HOST_HAS(host, member) is true when the host table has member: a
@@ -293,6 +300,21 @@ static inline int tm_result(struct tm_call *call, const char *json)
 static inline void tm_error(struct tm_call *call, const char *msg)
 {
     call->host->set_error(call, msg);
+}
+
+/* tm_traceparent returns the run's W3C traceparent
+ * ("00-<trace-id>-<span-id>-<flags>"), the parent for spans the task code
+ * makes, or NULL when there is none (or the daemon is older than ABI
+ * 1.3). With tracing on (telemetry.otlp_endpoint) it names the run's own
+ * span; without, the context the message came with. Borrowed, like the
+ * body, for the length of cb_run. */
+static inline const char *tm_traceparent(const struct tm_call *call)
+{
+    /* a table long enough may still leave it unset */
+    if (!TM_HOST_HAS(call->host, traceparent) ||
+        call->host->traceparent == NULL)
+        return NULL;
+    return call->host->traceparent(call);
 }
 
 /*

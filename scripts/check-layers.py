@@ -30,6 +30,7 @@ LAYERS = [
     ["schedule"],              # cron, time zones, slots: pure time
     ["config"],                # the YAML config, knows no broker
     ["task"],                  # a task at run time, one message's run
+    ["otel"],                  # the trace exporter: spans, OTLP, its thread
     ["broker", "pool"],        # the two seams (vtables)
     ["redis", "amqp", "fork"],  # the adapters behind them
     ["daemon"],                # generations, intake, settlement, firing

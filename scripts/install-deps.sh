@@ -54,6 +54,9 @@ BUILD_PACKAGES=(
 	libyaml-dev
 	libmicrohttpd-dev
 	libssl-dev # headers; libssl3 is opened when a config needs it
+	libprotobuf-c-dev # the OTLP trace export's wire format
+	protobuf-c-compiler # protoc-c: C code from vendor/opentelemetry-proto
+	libcurl4-openssl-dev # the OTLP/HTTP trace export
 	tzdata # the zones of schedules (/usr/share/zoneinfo), read at run time
 )
 # What scripts/demo.sh runs besides the build.
@@ -83,9 +86,16 @@ TEST_PACKAGES=(
 	chromium
 )
 # npm packages of the tests, each checked by its package.json.
+# The OpenTelemetry SDK (api, sdk-trace-base, core's W3C propagator) is the
+# traced producer of the trace tests; protobufjs decodes their collector's
+# OTLP requests with the vendored .proto files.
 NPM_PACKAGES=('@asyncapi/parser@^3' '@asyncapi/modelina@^5' 'puppeteer-core@^24'
-	'ioredis@^6' 'amqplib@^2')
-NPM_DIRS=(@asyncapi/parser @asyncapi/modelina puppeteer-core ioredis amqplib)
+	'ioredis@^6' 'amqplib@^2' '@opentelemetry/api@^1'
+	'@opentelemetry/sdk-trace-base@^2' '@opentelemetry/core@^2'
+	'protobufjs@^8')
+NPM_DIRS=(@asyncapi/parser @asyncapi/modelina puppeteer-core ioredis amqplib
+	@opentelemetry/api @opentelemetry/sdk-trace-base @opentelemetry/core
+	protobufjs)
 
 PACKAGES=("${BUILD_PACKAGES[@]}" "${DEMO_PACKAGES[@]}")
 SERVICES=()

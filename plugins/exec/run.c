@@ -101,13 +101,14 @@ static void child_exec(const struct tm_exhost_task *t, char *const envp[],
     _exit(127);
 }
 
-/* make_env returns the run's environment: the task's plus TASKMILL_*. The
- * strings added are in extra[4][...], which the caller keeps alive. */
+/* make_env returns the run's environment: the task's plus TASKMILL_*, and
+ * TRACEPARENT when the run has a trace context (tm_traceparent). The
+ * strings added are in extra[5][...], which the caller keeps alive. */
 static char **make_env(const struct tm_exhost_task *t,
                        const struct tm_call *call,
-                       char extra[4][128])
+                       char extra[5][128])
 {
-    char **envp = calloc(t->nenv + 5, sizeof *envp);
+    char **envp = calloc(t->nenv + 6, sizeof *envp);
     if (envp == NULL)
         return NULL;
     memcpy(envp, t->env, t->nenv * sizeof *envp);
@@ -123,7 +124,11 @@ static char **make_env(const struct tm_exhost_task *t,
     snprintf(extra[1], 128, "TASKMILL_MESSAGE_ID=%s", call->id);
     snprintf(extra[2], 128, "TASKMILL_ATTEMPT=%u", call->attempt);
     snprintf(extra[3], 128, "TASKMILL_DEADLINE_MS=%lld", deadline);
-    for (int i = 0; i < 4; i++)
+    int n = 4;
+    const char *tp = tm_traceparent(call);
+    if (tp != NULL)
+        snprintf(extra[n++], 128, "TRACEPARENT=%s", tp);
+    for (int i = 0; i < n; i++)
         envp[t->nenv + (size_t)i] = extra[i];
     return envp;
 }
@@ -133,7 +138,7 @@ static char **make_env(const struct tm_exhost_task *t,
 static int spawn(struct run *r)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-    char extra[4][128];
+    char extra[5][128];
     char **envp = NULL;
     int rc = -1, e = 0;
 

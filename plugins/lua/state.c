@@ -469,9 +469,15 @@ static lua_Integer epoch_deadline(const struct tm_call *call)
 /* push_ctx pushes the ctx table of the run. */
 static void push_ctx(lua_State *L, const struct tm_call *call)
 {
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 7);
     lua_pushstring(L, call->id);
     lua_setfield(L, -2, "id");
+    /* the run's trace context, nil when it has none */
+    const char *tp = tm_traceparent(call);
+    if (tp != NULL) {
+        lua_pushstring(L, tp);
+        lua_setfield(L, -2, "traceparent");
+    }
     lua_pushinteger(L, (lua_Integer)call->attempt);
     lua_setfield(L, -2, "attempt");
     lua_pushinteger(L, epoch_deadline(call));

@@ -498,9 +498,9 @@ int tm_pyhost_run(void *fn, struct tm_call *call)
     cur_call = call;
     int slot = watch(call);
     PyObject *res = PyObject_CallFunction(
-        glue_run, "Os#sIL", (PyObject *)fn, call->body,
+        glue_run, "Os#sILz", (PyObject *)fn, call->body,
         (Py_ssize_t)call->body_len, call->id, call->attempt,
-        epoch_deadline(call));
+        epoch_deadline(call), tm_traceparent(call));
     untrace();
     unwatch(slot);
     if (res == NULL) {

@@ -115,6 +115,17 @@ int tm_admin_emit(struct tm_broker *b, const struct tm_cfg_task *t,
                   int64_t due_ms, char *id, size_t idlen,
                   struct tm_admin_err *e);
 
+struct tm_otel;
+
+/* tm_admin_emit_traced is tm_admin_emit that, with an exporter o (NULL:
+ * plain tm_admin_emit), starts a new trace for the message: its
+ * traceparent travels with it, and a sampled one gets the PRODUCER span
+ * "send <queue>". */
+int tm_admin_emit_traced(struct tm_otel *o, struct tm_broker *b,
+                         const struct tm_cfg_task *t, const char *body,
+                         size_t len, const struct tm_pub *pub, int64_t due_ms,
+                         char *id, size_t idlen, struct tm_admin_err *e);
+
 /* tm_admin_request publishes body to t as a request and waits up to
  * timeout_ms for its answer: 0 with *reply (JSON text; the caller frees
  * it with tm_free) and *task_failed (the answer is the task's error

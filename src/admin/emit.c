@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "daemon/daemon.h" /* tm_broker_ops_for */
+#include "otel/otel.h"
 #include "util/json.h"
 #include "util/util.h"
 
@@ -127,6 +128,30 @@ int tm_admin_emit(struct tm_broker *b, const struct tm_cfg_task *t,
         return -1;
     }
     return 0;
+}
+
+int tm_admin_emit_traced(struct tm_otel *o, struct tm_broker *b,
+                         const struct tm_cfg_task *t, const char *body,
+                         size_t len, const struct tm_pub *pub, int64_t due_ms,
+                         char *id, size_t idlen, struct tm_admin_err *e)
+{
+    if (o == NULL)
+        return tm_admin_emit(b, t, body, len, pub, due_ms, id, idlen, e);
+    struct tm_trace_ctx ctx;
+    char tp[TM_TRACEPARENT_SIZE];
+    tm_otel_send_begin(o, &ctx, tp);
+    struct tm_pub traced = {.priority = -1};
+    if (pub != NULL)
+        traced = *pub;
+    traced.traceparent = tp;
+    int64_t start = tm_now_ns();
+    int rc = tm_admin_emit(b, t, body, len, &traced, due_ms, id, idlen, e);
+    tm_otel_send_span(o, &ctx,
+                      strcmp(b->ops->kind, "amqp") == 0 ? "rabbitmq"
+                                                        : "redis",
+                      t->queue, t->name, rc == 0 ? id : NULL, start,
+                      tm_now_ns(), rc == 0 ? NULL : e->msg);
+    return rc;
 }
 
 int tm_admin_request(struct tm_broker *b, const struct tm_cfg_task *t,

@@ -199,13 +199,13 @@ int tm_amqp_cli_publish(struct tm_amqp_broker *ab, const char *rk,
     return 0;
 }
 
-/* pub_headers sets p's headers from pub (x-dedup-key) and due_ms
- * (x-not-before, when > 0) in h[2], which must outlive p. */
-static void pub_headers(amqp_basic_properties_t *p, amqp_table_entry_t h[2],
+/* pub_headers sets p's headers from pub (x-dedup-key, traceparent) and
+ * due_ms (x-not-before, when > 0) in h[3], which must outlive p. */
+static void pub_headers(amqp_basic_properties_t *p, amqp_table_entry_t h[3],
                         const struct tm_pub *pub, int64_t due_ms)
 {
     int n = 0;
-    memset(h, 0, 2 * sizeof *h);
+    memset(h, 0, 3 * sizeof *h);
     if (due_ms > 0) {
         h[n].key = sym_amqp_cstring_bytes("x-not-before");
         h[n].value.kind = AMQP_FIELD_KIND_I64;
@@ -217,6 +217,13 @@ static void pub_headers(amqp_basic_properties_t *p, amqp_table_entry_t h[2],
         h[n].key = sym_amqp_cstring_bytes("x-dedup-key");
         h[n].value.kind = AMQP_FIELD_KIND_UTF8;
         h[n].value.value.bytes = sym_amqp_cstring_bytes(dk);
+        n++;
+    }
+    const char *tp = tm_pub_traceparent(pub);
+    if (tp != NULL) {
+        h[n].key = sym_amqp_cstring_bytes("traceparent");
+        h[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        h[n].value.value.bytes = sym_amqp_cstring_bytes(tp);
         n++;
     }
     if (n > 0) {
@@ -241,7 +248,7 @@ static int publish_new(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_uuid4(uuid, sizeof uuid);
     amqp_basic_properties_t p;
     tm_amqp_new_message_props(&p, t, tm_pub_priority(pub), uuid);
-    amqp_table_entry_t h[2];
+    amqp_table_entry_t h[3];
     pub_headers(&p, h, pub, due_ms);
     if (tm_amqp_cli_publish(ab, t->queue, &p, body, len, NULL,
                             tm_now_ms() + TM_AMQP_CONFIRM_TIMEOUT_MS) != 0)
@@ -313,7 +320,7 @@ int tm_amqp_request(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_uuid4(uuid, sizeof uuid);
     amqp_basic_properties_t p;
     tm_amqp_new_message_props(&p, t, tm_pub_priority(pub), uuid);
-    amqp_table_entry_t h[2];
+    amqp_table_entry_t h[3];
     pub_headers(&p, h, pub, 0);
     p._flags |= AMQP_BASIC_REPLY_TO_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG;
     p.reply_to = sym_amqp_cstring_bytes(rq);

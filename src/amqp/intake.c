@@ -17,6 +17,29 @@
 #include "util/log.h"
 #include "util/util.h"
 
+/* header_bytes: the bytes of a string header of h, NULL when h has none
+ * of that name or it is not a string */
+static const amqp_bytes_t *header_bytes(const amqp_table_t *h,
+                                        const char *key)
+{
+    const amqp_field_value_t *v = tm_amqp_table_get(h, key);
+    if (v == NULL || (v->kind != AMQP_FIELD_KIND_UTF8 &&
+                      v->kind != AMQP_FIELD_KIND_BYTES))
+        return NULL;
+    return &v->value.bytes;
+}
+
+/* set_trace reads the headers traceparent and tracestate of a delivery
+ * (kept with it, as long as m's storage) into m. */
+static void set_trace(struct tm_msg *m, const amqp_table_t *h)
+{
+    const amqp_bytes_t *tp = header_bytes(h, "traceparent");
+    const amqp_bytes_t *ts = header_bytes(h, "tracestate");
+    if (tp != NULL)
+        tm_msg_set_trace(m, tp->bytes, tp->len,
+                         ts != NULL ? ts->bytes : NULL, ts != NULL ? ts->len : 0);
+}
+
 /* tm_amqp_conn_reset forgets everything tied to the task's channel (which
  * is gone): unacknowledged deliveries are redelivered by RabbitMQ. */
 void tm_amqp_conn_reset(struct tm_amqp_task *at)
@@ -253,6 +276,8 @@ static int take(struct tm_amqp_link *l, const size_t *room,
             m->tag = d->tag;
             m->bctx = d;
             m->t_recv_ns = now;
+            if (d->headers.num_entries > 0)
+                set_trace(m, &d->headers);
         }
         out[nb++] = batch;
         total += k;

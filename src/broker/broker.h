@@ -107,12 +107,21 @@ struct tm_pub {
     int priority;          /* < 0: the task's default (RabbitMQ only) */
     const char *dedup_key; /* NULL: none; Redis field dedup_key, RabbitMQ
                               header x-dedup-key */
+    const char *traceparent; /* NULL: none; a valid W3C traceparent, the
+                                Redis field and RabbitMQ header of that
+                                name */
 };
 
 /* tm_pub_priority is pub's priority, -1 (the task's default) for none. */
 static inline int tm_pub_priority(const struct tm_pub *pub)
 {
     return pub != NULL ? pub->priority : -1;
+}
+
+/* tm_pub_traceparent is pub's traceparent, NULL for none. */
+static inline const char *tm_pub_traceparent(const struct tm_pub *pub)
+{
+    return pub != NULL ? pub->traceparent : NULL;
 }
 
 /* tm_pub_dedup_key is pub's dedup key, NULL for none. */

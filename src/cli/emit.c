@@ -10,10 +10,13 @@
 #include "admin/admin.h"
 #include "broker/broker.h"
 #include "daemon/daemon.h"
+#include "otel/otel.h"
 #include "util/util.h"
 
 /* Longest --wait, in seconds: one day. */
 #define TM_CLI_MAX_WAIT_S 86400
+/* how long emit waits at exit for its send's span to leave */
+#define TM_CLI_OTEL_FLUSH_MS 2000
 
 /* due_option reads --delay or --at into *due_ms (epoch ms; 0: neither
  * given). Returns 0, or TM_EXIT_USAGE after saying why: the CLI's
@@ -171,6 +174,7 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
 {
     int status = TM_EXIT_USAGE;
     struct tm_broker *b = NULL;
+    struct tm_otel *otel = NULL;
     char *body = NULL;
     size_t len = 0;
     int priority;
@@ -190,7 +194,7 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
         status = TM_EXIT_USAGE;
         goto out;
     }
-    const struct tm_pub pub = { priority, a->dedup_key };
+    const struct tm_pub pub = { priority, a->dedup_key, NULL };
     status = tm_cli_body(a->pos[1], t, /* enforce_max = */ 1, &body, &len);
     if (status != 0)
         goto out;
@@ -206,8 +210,13 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
     }
     char id[128];
     struct tm_admin_err err;
-    if (tm_admin_emit(b, t, body, len, &pub, due_ms, id, sizeof id,
-                      &err) != 0) {
+    /* with telemetry, the send's span (exported before exit, bounded) */
+    char oerr[512];
+    otel = tm_otel_new(cfg, oerr, sizeof oerr);
+    if (otel == NULL && oerr[0] != '\0')
+        fprintf(stderr, "taskmill: no trace of this send: %s\n", oerr);
+    if (tm_admin_emit_traced(otel, b, t, body, len, &pub, due_ms, id,
+                             sizeof id, &err) != 0) {
         fprintf(stderr, "taskmill: emit to '%s' failed: %s\n", t->queue,
                 err.msg);
         status = TM_EXIT_FAIL;
@@ -216,6 +225,7 @@ int tm_cli_emit(struct tm_cfg *cfg, const struct tm_cli_args *a)
     printf("%s\n", id);
     status = TM_EXIT_OK;
 out:
+    tm_otel_free(otel, TM_CLI_OTEL_FLUSH_MS);
     tm_cli_broker_close(b);
     tm_free(body);
     tm_cfg_free(cfg);

@@ -134,6 +134,12 @@ struct tm_cfg_schedule {
     struct tm_mark task_at;  /* the task: value */
 };
 
+/* struct tm_cfg_header is one HTTP header of telemetry.headers */
+struct tm_cfg_header {
+    char *name;
+    char *value;
+};
+
 struct tm_cfg {
     char *path;              /* the config file as given */
     char *dir;               /* its directory, for relative paths */
@@ -173,6 +179,14 @@ struct tm_cfg {
     size_t ntasks;
     struct tm_cfg_schedule *schedules; /* in file order */
     size_t nschedules;
+    /* telemetry: (docs/observability.md); restart only */
+    char *otel_endpoint;     /* NULL = no export; http(s)://..., without a
+                                trailing '/'; traces go to its /v1/traces */
+    struct tm_cfg_header *otel_headers; /* sent with every export */
+    size_t otel_nheaders;
+    char *otel_service_name; /* NULL = "taskmill" */
+    double otel_sample_ratio; /* 0..1, default 1: share of new traces
+                                 recorded (a parent's flag is followed) */
 };
 
 /*

@@ -124,6 +124,11 @@ char *tm_cfg_get_scalar(struct ctx *c, const yaml_node_t *k,
                         const yaml_node_t *v, const char *path);
 int tm_cfg_get_string(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v, const char *path, char **out);
+/* tm_cfg_get_optional reads a scalar that may be left unset: a null or
+ * empty value (e.g. an unset ${VAR:-}) gives 0 with *out NULL; else 0 with
+ * *out the text (the caller frees it), or -1 after reporting. */
+int tm_cfg_get_optional(struct ctx *c, const yaml_node_t *k,
+                        const yaml_node_t *v, const char *path, char **out);
 int tm_cfg_get_int(struct ctx *c, const yaml_node_t *k, const yaml_node_t *v,
                    const char *path, int64_t min, int64_t max, int64_t *out);
 int tm_cfg_get_duration(struct ctx *c, const yaml_node_t *k,
@@ -182,11 +187,17 @@ int tm_cfg_parse_http(struct ctx *c, const yaml_node_t *k,
 int tm_cfg_parse_log(struct ctx *c, const yaml_node_t *k,
                      const yaml_node_t *v);
 
+/* telemetry.c */
+int tm_cfg_parse_telemetry(struct ctx *c, const yaml_node_t *k,
+                           const yaml_node_t *v);
+void tm_cfg_clear_telemetry(struct tm_cfg *cfg);
+
 /* keys.c: the sections the reader walks, their keys in the order the
  * callbacks number them */
 extern const struct tm_cfg_section tm_cfg_sec_top, tm_cfg_sec_broker,
     tm_cfg_sec_tls, tm_cfg_sec_redis, tm_cfg_sec_amqp, tm_cfg_sec_pool,
-    tm_cfg_sec_http, tm_cfg_sec_log, tm_cfg_sec_task, tm_cfg_sec_schedule;
+    tm_cfg_sec_http, tm_cfg_sec_log, tm_cfg_sec_task, tm_cfg_sec_schedule,
+    tm_cfg_sec_telemetry;
 /* tm_cfg_section_known says whether sec is one of them (tm_cfg_section_at) */
 bool tm_cfg_section_known(const struct tm_cfg_section *sec);
 

@@ -28,7 +28,7 @@
 /* in the order of tm_cfg_sec_top (keys.c) */
 enum top_key {
     K_BROKER, K_POOL, K_PLUGIN_DIR, K_PLUGIN_WATCH, K_INSTANCE, K_HTTP,
-    K_SHUTDOWN_TIMEOUT, K_LOG, K_TASKS, K_SCHEDULES
+    K_SHUTDOWN_TIMEOUT, K_LOG, K_TASKS, K_SCHEDULES, K_TELEMETRY
 };
 
 int tm_cfg_parse_top(struct ctx *c, const yaml_node_t *root)
@@ -94,6 +94,9 @@ int tm_cfg_parse_top(struct ctx *c, const yaml_node_t *root)
             break;
         case K_SCHEDULES:
             r = tm_cfg_parse_schedules(c, key, val);
+            break;
+        case K_TELEMETRY:
+            r = tm_cfg_parse_telemetry(c, key, val);
             break;
         }
         if (r < 0)

@@ -114,6 +114,35 @@ static bool d_http_token(const struct tm_cfg *a, const struct tm_cfg *b)
     return strne(a->http_token, b->http_token);
 }
 
+static bool d_otel_endpoint(const struct tm_cfg *a, const struct tm_cfg *b)
+{
+    return strne(a->otel_endpoint, b->otel_endpoint);
+}
+
+/* the same headers in the same order */
+static bool d_otel_headers(const struct tm_cfg *a, const struct tm_cfg *b)
+{
+    if (a->otel_nheaders != b->otel_nheaders)
+        return true;
+    for (size_t i = 0; i < a->otel_nheaders; i++)
+        if (strne(a->otel_headers[i].name, b->otel_headers[i].name) ||
+            strne(a->otel_headers[i].value, b->otel_headers[i].value))
+            return true;
+    return false;
+}
+
+static bool d_otel_service_name(const struct tm_cfg *a,
+                                const struct tm_cfg *b)
+{
+    return strne(a->otel_service_name, b->otel_service_name);
+}
+
+static bool d_otel_sample_ratio(const struct tm_cfg *a,
+                                const struct tm_cfg *b)
+{
+    return a->otel_sample_ratio != b->otel_sample_ratio;
+}
+
 #define RELOAD(n) { .name = (n), .apply = TM_CFG_RELOAD }
 #define RESTART(n, f) { .name = (n), .apply = TM_CFG_RESTART, .differs = (f) }
 #define NESTED(n) { .name = (n), .apply = TM_CFG_NESTED }
@@ -123,7 +152,7 @@ static bool d_http_token(const struct tm_cfg *a, const struct tm_cfg *b)
  * enum broker_key (broker.c), the switches of cb_tls_key, cb_redis_key,
  * cb_amqp_key (broker.c), cb_pool_key, cb_http_key, cb_log_key
  * (sections.c), enum task_key (tasks.c), enum schedule_key
- * (schedules.c). */
+ * (schedules.c), enum telemetry_key (telemetry.c). */
 static const struct tm_cfg_keydef top_keys[] = {
     NESTED("broker"),
     NESTED("pool"),
@@ -135,6 +164,7 @@ static const struct tm_cfg_keydef top_keys[] = {
     NESTED("log"),
     NESTED("tasks"),
     NESTED("schedules"),
+    NESTED("telemetry"),
 };
 
 static const struct tm_cfg_keydef broker_keys[] = {
@@ -175,6 +205,14 @@ static const struct tm_cfg_keydef http_keys[] = {
     RELOAD("allowed_hosts"),
 };
 
+/* the exporter is made once, at start */
+static const struct tm_cfg_keydef telemetry_keys[] = {
+    RESTART("otlp_endpoint", d_otel_endpoint),
+    RESTART("headers", d_otel_headers),
+    RESTART("service_name", d_otel_service_name),
+    RESTART("sample_ratio", d_otel_sample_ratio),
+};
+
 static const struct tm_cfg_keydef log_keys[] = {
     RELOAD("level"),
     RELOAD("format"),
@@ -206,6 +244,8 @@ const struct tm_cfg_section tm_cfg_sec_amqp = SECTION("broker.amqp", amqp_keys);
 const struct tm_cfg_section tm_cfg_sec_pool = SECTION("pool", pool_keys);
 const struct tm_cfg_section tm_cfg_sec_http = SECTION("http", http_keys);
 const struct tm_cfg_section tm_cfg_sec_log = SECTION("log", log_keys);
+const struct tm_cfg_section tm_cfg_sec_telemetry =
+    SECTION("telemetry", telemetry_keys);
 const struct tm_cfg_section tm_cfg_sec_task = SECTION("tasks.*", task_keys);
 const struct tm_cfg_section tm_cfg_sec_schedule =
     SECTION("schedules.*", schedule_keys);
@@ -213,7 +253,7 @@ const struct tm_cfg_section tm_cfg_sec_schedule =
 static const struct tm_cfg_section *const all_sections[] = {
     &tm_cfg_sec_top, &tm_cfg_sec_broker, &tm_cfg_sec_tls, &tm_cfg_sec_redis,
     &tm_cfg_sec_amqp, &tm_cfg_sec_pool, &tm_cfg_sec_http, &tm_cfg_sec_log,
-    &tm_cfg_sec_task, &tm_cfg_sec_schedule,
+    &tm_cfg_sec_task, &tm_cfg_sec_schedule, &tm_cfg_sec_telemetry,
 };
 
 const struct tm_cfg_section *tm_cfg_section_at(size_t i)

@@ -112,6 +112,7 @@ struct tm_cfg *tm_cfg_load_all(const char *path, size_t max_errors,
     cfg->shutdown_timeout_ms = 30000;
     cfg->log_level = TM_LOG_INFO;
     cfg->log_format = TM_LOG_TEXT;
+    cfg->otel_sample_ratio = 1.0;
 
     if (tm_cfg_read_file(path, CFG_MAX_FILE, &data, &len, &opened) < 0) {
         /* no position to give: one line "cannot open FILE: reason" */
@@ -240,6 +241,7 @@ void tm_cfg_free(struct tm_cfg *cfg)
     for (size_t i = 0; i < cfg->http_nallowed_hosts; i++)
         tm_free(cfg->http_allowed_hosts[i]);
     tm_free(cfg->http_allowed_hosts);
+    tm_cfg_clear_telemetry(cfg);
     tm_free(cfg);
 }
 

@@ -176,6 +176,22 @@ char *tm_cfg_get_scalar(struct ctx *c, const yaml_node_t *k,
     return tm_cfg_scalar_text(c, v, path);
 }
 
+int tm_cfg_get_optional(struct ctx *c, const yaml_node_t *k,
+                        const yaml_node_t *v, const char *path, char **out)
+{
+    *out = NULL;
+    if (tm_cfg_is_null(v))
+        return 0;
+    char *s = tm_cfg_get_scalar(c, k, v, path);
+    if (s == NULL)
+        return -1;
+    if (*s == '\0')
+        tm_free(s);
+    else
+        *out = s;
+    return 0;
+}
+
 int tm_cfg_get_string(struct ctx *c, const yaml_node_t *k,
                       const yaml_node_t *v, const char *path, char **out)
 {

@@ -202,15 +202,11 @@ static int cb_http_key(struct ctx *c, int i, const yaml_node_t *key,
     if (i == 2)
         return parse_allowed_hosts(c, val, path);
     /* A null or empty value (e.g. ${TOKEN:-}) means "not set". */
-    if (tm_cfg_is_null(val))
-        return 0;
-    char *s = tm_cfg_get_scalar(c, key, val, path);
-    if (s == NULL)
+    char *s = NULL;
+    if (tm_cfg_get_optional(c, key, val, path, &s) < 0)
         return -1;
-    if (*s == '\0') {
-        tm_free(s);
+    if (s == NULL)
         return 0;
-    }
     if (i == 0 && !valid_listen(s)) {
         tm_cfg_fail(c, tm_cfg_mark_of(val), "%s: expected host:port like "
                  "127.0.0.1:9999, got '%s'", path,

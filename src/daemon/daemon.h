@@ -182,6 +182,10 @@ struct tm_daemon {
     atomic_ulong reconnects_before;
     /* schedule fires and last slots, across reloads (daemon/fire.h) */
     struct tm_sched_stats *sched_stats;
+    /* the trace exporter (otel/otel.h), NULL without
+     * telemetry.otlp_endpoint; made once the pool runs (its thread after
+     * the fork pool's forks), freed after the last settlement */
+    struct tm_otel *otel;
     /* the pool's busy/size over the last minute (saturation.c) */
     struct tm_saturation saturation;
     /* every task name's counts per minute and hour, across reloads

@@ -4,6 +4,8 @@
  * the pool. */
 #include "daemon_private.h"
 
+#include "otel/otel.h"
+
 #include <assert.h>
 #include <string.h>
 
@@ -57,8 +59,12 @@ static void collect_runs(struct tm_gen *g, struct tm_batch *batch,
                          struct tm_runs *r)
 {
     struct tm_task *t = &g->tasks[batch->msgs[0].task_index];
-    for (size_t i = 0; i < batch->n; i++)
+    struct tm_otel *o = g->d->otel;
+    double ratio = tm_otel_ratio(o);
+    for (size_t i = 0; i < batch->n; i++) {
         batch->msgs[i].task = t;
+        tm_msg_trace_begin(&batch->msgs[i], o != NULL, ratio);
+    }
     size_t total = batch->n;
     tm_flow_in(t, (long long)total);
     size_t i = 0;

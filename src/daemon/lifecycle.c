@@ -13,11 +13,14 @@
 #include "util/log.h"
 #include "util/notify.h"
 #include "daemon/fire.h"
+#include "otel/otel.h"
 #include "util/util.h"
 
 /* How long the exit waits for a retired generation being freed (pool
  * and broker shutdown, plugin fini): seconds at most. */
 #define TM_EXIT_FREE_WAIT_MS 10000
+/* how long the spans still queued at a clean stop may take to leave */
+#define TM_OTEL_FLUSH_MS 2000
 
 /* The daemon lives in static storage: the detached signal thread may still
  * look at it while the process exits. */
@@ -170,6 +173,13 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
         tm_gen_unref(g);
         return 1;
     }
+    d->otel = tm_otel_new(cfg, err, sizeof err);
+    if (d->otel == NULL && err[0] != '\0') {
+        tm_log_err("otel", "%s", err);
+        g->pool->ops->drain(g->pool, tm_now_ns());
+        tm_gen_unref(g);
+        return 1;
+    }
     pthread_t sig_thread;
     pthread_create(&sig_thread, NULL, signal_main, d);
     pthread_detach(sig_thread);
@@ -305,6 +315,9 @@ int tm_daemon_run(struct tm_cfg *cfg, const struct tm_daemon_http *http)
         g->pool->ops->destroy(g->pool);
         return status;
     }
+    /* the settle threads are done: the last spans go (bounded) */
+    tm_otel_free(d->otel, TM_OTEL_FLUSH_MS);
+    d->otel = NULL;
     /* the HTTP threads are joined: the daemon's reference is the last */
     tm_gen_unref(g);
     tm_free((void *)d->config_path);

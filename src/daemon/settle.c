@@ -2,7 +2,10 @@
  * counters, and counters carried across a reload. */
 #include "daemon_private.h"
 
+#include "otel/otel.h"
+
 #include <poll.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "util/log.h"
@@ -135,6 +138,16 @@ static int stats_late(const struct tm_msg *m)
            (m->outcome == TM_OUT_SUCCESS || m->outcome == TM_OUT_DUPLICATE);
 }
 
+/* run_span records the span of m's run, its outcome final (a success
+ * the broker turned into a duplicate included). */
+static void run_span(struct tm_gen *g, const struct tm_msg *m)
+{
+    const struct tm_cfg_task *c = m->task->cfg;
+    int amqp = strcmp(g->broker->ops->kind, "amqp") == 0;
+    tm_otel_run_span(g->d->otel, m, amqp ? "rabbitmq" : "redis", c->queue,
+                     amqp ? NULL : c->group);
+}
+
 /* finish drops messages whose settlement is done (or was never needed). */
 static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
 {
@@ -143,6 +156,8 @@ static void finish(struct tm_gen *g, struct tm_msg **v, size_t n)
         struct tm_task *t = m->task;
         if (stats_late(m))
             stats_record(t, m);
+        if (m->traced)
+            run_span(g, m);
         tm_flow_out(t);
         tm_msg_release(m);
         room_made(g, t);

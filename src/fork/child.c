@@ -374,6 +374,8 @@ void tm_fork_child_main(const struct tm_fork_child *a)
          * ring, where the request stays until it is answered */
         m.invalid = rq.invalid_len > 0 ? invalid : NULL;
         m.attempt = rq.attempt;
+        memcpy(m.traceparent, rq.traceparent, sizeof m.traceparent);
+        m.traceparent[sizeof m.traceparent - 1] = '\0';
         /* a body read from the socket may have been waited for */
         if (refused[rq.task_index]) {
             m.t_start_ns = run_from != 0 ? run_from : tm_now_ns();

@@ -11,6 +11,11 @@
 #include "task/msg.h"
 #include "util/util.h"
 
+/* the wire carries the message's traceparent whole */
+_Static_assert(sizeof(((struct tm_fork_req *)0)->traceparent) ==
+                   TM_TRACEPARENT_SIZE,
+               "struct tm_fork_req.traceparent is not TM_TRACEPARENT_SIZE");
+
 int tm_fork_link_open(struct tm_fork_link *l, int sock)
 {
     int rc = -1;
@@ -80,6 +85,7 @@ int tm_fork_link_put(struct tm_fork_link *l, const struct tm_msg *m,
         .body_len = body_len,
         .seq = seq,
     };
+    memcpy(rq.traceparent, m->traceparent, sizeof rq.traceparent);
     uint64_t head_len = sizeof rq + m->id_len + 1 + invalid_len + 1;
     int empty = l->req_head == l->req_free, rc = -1;
     uint32_t kind = TM_RING_FRAME;

@@ -37,6 +37,9 @@ struct tm_fork_req {
     uint32_t has_body;
     uint64_t body_len;
     uint64_t seq;
+    /* the run's trace context (tm_traceparent), NUL-terminated; "" for
+     * none */
+    char traceparent[56];
 };
 
 struct tm_fork_resp {

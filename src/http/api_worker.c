@@ -414,8 +414,9 @@ static void run_on(struct tm_daemon *d, struct tm_broker *b,
         char newid[TM_API_ID_MAX];
         /* a due time was accepted only for a broker with delayed
          * messages (parse_due) */
-        if (tm_admin_emit(b, t, job->body, job->len, /* pub = */ NULL,
-                          job->due_ms, newid, sizeof newid, &err) != 0) {
+        if (tm_admin_emit_traced(d->otel, b, t, job->body, job->len,
+                                 /* pub = */ NULL, job->due_ms, newid,
+                                 sizeof newid, &err) != 0) {
             tm_api_admin_error(out, &err);
             break;
         }

@@ -11,6 +11,7 @@
 #include "broker/broker.h"
 #include "daemon/daemon.h"
 #include "fork/fork.h"
+#include "otel/otel.h"
 #include "schedule/schedule.h"
 #include "daemon/fire.h"
 #include "util/util.h"
@@ -419,6 +420,19 @@ char *tm_metrics_render(struct tm_daemon *d, const struct tm_gen *g,
            "socket's low-water mark was on.");
     mb_printf(&b, "taskmill_broker_lowat_batches_total %lu\n",
               atomic_load(&tm_broker_lowat_batches));
+    {
+        struct tm_otel_stats os;
+        tm_otel_stats(d->otel, &os);
+        family(&b, "taskmill_spans_exported_total", "counter",
+               "Spans the trace collector accepted.");
+        mb_printf(&b, "taskmill_spans_exported_total %llu\n",
+                  (unsigned long long)os.exported);
+        family(&b, "taskmill_spans_dropped_total", "counter",
+               "Spans dropped: the export queue full, a batch refused or "
+               "its retries given up.");
+        mb_printf(&b, "taskmill_spans_dropped_total %llu\n",
+                  (unsigned long long)os.dropped);
+    }
     depth_metrics(g, &b);
     schedule_metrics(d, g, &b);
     process_metrics(d, &b);

@@ -332,12 +332,23 @@ int tm_redis_publish(struct tm_broker *b, const struct tm_cfg_task *t,
 {
     struct tm_redis *rb = (struct tm_redis *)b;
     /* a priority is refused by the config loader and the CLI on Redis */
-    const char *dk = tm_pub_dedup_key(pub);
-    const char *argv[] = {"XADD", t->queue, "*", "body", body, "dedup_key",
-                          dk};
-    size_t lens[] = {4, strlen(t->queue), 1, 4, len, 9, dk ? strlen(dk) : 0};
-    redisReply *r = tm_redis_cli_command(rb, dk != NULL ? 7 : 5, argv, lens,
-                                         1, 0);
+    const char *dk = tm_pub_dedup_key(pub), *tp = tm_pub_traceparent(pub);
+    const char *argv[9] = {"XADD", t->queue, "*", "body", body};
+    size_t lens[9] = {4, strlen(t->queue), 1, 4, len};
+    int argc = 5;
+    if (dk != NULL) {
+        argv[argc] = "dedup_key";
+        lens[argc++] = 9;
+        argv[argc] = dk;
+        lens[argc++] = strlen(dk);
+    }
+    if (tp != NULL) {
+        argv[argc] = "traceparent";
+        lens[argc++] = 11;
+        argv[argc] = tp;
+        lens[argc++] = strlen(tp);
+    }
+    redisReply *r = tm_redis_cli_command(rb, argc, argv, lens, 1, 0);
     if (r == NULL)
         return -1;
     tm_snprintf(id, idlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");

@@ -94,6 +94,7 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
         return 0;
     }
     int has_body = 0;
+    const redisReply *tp = NULL, *ts = NULL;
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
         const redisReply *k = f->element[i], *v = f->element[i + 1];
         if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
@@ -109,10 +110,18 @@ static int fill_msg(struct tm_msg *m, const redisReply *e)
                 m->body = v->str;
                 m->body_len = v->len;
             }
+        } else if (k->len == 11 && memcmp(k->str, "traceparent", 11) == 0) {
+            tp = v;
+        } else if (k->len == 10 && memcmp(k->str, "tracestate", 10) == 0) {
+            ts = v;
         } else {
             tm_redis_meta_field(m, k, v);
         }
     }
+    /* both fields read, in whichever order the producer wrote them */
+    if (tp != NULL)
+        tm_msg_set_trace(m, tp->str, tp->len, ts != NULL ? ts->str : NULL,
+                         ts != NULL ? ts->len : 0);
     if (!has_body)
         m->invalid = "the entry has no body field";
     return 0;

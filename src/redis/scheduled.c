@@ -140,7 +140,8 @@ static const char promote_script[] =
     "  end\n"
     "  local f = {'body', body}\n"
     "  if id ~= nil then f[#f + 1] = 'scheduled_id'; f[#f + 1] = id end\n"
-    "  for _, k in ipairs({'reply_to', 'correlation_id', 'dedup_key'}) do\n"
+    "  for _, k in ipairs({'reply_to', 'correlation_id', 'dedup_key',\n"
+    "                      'traceparent', 'tracestate'}) do\n"
     "    local x = v[k]\n"
     "    if x ~= nil and x ~= cjson.null then\n"
     "      if type(x) ~= 'string' then\n"
@@ -760,18 +761,22 @@ int tm_redis_publish_at(struct tm_broker *b, const struct tm_cfg_task *t,
     tm_snprintf(score, sizeof score, "%lld", (long long)due_ms);
     char *key = tm_redis_scheduled_key(t);
     char *member;
-    const char *dk = tm_pub_dedup_key(pub);
+    const char *dk = tm_pub_dedup_key(pub), *tp = tm_pub_traceparent(pub);
+    /* a traceparent is 55 characters of hex digits and '-': no escaping */
+    char tpf[80] = "";
+    if (tp != NULL)
+        tm_snprintf(tpf, sizeof tpf, ",\"traceparent\":\"%s\"", tp);
     if (dk != NULL) {
         /* the key is any text: cJSON writes it as a JSON string */
         cJSON *s = cJSON_CreateString(dk);
         char *q = cJSON_PrintUnformatted(s);
-        member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s,\"dedup_key\":%s}",
-                             uuid, (int)len, body, q);
+        member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s,\"dedup_key\":%s%s}",
+                             uuid, (int)len, body, q, tpf);
         cJSON_free(q);
         cJSON_Delete(s);
     } else {
-        member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s}", uuid,
-                             (int)len, body);
+        member = tm_asprintf("{\"id\":\"%s\",\"body\":%.*s%s}", uuid,
+                             (int)len, body, tpf);
     }
     /* the member and its set's index entry in one script: the index
      * keeps the set's earliest due time (ZADD LT) */

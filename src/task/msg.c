@@ -83,3 +83,40 @@ void tm_msg_name_outcome(struct tm_msg *m)
     else
         tm_msg_set_error(m, "%s: %s", label, err);
 }
+
+void tm_msg_set_trace(struct tm_msg *m, const char *tp, size_t tp_len,
+                      const char *ts, size_t ts_len)
+{
+    m->has_parent = tp != NULL &&
+                    tm_traceparent_parse(tp, tp_len, &m->parent) == 0;
+    m->tracestate = NULL;
+    m->tracestate_len = 0;
+    if (m->has_parent && tm_tracestate_valid(ts, ts_len)) {
+        m->tracestate = ts;
+        m->tracestate_len = ts_len;
+    }
+}
+
+void tm_msg_trace_begin(struct tm_msg *m, int record, double ratio)
+{
+    m->traced = 0;
+    if (record) {
+        if (m->has_parent) {
+            memcpy(m->span.trace_id, m->parent.trace_id,
+                   sizeof m->span.trace_id);
+            m->span.flags = m->parent.flags;
+            tm_trace_new_span(&m->span);
+        } else {
+            tm_trace_new_trace(&m->span);
+            m->span.flags = tm_trace_sample_root(ratio) ? TM_TRACE_SAMPLED
+                                                        : 0;
+        }
+        m->traced = (m->span.flags & TM_TRACE_SAMPLED) != 0;
+    }
+    if (m->traced)
+        tm_traceparent_format(&m->span, m->traceparent);
+    else if (m->has_parent)
+        tm_traceparent_format(&m->parent, m->traceparent);
+    else
+        m->traceparent[0] = '\0';
+}

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/trace.h"
+
 /* TM_OUTCOMES lists how one attempt can end, with its metric label. The
  * order is the order of the enum and of every per-outcome array. */
 #define TM_OUTCOMES(X)             \
@@ -78,6 +80,23 @@ struct tm_msg {
     size_t correlation_id_len;
     const char *dedup_key;
     size_t dedup_key_len;
+    /* Trace context (W3C, docs/observability.md), set at intake by both
+     * brokers through tm_msg_set_trace: the producer's context when the
+     * message carried a valid traceparent (a malformed one is ignored:
+     * has_parent 0), and its tracestate (pointing into the batch's
+     * storage like id; NULL when absent or not carried on). */
+    struct tm_trace_ctx parent;
+    int has_parent;
+    const char *tracestate;
+    size_t tracestate_len;
+    /* The run's own span (tm_msg_trace_begin, at intake, before the
+     * run): a child of parent, or a new root; traced says a span is
+     * recorded for it. traceparent is the text the task code reads
+     * (tm_traceparent): the run's span when traced, else the producer's
+     * context as it came, "" when there is none. */
+    struct tm_trace_ctx span;
+    int traced;
+    char traceparent[TM_TRACEPARENT_SIZE];
     int duplicate;              /* intake: the dedup key succeeded already
                                    within dedup_ttl; not run, settled with
                                    outcome duplicate (result: the first
@@ -119,6 +138,21 @@ void tm_msg_release(struct tm_msg *m);
  * nothing). */
 void tm_batch_hold(struct tm_batch *b);
 void tm_batch_drop(struct tm_batch *b);
+
+/* tm_msg_set_trace reads the message's traceparent (tp, tp_len bytes;
+ * NULL: none) and tracestate (ts, ts_len; NULL: none): a valid
+ * traceparent sets m->parent and has_parent, a malformed one is ignored;
+ * the tracestate is kept (borrowed: it must live as long as m's storage)
+ * only with a valid traceparent and when tm_tracestate_valid. */
+void tm_msg_set_trace(struct tm_msg *m, const char *tp, size_t tp_len,
+                      const char *ts, size_t ts_len);
+
+/* tm_msg_trace_begin gives m its run's span: with record 0 (no exporter)
+ * none, and traceparent the producer's context; with record 1, a child of
+ * the parent (its sampled flag followed) or, without one, a new root
+ * sampled with probability ratio; traced is set when sampled, and then
+ * traceparent is the span's own. No allocation. */
+void tm_msg_trace_begin(struct tm_msg *m, int record, double ratio);
 
 /* tm_msg_set_error replaces m->error with a copy of the formatted text. */
 void tm_msg_set_error(struct tm_msg *m, const char *fmt, ...)

@@ -116,6 +116,13 @@ static int cb_host_json_result(struct tm_call *call, struct tm_json *jb)
     return 0;
 }
 
+/* cb_host_traceparent: the run's trace context (tm_msg_trace_begin) */
+static const char *cb_host_traceparent(const struct tm_call *call)
+{
+    const struct tm_msg *m = run_of(call)->m;
+    return m->traceparent[0] != '\0' ? m->traceparent : NULL;
+}
+
 static const struct tm_host host = {
     .struct_size = sizeof(struct tm_host),
     .log = cb_host_log,
@@ -125,6 +132,7 @@ static const struct tm_host host = {
     .should_stop = cb_host_should_stop,
     TM_HOST_JSON_MEMBERS,
     .json_result = cb_host_json_result,
+    .traceparent = cb_host_traceparent,
 };
 
 const struct tm_host *tm_exec_host(void)

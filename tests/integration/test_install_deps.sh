@@ -25,7 +25,7 @@ stand_in service 'exit 0'
 stand_in node 'exit 1'
 # npm "installs" by writing the package.json files the script checks
 stand_in npm 'while [ $# -gt 0 ]; do [ "$1" = --prefix ] && d=$2; shift; done
-for p in @asyncapi/parser @asyncapi/modelina puppeteer-core ioredis amqplib; do mkdir -p "$d/node_modules/$p" && echo "{}" >"$d/node_modules/$p/package.json"; done'
+for p in @asyncapi/parser @asyncapi/modelina puppeteer-core ioredis amqplib @opentelemetry/api @opentelemetry/sdk-trace-base @opentelemetry/core protobufjs; do mkdir -p "$d/node_modules/$p" && echo "{}" >"$d/node_modules/$p/package.json"; done'
 
 # a PATH with the stand-ins first, and one without any node or npm at all
 TOOLS=$TEST_DIR/tools
@@ -44,7 +44,8 @@ full=$(PATH=$NO_NODE_PATH "$TREE/scripts/install-deps.sh" --list) ||
 note "demo: $(paste -sd ' ' <<<"$demo")"
 note "full: $(paste -sd ' ' <<<"$full")"
 for pkg in build-essential pkg-config libhiredis-dev librabbitmq-dev libcjson-dev \
-	libyaml-dev libmicrohttpd-dev redis-server curl; do
+	libyaml-dev libmicrohttpd-dev libprotobuf-c-dev protobuf-c-compiler \
+	libcurl4-openssl-dev redis-server curl; do
 	grep -qx "$pkg" <<<"$demo" || fail "the demo mode does not install $pkg"
 	grep -qx "$pkg" <<<"$full" || fail "the full mode does not install $pkg"
 done

@@ -304,6 +304,42 @@ END_TEST
 
 /* --------------------------------------------------------------- main */
 
+START_TEST(test_telemetry)
+{
+    char err[512] = "";
+    struct tm_cfg *cfg = load_text("tasks:\n  add: { plugin: add.so }\n",
+                                   err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_ptr_null(cfg->otel_endpoint);
+    ck_assert_ptr_null(cfg->otel_service_name);
+    ck_assert_uint_eq(cfg->otel_nheaders, 0);
+    ck_assert(cfg->otel_sample_ratio == 1.0);
+    tm_cfg_free(cfg);
+    cfg = load_text(
+        "telemetry:\n  otlp_endpoint: https://otel.example:4318//\n"
+        "  headers: { Authorization: 'Bearer t', x-tenant: a }\n"
+        "  service_name: worker-a\n  sample_ratio: 0.25\n"
+        "tasks:\n  add: { plugin: add.so }\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->otel_endpoint, "https://otel.example:4318");
+    ck_assert_uint_eq(cfg->otel_nheaders, 2);
+    ck_assert_str_eq(cfg->otel_headers[0].name, "Authorization");
+    ck_assert_str_eq(cfg->otel_headers[0].value, "Bearer t");
+    ck_assert_str_eq(cfg->otel_headers[1].name, "x-tenant");
+    ck_assert_str_eq(cfg->otel_headers[1].value, "a");
+    ck_assert_str_eq(cfg->otel_service_name, "worker-a");
+    ck_assert(cfg->otel_sample_ratio == 0.25);
+    tm_cfg_free(cfg);
+    /* empty (an unset ${VAR:-}) means not set */
+    cfg = load_text("telemetry:\n  otlp_endpoint: ''\n  sample_ratio: 0\n"
+                    "tasks:\n  add: { plugin: add.so }\n", err, sizeof err);
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_ptr_null(cfg->otel_endpoint);
+    ck_assert(cfg->otel_sample_ratio == 0.0);
+    tm_cfg_free(cfg);
+}
+END_TEST
+
 static Suite *config_values_suite(void)
 {
     Suite *s = suite_create("config_values");
@@ -314,6 +350,7 @@ static Suite *config_values_suite(void)
     tcase_add_test(tc, test_duration);
     tcase_add_test(tc, test_size);
     tcase_add_test(tc, test_expand_env);
+    tcase_add_test(tc, test_telemetry);
     suite_add_tcase(s, tc);
     return s;
 }
