@@ -45,9 +45,9 @@ note "$NTASKS tasks, pool of $POOL: $conns Redis connections, $threads threads"
 priv_rcli CLIENT LIST | sed 's/^/#   /' >&2
 # lane, settlement, wake-ups, depth reads (monitoring), the fleet thread
 assert_le 5 "$conns" "Redis connections of a daemon with $NTASKS tasks"
-# 8 beyond the pool, and the thread pool's deadline watchdog (a task has
-# a timeout: the default)
-assert_le $((POOL + 9)) "$threads" "threads of a daemon with $NTASKS tasks (pool of $POOL)"
+# 8 beyond the pool, the thread pool's deadline watchdog (a task has a
+# timeout: the default) and the fleet thread
+assert_le $((POOL + 10)) "$threads" "threads of a daemon with $NTASKS tasks (pool of $POOL)"
 # memory that does not grow with tasks either: the 500 tasks of noop.so
 # share one loaded copy of it (one set of segments, not 500)
 maps=$(cat "/proc/$DAEMON_PID/maps")
